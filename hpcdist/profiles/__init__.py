@@ -1,0 +1,158 @@
+"""Cluster profiles: YAML files naming a cluster's partitions, limits, setup and environment.
+
+A profile is chosen with ``--profile NAME|PATH``: a NAME is one of the YAML files shipped
+beside this module (``local``, ``cpu-cluster``, ``gpu-cluster``), a PATH any readable file.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from hpcdist.errors import ProfileError
+
+PROFILE_DIR = Path(__file__).resolve().parent
+DEFAULT_PROFILE = "local"
+
+# Keys of the `defaults:` section: JobSpec fields a profile may preset.
+DEFAULTABLE = (
+    "mode",
+    "nodes",
+    "cpus_per_task",
+    "gpus_per_node",
+    "memory",
+    "time",
+    "launcher",
+    "signal",
+    "requeue",
+    "max_restarts",
+    "output",
+    "error",
+    "workdir",
+)
+
+
+@dataclass(frozen=True)
+class Profile:
+    name: str
+    description: str = ""
+    partition: str | None = None
+    partitions: tuple[str, ...] = ()
+    account: str | None = None
+    qos: str | None = None
+    max_nodes: int | None = None
+    cores_per_node: int | None = None
+    gpus_per_node: int = 0
+    max_time: str | None = None
+    defaults: Mapping[str, Any] = field(default_factory=dict)
+    env: Mapping[str, str] = field(default_factory=dict)
+    gloo_env: Mapping[str, str] = field(default_factory=dict)
+    nccl_env: Mapping[str, str] = field(default_factory=dict)
+    setup: tuple[str, ...] = ()
+
+
+_KEYS = tuple(f for f in Profile.__dataclass_fields__ if f != "name")
+_INT_KEYS = ("max_nodes", "cores_per_node", "gpus_per_node")
+_STR_KEYS = ("description", "partition", "account", "qos", "max_time")
+_ENV_KEYS = ("env", "gloo_env", "nccl_env")
+
+
+def shipped_profiles() -> list[str]:
+    return sorted(p.stem for p in PROFILE_DIR.glob("*.yaml"))
+
+
+def resolve_profile_path(name_or_path: str) -> Path:
+    candidate = Path(name_or_path).expanduser()
+    if candidate.suffix in (".yaml", ".yml") or "/" in name_or_path:
+        if not candidate.is_file():
+            raise ProfileError(f"--profile {name_or_path!r}: no such file")
+        return candidate
+    shipped = PROFILE_DIR / f"{name_or_path}.yaml"
+    if not shipped.is_file():
+        known = ", ".join(shipped_profiles())
+        raise ProfileError(
+            f"--profile {name_or_path!r} is not a shipped profile ({known}) nor a YAML file"
+        )
+    return shipped
+
+
+def load_profile(name_or_path: str = DEFAULT_PROFILE) -> Profile:
+    path = resolve_profile_path(name_or_path)
+    try:
+        raw = yaml.safe_load(path.read_text(encoding="utf-8"))
+    except OSError as exc:
+        raise ProfileError(f"profile {str(path)!r} cannot be read: {exc.strerror}") from exc
+    except yaml.YAMLError as exc:
+        where = getattr(exc, "problem_mark", None)
+        line = f" at line {where.line + 1}" if where is not None else ""
+        raise ProfileError(f"profile {str(path)!r} is not valid YAML{line}") from exc
+    return profile_from_mapping(path.stem, raw if raw is not None else {}, source=str(path))
+
+
+def profile_from_mapping(name: str, raw: object, source: str = "<profile>") -> Profile:
+    if not isinstance(raw, Mapping):
+        raise ProfileError(f"profile {source!r} must be a mapping of keys, got {_kind(raw)}")
+    unknown = sorted(set(raw) - set(_KEYS))
+    if unknown:
+        raise ProfileError(
+            f"profile {source!r} has unknown key {unknown[0]!r}; allowed: {', '.join(_KEYS)}"
+        )
+    values: dict[str, Any] = {}
+    for key, value in raw.items():
+        if value is None:
+            continue
+        if key in _INT_KEYS:
+            values[key] = _expect_int(source, key, value)
+        elif key in _STR_KEYS:
+            values[key] = _expect_str(source, key, value)
+        elif key in _ENV_KEYS:
+            values[key] = _expect_env(source, key, value)
+        elif key in ("partitions", "setup"):
+            values[key] = tuple(_expect_str(source, key, v) for v in _expect_list(source, key, value))
+        elif key == "defaults":
+            values[key] = _expect_defaults(source, value)
+    return Profile(name=name, **values)
+
+
+def _kind(value: object) -> str:
+    return type(value).__name__
+
+
+def _expect_int(source: str, key: str, value: object) -> int:
+    if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+        raise ProfileError(f"profile {source!r}: {key} must be an integer >= 0, got {value!r}")
+    return value
+
+
+def _expect_str(source: str, key: str, value: object) -> str:
+    if isinstance(value, bool) or not isinstance(value, (str, int, float)):
+        raise ProfileError(f"profile {source!r}: {key} must be a string, got {_kind(value)}")
+    return str(value)
+
+
+def _expect_list(source: str, key: str, value: object) -> list[object]:
+    if not isinstance(value, list):
+        raise ProfileError(f"profile {source!r}: {key} must be a list, got {_kind(value)}")
+    return value
+
+
+def _expect_env(source: str, key: str, value: object) -> dict[str, str]:
+    if not isinstance(value, Mapping):
+        raise ProfileError(f"profile {source!r}: {key} must be a mapping, got {_kind(value)}")
+    return {str(k): _expect_str(source, f"{key}.{k}", v) for k, v in value.items()}
+
+
+def _expect_defaults(source: str, value: object) -> dict[str, Any]:
+    if not isinstance(value, Mapping):
+        raise ProfileError(f"profile {source!r}: defaults must be a mapping, got {_kind(value)}")
+    unknown = sorted(set(value) - set(DEFAULTABLE))
+    if unknown:
+        raise ProfileError(
+            f"profile {source!r} has unknown key 'defaults.{unknown[0]}'; "
+            f"allowed: {', '.join(DEFAULTABLE)}"
+        )
+    return {k: v for k, v in value.items() if v is not None}

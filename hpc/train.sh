@@ -1,0 +1,51 @@
+#!/bin/bash
+# ufsemulator-threads: one process on one node, training with 40 threads
+# Rendered by hpcdist 0.1.0 from templates/threads.sh.j2, profile cpu-cluster.
+# Regenerate it with hpcdist rather than editing it by hand.
+#SBATCH --job-name="ufsemulator-threads"
+#SBATCH --nodes=1
+#SBATCH --ntasks-per-node=1
+#SBATCH --cpus-per-task=40
+#SBATCH --time="04:00:00"
+#SBATCH --output="%x-%j.out"
+#SBATCH --mem="0"
+#SBATCH --partition="compute"
+#SBATCH --signal="USR2@90"
+#SBATCH --requeue
+
+set -euo pipefail
+
+# Site setup from the profile: module loads and environment activation, as written there.
+if command -v module >/dev/null 2>&1; then module load python/3.11; fi
+if [ -n "${HPCDIST_VENV:-}" ]; then source "${HPCDIST_VENV}/bin/activate"; fi
+
+# >>> environment
+# One thread per allocated CPU: the numbers follow the allocation, never the node's core count.
+export OMP_NUM_THREADS="${SLURM_CPUS_PER_TASK:-1}"
+export MKL_NUM_THREADS="${SLURM_CPUS_PER_TASK:-1}"
+export HPCDIST_MODE=threads
+export HPCDIST_MAX_RESTARTS=3
+export GLOO_SOCKET_IFNAME=ib0
+# <<< environment
+
+echo "hpcdist: job ${SLURM_JOB_ID} on ${SLURM_JOB_NODELIST}, restart ${SLURM_RESTART_COUNT:-0}"
+status=0
+# srun in SLURM >= 22.05 no longer inherits --cpus-per-task from sbatch: pass it explicitly.
+# --kill-on-bad-exit ends every rank when one dies, instead of leaving the rest in a collective.
+srun --nodes=1 --ntasks-per-node=1 --cpus-per-task=40 --kill-on-bad-exit=1 \
+  python3 -m ufsemulator train || status=$?
+# The training exits 85 after checkpointing on the warning signal: queue the job again.
+if [ "$status" -eq 85 ]; then
+  restarts="${SLURM_RESTART_COUNT:-0}"
+  if [ "$restarts" -ge 3 ]; then
+    echo "hpcdist: not requeueing: restart ${restarts} reached --max-restarts 3" >&2
+  elif command -v scontrol >/dev/null 2>&1; then
+    echo "hpcdist: checkpoint written, requeueing job ${SLURM_JOB_ID}" >&2
+    scontrol requeue "${SLURM_JOB_ID}" && exit 0
+  else
+    # No scontrol on this compute node: resubmit this script as a new job instead.
+    echo "hpcdist: scontrol missing, resubmitting ${BASH_SOURCE[0]} with sbatch" >&2
+    env HPCDIST_RESUBMIT_OF="${SLURM_JOB_ID}" sbatch --export=NONE "${BASH_SOURCE[0]}" && exit 0
+  fi
+fi
+exit "$status"

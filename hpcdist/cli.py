@@ -1,0 +1,84 @@
+"""The ``hpcdist`` command line: render, submit, status, logs, cancel, list, env.
+
+Rendering and submitting never import torch, so the CLI answers in a fraction of a second.
+"""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+from typing import Any
+
+import click
+
+from hpcdist.errors import UserError
+from hpcdist.fileutil import write_atomic
+from hpcdist.options import job_options, spec_from_options
+
+
+class _Cli(click.Group):
+    """A group whose user errors are one line on stderr and exit code 2, never a traceback."""
+
+    def main(self, args: Any = None, prog_name: str | None = None, **extra: Any) -> Any:
+        extra["standalone_mode"] = False
+        try:
+            result = super().main(args, prog_name or "hpcdist", **extra)
+        except click.exceptions.Exit as exc:
+            sys.exit(exc.exit_code)
+        except click.Abort:
+            click.echo("hpcdist: aborted", err=True)
+            sys.exit(130)
+        except click.ClickException as exc:
+            click.echo(f"hpcdist: error: {exc.format_message()}", err=True)
+            sys.exit(2 if isinstance(exc, click.UsageError) else exc.exit_code)
+        except UserError as exc:
+            click.echo(f"hpcdist: error: {exc}", err=True)
+            sys.exit(2)
+        sys.exit(result if isinstance(result, int) else 0)
+
+
+@click.group(cls=_Cli)
+@click.version_option("0.1.0", prog_name="hpcdist")
+def cli() -> None:
+    """Render, check and submit SLURM jobs for distributed PyTorch training."""
+
+
+@cli.command()
+@job_options
+@click.option("--out", "-o", "out", type=click.Path(dir_okay=False, path_type=Path),
+              default=None, help="Write the script here instead of stdout.")
+@click.option("--force", is_flag=True, help="Overwrite --out if it exists.")
+def render(out: Path | None, force: bool, **options: Any) -> int:
+    """Print the sbatch script for a job; change nothing."""
+    from hpcdist.render import render as render_spec
+
+    script = render_spec(spec_from_options(options))
+    if out is None:
+        click.echo(script, nl=False)
+        return 0
+    if out.exists() and not force:
+        raise UserError(f"--out {str(out)!r} exists; pass --force to overwrite it")
+    write_atomic(out, script, mode=0o755)
+    click.echo(f"wrote {out}", err=True)
+    return 0
+
+
+def _register_optional_commands() -> None:
+    from hpcdist.cli_env import env_command
+
+    cli.add_command(env_command)
+
+
+_register_optional_commands()
+
+
+def main(argv: list[str] | None = None) -> int:
+    try:
+        cli.main(args=argv, prog_name="hpcdist")
+    except SystemExit as exc:
+        return exc.code if isinstance(exc.code, int) else (0 if exc.code is None else 1)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

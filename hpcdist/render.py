@@ -1,0 +1,88 @@
+"""Render a JobSpec into an sbatch script with the Jinja templates in templates/."""
+
+from __future__ import annotations
+
+import shlex
+from pathlib import Path
+
+import jinja2
+
+from hpcdist.spec import JobSpec
+
+# Exit code with which the training says "checkpointed on the warning signal, requeue me".
+REQUEUE_EXIT_CODE = 85
+VERSION = "0.1.0"
+
+
+def template_dir() -> Path:
+    """templates/ ships inside the wheel as hpcdist/templates; in a checkout it is at the top."""
+    here = Path(__file__).resolve().parent
+    for candidate in (here / "templates", here.parent / "templates"):
+        if (candidate / "base.sh.j2").is_file():
+            return candidate
+    raise FileNotFoundError(f"hpcdist templates not found beside {here}")
+
+
+def quote(value: object, context: str = "shell") -> str:
+    """The one quoting filter: every user value passes through it on its way into a script.
+
+    ``shell`` quotes a word for bash. ``sbatch`` quotes a ``#SBATCH`` argument for sbatch's
+    own parser, which bash never sees: that parser groups with double quotes and takes a
+    backslash as an escape everywhere (also inside quotes), so shell quoting would lose
+    backslashes there.
+    """
+    text = str(value)
+    if context == "shell":
+        return shlex.quote(text)
+    if context == "sbatch":
+        return '"' + text.replace("\\", "\\\\").replace('"', '\\"') + '"'
+    raise ValueError(f"unknown quoting context {context!r}; expected 'shell' or 'sbatch'")
+
+
+def _environment() -> jinja2.Environment:
+    env = jinja2.Environment(
+        loader=jinja2.FileSystemLoader(str(template_dir())),
+        undefined=jinja2.StrictUndefined,
+        trim_blocks=True,
+        lstrip_blocks=True,
+        keep_trailing_newline=True,
+        autoescape=False,
+    )
+    env.filters["q"] = quote
+    return env
+
+
+def launch_argv(spec: JobSpec) -> list[str]:
+    """The command srun starts on each node, already quoted word by word."""
+    command = [quote(word) for word in spec.command]
+    if spec.launcher != "torchrun":
+        return command
+    torchrun = [
+        "torchrun",
+        '--nnodes="${SLURM_JOB_NUM_NODES}"',
+        f"--nproc-per-node={spec.tasks_per_node}",
+        '--node-rank="${SLURM_NODEID}"',
+        "--rdzv-backend=c10d",
+        '--rdzv-endpoint="${MASTER_ADDR}:${MASTER_PORT}"',
+        '--rdzv-id="${SLURM_JOB_ID}"',
+    ]
+    if spec.command[0] in ("python", "python3"):
+        # torchrun is itself the Python interpreter: hand it the module or script directly.
+        return torchrun + command[1:]
+    return [*torchrun, "--no-python", *command]
+
+
+def render(spec: JobSpec) -> str:
+    """The sbatch script text for a spec; pure, no file or process touched."""
+    template = _environment().get_template(f"{spec.mode}.sh.j2")
+    torchrun = spec.launcher == "torchrun"
+    cpus_per_srun_task = spec.cpus_per_task * (spec.tasks_per_node if torchrun else 1)
+    return template.render(
+        spec=spec,
+        version=VERSION,
+        cpus_per_srun_task=cpus_per_srun_task,
+        # Under torchrun SLURM_CPUS_PER_TASK counts the whole node's share; each rank gets its own.
+        threads_expr=str(spec.cpus_per_task) if torchrun else '"${SLURM_CPUS_PER_TASK:-1}"',
+        launch_argv=launch_argv(spec),
+        requeue_exit=REQUEUE_EXIT_CODE,
+    )

@@ -1,0 +1,242 @@
+"""Training configuration: YAML loaded into frozen dataclasses.
+
+A user file is merged over the packaged ``configs/default.yaml``; every key is checked
+against the dataclass fields, so a typo is an error that names the key and the allowed
+ones instead of a silently ignored setting.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import importlib.resources
+import signal
+import types
+import typing
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Literal, Union
+
+import yaml
+
+
+class ConfigError(ValueError):
+    """A configuration file or value is invalid."""
+
+
+@dataclass(frozen=True)
+class SyntheticConfig:
+    """Grid of the synthetic CICE-like file generated when no data path is given."""
+
+    ni: int = 384
+    nj: int = 320
+    seed: int = 0
+
+
+@dataclass(frozen=True)
+class DataConfig:
+    path: str | None = None
+    mask: Literal["sea_ice", "ocean", "both"] = "sea_ice"
+    thin: int = 1
+    target: str = "aice"
+    synthetic: SyntheticConfig = field(default_factory=SyntheticConfig)
+
+
+@dataclass(frozen=True)
+class ModelSection:
+    hidden_sizes: tuple[int, ...] = (64, 64, 64)
+    activation: str = "relu"
+
+
+@dataclass(frozen=True)
+class TrainingConfig:
+    epochs: int = 100
+    batch_size: int = 1000  # per rank
+    lr: float = 1e-4
+    weight_decay: float = 1e-4
+    loss: Literal["mse", "mae", "huber"] = "mse"
+    huber_delta: float = 1.0
+    grad_accum_steps: int = 1
+    scale_lr_with_world_size: bool = False
+    val_fraction: float = 0.2
+    seed: int = 42
+    early_stopping_patience: int = 10  # epochs without improvement; 0 disables
+    strategy: Literal["ddp", "fsdp"] = "ddp"
+    checkpoint_every: int = 1  # epochs
+
+    def __post_init__(self) -> None:
+        if not 0.0 < self.val_fraction < 1.0:
+            raise ConfigError(
+                f"'training.val_fraction' must be in (0, 1), got {self.val_fraction}"
+            )
+
+
+@dataclass(frozen=True)
+class OutputConfig:
+    run_dir: str | None = None
+
+
+@dataclass(frozen=True)
+class PreemptionConfig:
+    # USR2 by default: NCCL may install its own handler for USR1.
+    signal: str = "SIGUSR2"
+    # Ranks agree on a stop request every this many optimiser steps (one tiny all_reduce).
+    check_every_steps: int = 10
+    max_restarts: int = 3
+
+    def __post_init__(self) -> None:
+        name = self.signal if self.signal.startswith("SIG") else f"SIG{self.signal}"
+        if not isinstance(getattr(signal, name, None), signal.Signals):
+            raise ConfigError(f"'preemption.signal' is not a signal name: {self.signal!r}")
+        object.__setattr__(self, "signal", name)
+
+
+@dataclass(frozen=True)
+class Config:
+    data: DataConfig = field(default_factory=DataConfig)
+    model: ModelSection = field(default_factory=ModelSection)
+    training: TrainingConfig = field(default_factory=TrainingConfig)
+    output: OutputConfig = field(default_factory=OutputConfig)
+    preemption: PreemptionConfig = field(default_factory=PreemptionConfig)
+
+    def to_dict(self) -> dict[str, Any]:
+        """Plain dict (lists, no tuples) that YAML and ``torch.load(weights_only)`` accept."""
+        return _plain(dataclasses.asdict(self))
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> Config:
+        return _build(cls, data, "")
+
+    def with_epochs(self, epochs: int) -> Config:
+        if epochs < 1:
+            raise ConfigError(f"epochs must be >= 1, got {epochs}")
+        return dataclasses.replace(
+            self, training=dataclasses.replace(self.training, epochs=epochs)
+        )
+
+
+_POSITIVE = {
+    "training.epochs", "training.batch_size", "training.grad_accum_steps",
+    "training.checkpoint_every", "data.thin", "data.synthetic.ni", "data.synthetic.nj",
+    "preemption.check_every_steps", "model.hidden_sizes",
+}  # fmt: skip
+
+
+def default_config_path() -> Path:
+    return Path(str(importlib.resources.files("ufsemulator") / "configs" / "default.yaml"))
+
+
+def load_config(path: str | Path | None = None) -> Config:
+    """The packaged default config, with the YAML file at ``path`` merged over it."""
+    merged = _read_yaml(default_config_path())
+    if path is not None:
+        merged = _merge(merged, _read_yaml(Path(path)), "")
+    return Config.from_dict(merged)
+
+
+def _read_yaml(path: Path) -> dict[str, Any]:
+    try:
+        text = path.read_text()
+    except OSError as exc:
+        raise ConfigError(f"cannot read config file '{path}': {exc.strerror}") from exc
+    try:
+        data = yaml.safe_load(text)
+    except yaml.YAMLError as exc:
+        raise ConfigError(f"config file '{path}' is not valid YAML: {exc}") from exc
+    if data is None:
+        return {}
+    if not isinstance(data, dict):
+        raise ConfigError(f"config file '{path}' must hold a mapping, got {type(data).__name__}")
+    return data
+
+
+def _merge(base: dict[str, Any], over: Mapping[str, Any], prefix: str) -> dict[str, Any]:
+    out = dict(base)
+    for key, value in over.items():
+        if isinstance(value, Mapping) and isinstance(out.get(key), dict):
+            out[key] = _merge(out[key], value, f"{prefix}{key}.")
+        else:
+            out[key] = value
+    return out
+
+
+def _plain(value: Any) -> Any:
+    if isinstance(value, dict):
+        return {k: _plain(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_plain(v) for v in value]
+    return value
+
+
+_T = typing.TypeVar("_T")
+
+
+def _build(cls: type[_T], data: Mapping[str, Any], prefix: str) -> _T:
+    where = prefix.rstrip(".") or "config"
+    if not isinstance(data, Mapping):
+        raise ConfigError(f"'{where}' must be a mapping, got {data!r}")
+    hints = typing.get_type_hints(cls)
+    names = [f.name for f in dataclasses.fields(cls)]  # type: ignore[arg-type]
+    for key in data:
+        if key not in names:
+            raise ConfigError(
+                f"unknown key '{prefix}{key}' in config; allowed in '{where}': {', '.join(names)}"
+            )
+    kwargs = {key: _convert(hints[key], value, f"{prefix}{key}") for key, value in data.items()}
+    return cls(**kwargs)
+
+
+def _convert(hint: Any, value: Any, name: str) -> Any:
+    origin = typing.get_origin(hint)
+    args = typing.get_args(hint)
+    if dataclasses.is_dataclass(hint):
+        return _build(hint, value if value is not None else {}, f"{name}.")  # type: ignore[arg-type]
+    if origin in (Union, types.UnionType):
+        if value is None and type(None) in args:
+            return None
+        (inner,) = [a for a in args if a is not type(None)]
+        return _convert(inner, value, name)
+    if origin is Literal:
+        if value not in args:
+            allowed = ", ".join(repr(a) for a in args)
+            raise ConfigError(f"'{name}' must be one of {allowed}, got {value!r}")
+        return value
+    if origin is tuple:
+        if not isinstance(value, (list, tuple)) or not value:
+            raise ConfigError(f"'{name}' must be a non-empty list, got {value!r}")
+        items = tuple(_convert(args[0], v, f"{name}[{i}]") for i, v in enumerate(value))
+        if name in _POSITIVE and any(v < 1 for v in items):
+            raise ConfigError(f"'{name}' entries must be >= 1, got {list(items)!r}")
+        return items
+    if hint is bool:
+        if not isinstance(value, bool):
+            raise ConfigError(f"'{name}' must be true or false, got {value!r}")
+        return value
+    if hint is int:
+        if isinstance(value, bool) or not isinstance(value, int):
+            raise ConfigError(f"'{name}' must be an integer, got {value!r}")
+        if (name in _POSITIVE and value < 1) or value < 0:
+            bound = 1 if name in _POSITIVE else 0
+            raise ConfigError(f"'{name}' must be >= {bound}, got {value}")
+        return value
+    if hint is float:
+        return _to_float(value, name)
+    if hint is str:
+        if not isinstance(value, str):
+            raise ConfigError(f"'{name}' must be a string, got {value!r}")
+        return value
+    raise TypeError(f"unsupported config field type {hint!r} for '{name}'")  # programming error
+
+
+def _to_float(value: Any, name: str) -> float:
+    # PyYAML follows YAML 1.1, where `1e-4` (no dot) is a string, not a float: accept it.
+    if isinstance(value, str):
+        try:
+            value = float(value)
+        except ValueError:
+            raise ConfigError(f"'{name}' must be a number, got {value!r}") from None
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise ConfigError(f"'{name}' must be a number, got {value!r}")
+    if value < 0:
+        raise ConfigError(f"'{name}' must be >= 0, got {value}")
+    return float(value)
