@@ -64,8 +64,10 @@ def render(out: Path | None, force: bool, **options: Any) -> int:
 
 
 def _register_optional_commands() -> None:
-    from hpcdist.cli_env import env_command
-
+    try:  # TEMPORARY until cli_env lands
+        from hpcdist.cli_env import env_command
+    except ModuleNotFoundError:
+        return
     cli.add_command(env_command)
 
 

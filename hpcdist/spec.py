@@ -107,8 +107,12 @@ def build_spec(profile: Profile, flags: Mapping[str, Any]) -> JobSpec:
     gpus = int(merged["gpus_per_node"])
     if mode == "nccl" and gpus == 0:
         gpus = profile.gpus_per_node
-    tasks = merged.get("tasks_per_node") or (gpus if mode == "nccl" else 1)
-    cpus = merged.get("cpus_per_task") or _fair_cpus(profile, mode, int(tasks))
+    tasks = merged.get("tasks_per_node")
+    if tasks is None:
+        tasks = gpus if mode == "nccl" else 1
+    cpus = merged.get("cpus_per_task")
+    if cpus is None:
+        cpus = _fair_cpus(profile, int(tasks))
 
     env = dict(profile.env)
     env.update(profile.nccl_env if mode == "nccl" else profile.gloo_env)
@@ -148,7 +152,7 @@ def build_spec(profile: Profile, flags: Mapping[str, Any]) -> JobSpec:
     return spec
 
 
-def _fair_cpus(profile: Profile, mode: str, tasks_per_node: int) -> int:
+def _fair_cpus(profile: Profile, tasks_per_node: int) -> int:
     """All of a node's cores, shared evenly by the tasks on it."""
     cores = profile.cores_per_node or 1
     return max(1, cores // max(1, tasks_per_node))

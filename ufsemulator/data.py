@@ -271,7 +271,9 @@ def _coordinate(nc: Any, path: Path, name: str, shape: Sequence[int]) -> FloatAr
             values[:, None] if axis == 0 else values[None, :], tuple(shape)
         ).copy()
     if tuple(values.shape) != tuple(shape):
-        raise DataError(f"coordinate '{found}' in '{path}' has shape {values.shape}, expected {shape}")
+        raise DataError(
+            f"coordinate '{found}' in '{path}' has shape {values.shape}, expected {tuple(shape)}"
+        )
     return values
 
 

@@ -184,7 +184,7 @@ def _smooth_field(rng: np.random.Generator, xyz: FloatArray, scale: float) -> Fl
     phases = rng.uniform(0.0, 2.0 * np.pi, n_modes)
     amps = rng.normal(size=n_modes)
     field = np.zeros(xyz.shape[:-1])
-    for k, phase, amp in zip(waves, phases, amps):
+    for k, phase, amp in zip(waves, phases, amps, strict=True):
         field += amp * np.cos(xyz @ k + phase)
     std = field.std()
     return (field - field.mean()) / (std if std > 0 else 1.0)

@@ -1,0 +1,196 @@
+"""Fixtures for tests against the real SLURM testbed started by scripts/slurm-testbed.
+
+Every test in this folder is marked `slurm`. The cluster is started once per session and left
+running afterwards (starting it takes a few seconds; other sessions may be using it). A testbed
+that cannot start fails the tests: a skipped integration test would hide a broken cluster.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import time
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Protocol
+
+import pytest
+
+REPO_ROOT = Path(__file__).resolve().parents[2]
+TESTBED = REPO_ROOT / "scripts" / "slurm-testbed"
+HERE = Path(__file__).resolve().parent
+
+# States after which a job never runs again (`sacct` may add "by <uid>" to CANCELLED).
+FINAL_STATES = frozenset(
+    {
+        "BOOT_FAIL", "CANCELLED", "COMPLETED", "DEADLINE", "FAILED", "NODE_FAIL",
+        "OUT_OF_MEMORY", "PREEMPTED", "TIMEOUT",
+    }
+)
+# Variables a job exports to everything started inside it; leaked into a new sbatch they make
+# it inherit the outer job's settings.
+_LEAKY_PREFIXES = ("SLURM_", "SBATCH_", "SALLOC_", "SRUN_")
+
+CompletedText = subprocess.CompletedProcess[str]
+
+
+class JobStateFn(Protocol):
+    def __call__(self, job_id: int, timeout: float = ...) -> str: ...
+
+
+@dataclass(frozen=True)
+class SlurmCluster:
+    base_dir: Path
+    slurm_conf: Path
+    nodes: tuple[str, ...]
+    partition: str
+
+    def run(self, *argv: str, timeout: float = 60.0, check: bool = True) -> CompletedText:
+        return run_slurm(*argv, timeout=timeout, check=check)
+
+    def sbatch(self, script: str | Path, *args: str, wait: bool = True,
+               timeout: float = 300.0, cwd: Path | None = None) -> SubmittedJob:
+        return sbatch(script, *args, wait=wait, timeout=timeout, cwd=cwd)
+
+    def job_state(self, job_id: int, timeout: float = 120.0) -> str:
+        return job_state(job_id, timeout=timeout)
+
+
+@dataclass(frozen=True)
+class SubmittedJob:
+    job_id: int
+    returncode: int  # sbatch's exit code; with --wait, the job's exit code
+    stdout: str
+    stderr: str
+
+
+def slurm_env(extra: Mapping[str, str] | None = None) -> dict[str, str]:
+    """os.environ without inherited job variables, keeping SLURM_CONF."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith(_LEAKY_PREFIXES)}
+    if "SLURM_CONF" in os.environ:
+        env["SLURM_CONF"] = os.environ["SLURM_CONF"]
+    env.update(extra or {})
+    return env
+
+
+def run_slurm(
+    *argv: str, timeout: float = 60.0, check: bool = True, cwd: Path | None = None
+) -> CompletedText:
+    """Run a SLURM client command; on failure the error names the command and its stderr."""
+    proc = subprocess.run(
+        list(argv), env=slurm_env(), cwd=cwd, capture_output=True, text=True, timeout=timeout,
+        check=False,
+    )
+    if check and proc.returncode != 0:
+        raise AssertionError(
+            f"{' '.join(argv)!r} exited {proc.returncode}\nstdout: {proc.stdout}\n"
+            f"stderr: {proc.stderr}"
+        )
+    return proc
+
+
+def sbatch(
+    script: str | Path,
+    *args: str,
+    wait: bool = True,
+    timeout: float = 300.0,
+    cwd: Path | None = None,
+) -> SubmittedJob:
+    """Submit a batch script (a path, or its text) with `sbatch --parsable [--wait]`.
+
+    With wait=True sbatch returns when the job ends and its exit code is the job's, so a
+    failing job does not raise here: check `returncode` or `job_state(job_id)`.
+    """
+    argv = ["sbatch", "--parsable", *(["--wait"] if wait else []), *args]
+    if isinstance(script, Path):
+        proc = subprocess.run(
+            [*argv, str(script)], env=slurm_env(), cwd=cwd, capture_output=True, text=True,
+            timeout=timeout, check=False,
+        )
+    else:
+        proc = subprocess.run(
+            argv, input=script, env=slurm_env(), cwd=cwd, capture_output=True, text=True,
+            timeout=timeout, check=False,
+        )
+    first = proc.stdout.strip().splitlines()[0] if proc.stdout.strip() else ""
+    job_id = first.split(";")[0]
+    if not job_id.isdigit():
+        raise AssertionError(
+            f"sbatch {' '.join(args)} did not print a job id (exit {proc.returncode})\n"
+            f"stdout: {proc.stdout}\nstderr: {proc.stderr}"
+        )
+    return SubmittedJob(int(job_id), proc.returncode, proc.stdout, proc.stderr)
+
+
+def job_state(job_id: int, timeout: float = 120.0, poll_s: float = 0.5) -> str:
+    """The job's final state according to sacct ('COMPLETED', 'FAILED', 'CANCELLED', ...).
+
+    Polls because slurmctld reports to slurmdbd asynchronously (rows can lag ~5 s behind
+    the job). Raises AssertionError if the job has no final state within `timeout` seconds.
+    """
+    deadline = time.monotonic() + timeout
+    last = "no sacct record"
+    while True:
+        proc = run_slurm(
+            "sacct", "-X", "-n", "-P", "-j", str(job_id), "-o", "State", check=False
+        )
+        states = [line.strip() for line in proc.stdout.splitlines() if line.strip()]
+        if states:
+            # A requeued job has one row per run; the last row is the current one.
+            last = states[-1]
+            base = last.split()[0]
+            if base in FINAL_STATES:
+                return base
+        if time.monotonic() > deadline:
+            raise AssertionError(
+                f"job {job_id} not in a final state after {timeout:.0f} s (last: {last})"
+            )
+        time.sleep(poll_s)
+
+
+@pytest.fixture(scope="session")
+def slurm_cluster() -> Iterator[SlurmCluster]:
+    """The running testbed; SLURM_CONF points at it for the whole session."""
+    try:
+        proc = subprocess.run(
+            [str(TESTBED), "up"], capture_output=True, text=True, timeout=900, check=False
+        )
+    except (OSError, subprocess.TimeoutExpired) as exc:
+        pytest.fail(f"cannot run {TESTBED} up: {exc}", pytrace=False)
+    exports = [ln for ln in proc.stdout.splitlines() if ln.startswith("export SLURM_CONF=")]
+    if proc.returncode != 0 or not exports:
+        pytest.fail(
+            f"SLURM testbed did not start ({TESTBED} up exited {proc.returncode}):\n"
+            f"{proc.stderr}{proc.stdout}",
+            pytrace=False,
+        )
+    slurm_conf = Path(exports[-1].split("=", 1)[1].strip())
+    previous = os.environ.get("SLURM_CONF")
+    os.environ["SLURM_CONF"] = str(slurm_conf)
+    try:
+        yield SlurmCluster(
+            base_dir=slurm_conf.parent.parent,
+            slurm_conf=slurm_conf,
+            nodes=("node1", "node2", "node3", "node4"),
+            partition="debug",
+        )
+    finally:
+        # The cluster stays up for the next session; only our environment is restored.
+        if previous is None:
+            os.environ.pop("SLURM_CONF", None)
+        else:
+            os.environ["SLURM_CONF"] = previous
+
+
+@pytest.fixture(name="job_state")
+def job_state_fixture(slurm_cluster: SlurmCluster) -> JobStateFn:
+    """`job_state(job_id, timeout=120.0) -> str`, with the cluster guaranteed up."""
+    return job_state
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    # This hook sees every collected item of the session, not only this folder's.
+    for item in items:
+        if HERE in Path(item.path).resolve().parents:
+            item.add_marker(pytest.mark.slurm)

@@ -1,0 +1,76 @@
+"""The testbed itself: the facts every other integration test relies on."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from .conftest import JobStateFn, SlurmCluster
+
+
+def test_sinfo_shows_four_idle_nodes_in_debug(slurm_cluster: SlurmCluster) -> None:
+    out = slurm_cluster.run(
+        "sinfo", "-h", "-N", "-p", slurm_cluster.partition, "-o", "%N %P %t %c"
+    ).stdout
+    rows = sorted(line.split() for line in out.splitlines())
+    # Tests may run jobs concurrently, so a node may be busy; it must not be down or drained.
+    assert [r[0] for r in rows] == list(slurm_cluster.nodes)
+    assert all(r[1] == "debug*" and r[2] in {"idle", "mix", "alloc", "comp"} for r in rows), rows
+    assert {r[3] for r in rows} == {"2"}
+
+
+def test_scontrol_expands_hostlists(slurm_cluster: SlurmCluster) -> None:
+    out = slurm_cluster.run("scontrol", "show", "hostnames", "node[1-3]").stdout
+    assert out.split() == ["node1", "node2", "node3"]
+
+
+def test_srun_spans_four_nodes_that_resolve_by_name(slurm_cluster: SlurmCluster) -> None:
+    out = slurm_cluster.run(
+        "srun", "-N4", "-n4", "--ntasks-per-node=1", "--time=1", "bash", "-c",
+        'echo "$SLURM_PROCID $SLURMD_NODENAME $(getent hosts node3 | cut -d" " -f1)"',
+        timeout=120,
+    ).stdout
+    rows = sorted(line.split() for line in out.splitlines())
+    assert rows == [
+        ["0", "node1", "127.0.0.1"],
+        ["1", "node2", "127.0.0.1"],
+        ["2", "node3", "127.0.0.1"],
+        ["3", "node4", "127.0.0.1"],
+    ]
+
+
+def test_sbatch_wait_job_is_completed_in_sacct(
+    slurm_cluster: SlurmCluster, job_state: JobStateFn, tmp_path: Path
+) -> None:
+    out = tmp_path / "job.out"
+    job = slurm_cluster.sbatch(
+        "#!/bin/bash\nscontrol show hostnames \"$SLURM_JOB_NODELIST\"\n",
+        "--nodes=2", "--time=1", f"--output={out}",
+    )
+    assert job.returncode == 0, job.stderr
+    assert job_state(job.job_id) == "COMPLETED"
+    hosts = out.read_text().split()
+    assert len(set(hosts)) == 2 and set(hosts) <= set(slurm_cluster.nodes), hosts
+
+
+def test_failing_job_is_failed_in_sacct(
+    slurm_cluster: SlurmCluster, job_state: JobStateFn, tmp_path: Path
+) -> None:
+    job = slurm_cluster.sbatch(
+        "#!/bin/bash\nexit 3\n", "--time=1", f"--output={tmp_path / 'job.out'}"
+    )
+    assert job.returncode == 3
+    assert job_state(job.job_id) == "FAILED"
+    exit_code = slurm_cluster.run(
+        "sacct", "-X", "-n", "-P", "-j", str(job.job_id), "-o", "ExitCode"
+    ).stdout.split()
+    assert exit_code == ["3:0"]
+
+
+def test_cancelled_job_is_cancelled_in_sacct(
+    slurm_cluster: SlurmCluster, job_state: JobStateFn, tmp_path: Path
+) -> None:
+    job = slurm_cluster.sbatch(
+        "#!/bin/bash\nsleep 300\n", "--time=10", f"--output={tmp_path / 'job.out'}", wait=False
+    )
+    slurm_cluster.run("scancel", str(job.job_id))
+    assert job_state(job.job_id, timeout=60) == "CANCELLED"

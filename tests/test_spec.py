@@ -1,0 +1,194 @@
+"""Validation rules of JobSpec: each bad request names the value and what was expected."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+from click.testing import CliRunner
+
+from hpcdist.cli import cli
+from hpcdist.errors import ProfileError, SpecError
+from hpcdist.options import spec_from_options
+from hpcdist.profiles import load_profile, profile_from_mapping, shipped_profiles
+from hpcdist.slurmtime import time_limit_minutes, time_limit_seconds
+
+# (flags for `hpcdist render`, fragment the one-line error must contain)
+BAD_REQUESTS: list[tuple[list[str], str]] = [
+    (["--nodes", "0"], "--nodes must be >= 1, got 0"),
+    (["--nodes", "-3"], "--nodes must be >= 1, got -3"),
+    (["--nodes", "five"], "'five' is not a valid integer"),
+    (["--nodes", "5"], "--nodes 5 exceeds profile 'local' limit of 4 nodes"),
+    (["--mode", "threads", "--nodes", "2"], "--mode threads runs on exactly 1 node, got --nodes 2"),
+    (["--mode", "threads", "--tasks-per-node", "2"], "--mode threads runs 1 task"),
+    (["--mode", "gloo", "--gpus-per-node", "1"], "--gpus-per-node 1 needs --mode nccl"),
+    (["--mode", "nccl"], "--mode nccl needs --gpus-per-node >= 1; profile 'local' has no GPUs"),
+    (["--profile", "gpu-cluster", "--mode", "nccl", "--gpus-per-node", "5"],
+     "--gpus-per-node 5 exceeds profile 'gpu-cluster' limit of 4 GPUs per node"),
+    (["--profile", "gpu-cluster", "--mode", "nccl", "--tasks-per-node", "2"],
+     "--tasks-per-node 2 != --gpus-per-node 4"),
+    (["--cpus-per-task", "3"], "3 CPUs per node exceeds profile 'local' limit of 2 cores per node"),
+    (["--tasks-per-node", "2", "--cpus-per-task", "2"], "4 CPUs per node exceeds"),
+    (["--cpus-per-task", "0"], "--cpus-per-task must be >= 1, got 0"),
+    (["--tasks-per-node", "0"], "--tasks-per-node must be >= 1, got 0"),
+    (["--time", "1:2:3:4"], "--time '1:2:3:4' is not a SLURM time limit; expected one of MM,"),
+    (["--time", "ten"], "--time 'ten' is not a SLURM time limit"),
+    (["--time", "10:75"], "--time '10:75' has seconds=75; expected < 60"),
+    (["--time", "1-25"], "--time '1-25' has hours=25; expected < 24"),
+    (["--time", "0"], "--time '0' is zero"),
+    (["--time", "2-00:00:00"], "--time '2-00:00:00' exceeds profile 'local' limit of 1-00:00:00"),
+    (["--partition", "gpu"], "--partition 'gpu' is not in profile 'local'; expected one of debug"),
+    (["--mem", "lots"], "--mem 'lots'; expected a size such as 4000M, 16G or 0"),
+    (["--signal", "KILL@5"], "--signal 'KILL@5'; expected [B:]SIGNAL[@SECONDS]"),
+    (["--env", "NOEQUALS"], "--env 'NOEQUALS'; expected KEY=VALUE"),
+    (["--env", "1BAD=x"], "--env '1BAD' is not a variable name"),
+    (["--job-name", "a\nb"], "--job-name 'a\\\\nb' contains a newline or NUL"),
+    (["--output", "x\x00y"], "--output"),
+    (["--job-name", " "], "--job-name must not be empty"),
+    (["--mode", "mpi"], "'mpi' is not one of"),
+    (["--backend", "nccl", "--mode", "gloo"], "--backend 'nccl' contradicts --mode 'gloo'"),
+    (["--profile", "nosuch"], "--profile 'nosuch' is not a shipped profile"),
+    (["--profile", "/nonexistent/p.yaml"], "--profile '/nonexistent/p.yaml': no such file"),
+    (["--command", "python3 'unclosed"], "cannot be split into words"),
+    (["--max-restarts", "-1"], "--max-restarts must be >= 0, got -1"),
+    (["--bogus"], "No such option '--bogus'"),
+]
+
+
+@pytest.mark.parametrize(("args", "message"), BAD_REQUESTS)
+def test_bad_request_is_one_line_exit_2_nothing_written(
+    args: list[str], message: str, tmp_path: Path
+) -> None:
+    out = tmp_path / "job.sh"
+    result = CliRunner().invoke(cli, ["render", *args, "-o", str(out)])
+    assert result.exit_code == 2, result.output
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1, result.stderr
+    assert message in lines[0]
+    assert lines[0].startswith("hpcdist: error: ")
+    assert "Traceback" not in result.output
+    assert result.stdout == ""
+    assert list(tmp_path.iterdir()) == []
+
+
+@pytest.mark.parametrize(
+    ("value", "seconds"),
+    [
+        ("30", 1800),
+        ("90", 5400),
+        ("10:30", 630),
+        ("01:00:00", 3600),
+        ("2-12", 2 * 86400 + 12 * 3600),
+        ("1-02:03", 86400 + 2 * 3600 + 3 * 60),
+        ("1-02:03:04", 86400 + 2 * 3600 + 3 * 60 + 4),
+    ],
+)
+def test_time_limit_accepts_every_slurm_format(value: str, seconds: int) -> None:
+    assert time_limit_seconds(value) == seconds
+
+
+def test_time_limit_minutes_round_up() -> None:
+    assert time_limit_minutes("0:30") == 1
+    assert time_limit_minutes("01:00:01") == 61
+
+
+def _flags(**overrides: Any) -> dict[str, Any]:
+    return {"profile": None, **overrides}
+
+
+def test_merge_order_defaults_then_profile_then_flags(tmp_path: Path) -> None:
+    profile = tmp_path / "site.yaml"
+    profile.write_text(
+        "partition: short\npartitions: [short, long]\ncores_per_node: 8\n"
+        "defaults: {time: '02:00:00', memory: 8G}\nenv: {SITE: 'yes'}\n"
+    )
+    spec = spec_from_options(_flags(profile=str(profile), nodes=2, memory="16G"))
+    assert spec.time == "02:00:00"  # profile beats the built-in default
+    assert spec.memory == "16G"  # the flag beats the profile
+    assert spec.partition == "short"
+    assert spec.cpus_per_task == 8  # the node's cores for its one gloo task
+    assert ("SITE", "yes") in spec.env
+    assert spec.signal == "USR2@90"  # built-in default survives
+
+
+@pytest.mark.parametrize(
+    ("mode", "gpus", "tasks"), [("threads", 0, 1), ("gloo", 0, 1), ("test", 0, 1), ("nccl", 4, 4)]
+)
+def test_tasks_per_node_follow_the_mode(mode: str, gpus: int, tasks: int) -> None:
+    spec = spec_from_options(_flags(profile="gpu-cluster", mode=mode))
+    assert (spec.gpus_per_node, spec.tasks_per_node) == (gpus, tasks)
+
+
+def test_nccl_on_8_gpus_per_node_is_allowed_by_a_profile_that_has_them(tmp_path: Path) -> None:
+    profile = tmp_path / "big.yaml"
+    profile.write_text("cores_per_node: 128\ngpus_per_node: 8\nmax_nodes: 2\n")
+    spec = spec_from_options(_flags(profile=str(profile), mode="nccl", nodes=2))
+    assert (spec.tasks_per_node, spec.world_size, spec.cpus_per_task) == (8, 16, 16)
+
+
+def test_backend_is_the_spelling_of_mode() -> None:
+    spec = spec_from_options(_flags(backend="gloo", nodes=4))
+    assert (spec.mode, spec.nodes, spec.world_size) == ("gloo", 4, 4)
+
+
+def test_test_mode_neither_signals_nor_requeues() -> None:
+    spec = spec_from_options(_flags(mode="test", nodes=2))
+    assert (spec.signal, spec.requeue) == (None, False)
+
+
+@pytest.mark.parametrize("name", ["local", "cpu-cluster", "gpu-cluster"])
+def test_shipped_profiles_load(name: str) -> None:
+    assert name in shipped_profiles()
+    assert load_profile(name).name == name
+
+
+def test_gpu_profile_carries_nccl_environment_not_the_template() -> None:
+    spec = spec_from_options(_flags(profile="gpu-cluster", mode="nccl"))
+    env = dict(spec.env)
+    assert env["NCCL_NVLS_ENABLE"] == "0"
+    assert env["TORCH_SYMM_MEM_DISABLE_MULTICAST"] == "1"
+    assert env["NVSHMEM_DISABLE_NVLS"] == "1"
+
+
+@pytest.mark.parametrize(
+    ("raw", "message"),
+    [
+        ({"partiton": "x"}, "unknown key 'partiton'; allowed: description, partition"),
+        ({"defaults": {"nodez": 2}}, "unknown key 'defaults.nodez'; allowed: mode, nodes"),
+        ({"max_nodes": "many"}, "max_nodes must be an integer >= 0, got 'many'"),
+        ({"env": ["A"]}, "env must be a mapping, got list"),
+        (["a", "b"], "must be a mapping of keys, got list"),
+    ],
+)
+def test_bad_profile_names_the_key(raw: object, message: str) -> None:
+    with pytest.raises(ProfileError, match=None) as info:
+        profile_from_mapping("p", raw, source="p.yaml")
+    assert message in str(info.value)
+
+
+def test_unreadable_profile_yaml_is_a_user_error(tmp_path: Path) -> None:
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("partition: [unclosed\n")
+    result = CliRunner().invoke(cli, ["render", "--profile", str(bad)])
+    assert result.exit_code == 2
+    assert "is not valid YAML at line" in result.stderr
+    assert len(result.stderr.strip().splitlines()) == 1
+
+
+def test_profile_yaml_is_safe_loaded(tmp_path: Path) -> None:
+    evil = tmp_path / "evil.yaml"
+    evil.write_text("partition: !!python/object/apply:os.system ['touch pwned']\n")
+    with pytest.raises(ProfileError):
+        load_profile(str(evil))
+    assert not (tmp_path / "pwned").exists()
+
+
+def test_spec_is_frozen() -> None:
+    spec = spec_from_options(_flags())
+    with pytest.raises(AttributeError):
+        spec.nodes = 3  # type: ignore[misc]
+
+
+def test_spec_error_is_a_value_error() -> None:
+    assert issubclass(SpecError, ValueError)
