@@ -63,7 +63,11 @@ def render(out: Path | None, force: bool, **options: Any) -> int:
     return 0
 
 
-def _register_optional_commands() -> None:
+def _register_commands() -> None:
+    from hpcdist.cli_jobs import JOB_COMMANDS
+
+    for command in JOB_COMMANDS:
+        cli.add_command(command)
     try:  # TEMPORARY until cli_env lands
         from hpcdist.cli_env import env_command
     except ModuleNotFoundError:
@@ -71,7 +75,7 @@ def _register_optional_commands() -> None:
     cli.add_command(env_command)
 
 
-_register_optional_commands()
+_register_commands()
 
 
 def main(argv: list[str] | None = None) -> int:

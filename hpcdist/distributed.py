@@ -31,7 +31,6 @@ _MAX_RANGE = 1 << 16
 _MAX_HOSTS = 1 << 20
 # Below the Linux ephemeral range (32768+), so an outgoing connection never holds it.
 PORT_LOW, PORT_HIGH = 20000, 32767
-_SPECIAL = re.compile(r"[\[\],\s]")
 _SEPARATORS = re.compile(r"[,\s]+")
 _LAYOUT_ITEM = re.compile(r"(\d+)(?:\(x(\d+)\))?")
 
@@ -66,13 +65,12 @@ def expand_nodelist(nodelist: str, what: str = "node list") -> list[str]:
 
     ``what`` names the list in error messages (e.g. the variable it came from).
     """
-    tokens = _split_top_level(nodelist, what)
     hosts: list[str] = []
-    for token in tokens:
-        if "[" in token:
-            hosts.extend(_expand_token(token, nodelist, what))
-        else:
+    for token in _split_top_level(nodelist, what):
+        if "[" not in token:
             hosts.append(token)
+            continue
+        hosts.extend(_expand_token(token, nodelist, what))
         if len(hosts) > _MAX_HOSTS:
             raise NodeListError(f"{what} {nodelist!r} expands to more than {_MAX_HOSTS} hosts")
     if not hosts:
@@ -81,38 +79,46 @@ def expand_nodelist(nodelist: str, what: str = "node list") -> list[str]:
 
 
 def _split_top_level(nodelist: str, what: str) -> list[str]:
-    if "[" not in nodelist and "]" not in nodelist:
-        return [t for t in _SEPARATORS.split(nodelist) if t]
+    """Split at commas (and, like SLURM, whitespace) outside brackets."""
+    if any(space in nodelist for space in " \t\n\r"):
+        pieces = _SEPARATORS.split(nodelist)
+    else:
+        pieces = nodelist.split(",")  # str.split: a 10,000-host list must take milliseconds
     tokens: list[str] = []
-    inside = False
-    start = 0
-    for match in _SPECIAL.finditer(nodelist):
-        char, pos = match.group(), match.start()
-        if char == "[":
-            if inside:
-                raise NodeListError(f"nested '[' in {what} {nodelist!r}")
-            inside = True
-        elif char == "]":
-            if not inside:
-                raise NodeListError(f"unbalanced ']' in {what} {nodelist!r}")
-            inside = False
-        elif not inside:
-            tokens.append(nodelist[start:pos])
-            start = pos + 1
-        elif char != ",":
-            raise NodeListError(f"whitespace inside brackets in {what} {nodelist!r}")
-    if inside:
+    open_token: list[str] = []
+    depth = 0
+    for piece in pieces:
+        if not open_token and "[" not in piece and "]" not in piece:
+            if piece:
+                tokens.append(piece)
+            continue
+        open_token.append(piece)
+        depth += piece.count("[") - piece.count("]")
+        if depth < 0:
+            raise NodeListError(f"unbalanced ']' in {what} {nodelist!r}")
+        if depth == 0:
+            tokens.append(",".join(open_token))
+            open_token = []
+    if open_token:
         raise NodeListError(f"unbalanced '[' in {what} {nodelist!r}")
-    tokens.append(nodelist[start:])
-    return [t for t in tokens if t]
+    return tokens
 
 
 def _expand_token(token: str, nodelist: str, what: str) -> list[str]:
-    pieces = token.split("[")
-    literals = [pieces[0]]
+    prefix, _, rest = token.partition("[")
+    if "]" in prefix:
+        raise NodeListError(f"unbalanced ']' in {what} {nodelist!r}")
+    if "[" not in rest:  # one bracket group: by far the most common form
+        inner, closed, tail = rest.partition("]")
+        if not closed or "]" in tail:
+            raise NodeListError(f"nested or unbalanced brackets in {what} {nodelist!r}")
+        return [prefix + v + tail for v in _expand_ranges(inner, nodelist, what)]
+    literals = [prefix]
     groups: list[list[str]] = []
-    for piece in pieces[1:]:
-        inner, _, literal = piece.partition("]")
+    for piece in rest.split("["):
+        inner, closed, literal = piece.partition("]")
+        if not closed or "]" in literal:
+            raise NodeListError(f"nested or unbalanced brackets in {what} {nodelist!r}")
         groups.append(_expand_ranges(inner, nodelist, what))
         literals.append(literal)
     count = 1
@@ -128,36 +134,44 @@ def _expand_token(token: str, nodelist: str, what: str) -> list[str]:
     hosts: list[str] = []
     for combo in product(*reversed(outer)):
         values = combo[::-1]
-        head = literals[0] + "".join(v + lit for v, lit in zip(values, literals[1:-1]))
+        head = literals[0] + "".join(v + lit for v, lit in zip(values, literals[1:-1], strict=True))
         hosts.extend([head + v + tail for v in last])
     return hosts
 
 
 def _expand_ranges(inner: str, nodelist: str, what: str) -> list[str]:
+    items = inner.split(",")
+    digits = inner.replace(",", "").replace("-", "")
+    if not (all(items) and digits.isdigit() and digits.isascii()):
+        raise NodeListError(
+            f"bad range {'[' + inner + ']'!r} in {what} {nodelist!r}; "
+            "expected numbers N or LO-HI separated by commas"
+        )
+    if "-" not in inner:
+        return items  # single numbers, each keeping its own padding
     values: list[str] = []
-    for item in inner.split(","):
+    for item in items:
         lo_s, dash, hi_s = item.partition("-")
-        if not _is_digits(lo_s) or (dash and not _is_digits(hi_s)):
-            raise NodeListError(
-                f"bad range {item!r} in {what} {nodelist!r}; expected N or LO-HI in brackets"
-            )
-        lo = int(lo_s)
-        hi = int(hi_s) if dash else lo
+        if not dash:
+            values.append(lo_s)
+            continue
+        if not lo_s or not hi_s or "-" in hi_s:
+            raise NodeListError(f"bad range {item!r} in {what} {nodelist!r}; expected LO-HI")
+        lo, hi = int(lo_s), int(hi_s)
         if lo > hi:
             raise NodeListError(
                 f"range {item!r} in {what} {nodelist!r} runs backwards; expected LO <= HI"
             )
-        if hi - lo + 1 > _MAX_RANGE:
+        if hi - lo >= _MAX_RANGE:
             raise NodeListError(
                 f"range {item!r} in {what} {nodelist!r} has more than {_MAX_RANGE} hosts"
             )
-        width = len(lo_s)  # SLURM pads every number to the width of the range's start
-        values.extend([str(n).zfill(width) for n in range(lo, hi + 1)])
+        if lo_s[0] == "0" and len(lo_s) > 1:
+            # SLURM pads every number of a range to the width of its start
+            values.extend([str(n).zfill(len(lo_s)) for n in range(lo, hi + 1)])
+        else:
+            values.extend(map(str, range(lo, hi + 1)))
     return values
-
-
-def _is_digits(text: str) -> bool:
-    return text.isascii() and text.isdigit()
 
 
 @functools.lru_cache(maxsize=64)
@@ -238,12 +252,11 @@ def _from_torchrun(env: Mapping[str, str]) -> DistEnv:
     world = _int(env, "WORLD_SIZE", 1)
     _check_below(rank, "RANK", world, "WORLD_SIZE")
     single = world == 1
-    local_rank = _int(env, "LOCAL_RANK", 0) if "LOCAL_RANK" in env or not single else 0
-    local_world = (
-        _int(env, "LOCAL_WORLD_SIZE", 1) if "LOCAL_WORLD_SIZE" in env or not single else 1
-    )
+    # torchrun always sets both; a hand-made env:// setup may omit them for one process
+    local_rank = _int(env, "LOCAL_RANK", 0, default=0 if single else None)
+    local_world = _int(env, "LOCAL_WORLD_SIZE", 1, default=1 if single else None)
     _check_below(local_rank, "LOCAL_RANK", local_world, "LOCAL_WORLD_SIZE")
-    node_rank = _int(env, "GROUP_RANK", 0) if "GROUP_RANK" in env else rank // local_world
+    node_rank = _int(env, "GROUP_RANK", 0, default=rank // local_world)
     return DistEnv(
         rank=rank,
         local_rank=local_rank,
@@ -280,14 +293,14 @@ def _from_slurm(env: Mapping[str, str]) -> DistEnv:
     block_node, block_local = _place(layout, rank)
     # srun states the node and local rank; block placement only fills in what is missing
     # (and stays right for rank 0 under cyclic distribution too).
-    node_rank = _int(env, "SLURM_NODEID", 0) if "SLURM_NODEID" in env else block_node
+    node_rank = _int(env, "SLURM_NODEID", 0, default=block_node)
     _check_below(node_rank, "SLURM_NODEID", len(hosts), f"the {len(hosts)} nodes of {nodes_var}")
-    local_rank = _int(env, "SLURM_LOCALID", 0) if "SLURM_LOCALID" in env else block_local
+    local_rank = _int(env, "SLURM_LOCALID", 0, default=block_local)
     _check_below(local_rank, "SLURM_LOCALID", layout[node_rank], f"{layout_var} on that node")
     if "MASTER_PORT" in env:
         port = _port(env)
     else:
-        step = _int(env, "SLURM_STEP_ID", 0) if "SLURM_STEP_ID" in env else 0
+        step = _int(env, "SLURM_STEP_ID", 0, default=0)
         port = derive_port(_int(env, _first_present(env, ("SLURM_JOB_ID",)), 0), step)
     return DistEnv(
         rank=rank,
@@ -309,16 +322,16 @@ def _from_submitit_local(env: Mapping[str, str]) -> DistEnv:
     rank = _int(env, "SUBMITIT_LOCAL_GLOBALID", 0)
     world = _int(env, _first_present(env, ("SUBMITIT_LOCAL_NTASKS",)), 1)
     _check_below(rank, "SUBMITIT_LOCAL_GLOBALID", world, "SUBMITIT_LOCAL_NTASKS")
-    nodes = _int(env, "SUBMITIT_LOCAL_JOB_NUM_NODES", 1) if "SUBMITIT_LOCAL_JOB_NUM_NODES" in env else 1
+    nodes = _int(env, "SUBMITIT_LOCAL_JOB_NUM_NODES", 1, default=1)
     if world % nodes:
         raise DistEnvError(
             f"SUBMITIT_LOCAL_NTASKS={world} is not a multiple of "
             f"SUBMITIT_LOCAL_JOB_NUM_NODES={nodes}"
         )
     local_world = world // nodes
-    local_rank = _int(env, "SUBMITIT_LOCAL_LOCALID", 0) if "SUBMITIT_LOCAL_LOCALID" in env else rank
+    local_rank = _int(env, "SUBMITIT_LOCAL_LOCALID", 0, default=rank)
     _check_below(local_rank, "SUBMITIT_LOCAL_LOCALID", local_world, "tasks per node")
-    node_rank = _int(env, "SUBMITIT_LOCAL_NODEID", 0) if "SUBMITIT_LOCAL_NODEID" in env else 0
+    node_rank = _int(env, "SUBMITIT_LOCAL_NODEID", 0, default=0)
     if "MASTER_PORT" in env:
         port = _port(env)
     else:
@@ -413,7 +426,10 @@ def _str(env: Mapping[str, str], var: str) -> str:
     return value
 
 
-def _int(env: Mapping[str, str], var: str, minimum: int) -> int:
+def _int(env: Mapping[str, str], var: str, minimum: int, default: int | None = None) -> int:
+    """``env[var]`` as an integer >= minimum; ``default`` (if given) when unset or empty."""
+    if default is not None and not env.get(var, "").strip():
+        return default
     raw = _str(env, var)
     try:
         value = int(raw)
@@ -517,8 +533,9 @@ def setup_distributed(
         )
     except Exception as exc:
         cleanup_distributed()
-        raise DistributedInitError(_init_failure(env, backend, timeout_s, exc),
-                                   env.master_addr, env.master_port) from exc
+        raise DistributedInitError(
+            _init_failure(env, backend, timeout_s, exc), env.master_addr, env.master_port
+        ) from exc
     print(
         f"[Rank {env.rank}] host {env.hostname}, local rank {env.local_rank}/"
         f"{env.local_world_size}, node {env.node_rank}, device {device}, "

@@ -9,10 +9,11 @@ and costs one pass instead of one per output.
 
 from __future__ import annotations
 
+import itertools
 import math
 from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import torch
 import torch.nn.functional as F
@@ -69,26 +70,43 @@ class ModelConfig:
             raise ValueError(
                 f"unknown model config key {unknown[0]!r}; allowed: {', '.join(allowed)}"
             )
-        return cls(**{key: tuple(v) if isinstance(v, list) else v for key, v in data.items()})
+        kwargs: dict[str, Any] = {
+            key: tuple(v) if isinstance(v, list) else v for key, v in data.items()
+        }
+        return cls(**kwargs)
 
 
 class EmulatorMLP(nn.Module):
     """``n_in -> hidden... -> n_out`` with normalisation buffers; scriptable."""
+
+    if TYPE_CHECKING:
+        # For mypy only: TorchScript cannot read the string annotations of a class body
+        # under `from __future__ import annotations`; it infers these from the values.
+        activation: str
+        n_in: int
+        n_out: int
+        input_names: list[str]
+        output_names: list[str]
+        input_levels: list[int]
+        output_levels: list[int]
+        input_mean: torch.Tensor
+        input_std: torch.Tensor
+        output_mean: torch.Tensor
+        output_std: torch.Tensor
 
     def __init__(self, config: ModelConfig | None = None) -> None:
         super().__init__()
         config = config or ModelConfig()
         self.config = config
         sizes = [config.n_in, *config.hidden, config.n_out]
-        self.layers = nn.ModuleList(nn.Linear(a, b) for a, b in zip(sizes, sizes[1:], strict=False))
-        # Plain attributes of these types become TorchScript attributes of the export.
-        self.activation: str = config.activation
-        self.n_in: int = config.n_in
-        self.n_out: int = config.n_out
-        self.input_names: list[str] = list(config.input_names)
-        self.output_names: list[str] = list(config.output_names)
-        self.input_levels: list[int] = list(config.input_levels)
-        self.output_levels: list[int] = list(config.output_levels)
+        self.layers = nn.ModuleList(nn.Linear(a, b) for a, b in itertools.pairwise(sizes))
+        self.activation = config.activation
+        self.n_in = config.n_in
+        self.n_out = config.n_out
+        self.input_names = list(config.input_names)
+        self.output_names = list(config.output_names)
+        self.input_levels = list(config.input_levels)
+        self.output_levels = list(config.output_levels)
         self.register_buffer("input_mean", torch.zeros(config.n_in))
         self.register_buffer("input_std", torch.ones(config.n_in))
         self.register_buffer("output_mean", torch.zeros(config.n_out))
@@ -171,7 +189,7 @@ class EmulatorMLP(nn.Module):
         h = x
         last = len(self.layers) - 1
         for i, layer in enumerate(self.layers):
-            weights.append(layer.weight)
+            weights.append(layer.weight)  # type: ignore[arg-type]
             if i < last:
                 h = layer(h)
                 pre.append(h)

@@ -128,7 +128,7 @@ def synthetic_fields(
     sst = tf + 0.25 * np.logaddexp(0.0, (sst_raw - tf) / 0.25)
     tair = tair_clim + 2.5 * (0.5 + s) * smooth(3.0)
 
-    aice = 1.15 * _sigmoid((0.8 - (sst - tf)) / 0.25) * _sigmoid((-tair - 1.0) / 3.0) - 0.08
+    aice = 1.04 * _sigmoid((0.8 - (sst - tf)) / 0.25) * _sigmoid((-tair - 1.0) / 3.0) - 0.04
     aice += 0.015 * smooth(4.0) + 0.01 * rng.standard_normal(lat.shape)
     aice = np.clip(aice, 0.0, 1.0)
     ice = aice > 0.0

@@ -24,8 +24,15 @@ HERE = Path(__file__).resolve().parent
 # States after which a job never runs again (`sacct` may add "by <uid>" to CANCELLED).
 FINAL_STATES = frozenset(
     {
-        "BOOT_FAIL", "CANCELLED", "COMPLETED", "DEADLINE", "FAILED", "NODE_FAIL",
-        "OUT_OF_MEMORY", "PREEMPTED", "TIMEOUT",
+        "BOOT_FAIL",
+        "CANCELLED",
+        "COMPLETED",
+        "DEADLINE",
+        "FAILED",
+        "NODE_FAIL",
+        "OUT_OF_MEMORY",
+        "PREEMPTED",
+        "TIMEOUT",
     }
 )
 # Variables a job exports to everything started inside it; leaked into a new sbatch they make
@@ -49,8 +56,14 @@ class SlurmCluster:
     def run(self, *argv: str, timeout: float = 60.0, check: bool = True) -> CompletedText:
         return run_slurm(*argv, timeout=timeout, check=check)
 
-    def sbatch(self, script: str | Path, *args: str, wait: bool = True,
-               timeout: float = 300.0, cwd: Path | None = None) -> SubmittedJob:
+    def sbatch(
+        self,
+        script: str | Path,
+        *args: str,
+        wait: bool = True,
+        timeout: float = 300.0,
+        cwd: Path | None = None,
+    ) -> SubmittedJob:
         return sbatch(script, *args, wait=wait, timeout=timeout, cwd=cwd)
 
     def job_state(self, job_id: int, timeout: float = 120.0) -> str:
@@ -79,7 +92,12 @@ def run_slurm(
 ) -> CompletedText:
     """Run a SLURM client command; on failure the error names the command and its stderr."""
     proc = subprocess.run(
-        list(argv), env=slurm_env(), cwd=cwd, capture_output=True, text=True, timeout=timeout,
+        list(argv),
+        env=slurm_env(),
+        cwd=cwd,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
         check=False,
     )
     if check and proc.returncode != 0:
@@ -105,13 +123,24 @@ def sbatch(
     argv = ["sbatch", "--parsable", *(["--wait"] if wait else []), *args]
     if isinstance(script, Path):
         proc = subprocess.run(
-            [*argv, str(script)], env=slurm_env(), cwd=cwd, capture_output=True, text=True,
-            timeout=timeout, check=False,
+            [*argv, str(script)],
+            env=slurm_env(),
+            cwd=cwd,
+            capture_output=True,
+            text=True,
+            timeout=timeout,
+            check=False,
         )
     else:
         proc = subprocess.run(
-            argv, input=script, env=slurm_env(), cwd=cwd, capture_output=True, text=True,
-            timeout=timeout, check=False,
+            argv,
+            input=script,
+            env=slurm_env(),
+            cwd=cwd,
+            capture_output=True,
+            text=True,
+            timeout=timeout,
+            check=False,
         )
     first = proc.stdout.strip().splitlines()[0] if proc.stdout.strip() else ""
     job_id = first.split(";")[0]
@@ -132,9 +161,7 @@ def job_state(job_id: int, timeout: float = 120.0, poll_s: float = 0.5) -> str:
     deadline = time.monotonic() + timeout
     last = "no sacct record"
     while True:
-        proc = run_slurm(
-            "sacct", "-X", "-n", "-P", "-j", str(job_id), "-o", "State", check=False
-        )
+        proc = run_slurm("sacct", "-X", "-n", "-P", "-j", str(job_id), "-o", "State", check=False)
         states = [line.strip() for line in proc.stdout.splitlines() if line.strip()]
         if states:
             # A requeued job has one row per run; the last row is the current one.

@@ -25,7 +25,13 @@ def test_scontrol_expands_hostlists(slurm_cluster: SlurmCluster) -> None:
 
 def test_srun_spans_four_nodes_that_resolve_by_name(slurm_cluster: SlurmCluster) -> None:
     out = slurm_cluster.run(
-        "srun", "-N4", "-n4", "--ntasks-per-node=1", "--time=1", "bash", "-c",
+        "srun",
+        "-N4",
+        "-n4",
+        "--ntasks-per-node=1",
+        "--time=1",
+        "bash",
+        "-c",
         'echo "$SLURM_PROCID $SLURMD_NODENAME $(getent hosts node3 | cut -d" " -f1)"',
         timeout=120,
     ).stdout
@@ -43,8 +49,10 @@ def test_sbatch_wait_job_is_completed_in_sacct(
 ) -> None:
     out = tmp_path / "job.out"
     job = slurm_cluster.sbatch(
-        "#!/bin/bash\nscontrol show hostnames \"$SLURM_JOB_NODELIST\"\n",
-        "--nodes=2", "--time=1", f"--output={out}",
+        '#!/bin/bash\nscontrol show hostnames "$SLURM_JOB_NODELIST"\n',
+        "--nodes=2",
+        "--time=1",
+        f"--output={out}",
     )
     assert job.returncode == 0, job.stderr
     assert job_state(job.job_id) == "COMPLETED"

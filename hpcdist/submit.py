@@ -1,0 +1,166 @@
+"""Submit a JobSpec through submitit: on SLURM, or as local processes where there is none.
+
+The SLURM request comes from the same JobSpec as the rendered script (``slurm_parameters``);
+a test compares the script submitit writes with the rendered directives.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import tempfile
+import time
+from collections.abc import Iterator, Mapping
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from hpcdist.errors import SpecError, UserError
+from hpcdist.jobs import JobRecord, jobs_root, save_record
+from hpcdist.render import render
+from hpcdist.spec import JobSpec
+from hpcdist.slurmtime import time_limit_minutes
+
+EXECUTORS = ("auto", "slurm", "local")
+
+
+@dataclass(frozen=True)
+class Submission:
+    record: JobRecord
+    executor: str
+
+
+def choose_executor(kind: str) -> str:
+    if kind == "auto":
+        return "slurm" if shutil.which("sbatch") else "local"
+    if kind == "slurm" and not shutil.which("sbatch"):
+        raise UserError("--executor slurm: no sbatch on PATH; expected a SLURM login node")
+    return kind
+
+
+def slurm_parameters(spec: JobSpec) -> dict[str, Any]:
+    """submitit SlurmExecutor parameters asking SLURM for exactly what render() asks for."""
+    params: dict[str, Any] = {
+        "slurm_job_name": spec.job_name,
+        "nodes": spec.nodes,
+        "tasks_per_node": spec.srun_tasks_per_node,
+        "cpus_per_task": spec.cpus_per_task * (spec.tasks_per_node if spec.launcher == "torchrun"
+                                               else 1),
+        "timeout_min": time_limit_minutes(spec.time),
+        # srun in SLURM >= 22.05 no longer inherits --cpus-per-task; one dead rank ends all.
+        "slurm_srun_args": [f"--cpus-per-task={spec.cpus_per_task}", "--kill-on-bad-exit=1"],
+        "slurm_setup": list(spec.setup),
+    }
+    if spec.gpus_per_node:
+        params["gpus_per_node"] = spec.gpus_per_node
+    optional = {"slurm_partition": spec.partition, "slurm_account": spec.account,
+                "slurm_qos": spec.qos, "slurm_mem": spec.memory}
+    params.update({k: v for k, v in optional.items() if v is not None})
+    if spec.signal is not None:
+        signal_name, _, delay = spec.signal.removeprefix("B:").partition("@")
+        if signal_name != "USR2":
+            raise SpecError(f"--signal {spec.signal!r}: submitit jobs warn with USR2; "
+                            "expected USR2@SECONDS (plain sbatch scripts take any signal)")
+        params["slurm_signal_delay_s"] = int(delay or 60)
+    return params
+
+
+@contextmanager
+def clean_slurm_environment() -> Iterator[None]:
+    """Hide the surrounding job's SLURM_*/SBATCH_* variables while submitting a new one.
+
+    sbatch reads SBATCH_* as options and exports the whole environment into the new job, so
+    a submit from inside a running job would otherwise inherit its node list and ranks.
+    """
+    keep = {"SLURM_CONF"}
+    hidden = {k: v for k, v in os.environ.items()
+              if (k.startswith(("SLURM_", "SBATCH_", "SRUN_", "SALLOC_")) and k not in keep)}
+    for key in hidden:
+        del os.environ[key]
+    try:
+        yield
+    finally:
+        os.environ.update(hidden)
+
+
+def preflight(spec: JobSpec) -> None:
+    """Ask SLURM whether it would run this job (``sbatch --test-only``) before submitting."""
+    with tempfile.NamedTemporaryFile("w", suffix=".sh", delete=False) as handle:
+        handle.write(render(spec))
+    try:
+        with clean_slurm_environment():
+            proc = subprocess.run(["sbatch", "--test-only", handle.name], capture_output=True,
+                                  text=True, timeout=60)
+    finally:
+        os.unlink(handle.name)
+    if proc.returncode != 0:
+        reason = _sbatch_reason(proc.stderr)
+        raise SpecError(
+            f"SLURM rejects the request ({spec.nodes} nodes x {spec.srun_tasks_per_node} tasks x "
+            f"{spec.cpus_per_task} CPUs, {spec.gpus_per_node} GPUs/node, partition "
+            f"{spec.partition!r}, time {spec.time}): {reason}"
+        )
+
+
+def _sbatch_reason(stderr: str) -> str:
+    lines = [line.strip() for line in stderr.splitlines() if line.strip()]
+    for line in reversed(lines):
+        if "error" in line.lower():
+            return line.split("error:", 1)[-1].strip()
+    return lines[-1] if lines else "sbatch --test-only failed without a message"
+
+
+def _local_threads(spec: JobSpec) -> int:
+    """Local ranks share this machine's cores instead of each taking a cluster node's."""
+    cores = os.cpu_count() or 1
+    return max(1, min(spec.cpus_per_task, cores // max(1, spec.world_size)))
+
+
+def submit(spec: JobSpec, executor: str = "auto", project_dir: Path | None = None,
+           preflight_check: bool = True) -> Submission:
+    import submitit
+
+    from hpcdist.command_job import CommandJob
+
+    kind = choose_executor(executor)
+    root = jobs_root(project_dir)
+    folder = root / "submitit" / "%j"
+    extra_env = dict(spec.env)
+    extra_env["HPCDIST_MODE"] = spec.mode
+    extra_env["HPCDIST_MAX_RESTARTS"] = str(spec.max_restarts)
+
+    ex: Any
+    if kind == "slurm":
+        if preflight_check:
+            preflight(spec)
+        ex = submitit.AutoExecutor(folder=folder, cluster="slurm",
+                                   slurm_max_num_timeout=spec.max_restarts)
+        ex.update_parameters(**slurm_parameters(spec))
+        job_command = CommandJob(spec.command, extra_env, record_dir=None)
+    else:
+        ex = submitit.LocalExecutor(folder=folder)
+        ex.update_parameters(tasks_per_node=spec.world_size,
+                             timeout_min=time_limit_minutes(spec.time))
+        job_command = CommandJob(spec.command, extra_env, record_dir=None,
+                                 threads=_local_threads(spec))
+    with clean_slurm_environment():
+        job = ex.submit(job_command)
+    job_folder = Path(str(job.paths.folder))
+    record = JobRecord(
+        job_id=str(job.job_id), executor=kind, name=spec.job_name, mode=spec.mode,
+        nodes=spec.nodes, tasks=spec.world_size, folder=str(job_folder),
+        submitted=time.time(), command=list(spec.command),
+    )
+    save_record(record, project_dir)
+    return Submission(record=record, executor=kind)
+
+
+def describe(spec: JobSpec, executor: str) -> Mapping[str, Any]:
+    """What ``--dry-run`` shows: the executor and the exact parameters it would be given."""
+    kind = choose_executor(executor)
+    if kind == "slurm":
+        return {"executor": kind, "parameters": slurm_parameters(spec), "command": spec.command}
+    return {"executor": kind, "tasks": spec.world_size, "threads_per_task": _local_threads(spec),
+            "timeout_min": time_limit_minutes(spec.time), "command": spec.command}
