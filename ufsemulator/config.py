@@ -38,14 +38,14 @@ class DataConfig:
     path: str | None = None
     mask: Literal["sea_ice", "ocean", "both"] = "sea_ice"
     thin: int = 1
-    target: str = "aice"
+    target: Literal["aice", "sst", "tair"] = "aice"
     synthetic: SyntheticConfig = field(default_factory=SyntheticConfig)
 
 
 @dataclass(frozen=True)
 class ModelSection:
     hidden_sizes: tuple[int, ...] = (64, 64, 64)
-    activation: str = "relu"
+    activation: Literal["relu", "tanh", "gelu", "silu"] = "gelu"
 
 
 @dataclass(frozen=True)

@@ -1,0 +1,172 @@
+"""hpcdist submit: the same request as render, a dry run, local runs, env hygiene."""
+
+from __future__ import annotations
+
+import os
+import re
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+from click.testing import CliRunner
+
+from hpcdist.cli import cli
+from hpcdist.jobs import load_record, wait_for_final_state
+from hpcdist.options import spec_from_options
+from hpcdist.render import render
+from hpcdist.slurmtime import time_limit_seconds
+from hpcdist.spec import JobSpec
+from hpcdist.submit import clean_slurm_environment, slurm_parameters, submit
+
+REPO = Path(__file__).resolve().parents[1]
+_DIRECTIVE = re.compile(r"^#SBATCH --([a-z-]+)(?:=(.*))?$")
+
+# Directives both paths must agree on (submitit adds its own output/error/open-mode/wckey).
+COMPARED = ("job-name", "nodes", "ntasks-per-node", "cpus-per-task", "gpus-per-node",
+            "partition", "account", "qos", "mem", "time", "signal")
+
+
+def _directives(script: str) -> dict[str, str]:
+    import shlex
+
+    found = {}
+    for line in script.splitlines():
+        match = _DIRECTIVE.match(line)
+        if match:
+            value = match.group(2) or ""
+            found[match.group(1)] = shlex.split(value)[0] if value else ""
+    return found
+
+
+def _normalise(directives: dict[str, str]) -> dict[str, str]:
+    out = {k: v for k, v in directives.items() if k in COMPARED}
+    if "time" in out:
+        out["time"] = str(time_limit_seconds(out["time"]))
+    return out
+
+
+def _submitit_script(spec: JobSpec, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> str:
+    import submitit
+
+    # The executor only checks that srun exists; the script text needs no cluster.
+    monkeypatch.setattr(submitit.SlurmExecutor, "affinity", classmethod(lambda cls: 2))
+    executor = submitit.AutoExecutor(folder=tmp_path, cluster="slurm")
+    executor.update_parameters(**slurm_parameters(spec))
+    slurm_executor: Any = executor._executor
+    return str(slurm_executor._make_submission_file_text("true", "uid"))
+
+
+@pytest.mark.parametrize(
+    "flags",
+    [
+        {"mode": "gloo", "nodes": 4, "job_name": "emu run #1"},
+        {"mode": "test", "nodes": 2, "tasks_per_node": 2, "cpus_per_task": 1},
+        {"mode": "threads", "profile": "cpu-cluster", "account": "proj", "qos": "high",
+         "memory": "64G", "time": "1-12"},
+        {"mode": "nccl", "profile": "gpu-cluster", "nodes": 2, "time": "90"},
+        {"mode": "nccl", "profile": "gpu-cluster", "nodes": 2, "launcher": "torchrun"},
+    ],
+)
+def test_render_and_submit_ask_slurm_for_the_same_resources(
+    flags: dict[str, Any], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    spec = spec_from_options({"profile": None, **flags})
+    rendered = _normalise(_directives(render(spec)))
+    submitted = _normalise(_directives(_submitit_script(spec, tmp_path, monkeypatch)))
+    if spec.signal is None:
+        # submitit always asks for its warning signal; a script without one only lacks the line.
+        submitted.pop("signal")
+    assert rendered == submitted
+
+
+def test_dry_run_prints_parameters_and_submits_nothing(tmp_path: Path) -> None:
+    result = CliRunner().invoke(
+        cli, ["submit", "--nodes", "2", "--backend", "gloo", "--executor", "local", "--dry-run"]
+    )
+    assert result.exit_code == 0, result.output
+    assert '"executor": "local"' in result.stdout
+    assert '"tasks": 2' in result.stdout
+    assert not (tmp_path / ".hpcdist").exists()
+
+
+def test_submit_hides_the_surrounding_jobs_variables(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("SLURM_JOB_ID", "999")
+    monkeypatch.setenv("SLURM_NODELIST", "old[1-8]")
+    monkeypatch.setenv("SBATCH_PARTITION", "wrong")
+    monkeypatch.setenv("SLURM_CONF", "/etc/slurm/slurm.conf")
+    with clean_slurm_environment():
+        assert "SLURM_JOB_ID" not in os.environ
+        assert "SLURM_NODELIST" not in os.environ
+        assert "SBATCH_PARTITION" not in os.environ
+        assert os.environ["SLURM_CONF"] == "/etc/slurm/slurm.conf"
+    assert os.environ["SLURM_JOB_ID"] == "999"
+
+
+def _local(flags: dict[str, Any], project: Path) -> tuple[str, str]:
+    spec = spec_from_options({"profile": None, "mode": "gloo", **flags})
+    record = submit(spec, "local", project_dir=project).record
+    return record.job_id, wait_for_final_state(record, timeout_s=120, poll_s=0.2)
+
+
+def test_local_executor_runs_every_rank_and_completes(tmp_path: Path) -> None:
+    probe = ("import os; print('rank', os.environ['SUBMITIT_LOCAL_GLOBALID'], "
+             "'of', os.environ['SUBMITIT_LOCAL_NTASKS'], 'mode', os.environ['HPCDIST_MODE'])")
+    job_id, state = _local({"nodes": 2, "command": f"{sys.executable} -c \"{probe}\""}, tmp_path)
+    assert state == "COMPLETED"
+    record = load_record(job_id, tmp_path)
+    logs = [record.log_path(r).read_text() for r in range(2)]
+    assert "rank 0 of 2 mode gloo" in logs[0]
+    assert "rank 1 of 2 mode gloo" in logs[1]
+
+
+def test_local_job_that_raises_is_failed_with_its_traceback(tmp_path: Path) -> None:
+    command = f"{sys.executable} -c \"raise ValueError('bad input 42')\""
+    job_id, state = _local({"nodes": 1, "command": command}, tmp_path)
+    assert state == "FAILED"
+    err = load_record(job_id, tmp_path).log_path(0, "err").read_text()
+    assert "ValueError: bad input 42" in err
+
+
+def test_cli_local_submit_wait_status_logs_list(tmp_path: Path) -> None:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("SLURM_")}
+    env["PATH"] = os.path.dirname(sys.executable) + ":/usr/bin:/bin"  # no sbatch on PATH
+    hpcdist = [sys.executable, "-m", "hpcdist.cli"]
+    command = f"{sys.executable} -c \"print('hello from the job')\""
+    run = subprocess.run([*hpcdist, "submit", "--nodes", "2", "--backend", "gloo", "--wait",
+                          "--command", command], cwd=tmp_path, env=env, capture_output=True,
+                         text=True, timeout=180)
+    assert run.returncode == 0, run.stderr
+    assert "(local, gloo, 2 nodes x 1 tasks)" in run.stdout
+    assert "hello from the job" in run.stdout
+    job_id = re.search(r"Submitted job (\d+)", run.stdout).group(1)  # type: ignore[union-attr]
+    status = subprocess.run([*hpcdist, "status", job_id], cwd=tmp_path, env=env,
+                            capture_output=True, text=True)
+    assert status.stdout.strip() == f"{job_id} COMPLETED"
+    logs = subprocess.run([*hpcdist, "logs", job_id, "--rank", "1"], cwd=tmp_path, env=env,
+                          capture_output=True, text=True)
+    assert "hello from the job" in logs.stdout
+    listing = subprocess.run([*hpcdist, "list"], cwd=tmp_path, env=env, capture_output=True,
+                             text=True)
+    assert re.search(rf"{job_id}\s+COMPLETED", listing.stdout)
+    bad_rank = subprocess.run([*hpcdist, "logs", job_id, "--rank", "5"], cwd=tmp_path, env=env,
+                              capture_output=True, text=True)
+    assert bad_rank.returncode == 2
+    assert "5 is not a rank of job" in bad_rank.stderr
+
+
+def test_cancel_local_job_shows_cancelled(tmp_path: Path) -> None:
+    spec = spec_from_options({"profile": None, "mode": "gloo", "nodes": 1,
+                              "command": f"{sys.executable} -c \"import time; time.sleep(60)\""})
+    record = submit(spec, "local", project_dir=tmp_path).record
+    from hpcdist.jobs import cancel
+
+    cancel(record)
+    assert wait_for_final_state(record, timeout_s=30, poll_s=0.2) == "CANCELLED"
+
+
+def test_status_of_unknown_job_is_a_user_error(tmp_path: Path) -> None:
+    result = CliRunner().invoke(cli, ["status", "424242"])
+    assert result.exit_code == 2
+    assert "job '424242' was not submitted from this folder" in result.stderr

@@ -1,0 +1,90 @@
+"""The run folder and the data cache: where a training reads and writes its files.
+
+    runs/<job id>/checkpoint.pt        every epoch (and at a preemption), atomically
+                  best_model.pt        the epoch with the lowest validation loss
+                  model.pt             TorchScript export of best_model.pt
+                  loss_curves.png
+                  training_results.json
+
+Only rank 0 writes here; the helpers do not check that, their callers do.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import tempfile
+import time
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+from hpcdist.fileutil import write_atomic
+
+# In order of preference: one folder per job, shared by all ranks and by a requeued job.
+_JOB_ID_VARS = ("SLURM_JOB_ID", "SUBMITIT_LOCAL_JOB_ID")
+
+
+def data_dir(environ: Mapping[str, str] | None = None) -> Path:
+    """``$HPCDIST_DATA_DIR``, else ``~/.cache/ufsemulator``: synthetic files and array caches."""
+    env = os.environ if environ is None else environ
+    configured = env.get("HPCDIST_DATA_DIR", "").strip()
+    return Path(configured).expanduser() if configured else Path.home() / ".cache" / "ufsemulator"
+
+
+def synthetic_path(ni: int, nj: int, seed: int, environ: Mapping[str, str] | None = None) -> Path:
+    return data_dir(environ) / f"synthetic_{ni}x{nj}_seed{seed}.nc"
+
+
+def default_run_dir(environ: Mapping[str, str] | None = None, base: Path | None = None) -> Path:
+    """``runs/<SLURM_JOB_ID | SUBMITIT_LOCAL_JOB_ID | timestamp>`` under ``base`` (cwd)."""
+    env = os.environ if environ is None else environ
+    name = next((env[var].strip() for var in _JOB_ID_VARS if env.get(var, "").strip()), None)
+    if name is None:
+        name = time.strftime("%Y%m%d-%H%M%S")
+    return (base if base is not None else Path.cwd()) / "runs" / name
+
+
+def write_results(path: Path, results: Mapping[str, Any]) -> None:
+    write_atomic(path, json.dumps(results, indent=2, sort_keys=False) + "\n")
+
+
+def plot_loss_curves(
+    path: Path,
+    train_loss: Sequence[float],
+    val_loss: Sequence[float],
+    best_epoch: int | None,
+    title: str,
+) -> None:
+    """Train and validation loss per epoch (log scale), written atomically as a PNG."""
+    import matplotlib
+
+    matplotlib.use("Agg")  # no display on compute nodes
+    from matplotlib import pyplot as plt
+
+    epochs = range(1, len(train_loss) + 1)
+    fig, ax = plt.subplots(figsize=(7, 4.5), dpi=100)
+    try:
+        ax.plot(epochs, train_loss, label="train")
+        ax.plot(epochs, val_loss, label="validation")
+        if best_epoch is not None and 1 <= best_epoch <= len(val_loss):
+            ax.axvline(best_epoch, color="grey", linestyle=":", label=f"best (epoch {best_epoch})")
+        if all(v > 0 for v in (*train_loss, *val_loss)):
+            ax.set_yscale("log")
+        ax.set_xlabel("epoch")
+        ax.set_ylabel("loss (normalised units)")
+        ax.set_title(title)
+        ax.grid(True, alpha=0.3)
+        ax.legend()
+        fig.tight_layout()
+        path.parent.mkdir(parents=True, exist_ok=True)
+        fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+        try:
+            with os.fdopen(fd, "wb") as handle:
+                fig.savefig(handle, format="png")
+            os.replace(tmp, path)
+        except BaseException:
+            Path(tmp).unlink(missing_ok=True)
+            raise
+    finally:
+        plt.close(fig)
