@@ -132,6 +132,8 @@ def main(argv: list[str] | None = None) -> int:
     if args.timeout <= 0:
         parser.error(f"--timeout must be > 0, got {args.timeout:g}")
 
+    # torch logs every TCPStore retry with a C++ stack trace; the FAIL line says it once
+    os.environ.setdefault("TORCH_CPP_LOG_LEVEL", "ERROR")
     try:
         env = DistEnv.from_environ(os.environ)
     except DistEnvError as exc:
@@ -142,6 +144,8 @@ def main(argv: list[str] | None = None) -> int:
 
     def describe() -> str:
         return f"{where}{env.master_addr}:{env.master_port}, backend {backend}"
+
+    import torch  # noqa: F401  (imported here so that init timings exclude the import)
 
     watchdog = _Watchdog(describe)
     try:
