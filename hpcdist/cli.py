@@ -19,7 +19,9 @@ from hpcdist.options import job_options, spec_from_options
 class _Cli(click.Group):
     """A group whose user errors are one line on stderr and exit code 2, never a traceback."""
 
-    def main(self, args: Any = None, prog_name: str | None = None, **extra: Any) -> Any:
+    def main(  # type: ignore[override]  # always exits, whatever standalone_mode says
+        self, args: Any = None, prog_name: str | None = None, **extra: Any
+    ) -> Any:
         extra["standalone_mode"] = False
         try:
             result = super().main(args, prog_name or "hpcdist", **extra)

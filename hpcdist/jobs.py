@@ -6,6 +6,7 @@ commands running at once never corrupt each other's records.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import signal
@@ -123,11 +124,9 @@ def cancel(record: JobRecord) -> None:
             raise UserError(f"scancel {record.job_id} failed: {proc.stderr.strip()}")
         return
     write_atomic(Path(record.folder) / "cancelled", f"{time.time()}\n")
-    try:
-        # submitit's local controller forwards SIGTERM to every task it started.
+    # submitit's local controller forwards SIGTERM to every task it started.
+    with contextlib.suppress(ProcessLookupError):
         os.kill(int(record.job_id), signal.SIGTERM)
-    except ProcessLookupError:
-        pass
 
 
 def read_log(record: JobRecord, rank: int) -> str:

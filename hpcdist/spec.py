@@ -204,7 +204,9 @@ def validate(spec: JobSpec, profile: Profile) -> None:
         raise SpecError(f"--max-restarts must be >= 0, got {spec.max_restarts}")
     for key, _ in spec.env:
         if not _ENV_NAME.fullmatch(key):
-            raise SpecError(f"--env {key!r} is not a variable name; expected [A-Za-z_][A-Za-z0-9_]*")
+            raise SpecError(
+                f"--env {key!r} is not a variable name; expected [A-Za-z_][A-Za-z0-9_]*"
+            )
     if not spec.job_name.strip():
         raise SpecError("--job-name must not be empty")
 

@@ -20,8 +20,8 @@ from typing import Any
 from hpcdist.errors import SpecError, UserError
 from hpcdist.jobs import JobRecord, jobs_root, save_record
 from hpcdist.render import render
-from hpcdist.spec import JobSpec
 from hpcdist.slurmtime import time_limit_minutes
+from hpcdist.spec import JobSpec
 
 EXECUTORS = ("auto", "slurm", "local")
 
@@ -34,10 +34,22 @@ class Submission:
 
 def choose_executor(kind: str) -> str:
     if kind == "auto":
-        return "slurm" if shutil.which("sbatch") else "local"
+        return "slurm" if _slurm_reachable() else "local"
     if kind == "slurm" and not shutil.which("sbatch"):
         raise UserError("--executor slurm: no sbatch on PATH; expected a SLURM login node")
     return kind
+
+
+def _slurm_reachable() -> bool:
+    """sbatch on PATH and a controller answering: a laptop with SLURM's client alone is local."""
+    if shutil.which("sbatch") is None:
+        return False
+    try:
+        proc = subprocess.run(["sinfo", "--noheader", "--format=%P"], capture_output=True,
+                              timeout=15)
+    except (OSError, subprocess.TimeoutExpired):
+        return False
+    return proc.returncode == 0
 
 
 def slurm_parameters(spec: JobSpec) -> dict[str, Any]:

@@ -13,7 +13,8 @@ REPO = Path(__file__).resolve().parents[1]
 def test_wheel_renders_from_outside_the_source_tree(tmp_path: Path) -> None:
     wheels = tmp_path / "wheels"
     subprocess.run(
-        [sys.executable, "-m", "pip", "wheel", "--no-deps", "--quiet", "-w", str(wheels), str(REPO)],
+        [sys.executable, "-m", "pip", "wheel", "--no-deps", "--quiet", "-w", str(wheels),
+         str(REPO)],
         check=True,
         cwd=tmp_path,
     )

@@ -10,28 +10,294 @@ weights as an uninterrupted one (CPU, same world size).
 from __future__ import annotations
 
 import contextlib
-import math
 import signal
-import sys
 import threading
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any
 
 import torch
 import torch.distributed as dist
-import torch.nn.functional as F
 from torch import nn
 
 from hpcdist.distributed import DistContext, cleanup_distributed, setup_distributed
 from ufsemulator import runfiles
-from ufsemulator.checkpoint import load_checkpoint, restore_rng, save_checkpoint
+from ufsemulator.checkpoint import load_checkpoint, restore_rng
 from ufsemulator.config import Config
-from ufsemulator.export import export_checkpoint
-from ufsemulator.loop import EpochState, Loop, LoopOutcome, gather_state_dict
 from ufsemulator.data import DataOptions, load_dataset, make_synthetic
 from ufsemulator.errors import CheckpointError, DataError
+from ufsemulator.export import export_checkpoint
+from ufsemulator.loop import Loop, Shards, Status, StopFlag, full_model
 from ufsemulator.model import EmulatorMLP, ModelConfig
 from ufsemulator.normalization import stats_from_shard, torch_all_reduce
+
+__all__ = ["StopFlag", "TrainResult", "train"]
+
+
+@dataclass(frozen=True)
+class TrainResult:
+    status: Status  # "completed" | "early_stopped" | "preempted"
+    run_dir: Path
+    epochs_run: int
+    best_epoch: int  # 1-based; 0 if no epoch finished
+    best_val_loss: float
+    final_train_loss: float
+    final_val_loss: float
+    val_r2: float  # of the final epoch, target in normalised units
+    samples_per_second: float  # all ranks together, training steps only
+    wall_time_s: float
+    model: EmulatorMLP = field(repr=False, compare=False)  # full weights, on every rank
+
+
+def train(
+    config: Config,
+    data_path: str | Path | None = None,
+    resume: str | Path | None = None,
+    run_dir: str | Path | None = None,
+    *,
+    stop_flag: StopFlag | None = None,
+    step_callback: Callable[[int], None] | None = None,
+) -> TrainResult:
+    """Train the emulator in the process group started here (torchrun, SLURM, submitit
+    or one process) and return the outcome; rank 0 writes the run folder.
+
+    ``stop_flag`` is set by the preemption signal (``config.preemption.signal``); at the
+    next agreed step boundary rank 0 checkpoints and the status is ``"preempted"``.
+    ``step_callback(global_step)`` runs after each optimiser step (tests, progress hooks).
+    """
+    started = time.perf_counter()
+    flag = stop_flag if stop_flag is not None else StopFlag()
+    checkpoint = load_checkpoint(resume) if resume is not None else None
+    ctx = setup_distributed()
+    try:
+        with _stop_on_signal(config.preemption.signal, flag):
+            return _train(ctx, config, data_path, checkpoint, resume, run_dir, flag,
+                          step_callback, started)  # fmt: skip
+    finally:
+        cleanup_distributed()
+
+
+def _train(
+    ctx: DistContext,
+    config: Config,
+    data_path: str | Path | None,
+    checkpoint: dict[str, Any] | None,
+    resume: str | Path | None,
+    run_dir_arg: str | Path | None,
+    flag: StopFlag,
+    step_callback: Callable[[int], None] | None,
+    started: float,
+) -> TrainResult:
+    env = ctx.env
+    run_dir = _resolve_run_dir(ctx, config, run_dir_arg, resume)
+    path = _ensure_data(ctx, config, data_path)
+    options = DataOptions(mask=config.data.mask, thin=config.data.thin,
+                          target=config.data.target, cache_dir=runfiles.data_dir())  # fmt: skip
+    dataset = load_dataset(path, options)
+    torch.manual_seed(config.training.seed)  # same initial weights on every rank
+    model = EmulatorMLP(
+        ModelConfig(hidden=config.model.hidden_sizes, activation=config.model.activation,
+                    output_names=(config.data.target,))  # fmt: skip
+    )
+    shards = _split(ctx, config, dataset.inputs, dataset.targets, model)
+    print(f"[Rank {env.rank}] Training samples: {shards.x_train.shape[0]}", flush=True)
+    if ctx.is_main:
+        print(
+            f"Data: {path} ({len(dataset)} points, mask {config.data.mask}, thin "
+            f"{config.data.thin}): train {shards.n_train}, validation {shards.n_val}, "
+            f"target {config.data.target}",
+            flush=True,
+        )
+    if checkpoint is not None:
+        _load_weights(model, checkpoint, resume)
+        restore_rng(checkpoint["rng"])
+    loop = Loop(ctx, config, model, shards, run_dir, flag, step_callback)
+    if checkpoint is not None:
+        loop.restore(checkpoint, str(resume))
+    outcome = loop.run()
+    final = full_model(loop.model, model.config)
+    if ctx.is_main:
+        _write_outputs(ctx, config, loop, outcome.status, run_dir, time.perf_counter() - started)
+    history = loop.history
+    epochs_run = len(history["train_loss"])
+    train_time = sum(history["train_time_s"])
+    return TrainResult(
+        status=outcome.status,
+        run_dir=run_dir,
+        epochs_run=epochs_run,
+        best_epoch=loop.best_epoch,
+        best_val_loss=loop.best_val,
+        final_train_loss=history["train_loss"][-1] if epochs_run else float("nan"),
+        final_val_loss=history["val_loss"][-1] if epochs_run else float("nan"),
+        val_r2=history["val_r2"][-1] if epochs_run else float("nan"),
+        samples_per_second=sum(history["samples"]) / train_time if train_time else 0.0,
+        wall_time_s=time.perf_counter() - started,
+        model=final,
+    )
+
+
+@contextlib.contextmanager
+def _stop_on_signal(name: str, flag: StopFlag) -> Iterator[None]:
+    """Let ``name`` (e.g. SIGUSR2, the scheduler's warning) set ``flag`` while training."""
+    if threading.current_thread() is not threading.main_thread():
+        yield  # only the main thread may install handlers
+        return
+    signum = signal.Signals[name]
+
+    def handler(received: int, frame: object) -> None:
+        flag.set()  # nothing else: the loop checkpoints at the next agreed step boundary
+
+    previous = signal.signal(signum, handler)
+    try:
+        yield
+    finally:
+        signal.signal(signum, previous)
+
+
+def _resolve_run_dir(
+    ctx: DistContext, config: Config, given: str | Path | None, resume: str | Path | None
+) -> Path:
+    """Explicit argument > config > the resumed checkpoint's folder > runs/<job id>.
+
+    Decided on rank 0 and broadcast: a timestamp may differ between ranks."""
+    chosen: list[object] = [None]
+    if ctx.is_main:
+        if given is not None:
+            path = Path(given)
+        elif config.output.run_dir is not None:
+            path = Path(config.output.run_dir)
+        elif resume is not None:
+            path = Path(resume).resolve().parent
+        else:
+            path = runfiles.default_run_dir()
+        path.mkdir(parents=True, exist_ok=True)
+        chosen = [str(path)]
+    dist.broadcast_object_list(chosen, src=0)
+    return Path(str(chosen[0]))
+
+
+def _ensure_data(ctx: DistContext, config: Config, data_path: str | Path | None) -> Path:
+    """The data file; without one, the synthetic file, generated on first use."""
+    given = data_path if data_path is not None else config.data.path
+    if given is not None:
+        path = Path(given).expanduser()
+        if not path.is_file():
+            raise DataError(f"data file '{path}' does not exist")
+        return path
+    syn = config.data.synthetic
+    path = runfiles.synthetic_path(syn.ni, syn.nj, syn.seed)
+    # Rank 0 writes; then the first rank of each node checks again, for nodes that do not
+    # share the cache directory. make_synthetic writes atomically, so racing writers on a
+    # shared file system each leave a complete, identical file.
+    for writer in (ctx.is_main, ctx.env.local_rank == 0):
+        if writer and not path.is_file():
+            print(f"[Rank {ctx.env.rank}] Generating synthetic data {syn.ni}x{syn.nj} "
+                  f"(seed {syn.seed}) at {path}", flush=True)  # fmt: skip
+            make_synthetic(path, ni=syn.ni, nj=syn.nj, seed=syn.seed)
+        dist.barrier()
+    return path
+
+
+def _split(
+    ctx: DistContext, config: Config, inputs: Any, targets: Any, model: EmulatorMLP
+) -> Shards:
+    """Seeded split (identical on every rank), this rank's shards, global statistics.
+
+    The training set is cut into ``world_size`` equal shards (a remainder of fewer than
+    world_size samples is left out) so every rank runs the same number of steps."""
+    rank, world = ctx.env.rank, ctx.env.world_size
+    x_all = torch.as_tensor(inputs, dtype=torch.float32)
+    y_all = torch.as_tensor(targets, dtype=torch.float32)
+    n = x_all.shape[0]
+    n_val = max(1, round(config.training.val_fraction * n))
+    order = torch.randperm(n, generator=torch.Generator().manual_seed(config.training.seed))
+    val_idx, train_idx = order[:n_val], order[n_val:]
+    per_rank = train_idx.numel() // world
+    if per_rank < 1:
+        raise DataError(
+            f"{train_idx.numel()} training samples cannot be shared by {world} ranks; "
+            "use more data (a larger grid, thin: 1) or fewer ranks"
+        )
+    mine = train_idx[rank * per_rank : (rank + 1) * per_rank]
+    val_mine = val_idx[rank::world]
+    stats = stats_from_shard(x_all[mine], y_all[mine], all_reduce=torch_all_reduce("cpu"))
+    model.set_normalization(stats)
+    with torch.no_grad():
+        def norm_y(y: torch.Tensor) -> torch.Tensor:
+            return (y - model.output_mean) / model.output_std
+
+        return Shards(
+            x_train=model.normalize_inputs(x_all[mine]).to(ctx.device),
+            y_train=norm_y(y_all[mine]).to(ctx.device),
+            x_val=model.normalize_inputs(x_all[val_mine]).to(ctx.device),
+            y_val=norm_y(y_all[val_mine]).to(ctx.device),
+            n_train=per_rank * world,
+            n_val=n_val,
+        )
+
+
+def _load_weights(model: nn.Module, checkpoint: dict[str, Any], source: object) -> None:
+    try:
+        model.load_state_dict(checkpoint["model"])
+    except (RuntimeError, KeyError, TypeError) as exc:
+        reason = str(exc).strip().splitlines()[0]
+        raise CheckpointError(
+            f"checkpoint '{source}' does not fit the configured model: {reason}"
+        ) from exc
+
+
+def _write_outputs(
+    ctx: DistContext, config: Config, loop: Loop, status: Status, run_dir: Path, wall: float
+) -> None:
+    history = loop.history
+    epochs = len(history["train_loss"])
+    train_time = sum(history["train_time_s"])
+    samples = sum(history["samples"])
+    best = run_dir / "best_model.pt"
+    if status != "preempted":
+        source = best if best.is_file() else run_dir / "checkpoint.pt"
+        if source.is_file():
+            export_checkpoint(source, run_dir / "model.pt")
+    if epochs:
+        runfiles.plot_loss_curves(
+            run_dir / "loss_curves.png", history["train_loss"], history["val_loss"],
+            loop.best_epoch or None,
+            f"ufsemulator {config.data.target}: {ctx.env.world_size} x {ctx.backend}",
+        )  # fmt: skip
+    results = {
+        "status": status,
+        "world_size": ctx.env.world_size,
+        "backend": ctx.backend,
+        "device": str(ctx.device),
+        "threads": torch.get_num_threads(),
+        "strategy": config.training.strategy,
+        "target": config.data.target,
+        "epochs_run": epochs,
+        "n_train": loop.shards.n_train,
+        "n_val": loop.shards.n_val,
+        "epoch_times_s": history["epoch_time_s"],
+        "samples_per_second": samples / train_time if train_time else 0.0,
+        "epoch_samples_per_second": [
+            s / t if t else 0.0
+            for s, t in zip(history["samples"], history["train_time_s"], strict=True)
+        ],
+        "train_time_s": train_time,
+        "wall_time_s": wall,
+        "final_train_loss": history["train_loss"][-1] if epochs else None,
+        "final_val_loss": history["val_loss"][-1] if epochs else None,
+        "final_val_r2": history["val_r2"][-1] if epochs else None,
+        "best_epoch": loop.best_epoch,
+        "best_val_loss": loop.best_val if epochs else None,
+        "best_val_r2": history["val_r2"][loop.best_epoch - 1] if loop.best_epoch else None,
+        "history": {key: history[key] for key in ("train_loss", "val_loss", "val_r2")},
+        "config": config.to_dict(),
+    }
+    runfiles.write_results(run_dir / "training_results.json", results)
+    line = (
+        f"Training {status}: {epochs} epochs, best validation loss {loop.best_val:.5g} "
+        f"(epoch {loop.best_epoch}), R^2 {results['best_val_r2'] or float('nan'):.4f}, "
+        f"{results['samples_per_second']:.0f} samples/s, {wall:.1f} s"
+    )
+    print(f"{line}\nRun folder: {run_dir}", flush=True)

@@ -112,7 +112,8 @@ def profile_from_mapping(name: str, raw: object, source: str = "<profile>") -> P
         elif key in _ENV_KEYS:
             values[key] = _expect_env(source, key, value)
         elif key in ("partitions", "setup"):
-            values[key] = tuple(_expect_str(source, key, v) for v in _expect_list(source, key, value))
+            items = _expect_list(source, key, value)
+            values[key] = tuple(_expect_str(source, key, v) for v in items)
         elif key == "defaults":
             values[key] = _expect_defaults(source, value)
     return Profile(name=name, **values)
