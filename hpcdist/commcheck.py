@@ -173,7 +173,7 @@ def main(argv: list[str] | None = None) -> int:
     if env.rank == 0:
         steps = ", ".join(f"{name} {seconds * 1e3:.2f} ms" for name, seconds in timings.items())
         print(
-            f"PASS: {env.world_size} processes, {backend} backend, master "
+            f"PASS: world size {env.world_size}, {backend} backend, master "
             f"{env.master_addr}:{env.master_port}; init {init_s * 1e3:.0f} ms, {steps}",
             flush=True,
         )

@@ -80,7 +80,7 @@ def test_garbage_file_is_a_checkpoint_error_naming_the_file(
 ) -> None:
     path = tmp_path / "bad.pt"
     path.write_bytes(content)
-    with pytest.raises(CheckpointError, match="bad.pt"):
+    with pytest.raises(CheckpointError, match=r"bad\.pt"):
         load_checkpoint(path)
 
 
@@ -88,7 +88,7 @@ def test_truncated_file_is_a_checkpoint_error(tmp_path: Path) -> None:
     good = save_checkpoint(state(1.0), tmp_path / "good.pt").read_bytes()
     truncated = tmp_path / "truncated.pt"
     truncated.write_bytes(good[: len(good) // 2])
-    with pytest.raises(CheckpointError, match="truncated.pt"):
+    with pytest.raises(CheckpointError, match=r"truncated\.pt"):
         load_checkpoint(truncated)
 
 

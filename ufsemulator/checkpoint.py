@@ -33,6 +33,7 @@ def save_checkpoint(state: Mapping[str, Any], path: str | Path) -> Path:
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp_name = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
     try:
+        os.fchmod(fd, 0o644)  # mkstemp's 0600 would hide results from the project group
         with os.fdopen(fd, "wb") as handle:
             torch.save(dict(state), handle)
             handle.flush()

@@ -80,6 +80,7 @@ def plot_loss_curves(
         path.parent.mkdir(parents=True, exist_ok=True)
         fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
         try:
+            os.fchmod(fd, 0o644)
             with os.fdopen(fd, "wb") as handle:
                 fig.savefig(handle, format="png")
             os.replace(tmp, path)

@@ -10,6 +10,7 @@ weights as an uninterrupted one (CPU, same world size).
 from __future__ import annotations
 
 import contextlib
+import os
 import signal
 import threading
 import time
@@ -34,6 +35,9 @@ from ufsemulator.model import EmulatorMLP, ModelConfig
 from ufsemulator.normalization import stats_from_shard, torch_all_reduce
 
 __all__ = ["StopFlag", "TrainResult", "train"]
+
+_EXPORTED_VARS = ("MASTER_ADDR", "MASTER_PORT", "RANK", "WORLD_SIZE", "LOCAL_RANK",
+                  "LOCAL_WORLD_SIZE")  # fmt: skip
 
 
 @dataclass(frozen=True)
@@ -70,13 +74,21 @@ def train(
     started = time.perf_counter()
     flag = stop_flag if stop_flag is not None else StopFlag()
     checkpoint = load_checkpoint(resume) if resume is not None else None
-    ctx = setup_distributed()
+    # setup_distributed exports MASTER_PORT, RANK, ... for the code below it; a later
+    # train() in this process must not mistake them for a launcher's (stale port).
+    saved_env = {var: os.environ.get(var) for var in _EXPORTED_VARS}
     try:
+        ctx = setup_distributed()
         with _stop_on_signal(config.preemption.signal, flag):
             return _train(ctx, config, data_path, checkpoint, resume, run_dir, flag,
                           step_callback, started)  # fmt: skip
     finally:
         cleanup_distributed()
+        for var, value in saved_env.items():
+            if value is None:
+                os.environ.pop(var, None)
+            else:
+                os.environ[var] = value
 
 
 def _train(
@@ -97,10 +109,12 @@ def _train(
                           target=config.data.target, cache_dir=runfiles.data_dir())  # fmt: skip
     dataset = load_dataset(path, options)
     torch.manual_seed(config.training.seed)  # same initial weights on every rank
-    model = EmulatorMLP(
-        ModelConfig(hidden=config.model.hidden_sizes, activation=config.model.activation,
-                    output_names=(config.data.target,))  # fmt: skip
+    model_config = ModelConfig(
+        hidden=config.model.hidden_sizes,
+        activation=config.model.activation,
+        output_names=(config.data.target,),
     )
+    model = EmulatorMLP(model_config)
     shards = _split(ctx, config, dataset.inputs, dataset.targets, model)
     print(f"[Rank {env.rank}] Training samples: {shards.x_train.shape[0]}", flush=True)
     if ctx.is_main:
@@ -116,15 +130,15 @@ def _train(
     loop = Loop(ctx, config, model, shards, run_dir, flag, step_callback)
     if checkpoint is not None:
         loop.restore(checkpoint, str(resume))
-    outcome = loop.run()
+    status = loop.run()
     final = full_model(loop.model, model.config)
     if ctx.is_main:
-        _write_outputs(ctx, config, loop, outcome.status, run_dir, time.perf_counter() - started)
+        _write_outputs(ctx, config, loop, status, run_dir, started)
     history = loop.history
     epochs_run = len(history["train_loss"])
     train_time = sum(history["train_time_s"])
     return TrainResult(
-        status=outcome.status,
+        status=status,
         run_dir=run_dir,
         epochs_run=epochs_run,
         best_epoch=loop.best_epoch,
@@ -249,7 +263,7 @@ def _load_weights(model: nn.Module, checkpoint: dict[str, Any], source: object) 
 
 
 def _write_outputs(
-    ctx: DistContext, config: Config, loop: Loop, status: Status, run_dir: Path, wall: float
+    ctx: DistContext, config: Config, loop: Loop, status: Status, run_dir: Path, started: float
 ) -> None:
     history = loop.history
     epochs = len(history["train_loss"])
@@ -284,7 +298,7 @@ def _write_outputs(
             for s, t in zip(history["samples"], history["train_time_s"], strict=True)
         ],
         "train_time_s": train_time,
-        "wall_time_s": wall,
+        "wall_time_s": time.perf_counter() - started,  # this process, from train() on
         "final_train_loss": history["train_loss"][-1] if epochs else None,
         "final_val_loss": history["val_loss"][-1] if epochs else None,
         "final_val_r2": history["val_r2"][-1] if epochs else None,
@@ -298,6 +312,6 @@ def _write_outputs(
     line = (
         f"Training {status}: {epochs} epochs, best validation loss {loop.best_val:.5g} "
         f"(epoch {loop.best_epoch}), R^2 {results['best_val_r2'] or float('nan'):.4f}, "
-        f"{results['samples_per_second']:.0f} samples/s, {wall:.1f} s"
+        f"{results['samples_per_second']:.0f} samples/s, {results['wall_time_s']:.1f} s"
     )
     print(f"{line}\nRun folder: {run_dir}", flush=True)

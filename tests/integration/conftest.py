@@ -48,6 +48,8 @@ class JobStateFn(Protocol):
 
 @dataclass(frozen=True)
 class SlurmCluster:
+    """The running testbed, with the helpers below bound as methods."""
+
     base_dir: Path
     slurm_conf: Path
     nodes: tuple[str, ...]
@@ -118,7 +120,8 @@ def sbatch(
     """Submit a batch script (a path, or its text) with `sbatch --parsable [--wait]`.
 
     With wait=True sbatch returns when the job ends and its exit code is the job's, so a
-    failing job does not raise here: check `returncode` or `job_state(job_id)`.
+    failing job does not raise here: check `returncode` or `job_state(job_id)`. sbatch --wait
+    polls after 2 s and then every 10 s, so a job that runs 3 s returns after about 12 s.
     """
     argv = ["sbatch", "--parsable", *(["--wait"] if wait else []), *args]
     if isinstance(script, Path):

@@ -1,0 +1,331 @@
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+import re
+import signal
+import socket
+import subprocess
+import sys
+import textwrap
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+import torch
+
+from ufsemulator.__main__ import EXIT_PREEMPTED, main
+from ufsemulator.checkpoint import load_checkpoint
+from ufsemulator.config import Config, load_config
+from ufsemulator.training import StopFlag, TrainResult, train
+
+REPO = Path(__file__).resolve().parents[1]
+SMOKE = REPO / "ufsemulator" / "configs" / "smoke.yaml"
+RUN_FILES = {"checkpoint.pt", "best_model.pt", "model.pt", "loss_curves.png",
+             "training_results.json"}  # fmt: skip
+# Launcher variables a test run must not inherit (and setup_distributed exports).
+LAUNCH_VARS = ("RANK", "LOCAL_RANK", "WORLD_SIZE", "LOCAL_WORLD_SIZE", "GROUP_RANK",
+               "MASTER_ADDR", "MASTER_PORT", "SLURM_PROCID", "SLURM_JOB_ID",
+               "SUBMITIT_LOCAL_GLOBALID", "SUBMITIT_LOCAL_JOB_ID")  # fmt: skip
+
+
+@pytest.fixture(scope="session")
+def data_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return tmp_path_factory.mktemp("data")
+
+
+@pytest.fixture(autouse=True)
+def single_process(monkeypatch: pytest.MonkeyPatch, data_dir: Path) -> Iterator[None]:
+    monkeypatch.setenv("HPCDIST_DATA_DIR", str(data_dir))
+    monkeypatch.setenv("OMP_NUM_THREADS", "1")
+    for var in LAUNCH_VARS:
+        monkeypatch.delenv(var, raising=False)
+    yield
+
+
+def run_single(monkeypatch: pytest.MonkeyPatch, config: Config, **kwargs: object) -> TrainResult:
+    result = train(config, **kwargs)  # type: ignore[arg-type]
+    # train() leaves no launcher variables behind for the next run in this process
+    assert not [var for var in LAUNCH_VARS if var in os.environ]
+    return result
+
+
+def smoke(**training: object) -> Config:
+    config = load_config(SMOKE)
+    return dataclasses.replace(config, training=dataclasses.replace(config.training, **training))
+
+
+def assert_same_weights(a: torch.nn.Module, b: torch.nn.Module) -> None:
+    sa, sb = a.state_dict(), b.state_dict()
+    assert sa.keys() == sb.keys()
+    for key in sa:
+        assert torch.equal(sa[key], sb[key]), key
+
+
+def test_single_process_run_writes_the_run_folder(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    result = run_single(monkeypatch, smoke(), run_dir=tmp_path / "run")
+    out = capsys.readouterr().out
+    assert result.status == "completed" and result.epochs_run == 3
+    assert {p.name for p in (tmp_path / "run").iterdir()} == RUN_FILES
+    assert "Distributed training initialized: gloo backend, 1 process\n" in out
+    assert re.search(r"^\[Rank 0\] Training samples: \d+$", out, re.M)
+    assert re.search(r"^Epoch 3/3 - Train: [\d.e-]+, Val: [\d.e-]+$", out, re.M)
+    results = json.loads((tmp_path / "run" / "training_results.json").read_text())
+    for key in ("world_size", "backend", "device", "threads", "epoch_times_s",
+                "samples_per_second", "final_train_loss", "final_val_loss", "best_val_loss",
+                "best_val_r2", "epochs_run"):  # fmt: skip
+        assert key in results, key
+    assert results["world_size"] == 1 and len(results["epoch_times_s"]) == 3
+    assert results["final_val_loss"] == pytest.approx(result.final_val_loss)
+    scripted = torch.jit.load(str(tmp_path / "run" / "model.pt"))
+    x = torch.randn(5, 14)
+    best = load_checkpoint(tmp_path / "run" / "best_model.pt")
+    assert best["epoch"] == result.best_epoch
+    assert scripted.predict(x).shape == (5, 1)
+
+
+def test_stop_and_resume_is_bitwise_identical(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    straight = run_single(monkeypatch, smoke(epochs=4), run_dir=tmp_path / "a")
+    first = run_single(monkeypatch, smoke(epochs=2), run_dir=tmp_path / "b")
+    assert first.epochs_run == 2
+    resumed = run_single(
+        monkeypatch, smoke(epochs=4), resume=tmp_path / "b" / "checkpoint.pt",
+        run_dir=tmp_path / "b",
+    )  # fmt: skip
+    assert resumed.epochs_run == 4
+    assert_same_weights(straight.model, resumed.model)
+    a = json.loads((tmp_path / "a" / "training_results.json").read_text())["history"]
+    b = json.loads((tmp_path / "b" / "training_results.json").read_text())["history"]
+    assert a == b
+
+
+@pytest.mark.parametrize("strategy", ["ddp", "fsdp"])
+def test_mid_epoch_preemption_resumes_bitwise(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path, strategy: str
+) -> None:
+    config = smoke(epochs=3, batch_size=32, strategy=strategy)  # 5 steps per epoch
+    config = dataclasses.replace(
+        config, preemption=dataclasses.replace(config.preemption, check_every_steps=1)
+    )
+    straight = run_single(monkeypatch, config, run_dir=tmp_path / "a")
+
+    def warn_at_step_7(step: int) -> None:
+        if step == 7:  # the scheduler's warning arrives in epoch 2, step 2
+            os.kill(os.getpid(), signal.SIGUSR2)
+
+    stopped = run_single(monkeypatch, config, run_dir=tmp_path / "b",
+                         step_callback=warn_at_step_7)  # fmt: skip
+    assert stopped.status == "preempted"
+    ckpt = load_checkpoint(tmp_path / "b" / "checkpoint.pt")
+    assert (ckpt["epoch"], ckpt["step_in_epoch"], ckpt["step"]) == (1, 2, 7)
+    assert signal.getsignal(signal.SIGUSR2) is signal.SIG_DFL  # handler removed again
+    resumed = run_single(monkeypatch, config, resume=tmp_path / "b" / "checkpoint.pt")
+    assert resumed.status == "completed" and resumed.run_dir == tmp_path / "b"
+    assert_same_weights(straight.model, resumed.model)
+    a = json.loads((tmp_path / "a" / "training_results.json").read_text())["history"]
+    b = json.loads((tmp_path / "b" / "training_results.json").read_text())["history"]
+    assert a == b
+
+
+def test_gradient_accumulation_matches_one_big_batch(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    from torch.nn.parallel import DistributedDataParallel
+
+    calls = []
+    original = DistributedDataParallel.no_sync
+
+    def counting_no_sync(self: DistributedDataParallel) -> object:
+        calls.append(1)
+        return original(self)
+
+    monkeypatch.setattr(DistributedDataParallel, "no_sync", counting_no_sync)
+    big = run_single(monkeypatch, smoke(epochs=2, batch_size=60), run_dir=tmp_path / "a")
+    assert not calls
+    # 154 rows: steps of 60, 60 and 34 rows = micro-batches of 30+30, 30+30 and 30+4
+    accum = run_single(monkeypatch, smoke(epochs=2, batch_size=30, grad_accum_steps=2),
+                       run_dir=tmp_path / "b")  # fmt: skip
+    assert len(calls) == 2 * 3  # one no_sync (the first micro-batch) per step
+    for p, q in zip(big.model.parameters(), accum.model.parameters(), strict=True):
+        torch.testing.assert_close(p, q, rtol=1e-4, atol=1e-5)
+
+
+def test_early_stopping_stops_and_keeps_the_best_model(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    result = run_single(monkeypatch, smoke(epochs=50, lr=0.5, early_stopping_patience=2),
+                        run_dir=tmp_path)  # fmt: skip
+    assert result.status == "early_stopped" and result.epochs_run < 50
+    assert result.epochs_run == result.best_epoch + 2
+    assert load_checkpoint(tmp_path / "best_model.pt")["epoch"] == result.best_epoch
+
+
+# ------------------------------------------------------------------ several processes
+
+RANK_SCRIPT = textwrap.dedent(
+    """
+    import sys, torch
+    from pathlib import Path
+    from ufsemulator.config import load_config
+    from ufsemulator.training import train
+
+    out, run_dir, strategy, rank = Path(sys.argv[1]), Path(sys.argv[2]), sys.argv[3], sys.argv[4]
+    written = []
+    def audit(event, args):
+        if event == "open" and str(args[0]).startswith(str(run_dir)):
+            flags = args[2] if isinstance(args[2], int) else 0
+            if (isinstance(args[1], str) and set(args[1]) & set("wax+")) or flags & 0o3:
+                written.append(str(args[0]))
+    sys.addaudithook(audit)
+    config = load_config(sys.argv[5])
+    result = train(config, run_dir=run_dir)
+    torch.save({"state": result.model.state_dict(), "written": written,
+                "status": result.status, "val": result.final_val_loss},
+               out / f"rank{rank}.pt")
+    """
+)
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+RankRun = list[tuple[str, dict]]  # (output, rank{r}.pt) per rank
+
+
+def run_ranks(tmp_path: Path, strategy: str, data_dir: Path, world: int = 2) -> RankRun:
+    config = tmp_path / "config.yaml"
+    config.parent.mkdir(parents=True, exist_ok=True)
+    # smoke.yaml ends inside its training section
+    config.write_text(SMOKE.read_text() + f"  strategy: {strategy}\n")
+    port = free_port()
+    procs = []
+    for rank in range(world):
+        env = {k: v for k, v in os.environ.items() if k not in LAUNCH_VARS}
+        env.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port), WORLD_SIZE=str(world),
+                   RANK=str(rank), LOCAL_RANK=str(rank), LOCAL_WORLD_SIZE=str(world),
+                   PYTHONPATH=str(REPO), HPCDIST_DATA_DIR=str(data_dir),
+                   OMP_NUM_THREADS="1")  # fmt: skip
+        procs.append(subprocess.Popen(
+            [sys.executable, "-c", RANK_SCRIPT, str(tmp_path), str(tmp_path / "run"),
+             strategy, str(rank), str(config)],
+            env=env, cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+        ))  # fmt: skip
+    outputs = [p.communicate(timeout=180)[0] for p in procs]
+    for proc, out in zip(procs, outputs, strict=True):
+        assert proc.returncode == 0, out
+    return [
+        (out, torch.load(tmp_path / f"rank{r}.pt", weights_only=True))
+        for r, out in enumerate(outputs)
+    ]
+
+
+@pytest.fixture(scope="module")
+def ddp_ranks(tmp_path_factory: pytest.TempPathFactory, data_dir: Path) -> tuple[Path, RankRun]:
+    tmp = tmp_path_factory.mktemp("ddp")
+    return tmp, run_ranks(tmp, "ddp", data_dir)
+
+
+def test_two_gloo_ranks_agree_and_only_rank_0_writes(ddp_ranks: tuple[Path, RankRun]) -> None:
+    from ufsemulator.data import DataOptions, load_dataset
+    from ufsemulator.normalization import stats_from_shard
+    from ufsemulator.runfiles import synthetic_path
+
+    tmp_path, ((out0, r0), (out1, r1)) = ddp_ranks
+    assert "Distributed training initialized: gloo backend, 2 processes" in out0
+    assert re.search(r"^Master: 127\.0\.0\.1:\d+$", out0, re.M)
+    n0 = re.search(r"^\[Rank 0\] Training samples: (\d+)$", out0, re.M)
+    n1 = re.search(r"^\[Rank 1\] Training samples: (\d+)$", out1, re.M)
+    assert n0 and n1 and n0.group(1) == n1.group(1)
+    assert re.search(r"^Epoch 3/3 - Train: [\d.e-]+, Val: [\d.e-]+$", out0, re.M)
+    assert "Epoch" not in out1 and "Distributed training initialized" not in out1
+    assert r0["written"] and not r1["written"]
+    assert {p.name for p in (tmp_path / "run").iterdir()} == RUN_FILES
+    # Statistics from all-reduced sums, weights kept in step by DDP: all identical.
+    for key in r0["state"]:
+        assert torch.equal(r0["state"][key], r1["state"][key]), key
+    assert r0["val"] == r1["val"]
+    # ... and the statistics are those of the whole training set in one process.
+    dataset = load_dataset(synthetic_path(40, 32, 0), DataOptions())
+    n = len(dataset)
+    n_val = round(0.2 * n)
+    order = torch.randperm(n, generator=torch.Generator().manual_seed(42))
+    train_idx = order[n_val:][: 2 * ((n - n_val) // 2)].numpy()
+    stats = stats_from_shard(dataset.inputs[train_idx], dataset.targets[train_idx])
+    torch.testing.assert_close(r0["state"]["input_mean"],
+                               torch.tensor(stats.input_mean, dtype=torch.float32))  # fmt: skip
+    torch.testing.assert_close(r0["state"]["output_std"],
+                               torch.tensor(stats.output_std, dtype=torch.float32))  # fmt: skip
+
+
+def test_fsdp_on_two_gloo_ranks_matches_ddp(
+    tmp_path: Path, data_dir: Path, ddp_ranks: tuple[Path, RankRun]
+) -> None:
+    ddp = ddp_ranks[1][0][1]
+    (_, fsdp0), (_, fsdp1) = run_ranks(tmp_path, "fsdp", data_dir)
+    assert fsdp0["status"] == "completed" and fsdp0["written"] and not fsdp1["written"]
+    for key in ddp["state"]:
+        torch.testing.assert_close(fsdp0["state"][key], ddp["state"][key])
+        assert torch.equal(fsdp0["state"][key], fsdp1["state"][key])
+
+
+# ------------------------------------------------------------------------------- CLI
+
+
+def test_cli_trains_and_exports(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    data = tmp_path / "grid.nc"
+    assert main(["make-data", "--out", str(data), "--ni", "40", "--nj", "32"]) == 0
+    run = tmp_path / "run"
+    assert main(["train", "--config", str(SMOKE), "--data", str(data), "--run-dir", str(run),
+                 "--epochs", "2"]) == 0  # fmt: skip
+    assert json.loads((run / "training_results.json").read_text())["epochs_run"] == 2
+    assert main(["export", "--checkpoint", str(run / "checkpoint.pt"),
+                 "--out", str(tmp_path / "m.pt")]) == 0  # fmt: skip
+    assert torch.jit.load(str(tmp_path / "m.pt")).jac_physical(torch.randn(3, 14)).shape == (
+        3, 1, 14)  # fmt: skip
+    # Resuming without --config takes the checkpoint's config; --epochs extends the run.
+    assert main(["train", "--resume", str(run / "checkpoint.pt"), "--epochs", "3"]) == 0
+    assert load_checkpoint(run / "checkpoint.pt")["epoch"] == 3
+
+
+@pytest.mark.parametrize(
+    ("argv", "message"),
+    [
+        (["train", "--config", "{tmp}/bad.yaml"], "unknown key 'training.epoch'"),
+        (["train", "--resume", "{tmp}/garbage.pt"], "garbage.pt"),
+        (["train", "--resume", "{tmp}/absent.pt"], "absent.pt"),
+        (["train", "--config", str(SMOKE), "--data", "{tmp}/absent.nc"], "absent.nc"),
+        (["export", "--checkpoint", "{tmp}/garbage.pt", "--out", "{tmp}/m.pt"], "garbage.pt"),
+        (["train", "--epochs", "0"], "--epochs must be >= 1"),
+    ],
+)
+def test_cli_user_errors_are_one_line_and_exit_2(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], argv: list[str], message: str
+) -> None:
+    (tmp_path / "bad.yaml").write_text("training:\n  epoch: 3\n")
+    (tmp_path / "garbage.pt").write_bytes(b"\x00garbage")
+    assert main([a.replace("{tmp}", str(tmp_path)) for a in argv]) == 2
+    err = capsys.readouterr().err
+    assert message in err and err.count("\n") == 1 and "Traceback" not in err
+
+
+def test_preempted_cli_run_exits_3(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    class AlreadyWarned(StopFlag):
+        def __init__(self) -> None:
+            self.requested = True
+
+    monkeypatch.setattr("ufsemulator.training.StopFlag", AlreadyWarned)
+    rc = main(["train", "--config", str(SMOKE), "--run-dir", str(tmp_path)])
+    assert rc == EXIT_PREEMPTED
+    ckpt = load_checkpoint(tmp_path / "checkpoint.pt")
+    # smoke: 2 steps per epoch, so the first agreed check is the one at the epoch's end
+    assert (ckpt["epoch"], ckpt["step"], ckpt["step_in_epoch"]) == (1, 2, 0)
+    results = json.loads((tmp_path / "training_results.json").read_text())
+    assert results["status"] == "preempted" and not (tmp_path / "model.pt").exists()

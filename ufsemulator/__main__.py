@@ -1,0 +1,103 @@
+"""``python -m ufsemulator make-data | train | export``.
+
+User mistakes (a bad config, a missing or broken file) end with one line on stderr and
+exit code 2; a training stopped by the preemption signal exits with 3 after its
+checkpoint is written, so a job script can requeue it.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+from hpcdist.distributed import DistEnvError, DistributedInitError
+from ufsemulator.config import ConfigError
+from ufsemulator.errors import CheckpointError, DataError
+
+EXIT_USAGE = 2
+EXIT_PREEMPTED = 3
+
+
+def _parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="python -m ufsemulator", description="Sea-ice concentration emulator."
+    )
+    sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+
+    data = sub.add_parser("make-data", help="write a synthetic CICE-style history file")
+    data.add_argument("--out", type=Path, required=True, help="netCDF file to write")
+    data.add_argument("--ni", type=int, default=384, help="grid points along x (384)")
+    data.add_argument("--nj", type=int, default=320, help="grid points along y (320)")
+    data.add_argument("--seed", type=int, default=0)
+
+    train = sub.add_parser("train", help="train (under torchrun, srun or alone)")
+    train.add_argument("--config", type=Path, help="YAML merged over the default config")
+    train.add_argument("--data", type=Path, help="CICE history file (default: synthetic)")
+    train.add_argument("--resume", type=Path, metavar="CKPT", help="checkpoint to resume")
+    train.add_argument("--run-dir", type=Path, help="output folder (default runs/<job id>)")
+    train.add_argument("--epochs", type=int, help="override training.epochs")
+
+    export = sub.add_parser("export", help="TorchScript export of a checkpoint")
+    export.add_argument("--checkpoint", type=Path, required=True)
+    export.add_argument("--out", type=Path, required=True)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = _parser().parse_args(argv)
+    try:
+        if args.command == "make-data":
+            return _make_data(args)
+        if args.command == "train":
+            return _train(args)
+        return _export(args)
+    except (ConfigError, DataError, CheckpointError, DistEnvError, FileNotFoundError) as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return EXIT_USAGE
+    except DistributedInitError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 1
+
+
+def _make_data(args: argparse.Namespace) -> int:
+    # Imported here: `--help` and argument errors should not wait for torch or netCDF.
+    from ufsemulator.synthetic import make_synthetic
+
+    if args.ni < 4 or args.nj < 4:
+        raise ConfigError(f"--ni and --nj must be >= 4, got {args.ni} and {args.nj}")
+    path = make_synthetic(args.out, ni=args.ni, nj=args.nj, seed=args.seed)
+    print(f"Wrote synthetic CICE history {args.ni}x{args.nj} (seed {args.seed}) to {path}")
+    return 0
+
+
+def _train(args: argparse.Namespace) -> int:
+    from ufsemulator.checkpoint import load_checkpoint
+    from ufsemulator.config import Config, load_config
+    from ufsemulator.training import train
+
+    if args.resume is not None and args.config is None:
+        # Resuming without --config continues the run exactly as it was configured.
+        config = Config.from_dict(load_checkpoint(args.resume)["config"])
+    else:
+        config = load_config(args.config)
+    if args.epochs is not None:
+        if args.epochs < 1:
+            raise ConfigError(f"--epochs must be >= 1, got {args.epochs}")
+        config = config.with_epochs(args.epochs)
+    if args.data is not None and not args.data.is_file():
+        raise DataError(f"data file '{args.data}' does not exist")
+    result = train(config, data_path=args.data, resume=args.resume, run_dir=args.run_dir)
+    return EXIT_PREEMPTED if result.status == "preempted" else 0
+
+
+def _export(args: argparse.Namespace) -> int:
+    from ufsemulator.export import export_checkpoint
+
+    path = export_checkpoint(args.checkpoint, args.out)
+    print(f"Exported {args.checkpoint} to {path} (TorchScript: forward, predict, jac_physical)")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
