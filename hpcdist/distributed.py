@@ -282,6 +282,14 @@ def _from_slurm(env: Mapping[str, str]) -> DistEnv:
     world_var = _first_present(env, ("SLURM_STEP_NUM_TASKS", "SLURM_NTASKS", "SLURM_NPROCS"))
     world = _int(env, world_var, 1)
     _check_below(rank, "SLURM_PROCID", world, world_var)
+    step_var = "SLURM_STEP_ID" if "SLURM_STEP_ID" in env else "SLURM_STEPID"
+    if world > 1 and step_var not in env:
+        # The batch script itself has SLURM_PROCID=0 and the job's task count but no step:
+        # started there, this process would wait for ranks that nothing starts.
+        raise DistEnvError(
+            f"SLURM_PROCID={rank} and {world_var}={world} but no SLURM_STEP_ID: this is the "
+            "batch script, not a task of a job step; start the program with srun (or torchrun)"
+        )
     nodes_var = _first_present(env, ("SLURM_STEP_NODELIST", "SLURM_JOB_NODELIST", "SLURM_NODELIST"))
     hosts = _hosts_cached(env[nodes_var], nodes_var)
     layout_var = _first_present(env, ("SLURM_STEP_TASKS_PER_NODE", "SLURM_TASKS_PER_NODE"))
@@ -306,7 +314,7 @@ def _from_slurm(env: Mapping[str, str]) -> DistEnv:
     if "MASTER_PORT" in env:
         port = _port(env)
     else:
-        step = _int(env, "SLURM_STEP_ID", 0, default=0)
+        step = _int(env, step_var, 0, default=0)
         port = derive_port(_int(env, _first_present(env, ("SLURM_JOB_ID",)), 0), step)
     return DistEnv(
         rank=rank,
@@ -513,7 +521,8 @@ def setup_distributed(
         raise ValueError(f"timeout_s must be > 0, got {timeout_s}")
     if dist.is_initialized():
         raise RuntimeError("a process group is already initialised; call cleanup_distributed()")
-    env = DistEnv.from_environ(os.environ if environ is None else environ)
+    source_env = os.environ if environ is None else environ
+    env = DistEnv.from_environ(source_env)
     gpus = torch.cuda.device_count() if torch.cuda.is_available() else 0
     backend, device_name = select_device(env.local_rank, gpus, backend)
     device = torch.device(device_name)
@@ -523,25 +532,33 @@ def setup_distributed(
         torch.set_num_threads(env.num_threads)
     timeout = timedelta(seconds=timeout_s)
     deadline = time.monotonic() + timeout_s
+    # torchrun's agent already serves a store at MASTER_ADDR:MASTER_PORT; every worker is
+    # then a client, as in torch's own env:// rendezvous.
+    agent_store = source_env.get("TORCHELASTIC_USE_AGENT_STORE") == "True"
+    serves = env.rank == 0 and not agent_store
     try:
-        if env.rank != 0:
+        if not serves:
             _wait_for_master(env.master_addr, env.master_port, deadline)
         store = dist.TCPStore(
             # The server listens on every interface; rank 0's own client takes loopback, so
             # only the other ranks depend on MASTER_ADDR (and fail with it if it is wrong).
-            "127.0.0.1" if env.rank == 0 else env.master_addr,
+            "127.0.0.1" if serves else env.master_addr,
             env.master_port,
             env.world_size,
-            is_master=env.rank == 0,
+            is_master=serves,
             timeout=timedelta(seconds=max(deadline - time.monotonic(), 1.0)),
-            wait_for_workers=True,
+            wait_for_workers=True,  # clients must check in too: rank 0 counts them
         )
         store.set_timeout(timeout)
         if env.master_port == 0:
             env = dataclasses.replace(env, master_port=store.port)
         _export_missing(env)
         dist.init_process_group(
-            backend, store=store, rank=env.rank, world_size=env.world_size, timeout=timeout
+            backend,
+            store=dist.PrefixStore("default_pg", store),  # as torch's env:// does
+            rank=env.rank,
+            world_size=env.world_size,
+            timeout=timeout,
         )
     except Exception as exc:
         cleanup_distributed()

@@ -113,3 +113,21 @@ def test_rng_state_survives_a_checkpoint(tmp_path: Path) -> None:
     assert torch.equal(torch.rand(3), expected[0])
     assert np.array_equal(np.random.rand(3), expected[1])
     assert random.random() == expected[2]
+
+
+def test_file_with_foreign_objects_is_refused(tmp_path: Path) -> None:
+    path = tmp_path / "pickled.pt"
+    torch.save({"model": {}, "model_config": {}, "epoch": 0, "config": {},
+                "evil": Path("/")}, path)  # fmt: skip
+    with pytest.raises(CheckpointError, match="objects other than tensors"):
+        load_checkpoint(path)
+
+
+def test_damaged_member_of_a_complete_zip_is_a_checkpoint_error(tmp_path: Path) -> None:
+    path = save_checkpoint(state(1.0), tmp_path / "flipped.pt")
+    data = bytearray(path.read_bytes())
+    middle = len(data) // 3
+    data[middle : middle + 64] = b"\xff" * 64
+    path.write_bytes(bytes(data))
+    with pytest.raises(CheckpointError, match=r"flipped\.pt"):
+        load_checkpoint(path)

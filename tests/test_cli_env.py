@@ -195,7 +195,8 @@ def test_inside_a_job_prints_this_ranks_contract() -> None:
 
 
 def test_inside_a_job_with_stale_variables_is_a_one_line_error() -> None:
-    code, out = invoke(env={"SLURM_PROCID": "0", "SLURM_NTASKS": "2", "SLURM_JOB_ID": "5"})
+    stale = {"SLURM_PROCID": "0", "SLURM_NTASKS": "2", "SLURM_JOB_ID": "5", "SLURM_STEP_ID": "0"}
+    code, out = invoke(env=stale)
     assert code == 2
     assert "SLURM_STEP_NODELIST" in out
     assert "Traceback" not in out

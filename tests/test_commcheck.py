@@ -101,6 +101,26 @@ def test_commcheck_passes_on_two_local_gloo_ranks() -> None:
     assert "Distributed training initialized" not in rank1.stdout
 
 
+def test_commcheck_passes_under_torchrun() -> None:
+    # torchrun's agent already serves the store on MASTER_PORT: every worker must be a client.
+    env = {k: v for k, v in rank_env(0, 1, "127.0.0.1", 1).items() if k not in _LAUNCHER_VARS}
+    proc = subprocess.run(
+        [
+            *(sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node=2"),
+            *("-m", "hpcdist.commcheck", "--timeout", "60"),
+        ],
+        env=env,
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=180,
+    )
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    (verdict,) = lines_starting(proc.stdout, "PASS")
+    assert verdict.startswith("PASS: world size 2, gloo backend")
+    assert "failed to bind" not in proc.stderr
+
+
 def test_commcheck_unreachable_master_fails_with_diagnosis_within_timeout() -> None:
     # 10.255.255.1 is a non-routed address: nothing there will ever answer.
     timeout_s, port = 8.0, free_port()

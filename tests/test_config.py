@@ -91,3 +91,17 @@ def test_round_trip_through_dict_is_identity() -> None:
 
 def test_signal_name_is_normalised() -> None:
     assert Config.from_dict({"preemption": {"signal": "USR1"}}).preemption.signal == "SIGUSR1"
+
+
+def test_config_choices_match_the_data_and_model_modules() -> None:
+    import typing
+
+    from ufsemulator.config import DataConfig, ModelSection
+    from ufsemulator.data import MASK_MODES, TARGET_NAMES
+    from ufsemulator.model import ACTIVATIONS
+
+    hints = typing.get_type_hints(DataConfig)
+    assert set(typing.get_args(hints["mask"])) == set(MASK_MODES)
+    assert set(typing.get_args(hints["target"])) == set(TARGET_NAMES)
+    activations = typing.get_args(typing.get_type_hints(ModelSection)["activation"])
+    assert set(activations) == set(ACTIVATIONS)

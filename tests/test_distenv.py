@@ -172,6 +172,7 @@ RESOLVES: dict[str, tuple[dict[str, str], Expected]] = {
     "job-variables-only-npros-and-nodelist-fallbacks": (
         {
             "SLURM_JOB_ID": "99",
+            "SLURM_STEPID": "0",  # the older spelling
             "SLURM_PROCID": "1",
             "SLURM_NPROCS": "2",
             "SLURM_NODELIST": "cn[0100-0101]",
@@ -258,9 +259,26 @@ def test_distenv_is_frozen() -> None:
 
 # (environment, words the error must contain)
 REJECTS: dict[str, tuple[dict[str, str], tuple[str, ...]]] = {
+    "batch-script-without-srun": (
+        # What SLURM 22.05 sets in the batch script of --nodes=2 --ntasks-per-node=2
+        {
+            "SLURM_JOB_ID": "9566621",
+            "SLURM_JOB_NODELIST": "node[1-2]",
+            "SLURM_NODELIST": "node[1-2]",
+            "SLURM_LOCALID": "0",
+            "SLURM_NODEID": "0",
+            "SLURM_NPROCS": "4",
+            "SLURM_NTASKS": "4",
+            "SLURM_NTASKS_PER_NODE": "2",
+            "SLURM_PROCID": "0",
+            "SLURM_TASKS_PER_NODE": "2(x2)",
+            "SLURM_CPUS_PER_TASK": "1",
+        },
+        ("SLURM_STEP_ID", "batch script", "srun"),
+    ),
     "stale-procid-alone": ({"SLURM_PROCID": "0"}, ("SLURM_STEP_NUM_TASKS", "SLURM_NTASKS")),
     "procid-without-nodelist": (
-        {"SLURM_PROCID": "0", "SLURM_NTASKS": "2", "SLURM_JOB_ID": "1"},
+        {"SLURM_PROCID": "0", "SLURM_NTASKS": "2", "SLURM_JOB_ID": "1", "SLURM_STEP_ID": "0"},
         ("SLURM_STEP_NODELIST", "SLURM_JOB_NODELIST"),
     ),
     "procid-without-tasks-per-node": (

@@ -119,9 +119,7 @@ def _truncated(path: Path) -> None:
         ),
     ],
 )
-def test_bad_checkpoint_is_a_checkpoint_error(
-    tmp_path: Path, make: Any, message: str
-) -> None:
+def test_bad_checkpoint_is_a_checkpoint_error(tmp_path: Path, make: Any, message: str) -> None:
     path = tmp_path / "ckpt.pt"
     make(path)
     with pytest.raises(CheckpointError, match=message) as info:

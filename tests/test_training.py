@@ -63,6 +63,7 @@ def assert_same_weights(a: torch.nn.Module, b: torch.nn.Module) -> None:
         assert torch.equal(sa[key], sb[key]), key
 
 
+@pytest.mark.filterwarnings("ignore:`torch.jit.load` is deprecated:DeprecationWarning")
 def test_single_process_run_writes_the_run_folder(
     monkeypatch: pytest.MonkeyPatch, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
@@ -279,6 +280,7 @@ def test_fsdp_on_two_gloo_ranks_matches_ddp(
 # ------------------------------------------------------------------------------- CLI
 
 
+@pytest.mark.filterwarnings("ignore:`torch.jit.load` is deprecated:DeprecationWarning")
 def test_cli_trains_and_exports(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     data = tmp_path / "grid.nc"
     assert main(["make-data", "--out", str(data), "--ni", "40", "--nj", "32"]) == 0
@@ -329,3 +331,44 @@ def test_preempted_cli_run_exits_3(monkeypatch: pytest.MonkeyPatch, tmp_path: Pa
     assert (ckpt["epoch"], ckpt["step"], ckpt["step_in_epoch"]) == (1, 2, 0)
     results = json.loads((tmp_path / "training_results.json").read_text())
     assert results["status"] == "preempted" and not (tmp_path / "model.pt").exists()
+
+
+# ------------------------------------------------------------------------ run folder
+
+
+@pytest.mark.parametrize(
+    ("environ", "name"),
+    [
+        ({"SLURM_JOB_ID": "4242", "SUBMITIT_LOCAL_JOB_ID": "77"}, "4242"),
+        ({"SUBMITIT_LOCAL_JOB_ID": "77"}, "77"),
+        ({"SLURM_JOB_ID": " "}, None),
+        ({}, None),
+    ],
+)
+def test_default_run_dir_is_named_for_the_job(environ: dict[str, str], name: str | None) -> None:
+    from ufsemulator.runfiles import default_run_dir
+
+    path = default_run_dir(environ, base=Path("/scratch"))
+    assert path.parent == Path("/scratch/runs")
+    if name is None:
+        assert re.fullmatch(r"\d{8}-\d{6}", path.name)
+    else:
+        assert path.name == name
+
+
+def test_data_dir_follows_hpcdist_data_dir() -> None:
+    from ufsemulator.runfiles import data_dir, synthetic_path
+
+    assert data_dir({"HPCDIST_DATA_DIR": "/data/x"}) == Path("/data/x")
+    assert data_dir({}) == Path.home() / ".cache" / "ufsemulator"
+    assert synthetic_path(8, 6, 1, {"HPCDIST_DATA_DIR": "/d"}) == Path("/d/synthetic_8x6_seed1.nc")
+
+
+def test_progress_bar_only_at_a_terminal(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    run_single(monkeypatch, smoke(epochs=1), run_dir=tmp_path / "a")
+    assert "\r" not in capsys.readouterr().out
+    monkeypatch.setattr(sys.stdout, "isatty", lambda: True)
+    run_single(monkeypatch, smoke(epochs=1), run_dir=tmp_path / "b")
+    assert re.search(r"\rEpoch 1/1 \[#+\] 2/2 loss [\d.]+", capsys.readouterr().out)

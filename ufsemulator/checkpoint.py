@@ -11,8 +11,10 @@ from __future__ import annotations
 
 import contextlib
 import os
+import pickle
 import random
 import tempfile
+import zipfile
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
@@ -66,13 +68,28 @@ def load_checkpoint(path: str | Path) -> dict[str, Any]:
     path = Path(path)
     if not path.is_file():
         raise CheckpointError(f"checkpoint '{path}' does not exist")
+    if not zipfile.is_zipfile(path):  # also what a truncated file looks like
+        raise CheckpointError(
+            f"checkpoint '{path}' is truncated or not a checkpoint (no complete torch zip file)"
+        )
+    try:
+        # torch does not check the CRCs it writes: a flipped byte would load as a weight.
+        with zipfile.ZipFile(path) as archive:
+            bad_member = archive.testzip()
+    except (OSError, zipfile.BadZipFile) as exc:
+        raise CheckpointError(f"checkpoint '{path}' is damaged ({exc})") from exc
+    if bad_member is not None:
+        raise CheckpointError(f"checkpoint '{path}' is damaged (CRC mismatch in {bad_member})")
     try:
         state = torch.load(path, map_location="cpu", weights_only=True)
-    except Exception as exc:  # torch raises RuntimeError, UnpicklingError, EOFError, ...
-        reason = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+    except pickle.UnpicklingError as exc:
         raise CheckpointError(
-            f"checkpoint '{path}' is truncated or not a checkpoint ({reason})"
+            f"checkpoint '{path}' holds objects other than tensors and plain values; "
+            "not written by ufsemulator?"
         ) from exc
+    except Exception as exc:  # torch raises RuntimeError, EOFError, ...
+        reason = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+        raise CheckpointError(f"checkpoint '{path}' is damaged ({reason})") from exc
     if not isinstance(state, dict):
         raise CheckpointError(f"checkpoint '{path}' holds {type(state).__name__}, not a dict")
     missing = [key for key in REQUIRED_KEYS if key not in state]

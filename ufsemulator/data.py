@@ -13,7 +13,8 @@ has a mask, and drop points where an input or the target is not finite):
   as many as there are ice points. The model sees the ice edge from both sides without
   the open ocean (three quarters of a global grid) swamping the loss.
 
-Thinning (``thin=k``) then keeps every k-th selected point in grid order.
+Thinning (``thin=k``) then keeps every k-th selected point in grid order. ``aice`` is
+read whatever the target, since every mask mode needs it.
 
 With ``cache_dir`` set, the selected arrays are kept in an ``.npz`` named by a hash of
 the source file (resolved path, size, mtime) and the options, so a rerun skips netCDF.
@@ -21,10 +22,11 @@ the source file (resolved path, size, mtime) and the options, so a rerun skips n
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import json
 import os
-import tempfile
+import uuid
 import zipfile
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -148,7 +150,7 @@ def load_dataset(path: str | Path, options: DataOptions | None = None) -> Datase
         cache_file = _cache_path(source, stat, options)
         cached = _load_cache(cache_file)
         if cached is not None:
-            return cached
+            return dataclasses.replace(cached, source=str(source))
     dataset = _read(source, options)
     if cache_file is not None:
         _save_cache(cache_file, dataset)
@@ -264,8 +266,7 @@ def _coordinate(nc: Any, path: Path, name: str, shape: Sequence[int]) -> FloatAr
         axis = 0 if name == "lat" else 1
         if values.size != shape[axis]:
             raise DataError(
-                f"coordinate '{found}' in '{path}' has {values.size} values, "
-                f"expected {shape[axis]}"
+                f"coordinate '{found}' in '{path}' has {values.size} values, expected {shape[axis]}"
             )
         values = np.broadcast_to(
             values[:, None] if axis == 0 else values[None, :], tuple(shape)
@@ -314,9 +315,9 @@ def _save_cache(path: Path, dataset: Dataset) -> None:
         "source": dataset.source,
     }
     path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp_name = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    tmp_name = path.with_name(f".{path.name}.{os.getpid()}.{uuid.uuid4().hex[:8]}.tmp")
     try:
-        with os.fdopen(fd, "wb") as out:
+        with open(tmp_name, "xb") as out:
             np.savez(
                 out, meta=np.array(json.dumps(meta)), inputs=dataset.inputs,
                 targets=dataset.targets, lat=dataset.lat, lon=dataset.lon, index=dataset.index,

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import copy
 import os
-import tempfile
+import uuid
 import warnings
 from collections.abc import Mapping
 from pathlib import Path
@@ -34,12 +34,11 @@ def export_model(model: EmulatorMLP, out: str | Path) -> Path:
         warnings.simplefilter("ignore", DeprecationWarning)
         scripted = torch.jit.script(model)
     out.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp_name = tempfile.mkstemp(prefix=f".{out.name}.", suffix=".tmp", dir=out.parent)
-    os.close(fd)
+    tmp_name = out.with_name(f".{out.name}.{os.getpid()}.{uuid.uuid4().hex[:8]}.tmp")
     try:
         with warnings.catch_warnings():
             warnings.simplefilter("ignore", DeprecationWarning)
-            torch.jit.save(scripted, tmp_name)
+            torch.jit.save(scripted, str(tmp_name))
         os.replace(tmp_name, out)
     except BaseException:
         Path(tmp_name).unlink(missing_ok=True)

@@ -231,13 +231,15 @@ class Loop:
             train_loss = self.history["train_loss"][-1]
             print(f"Epoch {self.epoch}/{cfg.epochs} - Train: {train_loss:.5g}, "
                   f"Val: {val_loss:.5g}", flush=True)  # fmt: skip
-        if stop:
+        if early:  # finished: a stop request that came with it needs no resume
+            if self.ctx.is_main:
+                print(f"Early stopping: no improvement for {self.bad_epochs} epochs (best "
+                      f"{self.best_val:.5g} at epoch {self.best_epoch})", flush=True)  # fmt: skip
+            return "early_stopped"
+        if stop and self.epoch < cfg.epochs:
             self._log_preempted()
             return "preempted"
-        if early and self.ctx.is_main:
-            print(f"Early stopping: no improvement for {self.bad_epochs} epochs "
-                  f"(best {self.best_val:.5g} at epoch {self.best_epoch})", flush=True)  # fmt: skip
-        return "early_stopped" if early else None
+        return None
 
     @torch.no_grad()
     def _validate(self) -> tuple[float, float]:

@@ -175,9 +175,7 @@ class EmulatorMLP(nn.Module):
         return self.denormalize_outputs(self.forward(self.normalize_inputs(x_phys)))
 
     @torch.jit.export
-    def jac_physical(
-        self, inputs: torch.Tensor, mask: torch.Tensor | None = None
-    ) -> torch.Tensor:
+    def jac_physical(self, inputs: torch.Tensor, mask: torch.Tensor | None = None) -> torch.Tensor:
         """d(physical output)/d(physical input), ``[N, n_out, n_in]``.
 
         Rows where ``mask`` is False/0, or an input is not finite, are zero; any

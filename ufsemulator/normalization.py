@@ -75,9 +75,7 @@ def stats_from_shard(
     squares = np.concatenate([((x - x_mean) ** 2).sum(0), ((y - y_mean) ** 2).sum(0)])
     std = np.sqrt(_reduced(reduce, squares) / count)
     std = np.where(std <= MIN_STD, 1.0, std)
-    return Stats(
-        input_mean=x_mean, input_std=std[:n_in], output_mean=y_mean, output_std=std[n_in:]
-    )
+    return Stats(input_mean=x_mean, input_std=std[:n_in], output_mean=y_mean, output_std=std[n_in:])
 
 
 def torch_all_reduce(device: torch.device | str = "cpu") -> AllReduce:

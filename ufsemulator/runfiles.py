@@ -6,7 +6,8 @@
                   loss_curves.png
                   training_results.json
 
-Only rank 0 writes here; the helpers do not check that, their callers do.
+Only rank 0 writes here: the helpers that take a DistContext see to it; the others
+leave it to their callers.
 """
 
 from __future__ import annotations
@@ -19,7 +20,13 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+import torch.distributed as dist
+
+from hpcdist.distributed import DistContext
 from hpcdist.fileutil import write_atomic
+from ufsemulator.config import Config
+from ufsemulator.errors import DataError
+from ufsemulator.synthetic import make_synthetic
 
 # In order of preference: one folder per job, shared by all ranks and by a requeued job.
 _JOB_ID_VARS = ("SLURM_JOB_ID", "SUBMITIT_LOCAL_JOB_ID")
@@ -43,6 +50,50 @@ def default_run_dir(environ: Mapping[str, str] | None = None, base: Path | None 
     if name is None:
         name = time.strftime("%Y%m%d-%H%M%S")
     return (base if base is not None else Path.cwd()) / "runs" / name
+
+
+def resolve_run_dir(
+    ctx: DistContext, config: Config, given: str | Path | None, resume: str | Path | None
+) -> Path:
+    """Explicit argument > config > the resumed checkpoint's folder > runs/<job id>.
+
+    Decided on rank 0 and broadcast: a timestamp may differ between ranks."""
+    chosen: list[object] = [None]
+    if ctx.is_main:
+        if given is not None:
+            path = Path(given)
+        elif config.output.run_dir is not None:
+            path = Path(config.output.run_dir)
+        elif resume is not None:
+            path = Path(resume).resolve().parent
+        else:
+            path = default_run_dir()
+        path.mkdir(parents=True, exist_ok=True)
+        chosen = [str(path)]
+    dist.broadcast_object_list(chosen, src=0)
+    return Path(str(chosen[0]))
+
+
+def ensure_data(ctx: DistContext, config: Config, data_path: str | Path | None) -> Path:
+    """The data file; without one, the synthetic file, generated on first use."""
+    given = data_path if data_path is not None else config.data.path
+    if given is not None:
+        path = Path(given).expanduser()
+        if not path.is_file():
+            raise DataError(f"data file '{path}' does not exist")
+        return path
+    syn = config.data.synthetic
+    path = synthetic_path(syn.ni, syn.nj, syn.seed)
+    # Rank 0 writes; then the first rank of each node checks again, for nodes that do not
+    # share the cache directory. make_synthetic writes atomically, so racing writers on a
+    # shared file system each leave a complete, identical file.
+    for writer in (ctx.is_main, ctx.env.local_rank == 0):
+        if writer and not path.is_file():
+            print(f"[Rank {ctx.env.rank}] Generating synthetic data {syn.ni}x{syn.nj} "
+                  f"(seed {syn.seed}) at {path}", flush=True)  # fmt: skip
+            make_synthetic(path, ni=syn.ni, nj=syn.nj, seed=syn.seed)
+        dist.barrier()
+    return path
 
 
 def write_results(path: Path, results: Mapping[str, Any]) -> None:

@@ -21,7 +21,7 @@ open central Arctic. Land points hold ``_FillValue``.
 from __future__ import annotations
 
 import os
-import tempfile
+import uuid
 from pathlib import Path
 
 import netCDF4
@@ -68,8 +68,10 @@ def daily_insolation(lat_deg: FloatArray, decl_deg: float) -> FloatArray:
     delta = np.deg2rad(decl_deg)
     # Hour angle of sunset; 0 where the sun never rises, pi where it never sets.
     h0 = np.arccos(np.clip(-np.tan(phi) * np.tan(delta), -1.0, 1.0))
-    q = SOLAR_CONSTANT / np.pi * (
-        h0 * np.sin(phi) * np.sin(delta) + np.cos(phi) * np.cos(delta) * np.sin(h0)
+    q = (
+        SOLAR_CONSTANT
+        / np.pi
+        * (h0 * np.sin(phi) * np.sin(delta) + np.cos(phi) * np.cos(delta) * np.sin(h0))
     )
     return np.where(h0 > 0.0, np.maximum(q, 0.0), 0.0)
 
@@ -81,9 +83,8 @@ def make_synthetic(path: str | Path, ni: int = 384, nj: int = 320, seed: int = 0
     out = Path(path)
     fields, lat, lon, ocean = synthetic_fields(ni, nj, seed)
     out.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp_name = tempfile.mkstemp(prefix=f".{out.name}.", suffix=".tmp", dir=out.parent)
-    os.close(fd)
-    tmp = Path(tmp_name)
+    # A unique sibling, not mkstemp: the file gets the umask's permissions (shared data).
+    tmp = out.with_name(f".{out.name}.{os.getpid()}.{uuid.uuid4().hex[:8]}.tmp")
     try:
         _write(tmp, fields, lat, lon, ocean, seed)
         os.replace(tmp, out)

@@ -20,14 +20,13 @@ from pathlib import Path
 from typing import Any
 
 import torch
-import torch.distributed as dist
 from torch import nn
 
 from hpcdist.distributed import DistContext, cleanup_distributed, setup_distributed
 from ufsemulator import runfiles
 from ufsemulator.checkpoint import load_checkpoint, restore_rng
 from ufsemulator.config import Config
-from ufsemulator.data import DataOptions, load_dataset, make_synthetic
+from ufsemulator.data import DataOptions, load_dataset
 from ufsemulator.errors import CheckpointError, DataError
 from ufsemulator.export import export_checkpoint
 from ufsemulator.loop import Loop, Shards, Status, StopFlag, full_model
@@ -78,8 +77,8 @@ def train(
     # train() in this process must not mistake them for a launcher's (stale port).
     saved_env = {var: os.environ.get(var) for var in _EXPORTED_VARS}
     try:
-        ctx = setup_distributed()
         with _stop_on_signal(config.preemption.signal, flag):
+            ctx = setup_distributed()
             return _train(ctx, config, data_path, checkpoint, resume, run_dir, flag,
                           step_callback, started)  # fmt: skip
     finally:
@@ -103,8 +102,8 @@ def _train(
     started: float,
 ) -> TrainResult:
     env = ctx.env
-    run_dir = _resolve_run_dir(ctx, config, run_dir_arg, resume)
-    path = _ensure_data(ctx, config, data_path)
+    run_dir = runfiles.resolve_run_dir(ctx, config, run_dir_arg, resume)
+    path = runfiles.ensure_data(ctx, config, data_path)
     options = DataOptions(mask=config.data.mask, thin=config.data.thin,
                           target=config.data.target, cache_dir=runfiles.data_dir())  # fmt: skip
     dataset = load_dataset(path, options)
@@ -168,50 +167,6 @@ def _stop_on_signal(name: str, flag: StopFlag) -> Iterator[None]:
         yield
     finally:
         signal.signal(signum, previous)
-
-
-def _resolve_run_dir(
-    ctx: DistContext, config: Config, given: str | Path | None, resume: str | Path | None
-) -> Path:
-    """Explicit argument > config > the resumed checkpoint's folder > runs/<job id>.
-
-    Decided on rank 0 and broadcast: a timestamp may differ between ranks."""
-    chosen: list[object] = [None]
-    if ctx.is_main:
-        if given is not None:
-            path = Path(given)
-        elif config.output.run_dir is not None:
-            path = Path(config.output.run_dir)
-        elif resume is not None:
-            path = Path(resume).resolve().parent
-        else:
-            path = runfiles.default_run_dir()
-        path.mkdir(parents=True, exist_ok=True)
-        chosen = [str(path)]
-    dist.broadcast_object_list(chosen, src=0)
-    return Path(str(chosen[0]))
-
-
-def _ensure_data(ctx: DistContext, config: Config, data_path: str | Path | None) -> Path:
-    """The data file; without one, the synthetic file, generated on first use."""
-    given = data_path if data_path is not None else config.data.path
-    if given is not None:
-        path = Path(given).expanduser()
-        if not path.is_file():
-            raise DataError(f"data file '{path}' does not exist")
-        return path
-    syn = config.data.synthetic
-    path = runfiles.synthetic_path(syn.ni, syn.nj, syn.seed)
-    # Rank 0 writes; then the first rank of each node checks again, for nodes that do not
-    # share the cache directory. make_synthetic writes atomically, so racing writers on a
-    # shared file system each leave a complete, identical file.
-    for writer in (ctx.is_main, ctx.env.local_rank == 0):
-        if writer and not path.is_file():
-            print(f"[Rank {ctx.env.rank}] Generating synthetic data {syn.ni}x{syn.nj} "
-                  f"(seed {syn.seed}) at {path}", flush=True)  # fmt: skip
-            make_synthetic(path, ni=syn.ni, nj=syn.nj, seed=syn.seed)
-        dist.barrier()
-    return path
 
 
 def _split(
