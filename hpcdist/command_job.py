@@ -18,9 +18,8 @@ from typing import Any
 
 from submitit.helpers import Checkpointable, DelayedSubmission
 
-# The training exits with this code after checkpointing on the warning signal (render.py
-# gives the plain sbatch scripts the same number).
-REQUEUE_EXIT_CODE = 85
+from hpcdist.exitcodes import REQUEUE_EXIT_CODE
+
 # How long the warning-signal handler waits for the child to write its checkpoint.
 CHECKPOINT_GRACE_S = 60.0
 

@@ -7,10 +7,9 @@ from pathlib import Path
 
 import jinja2
 
+from hpcdist.exitcodes import REQUEUE_EXIT_CODE
 from hpcdist.spec import JobSpec
 
-# Exit code with which the training says "checkpointed on the warning signal, requeue me".
-REQUEUE_EXIT_CODE = 85
 VERSION = "0.1.0"
 
 

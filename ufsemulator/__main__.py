@@ -1,8 +1,9 @@
 """``python -m ufsemulator make-data | train | export``.
 
 User mistakes (a bad config, a missing or broken file) end with one line on stderr and
-exit code 2; a training stopped by the preemption signal exits with 3 after its
-checkpoint is written, so a job script can requeue it.
+exit code 2; a training stopped by the preemption signal exits with 85
+(hpcdist.exitcodes.REQUEUE_EXIT_CODE) after its checkpoint is written, so a job script
+can requeue it.
 """
 
 from __future__ import annotations
@@ -12,11 +13,12 @@ import sys
 from pathlib import Path
 
 from hpcdist.distributed import DistEnvError, DistributedInitError
+from hpcdist.exitcodes import REQUEUE_EXIT_CODE
 from ufsemulator.config import ConfigError
 from ufsemulator.errors import CheckpointError, DataError
 
 EXIT_USAGE = 2
-EXIT_PREEMPTED = 3
+EXIT_PREEMPTED = REQUEUE_EXIT_CODE
 
 
 def _parser() -> argparse.ArgumentParser:

@@ -103,6 +103,14 @@ def _train(
 ) -> TrainResult:
     env = ctx.env
     run_dir = runfiles.resolve_run_dir(ctx, config, run_dir_arg, resume)
+    if checkpoint is None and (run_dir / "checkpoint.pt").is_file():
+        # A requeued job (same job id, same run folder) picks up where it was stopped.
+        resume = run_dir / "checkpoint.pt"
+        checkpoint = load_checkpoint(resume)
+        if ctx.is_main:
+            restarts = os.environ.get("SLURM_RESTART_COUNT", "0")
+            print(f"Resuming from {resume} (epoch {checkpoint['epoch']}, "
+                  f"restart {restarts})", flush=True)
     path = runfiles.ensure_data(ctx, config, data_path)
     options = DataOptions(mask=config.data.mask, thin=config.data.thin,
                           target=config.data.target, cache_dir=runfiles.data_dir())  # fmt: skip
