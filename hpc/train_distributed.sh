@@ -11,6 +11,8 @@
 #SBATCH --partition="debug"
 #SBATCH --signal="USR2@90"
 #SBATCH --requeue
+# A requeued job keeps writing to the same log instead of truncating it.
+#SBATCH --open-mode=append
 
 set -euo pipefail
 

@@ -13,6 +13,8 @@
 #SBATCH --gpus-per-node=4
 #SBATCH --signal="USR2@90"
 #SBATCH --requeue
+# A requeued job keeps writing to the same log instead of truncating it.
+#SBATCH --open-mode=append
 
 set -euo pipefail
 

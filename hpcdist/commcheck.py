@@ -19,7 +19,6 @@ from contextlib import contextmanager
 from hpcdist.distributed import (
     DistContext,
     DistEnv,
-    DistEnvError,
     DistributedInitError,
     cleanup_distributed,
     setup_distributed,
@@ -29,8 +28,10 @@ _HINT = (
     "is every rank running and the master reachable? on nodes with several networks "
     "set GLOO_SOCKET_IFNAME (gloo) or NCCL_SOCKET_IFNAME (nccl)"
 )
-# init has its own timeout and a better message; the watchdog only catches what hangs past it
+# init and gloo collectives have their own timeouts and better messages; the watchdog only
+# catches what hangs past them (a stuck NCCL kernel, a TCPStore retry that overshoots)
 _INIT_GRACE_S = 15.0
+_STEP_GRACE_S = 5.0
 EXIT_FAIL = 1
 
 
@@ -75,6 +76,10 @@ class _Watchdog:
                 os._exit(EXIT_FAIL)  # the hung call holds the main thread; nothing else ends it
 
 
+class _CheckFailed(RuntimeError):
+    """A collective completed but delivered the wrong value."""
+
+
 def _check(ctx: DistContext, timeout_s: float, watchdog: _Watchdog) -> dict[str, float]:
     import torch
     import torch.distributed as dist
@@ -86,7 +91,7 @@ def _check(ctx: DistContext, timeout_s: float, watchdog: _Watchdog) -> dict[str,
     n, rank = ctx.env.world_size, ctx.env.rank
     timings: dict[str, float] = {}
 
-    with watchdog.step("all_reduce", timeout_s):
+    with watchdog.step("all_reduce", timeout_s + _STEP_GRACE_S):
         value = torch.tensor([rank + 1], dtype=torch.int64, device=ctx.device)
         start = time.perf_counter()
         dist.all_reduce(value)
@@ -95,7 +100,7 @@ def _check(ctx: DistContext, timeout_s: float, watchdog: _Watchdog) -> dict[str,
     if int(value.item()) != n * (n + 1) // 2:
         raise _CheckFailed(f"all_reduce returned {int(value.item())}, expected {n * (n + 1) // 2}")
 
-    with watchdog.step("broadcast", timeout_s):
+    with watchdog.step("broadcast", timeout_s + _STEP_GRACE_S):
         value = torch.tensor([42 if rank == 0 else -1], dtype=torch.int64, device=ctx.device)
         start = time.perf_counter()
         dist.broadcast(value, src=0)
@@ -104,16 +109,12 @@ def _check(ctx: DistContext, timeout_s: float, watchdog: _Watchdog) -> dict[str,
     if int(value.item()) != 42:
         raise _CheckFailed(f"broadcast from rank 0 delivered {int(value.item())}, expected 42")
 
-    with watchdog.step("barrier", timeout_s):
+    with watchdog.step("barrier", timeout_s + _STEP_GRACE_S):
         start = time.perf_counter()
         dist.barrier()
         synced()
         timings["barrier"] = time.perf_counter() - start
     return timings
-
-
-class _CheckFailed(RuntimeError):
-    pass
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -136,7 +137,7 @@ def main(argv: list[str] | None = None) -> int:
     os.environ.setdefault("TORCH_CPP_LOG_LEVEL", "ERROR")
     try:
         env = DistEnv.from_environ(os.environ)
-    except DistEnvError as exc:
+    except ValueError as exc:  # DistEnvError, NodeListError: stale or malformed variables
         print(f"FAIL: environment: {exc}", flush=True)
         return EXIT_FAIL
     where = f"rank {env.rank}/{env.world_size} on {env.hostname}, master "

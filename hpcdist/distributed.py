@@ -172,11 +172,14 @@ def _expand_ranges(inner: str, nodelist: str, what: str) -> list[str]:
             raise NodeListError(
                 f"range {item!r} in {what} {nodelist!r} has more than {_MAX_RANGE} hosts"
             )
-        if lo_s[0] == "0" and len(lo_s) > 1:
-            # SLURM pads every number of a range to the width of its start
-            values.extend([str(n).zfill(len(lo_s)) for n in range(lo, hi + 1)])
-        else:
+        width = len(lo_s)  # SLURM pads every number of a range to the width of its start
+        if width == 1 or lo_s[0] != "0":
             values.extend(map(str, range(lo, hi + 1)))
+        elif hi - lo < 8:  # short ranges dominate fragmented lists; skip the comprehension
+            for n in range(lo, hi + 1):
+                values.append(str(n).zfill(width))
+        else:
+            values.extend([str(n).zfill(width) for n in range(lo, hi + 1)])
     return values
 
 

@@ -1,9 +1,11 @@
 from __future__ import annotations
 
 import random
+import signal
 import subprocess
 import sys
 import textwrap
+import time
 from pathlib import Path
 
 import numpy as np
@@ -131,3 +133,39 @@ def test_damaged_member_of_a_complete_zip_is_a_checkpoint_error(tmp_path: Path) 
     path.write_bytes(bytes(data))
     with pytest.raises(CheckpointError, match=r"flipped\.pt"):
         load_checkpoint(path)
+
+
+def test_sigkill_at_random_moments_of_writing_never_tears_the_checkpoint(
+    tmp_path: Path,
+) -> None:
+    """A real kill -9 while a writer rewrites an 8 MB checkpoint in a loop."""
+    path = tmp_path / "checkpoint.pt"
+    script = textwrap.dedent(
+        f"""
+        import sys, torch
+        from ufsemulator.checkpoint import save_checkpoint
+        weights = torch.arange(2_000_000, dtype=torch.float32)
+        epoch = 0
+        while True:
+            epoch += 1
+            save_checkpoint({{"model": {{"w": weights + epoch}}, "model_config": {{}},
+                             "epoch": epoch, "config": {{}}}}, {str(path)!r})
+            print(epoch, flush=True)
+        """
+    )
+    rng = random.Random(7)
+    last = 0
+    for _ in range(5):
+        proc = subprocess.Popen([sys.executable, "-c", script], cwd=REPO,
+                                stdout=subprocess.PIPE, text=True)
+        assert proc.stdout is not None
+        proc.stdout.readline()  # at least one checkpoint is complete
+        time.sleep(rng.uniform(0.0, 0.4))
+        proc.send_signal(signal.SIGKILL)
+        proc.wait()
+        loaded = load_checkpoint(path)
+        epoch = loaded["epoch"]
+        assert epoch >= 1
+        assert torch.equal(loaded["model"]["w"][:3], torch.tensor([0.0, 1.0, 2.0]) + epoch)
+        last = epoch
+    assert last >= 1

@@ -11,11 +11,13 @@ import socket
 import subprocess
 import sys
 import time
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
 
 from hpcdist import commcheck
+from hpcdist.distributed import cleanup_distributed
 
 REPO = Path(__file__).resolve().parents[1]
 _LAUNCHER_VARS = (
@@ -165,3 +167,77 @@ def test_commcheck_rejects_a_non_positive_timeout(value: str) -> None:
     with pytest.raises(SystemExit) as info:
         commcheck.main(["--timeout", value])
     assert info.value.code == 2
+
+
+# ------------------------------------------------------------------ in process, 1 rank
+
+_EXPORTED = (*_LAUNCHER_VARS, "TORCH_CPP_LOG_LEVEL")
+
+
+@pytest.fixture
+def single_process(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
+    """No launcher variables, and whatever commcheck exports is undone afterwards."""
+    import torch
+
+    for name in list(os.environ):
+        if name.startswith(("SLURM_", "SUBMITIT_")):
+            monkeypatch.delenv(name)
+    for name in _EXPORTED:
+        monkeypatch.setenv(name, "unset")
+        monkeypatch.delenv(name)
+    monkeypatch.setenv("OMP_NUM_THREADS", str(torch.get_num_threads()))
+    yield
+    cleanup_distributed()
+
+
+def test_commcheck_single_process_passes(
+    single_process: None, capsys: pytest.CaptureFixture[str]
+) -> None:
+    assert commcheck.main(["--timeout", "30"]) == 0
+    (verdict,) = lines_starting(capsys.readouterr().out, "PASS")
+    assert verdict.startswith("PASS: world size 1, gloo backend, master 127.0.0.1:")
+
+
+@pytest.mark.parametrize(
+    ("collective", "wrong", "words"),
+    [
+        ("all_reduce", lambda t, *a, **k: t.mul_(3), "all_reduce returned 3, expected 1"),
+        ("broadcast", lambda t, *a, **k: t.fill_(7), "broadcast from rank 0 delivered 7"),
+    ],
+)
+def test_commcheck_reports_a_wrong_result(
+    single_process: None,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+    collective: str,
+    wrong: Callable[..., object],
+    words: str,
+) -> None:
+    import torch.distributed as dist
+
+    monkeypatch.setattr(dist, collective, wrong)
+    assert commcheck.main(["--timeout", "30"]) == 1
+    out = capsys.readouterr().out
+    (failure,) = lines_starting(out, "FAIL")
+    assert words in failure and "master 127.0.0.1:" in failure
+    assert lines_starting(out, "PASS") == []
+
+
+def test_commcheck_watchdog_ends_a_hung_step_with_a_verdict() -> None:
+    code = (
+        "import time\n"
+        "from hpcdist.commcheck import _Watchdog\n"
+        "dog = _Watchdog(lambda: 'rank 1/2, master node1:23456')\n"
+        "with dog.step('all_reduce', 0.5):\n"
+        "    time.sleep(30)\n"
+    )
+    start = time.monotonic()
+    proc = subprocess.run(
+        [sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True, timeout=60
+    )
+    assert time.monotonic() - start < 10
+    assert proc.returncode == 1
+    assert proc.stdout.startswith(
+        "FAIL: all_reduce did not finish within 0.5 s (rank 1/2, master node1:23456)"
+    )
+    assert "GLOO_SOCKET_IFNAME" in proc.stdout

@@ -77,7 +77,8 @@ def train(
     # train() in this process must not mistake them for a launcher's (stale port).
     saved_env = {var: os.environ.get(var) for var in _EXPORTED_VARS}
     try:
-        with _stop_on_signal(config.preemption.signal, flag):
+        # SIGTERM too: scancel and `scontrol requeue` send it, KillWait seconds before SIGKILL.
+        with _stop_on_signal((config.preemption.signal, "SIGTERM"), flag):
             ctx = setup_distributed()
             return _train(ctx, config, data_path, checkpoint, resume, run_dir, flag,
                           step_callback, started)  # fmt: skip
@@ -160,21 +161,22 @@ def _train(
 
 
 @contextlib.contextmanager
-def _stop_on_signal(name: str, flag: StopFlag) -> Iterator[None]:
-    """Let ``name`` (e.g. SIGUSR2, the scheduler's warning) set ``flag`` while training."""
+def _stop_on_signal(names: tuple[str, ...], flag: StopFlag) -> Iterator[None]:
+    """Let ``names`` (e.g. SIGUSR2, the scheduler's warning) set ``flag`` while training."""
     if threading.current_thread() is not threading.main_thread():
         yield  # only the main thread may install handlers
         return
-    signum = signal.Signals[name]
 
     def handler(received: int, frame: object) -> None:
         flag.set()  # nothing else: the loop checkpoints at the next agreed step boundary
 
-    previous = signal.signal(signum, handler)
+    previous = {signum: signal.signal(signum, handler)
+                for signum in {signal.Signals[name] for name in names}}
     try:
         yield
     finally:
-        signal.signal(signum, previous)
+        for signum, old in previous.items():
+            signal.signal(signum, old)
 
 
 def _split(

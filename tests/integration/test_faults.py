@@ -1,0 +1,194 @@
+"""Faults on the real testbed: time limits, requeue, scancel, a dead rank, two jobs at once.
+
+The trainings here are the real `python3 -m ufsemulator train` in scripts rendered by
+hpcdist, submitted with plain sbatch; their run folders are runs/<job id> under tmp_path.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import signal
+import time
+from pathlib import Path
+
+import torch
+
+from hpcdist.options import spec_from_options
+from hpcdist.render import render
+from tests.integration.conftest import SlurmCluster, run_slurm, sbatch
+from ufsemulator.checkpoint import load_checkpoint
+
+# Small model, ocean mask (~30k training points per rank at 2 ranks): ~0.35 s per epoch
+# on one core per rank; checkpoints every 10 epochs, stop checks every 5 steps.
+CONFIG = """\
+data: {{mask: ocean}}
+training: {{epochs: {epochs}, lr: 1.0e-3, early_stopping_patience: 0, checkpoint_every: 10}}
+preemption: {{check_every_steps: 5, max_restarts: 8}}
+"""
+
+
+def _training_job(tmp_path: Path, name: str, epochs: int, **flags: object) -> Path:
+    config = tmp_path / f"{name}.yaml"
+    config.write_text(CONFIG.format(epochs=epochs))
+    spec = spec_from_options({
+        "profile": "local", "mode": "gloo", "nodes": 2, "cpus_per_task": 1,
+        "job_name": name, "time": "20:00",
+        "command": f"python3 -m ufsemulator train --config {config}",
+        **flags,
+    })
+    script = tmp_path / f"{name}.sh"
+    script.write_text(render(spec))
+    return script
+
+
+def _log(tmp_path: Path, name: str, job_id: int) -> str:
+    path = tmp_path / f"{name}-{job_id}.out"
+    return path.read_text(errors="replace") if path.exists() else ""
+
+
+def _squeue(job_id: int) -> tuple[str, str]:
+    proc = run_slurm("squeue", "-h", "-j", str(job_id), "-o", "%T|%r", check=False)
+    state, _, reason = proc.stdout.strip().partition("|")
+    return state, reason
+
+
+def _follow(job_id: int, timeout: float, release: bool = True) -> str:
+    """Wait for a final state, releasing the requeue hold (BeginTime ~120 s) as we go."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        state, reason = _squeue(job_id)
+        if not state:
+            break  # left the queue: ask sacct
+        if release and state == "PENDING" and "BeginTime" in reason:
+            run_slurm("scontrol", "update", f"JobId={job_id}", "StartTime=now", check=False)
+        time.sleep(1)
+    proc = run_slurm("sacct", "-X", "-n", "-P", "-j", str(job_id), "-o", "State", check=False)
+    for _ in range(20):
+        if proc.stdout.strip():
+            break
+        time.sleep(0.5)
+        proc = run_slurm("sacct", "-X", "-n", "-P", "-j", str(job_id), "-o", "State",
+                         check=False)
+    return proc.stdout.strip().splitlines()[-1].split()[0] if proc.stdout.strip() else "?"
+
+
+def _wait_for(predicate: object, timeout: float, what: str) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if callable(predicate) and predicate():
+            return
+        time.sleep(0.5)
+    raise AssertionError(f"timed out after {timeout:.0f} s waiting for {what}")
+
+
+def _weights(run_dir: Path) -> dict[str, torch.Tensor]:
+    checkpoint = load_checkpoint(run_dir / "checkpoint.pt")
+    return dict(checkpoint["model"])
+
+
+def test_time_limit_interrupts_twice_and_ends_with_the_uninterrupted_weights(
+    slurm_cluster: SlurmCluster, tmp_path: Path
+) -> None:
+    epochs = 350  # ~125 s of training: at least three 1-minute allocations
+    reference = sbatch(_training_job(tmp_path, "reference", epochs), cwd=tmp_path,
+                       timeout=900)
+    assert reference.returncode == 0, _log(tmp_path, "reference", reference.job_id)
+
+    # --time=1 with the warning 30 s before the limit: SLURM signals between 30 and 60 s in.
+    script = _training_job(tmp_path, "limited", epochs, time="1", signal="USR2@30",
+                           max_restarts=8)
+    job = sbatch(script, cwd=tmp_path, wait=False)
+    state = _follow(job.job_id, timeout=900)
+    log = _log(tmp_path, "limited", job.job_id)
+    assert state == "COMPLETED", log
+    restarts = {int(n) for n in re.findall(r"restart (\d+)", log)}
+    assert max(restarts) >= 2, f"interrupted only {max(restarts)} times:\n{log}"
+    assert log.count("checkpoint written, requeueing") >= 2
+    final = _weights(tmp_path / "runs" / str(job.job_id))
+    expected = _weights(tmp_path / "runs" / str(reference.job_id))
+    assert final.keys() == expected.keys()
+    for key in expected:
+        assert torch.equal(final[key], expected[key]), f"{key} differs after the restarts"
+
+
+def test_scontrol_requeue_resumes_and_scancel_leaves_the_checkpoint_intact(
+    slurm_cluster: SlurmCluster, tmp_path: Path
+) -> None:
+    job = sbatch(_training_job(tmp_path, "requeued", epochs=2000), cwd=tmp_path, wait=False)
+    checkpoint = tmp_path / "runs" / str(job.job_id) / "checkpoint.pt"
+    _wait_for(checkpoint.exists, 180, "the first checkpoint")
+    time.sleep(3)
+    run_slurm("scontrol", "requeue", str(job.job_id))
+
+    def resumed() -> bool:
+        state, reason = _squeue(job.job_id)
+        if state == "PENDING" and "BeginTime" in reason:
+            run_slurm("scontrol", "update", f"JobId={job.job_id}", "StartTime=now",
+                      check=False)
+        return "Resuming from" in _log(tmp_path, "requeued", job.job_id)
+
+    _wait_for(resumed, 240, "the requeued job to resume from its checkpoint")
+    log = _log(tmp_path, "requeued", job.job_id)
+    resumed_epoch = int(re.findall(r"Resuming from \S+ \(epoch (\d+), restart 1\)", log)[-1])
+    assert resumed_epoch >= 1
+    _wait_for(lambda: f"Epoch {resumed_epoch + 2}/" in _log(tmp_path, "requeued", job.job_id),
+              120, "an epoch after the resume")
+
+    run_slurm("scancel", str(job.job_id))
+    assert _follow(job.job_id, timeout=120, release=False) == "CANCELLED"
+    after = load_checkpoint(checkpoint)  # loadable: never left half-written
+    assert after["epoch"] >= resumed_epoch
+
+
+def _rank_pid(run_marker: str, rank: int) -> int | None:
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            cmdline = (entry / "cmdline").read_bytes().replace(b"\0", b" ").decode()
+            environ = (entry / "environ").read_bytes().split(b"\0")
+        except OSError:
+            continue
+        if "ufsemulator train" in cmdline and run_marker in cmdline and (
+            f"SLURM_PROCID={rank}".encode() in environ
+        ):
+            return int(entry.name)
+    return None
+
+
+def test_killed_rank_fails_the_job_quickly_naming_the_rank(
+    slurm_cluster: SlurmCluster, tmp_path: Path
+) -> None:
+    job = sbatch(_training_job(tmp_path, "victim", epochs=2000), cwd=tmp_path, wait=False)
+    _wait_for(lambda: "Epoch 3/" in _log(tmp_path, "victim", job.job_id), 180, "training")
+    pid = _rank_pid(str(tmp_path / "victim.yaml"), rank=1)
+    assert pid is not None, "rank 1's process not found"
+    killed = time.monotonic()
+    os.kill(pid, signal.SIGKILL)
+    state = _follow(job.job_id, timeout=120, release=False)
+    elapsed = time.monotonic() - killed
+    log = _log(tmp_path, "victim", job.job_id)
+    assert state == "FAILED", log
+    assert elapsed < 60, f"the job took {elapsed:.0f} s to fail"
+    assert re.search(r"task 1: Killed", log), log
+
+
+def test_two_trainings_on_the_same_nodes_both_finish_apart(
+    slurm_cluster: SlurmCluster, tmp_path: Path
+) -> None:
+    jobs = {}
+    for name in ("left", "right"):
+        script = _training_job(tmp_path, name, epochs=20)
+        jobs[name] = sbatch(script, "--nodelist=node1,node2", cwd=tmp_path, wait=False)
+    for name, job in jobs.items():
+        assert _follow(job.job_id, timeout=300, release=False) == "COMPLETED", _log(
+            tmp_path, name, job.job_id)
+    ports = set()
+    for name, job in jobs.items():
+        log = _log(tmp_path, name, job.job_id)
+        other = jobs["right" if name == "left" else "left"].job_id
+        assert f"runs/{job.job_id}" in log and f"runs/{other}" not in log
+        ports.update(re.findall(r"Master: node\d+:(\d+)", log))
+        assert (tmp_path / "runs" / str(job.job_id) / "training_results.json").is_file()
+    assert len(ports) == 2, f"both jobs used the same master port: {ports}"
