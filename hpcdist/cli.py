@@ -70,10 +70,8 @@ def _register_commands() -> None:
 
     for command in JOB_COMMANDS:
         cli.add_command(command)
-    try:  # TEMPORARY until cli_env lands
-        from hpcdist.cli_env import env_command
-    except ModuleNotFoundError:
-        return
+    from hpcdist.cli_env import env_command
+
     cli.add_command(env_command)
 
 

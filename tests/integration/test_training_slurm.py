@@ -1,0 +1,89 @@
+"""The emulator training on the testbed through `hpcdist submit`: 1, 2 and 4 nodes."""
+
+from __future__ import annotations
+
+import json
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from tests.integration.conftest import SlurmCluster, slurm_env
+
+HPCDIST = [sys.executable, "-m", "hpcdist.cli"]
+RUN_FILES = {"checkpoint.pt", "best_model.pt", "loss_curves.png", "training_results.json",
+             "model.pt"}
+
+
+def _submit(tmp_path: Path, nodes: int) -> subprocess.Popen[str]:
+    # The default command: the emulator training with its default config.
+    return subprocess.Popen(
+        [*HPCDIST, "submit", f"--nodes={nodes}", "--backend=gloo", "--cpus-per-task=1",
+         "--wait"],
+        cwd=tmp_path, env=slurm_env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+        text=True,
+    )
+
+
+def _finish(proc: subprocess.Popen[str]) -> tuple[str, str]:
+    out, err = proc.communicate(timeout=600)
+    assert proc.returncode == 0, out + err
+    match = re.search(r"Submitted job (\d+)", out)
+    assert match, out
+    return match.group(1), out
+
+
+@pytest.fixture(scope="module")
+def trainings(slurm_cluster: SlurmCluster, tmp_path_factory: pytest.TempPathFactory
+              ) -> dict[int, tuple[Path, str, str]]:
+    """Run the 1- and 2-node trainings side by side (3 nodes), then the 4-node one."""
+    folder = tmp_path_factory.mktemp("trainings")
+    first = {n: _submit(folder, n) for n in (1, 2)}
+    results = {n: _finish(p) for n, p in first.items()}
+    results[4] = _finish(_submit(folder, 4))
+    return {n: (folder, job_id, out) for n, (job_id, out) in results.items()}
+
+
+@pytest.mark.parametrize("nodes", [1, 2, 4])
+def test_training_completes_with_the_specified_log_lines(
+    trainings: dict[int, tuple[Path, str, str]], nodes: int
+) -> None:
+    folder, job_id, out = trainings[nodes]
+    status = subprocess.run([*HPCDIST, "status", job_id], cwd=folder, env=slurm_env(),
+                            capture_output=True, text=True)
+    assert status.stdout.strip() == f"{job_id} COMPLETED"
+    assert f"Distributed training initialized: gloo backend, {nodes} processes" in out
+    assert re.search(r"^Master: node1:\d+$", out, re.M), out
+    assert re.search(r"^Epoch 1/\d+ - Train: [\d.e-]+, Val: [\d.e-]+$", out, re.M), out
+    for rank in range(nodes):
+        log = subprocess.run([*HPCDIST, "logs", job_id, "--rank", str(rank)], cwd=folder,
+                             env=slurm_env(), capture_output=True, text=True).stdout
+        assert re.search(rf"^\[Rank {rank}\] Training samples: \d+$", log, re.M), log
+        if rank:
+            assert "Epoch 1/" not in log  # the summary lines come from rank 0 alone
+
+
+@pytest.mark.parametrize("nodes", [1, 2, 4])
+def test_only_rank_0_wrote_the_run_folder(
+    trainings: dict[int, tuple[Path, str, str]], nodes: int
+) -> None:
+    folder, job_id, _ = trainings[nodes]
+    run = folder / "runs" / job_id
+    assert {p.name for p in run.iterdir()} == RUN_FILES
+    results = json.loads((run / "training_results.json").read_text())
+    assert results["world_size"] == nodes
+    assert results["backend"] == "gloo"
+
+
+def test_one_two_and_four_nodes_reach_comparable_validation_loss(
+    trainings: dict[int, tuple[Path, str, str]],
+) -> None:
+    losses = {}
+    for nodes, (folder, job_id, _) in trainings.items():
+        results = json.loads((folder / "runs" / job_id / "training_results.json").read_text())
+        losses[nodes] = results["best_val_loss"]
+    # Same seed and epochs; more ranks take fewer, larger steps per epoch.
+    assert all(loss <= 0.1 for loss in losses.values()), losses
+    assert max(losses.values()) <= 10 * min(losses.values()), losses
