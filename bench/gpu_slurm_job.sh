@@ -43,6 +43,8 @@ export PYTHONUNBUFFERED=1
 export HPCDIST_DATA_DIR=$WORK/data
 
 note() { echo "== $*"; echo "$*" >>"$SUMMARY"; }
+# Killed at the caller's time limit: still pack what the logs hold so far.
+trap 'note "interrupted"; tar -czf "$OUT_DIR/logs.tar.gz" -C "$WORK" logs; exit 124' TERM INT
 stamp() { date +%s.%N; }
 since() { awk -v a="$1" -v b="$(stamp)" 'BEGIN { printf "%.1f", b - a }'; }
 
@@ -65,10 +67,15 @@ python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upg
   --target "$SITE" .whl/*.whl || note "pip install of .whl failed"
 export PYTHONPATH=$SITE:$REPO
 note "wheels into $SITE in $(since "$t") s: $(python3 -c 'import netCDF4, cftime, submitit, cloudpickle; print("netCDF4", netCDF4.__version__, "submitit", submitit.__version__)' 2>&1)"
-# Which of SLURM's libraries this Ubuntu lacks (the testbed links exactly those):
-for f in "$ROOT"/usr/sbin/* "$ROOT"/usr/bin/s* "$ROOT"/usr/lib/x86_64-linux-gnu/slurm-wlm/*.so; do
-  LD_LIBRARY_PATH=$ROOT/usr/lib/x86_64-linux-gnu/slurm-wlm ldd "$f" 2>/dev/null | grep "not found"
-done | sort | uniq -c >"$LOGS/ldd-missing-without-prefix-libs.txt"
+# Libraries SLURM and munge need that this system lacks (the testbed links exactly those).
+missing_libs() {  # LD_LIBRARY_PATH to try
+  local f
+  for f in "$ROOT"/usr/sbin/* "$ROOT"/usr/bin/s* "$ROOT"/usr/bin/*munge \
+    "$ROOT"/usr/lib/x86_64-linux-gnu/slurm-wlm/*.so; do
+    LD_LIBRARY_PATH=$1 ldd "$f" 2>/dev/null | awk '/not found/ { print $1 }'
+  done | sort | uniq -c | awk '{ printf "%s(%s) ", $2, $1 }'
+}
+note "libraries this system lacks (count of SLURM/munge files that need each): $(missing_libs "$ROOT/usr/lib/x86_64-linux-gnu/slurm-wlm")"
 
 # ------------------------------------------------------------------ helpers
 # rankinfo.sh: one line per task saying where it runs and which GPUs SLURM gave it, then exec.
@@ -99,6 +106,7 @@ testbed_up() {  # name nodes gpus_per_node cpus_per_node cgroup
   # shellcheck disable=SC1090
   source "$WORK/env-$1.sh"
   note "testbed $1 up in $(since "$t") s: $(sinfo -h -N -o '%N %t cpus=%c gres=%G' | tr '\n' ';')"
+  note "    still missing with the testbed's LD_LIBRARY_PATH: $(missing_libs "$LD_LIBRARY_PATH")"
   TESTBED_OK=1
 }
 
@@ -112,11 +120,15 @@ testbed_down() {  # name
 submit() {
   local label=$1 script=$2 t rc sampler
   shift 2
+  if [ "$(since "$t0" | cut -d. -f1)" -gt "${GPU_SLURM_BUDGET_S:-480}" ]; then
+    note "job $label skipped: past the driver's time budget of ${GPU_SLURM_BUDGET_S:-480} s"
+    return 1
+  fi
   nvidia-smi --query-compute-apps=pid,gpu_bus_id,used_memory --format=csv,noheader -lms 300 \
     >"$LOGS/gpu-apps-$label.csv" 2>/dev/null &
   sampler=$!
   t=$(stamp)
-  timeout 420 sbatch --parsable --wait --output="$LOGS/$label-%j.out" "$@" "$script" \
+  timeout 240 sbatch --parsable --wait --output="$LOGS/$label-%j.out" "$@" "$script" \
     >"$WORK/jobid-$label" 2>"$LOGS/sbatch-$label.err"
   rc=$?
   kill "$sampler" 2>/dev/null
@@ -176,17 +188,17 @@ CHECK="$WORK/rankinfo.sh python3 -m hpcdist.commcheck --timeout 60"
 NCCL_INFO=(--env NCCL_DEBUG=INFO --env NCCL_DEBUG_SUBSYS=INIT)
 if testbed_up 1x4 1 4 64 v1; then
   render "$WORK/nccl_check_1x4.sh" --mode nccl --nodes 1 --gpus-per-node 4 --cpus-per-task 4 \
-    --time 5 --job-name nccl-check-1x4 "${NCCL_INFO[@]}" --command "$CHECK"
+    --time 3 --job-name nccl-check-1x4 "${NCCL_INFO[@]}" --command "$CHECK"
   submit nccl-check-1x4 "$WORK/nccl_check_1x4.sh"
   render "$WORK/test_1x4.sh" --mode test --nodes 1 --tasks-per-node 4 --cpus-per-task 4 \
-    --time 5 --job-name test-mode-1x4 --command "$CHECK"
+    --time 3 --job-name test-mode-1x4 --command "$CHECK"
   submit test-mode-1x4 "$WORK/test_1x4.sh"
   # The committed script itself, unchanged; only the time limit and output path are overridden.
-  submit train-gpu-1x4 hpc/train_gpu.sh --time=10
+  submit train-gpu-1x4 hpc/train_gpu.sh --time=4
   # No GPU count anywhere: a whole node, the GPUs counted at run time, one task per GPU.
   cat >"$WORK/autodetect.sh" <<EOF
 #!/bin/bash
-#SBATCH --job-name=autodetect-gpus --nodes=1 --exclusive --time=5 --partition=gpu
+#SBATCH --job-name=autodetect-gpus --nodes=1 --exclusive --time=3 --partition=gpu
 echo "batch: SLURM_GPUS_ON_NODE=\${SLURM_GPUS_ON_NODE:-unset} CUDA_VISIBLE_DEVICES=\${CUDA_VISIBLE_DEVICES:-unset} SLURM_CPUS_ON_NODE=\${SLURM_CPUS_ON_NODE:-unset}"
 n=\$(nvidia-smi -L | wc -l)
 echo "batch: nvidia-smi -L counts \$n GPUs"
@@ -199,10 +211,10 @@ fi
 # ------------------------------------------------------------------ 4. 2 nodes x 2 GPUs
 if testbed_up 2x2 2 2 32 v1; then
   render "$WORK/nccl_check_2x2.sh" --mode nccl --nodes 2 --gpus-per-node 2 --cpus-per-task 4 \
-    --time 5 --job-name nccl-check-2x2 "${NCCL_INFO[@]}" --command "$CHECK"
+    --time 3 --job-name nccl-check-2x2 "${NCCL_INFO[@]}" --command "$CHECK"
   submit nccl-check-2x2 "$WORK/nccl_check_2x2.sh"
   render "$WORK/train_gpu_2x2.sh" --mode nccl --nodes 2 --gpus-per-node 2 --cpus-per-task 16 \
-    --time 10 --job-name train-gpu-2x2 \
+    --time 4 --job-name train-gpu-2x2 \
     --command "$WORK/rankinfo.sh python3 -m ufsemulator train"
   submit train-gpu-2x2 "$WORK/train_gpu_2x2.sh"
   testbed_down 2x2
