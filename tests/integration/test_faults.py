@@ -104,6 +104,7 @@ def test_time_limit_interrupts_twice_and_ends_with_the_uninterrupted_weights(
     assert state == "COMPLETED", log
     restarts = {int(n) for n in re.findall(r"restart (\d+)", log)}
     assert max(restarts) >= 2, f"interrupted only {max(restarts)} times:\n{log}"
+    print(f"measured: time-limited training completed after {max(restarts)} restarts")
     assert log.count("checkpoint written, requeueing") >= 2
     final = _weights(tmp_path / "runs" / str(job.job_id))
     expected = _weights(tmp_path / "runs" / str(reference.job_id))
@@ -139,6 +140,8 @@ def test_scontrol_requeue_resumes_and_scancel_leaves_the_checkpoint_intact(
     assert _follow(job.job_id, timeout=120, release=False) == "CANCELLED"
     after = load_checkpoint(checkpoint)  # loadable: never left half-written
     assert after["epoch"] >= resumed_epoch
+    print(f"measured: requeued job resumed at epoch {resumed_epoch}; cancelled with a "
+          f"loadable checkpoint of epoch {after['epoch']}")
 
 
 def _rank_pid(run_marker: str, rank: int) -> int | None:
@@ -171,6 +174,7 @@ def test_killed_rank_fails_the_job_quickly_naming_the_rank(
     log = _log(tmp_path, "victim", job.job_id)
     assert state == "FAILED", log
     assert elapsed < 60, f"the job took {elapsed:.0f} s to fail"
+    print(f"measured: killed rank 1, job FAILED {elapsed:.1f} s later")
     assert re.search(r"task 1: Killed", log), log
 
 

@@ -87,3 +87,22 @@ def test_one_two_and_four_nodes_reach_comparable_validation_loss(
     # Same seed and epochs; more ranks take fewer, larger steps per epoch.
     assert all(loss <= 0.1 for loss in losses.values()), losses
     assert max(losses.values()) <= 10 * min(losses.values()), losses
+
+
+def test_committed_multinode_script_trains_with_plain_sbatch(
+    slurm_cluster: SlurmCluster, tmp_path: Path
+) -> None:
+    from tests.integration.conftest import sbatch
+
+    repo = Path(__file__).resolve().parents[2]
+    # Submitted from the repository root as a user would; the run folder goes to tmp_path.
+    job = sbatch(repo / "hpc" / "train_distributed_multinode.sh", f"--chdir={tmp_path}",
+                 cwd=repo, timeout=600)
+    (log,) = tmp_path.glob(f"*-{job.job_id}.out")
+    text = log.read_text()
+    assert job.returncode == 0, text
+    assert slurm_cluster.job_state(job.job_id) == "COMPLETED"
+    assert "Distributed training initialized: gloo backend, 4 processes" in text
+    results = json.loads((tmp_path / "runs" / str(job.job_id) / "training_results.json")
+                         .read_text())
+    assert results["world_size"] == 4 and results["best_val_loss"] <= 0.1
