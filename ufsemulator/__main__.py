@@ -90,7 +90,9 @@ def _train(args: argparse.Namespace) -> int:
     if args.data is not None and not args.data.is_file():
         raise DataError(f"data file '{args.data}' does not exist")
     result = train(config, data_path=args.data, resume=args.resume, run_dir=args.run_dir)
-    return EXIT_PREEMPTED if result.status == "preempted" else 0
+    # Rank 0 alone reports the preemption: had every rank exited with the requeue code,
+    # srun --kill-on-bad-exit would kill the slower ones and report their signal instead.
+    return EXIT_PREEMPTED if result.status == "preempted" and result.is_main else 0
 
 
 def _export(args: argparse.Namespace) -> int:

@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import Any
 
 import torch
+import torch.distributed as dist
 from torch import nn
 
 from hpcdist.distributed import DistContext, cleanup_distributed, setup_distributed
@@ -52,6 +53,7 @@ class TrainResult:
     samples_per_second: float  # all ranks together, training steps only
     wall_time_s: float
     model: EmulatorMLP = field(repr=False, compare=False)  # full weights, on every rank
+    is_main: bool = True  # rank 0: the one that reports the status with its exit code
 
 
 def train(
@@ -142,6 +144,9 @@ def _train(
     final = full_model(loop.model, model.config)
     if ctx.is_main:
         _write_outputs(ctx, config, loop, status, run_dir, started)
+    # No rank leaves before rank 0 has written everything: under srun --kill-on-bad-exit
+    # the first rank to exit non-zero takes the others down with it.
+    dist.barrier()
     history = loop.history
     epochs_run = len(history["train_loss"])
     train_time = sum(history["train_time_s"])
@@ -157,6 +162,7 @@ def _train(
         samples_per_second=sum(history["samples"]) / train_time if train_time else 0.0,
         wall_time_s=time.perf_counter() - started,
         model=final,
+        is_main=ctx.is_main,
     )
 
 

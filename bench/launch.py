@@ -1,0 +1,100 @@
+"""Start N local ranks the way torchrun would: one process each, env:// variables set.
+
+Every rank runs ``python -m bench.worker JOB`` with MASTER_ADDR/PORT, RANK, WORLD_SIZE,
+LOCAL_RANK and LOCAL_WORLD_SIZE in its environment, so hpcdist's own
+``setup_distributed`` forms the group (one GPU per rank: cuda:LOCAL_RANK). NVLink
+multicast stays off in every process (the GPU hosts are shared; a program that uses
+multicast can take their GPUs out of service).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+REPO = Path(__file__).resolve().parents[1]
+NO_MULTICAST = {
+    "NCCL_NVLS_ENABLE": "0",
+    "TORCH_SYMM_MEM_DISABLE_MULTICAST": "1",
+    "NVSHMEM_DISABLE_NVLS": "1",
+}
+# A launcher's or scheduler's variables from the calling shell would make DistEnv pick
+# another rank or world; the benchmark is the launcher here.
+_DROP_PREFIXES = ("SLURM_", "SBATCH_", "SUBMITIT_", "TORCHELASTIC_")
+_DROP = {"RANK", "LOCAL_RANK", "WORLD_SIZE", "LOCAL_WORLD_SIZE", "GROUP_RANK",
+         "MASTER_ADDR", "MASTER_PORT", "CUDA_VISIBLE_DEVICES"}  # fmt: skip
+
+
+class LaunchError(RuntimeError):
+    """A rank failed or the ranks did not finish in time; the message holds their output."""
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+def rank_env(base: Mapping[str, str], rank: int, world: int, port: int, threads: int) -> dict[str, str]:
+    env = {k: v for k, v in base.items() if k not in _DROP and not k.startswith(_DROP_PREFIXES)}
+    path = env.get("PYTHONPATH")
+    env.update(NO_MULTICAST)
+    env.update(
+        MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port), RANK=str(rank), WORLD_SIZE=str(world),
+        LOCAL_RANK=str(rank), LOCAL_WORLD_SIZE=str(world), OMP_NUM_THREADS=str(threads),
+        PYTHONPATH=f"{REPO}{os.pathsep}{path}" if path else str(REPO), PYTHONUNBUFFERED="1",
+    )  # fmt: skip
+    return env
+
+
+def run_ranks(
+    job: Mapping[str, Any], world: int, threads: int, timeout_s: float, log: Path | None = None
+) -> dict[str, Any]:
+    """Run ``job`` on ``world`` ranks; return what rank 0 wrote (its result dict)."""
+    with tempfile.TemporaryDirectory(prefix="hpcdist-bench-") as tmp:
+        folder = Path(tmp)
+        job_file = folder / "job.json"
+        result_file = folder / "result.json"
+        job_file.write_text(json.dumps({**job, "result": str(result_file)}))
+        port = free_port()
+        procs: list[subprocess.Popen[bytes]] = []
+        outputs = [folder / f"rank{rank}.log" for rank in range(world)]
+        for rank in range(world):
+            with outputs[rank].open("wb") as out:
+                procs.append(subprocess.Popen(
+                    [sys.executable, "-m", "bench.worker", str(job_file)],
+                    env=rank_env(os.environ, rank, world, port, threads), cwd=REPO,
+                    stdout=out, stderr=subprocess.STDOUT,
+                ))  # fmt: skip
+        deadline = time.monotonic() + timeout_s
+        failed = ""
+        for rank, proc in enumerate(procs):
+            try:
+                code = proc.wait(timeout=max(deadline - time.monotonic(), 0.1))
+            except subprocess.TimeoutExpired:
+                failed = f"ranks still running after {timeout_s:.0f} s"
+                break
+            if code != 0:
+                failed = f"rank {rank} exited with {code}"
+                break
+        for proc in procs:  # a failed rank leaves the others waiting in a collective
+            if proc.poll() is None:
+                proc.kill()
+                proc.wait()
+        text = "".join(f"--- rank {r}\n{p.read_text(errors='replace')}" for r, p in enumerate(outputs))
+        if log is not None:
+            with log.open("a") as handle:
+                handle.write(f"=== {job.get('kind')} {job.get('label', '')}: {world} ranks\n{text}")
+        if failed or not result_file.is_file():
+            tail = "\n".join(text.splitlines()[-40:])
+            raise LaunchError(f"{failed or 'rank 0 wrote no result'}; last output:\n{tail}")
+        result: dict[str, Any] = json.loads(result_file.read_text())
+        return result
