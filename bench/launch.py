@@ -34,7 +34,12 @@ _DROP = {"RANK", "LOCAL_RANK", "WORLD_SIZE", "LOCAL_WORLD_SIZE", "GROUP_RANK",
 
 
 class LaunchError(RuntimeError):
-    """A rank failed or the ranks did not finish in time; the message holds their output."""
+    """A rank failed or the ranks did not finish in time; the message holds their output,
+    ``partial`` what rank 0 had written by then (None: nothing)."""
+
+    def __init__(self, message: str, partial: dict[str, Any] | None = None) -> None:
+        super().__init__(message)
+        self.partial = partial
 
 
 def free_port() -> int:
@@ -43,7 +48,9 @@ def free_port() -> int:
         return int(sock.getsockname()[1])
 
 
-def rank_env(base: Mapping[str, str], rank: int, world: int, port: int, threads: int) -> dict[str, str]:
+def rank_env(
+    base: Mapping[str, str], rank: int, world: int, port: int, threads: int
+) -> dict[str, str]:
     env = {k: v for k, v in base.items() if k not in _DROP and not k.startswith(_DROP_PREFIXES)}
     path = env.get("PYTHONPATH")
     env.update(NO_MULTICAST)
@@ -89,12 +96,16 @@ def run_ranks(
             if proc.poll() is None:
                 proc.kill()
                 proc.wait()
-        text = "".join(f"--- rank {r}\n{p.read_text(errors='replace')}" for r, p in enumerate(outputs))
+        text = "".join(
+            f"--- rank {r}\n{p.read_text(errors='replace')}" for r, p in enumerate(outputs)
+        )
         if log is not None:
             with log.open("a") as handle:
                 handle.write(f"=== {job.get('kind')} {job.get('label', '')}: {world} ranks\n{text}")
-        if failed or not result_file.is_file():
+        result: dict[str, Any] | None = (
+            json.loads(result_file.read_text()) if result_file.is_file() else None
+        )
+        if failed or result is None:
             tail = "\n".join(text.splitlines()[-40:])
-            raise LaunchError(f"{failed or 'rank 0 wrote no result'}; last output:\n{tail}")
-        result: dict[str, Any] = json.loads(result_file.read_text())
+            raise LaunchError(f"{failed or 'rank 0 wrote no result'}; last output:\n{tail}", result)
         return result

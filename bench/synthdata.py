@@ -41,7 +41,7 @@ class Grid:
 
 def make_arrays(grid: Grid) -> tuple[npt.NDArray[np.float32], npt.NDArray[np.float32]]:
     """(inputs [N, 14], targets [N, 1]) in physical units, float32, as the reader returns them."""
-    fields, lat, lon, ocean = synthetic_fields(grid.ni, grid.nj, grid.seed)
+    fields, _, _, ocean = synthetic_fields(grid.ni, grid.nj, grid.seed)
     stacked = np.stack([fields[VARIABLE_NAMES[name][0]] for name in INPUT_NAMES], axis=-1)
     aice = fields["aice_h"]
     target = aice if grid.target == "aice" else fields[VARIABLE_NAMES[grid.target][0]]

@@ -10,11 +10,14 @@ from that step on.
 from __future__ import annotations
 
 import contextlib
+import copy
 import functools
+import inspect
 import math
 import sys
 import time
 from collections.abc import Callable, Iterator
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
@@ -81,19 +84,25 @@ class Loop:
         self.flag, self.step_callback = flag, step_callback
         self.model_config = model.config
         cfg = config.training
-        self.model = _wrap(model.to(ctx.device), cfg.strategy, ctx)
+        model = model.to(ctx.device)
+        if cfg.compile:
+            _compile(model, cfg.strategy, ctx)
+        self.model = _wrap(model, cfg.strategy, cfg.ddp_bucket_cap_mb, ctx)
         scale = ctx.env.world_size if cfg.scale_lr_with_world_size else 1
-        # The fused kernel is a third faster for a model this small; it takes no DTensor.
-        fused = cfg.strategy == "ddp"
-        self.optimizer = torch.optim.Adam(
-            self.model.parameters(), lr=cfg.lr * scale, weight_decay=cfg.weight_decay,
-            fused=fused, foreach=None if fused else False,
-        )
+        self.optimizer = _adam(self.model, cfg.lr * scale, cfg.weight_decay, cfg.strategy)
         self.loss_fn = _loss(cfg.loss, cfg.huber_delta)
         self.epoch = 0  # completed epochs
         self.step = 0  # optimiser steps, all epochs
         self.step_in_epoch = 0  # steps done in the epoch in progress
         self.partial = torch.zeros(2, dtype=torch.float64, device=ctx.device)  # loss sum, rows
+        # The step adds its loss into a view made once (no indexing op per step) and counts
+        # its rows on the host (no kernel per step); _fold_rows() moves them into partial.
+        self._loss_sum = self.partial[0]
+        self._rows = 0
+        # On a GPU the stop check would copy the flag to the device and back, a host sync;
+        # a CPU (gloo) group agrees on it without touching the GPU.
+        self._flag_group = dist.new_group(backend="gloo") if ctx.device.type == "cuda" else None
+        self._writer = _CheckpointWriter() if ctx.is_main else None
         self.partial_time = [0.0, 0.0]  # epoch and training seconds before a preemption
         self.best_val = math.inf
         self.best_epoch = 0
@@ -128,9 +137,10 @@ class Loop:
                   f"of the epoch, {self.step} steps done", flush=True)  # fmt: skip
 
     def _save(self, checkpoint: bool, best: bool) -> None:
-        """Collective (FSDP gathers the full state); rank 0 writes."""
+        """Collective (FSDP gathers the full state); rank 0 writes, in the background."""
         model_sd, optim_sd = get_state_dict(self.model, self.optimizer, options=_SAVE_OPTIONS)
-        if not self.ctx.is_main:
+        self._fold_rows()
+        if self._writer is None:
             return
         state = {
             "model": model_sd, "model_config": self.model_config.to_dict(),
@@ -141,14 +151,26 @@ class Loop:
             "best_epoch": self.best_epoch, "bad_epochs": self.bad_epochs,
             "history": self.history, "world_size": self.ctx.env.world_size,
         }  # fmt: skip
-        if checkpoint:
-            save_checkpoint(state, self.run_dir / "checkpoint.pt")
-        if best:
-            save_checkpoint(state, self.run_dir / "best_model.pt")
+        paths = [self.run_dir / name for name, wanted in
+                 (("checkpoint.pt", checkpoint), ("best_model.pt", best)) if wanted]  # fmt: skip
+        self._writer.submit(state, paths)
 
     # ------------------------------------------------------------------------ loop
 
     def run(self) -> Status:
+        """Train to the end, an early stop or an agreed stop request; every checkpoint is
+        on disk when this returns."""
+        try:
+            status = self._run()
+        except BaseException:
+            if self._writer is not None:
+                self._writer.wait(reraise=False)  # the training error is the one to see
+            raise
+        if self._writer is not None:
+            self._writer.wait()
+        return status
+
+    def _run(self) -> Status:
         cfg = self.config.training
         x, y = self.shards.x_train, self.shards.y_train
         n_local, batch, accum = x.shape[0], cfg.batch_size, cfg.grad_accum_steps
@@ -169,6 +191,7 @@ class Loop:
                 if self.step_callback is not None:
                     self.step_callback(self.step)
                 if progress is not None:
+                    self._fold_rows()
                     progress.update(self.epoch, s + 1, self.partial)
                 if self.step % self.config.preemption.check_every_steps == 0 and self._stop():
                     elapsed = time.perf_counter() - epoch_start
@@ -177,6 +200,9 @@ class Loop:
                     self._save(checkpoint=True, best=False)
                     self._log_preempted()
                     return "preempted"
+            if self.ctx.device.type == "cuda":
+                # Kernels are still queued: the epoch's time is when they have run.
+                torch.cuda.synchronize(self.ctx.device)
             train_time = time.perf_counter() - epoch_start + self.partial_time[1]
             if progress is not None:
                 progress.clear()
@@ -196,13 +222,19 @@ class Loop:
             with sync:
                 raw = self.loss_fn(self.model(xb), yb)
                 (raw * (xb.shape[0] / total) if last - first > 1 else raw).backward()
-            self.partial[0].add_(raw.detach(), alpha=xb.shape[0])
-            self.partial[1].add_(xb.shape[0])
+            self._loss_sum.add_(raw.detach(), alpha=xb.shape[0])
+            self._rows += xb.shape[0]
         self.optimizer.step()
         self.optimizer.zero_grad(set_to_none=True)
 
+    def _fold_rows(self) -> None:
+        if self._rows:
+            self.partial[1].add_(self._rows)  # integers: exact in float64, in any grouping
+            self._rows = 0
+
     def _end_epoch(self, epoch_start: float, train_time: float) -> Status | None:
         cfg = self.config.training
+        self._fold_rows()
         totals = self.partial.clone()
         dist.all_reduce(totals)
         val_loss, r2 = self._validate()
@@ -264,11 +296,13 @@ class Loop:
 
     def _stop(self) -> bool:
         """Whether any rank was asked to stop: every rank gets the same answer."""
-        flag = torch.tensor([int(self.flag.requested)], dtype=torch.int32, device=self.ctx.device)
-        dist.all_reduce(flag, op=dist.ReduceOp.MAX)
+        flag = torch.tensor([int(self.flag.requested)], dtype=torch.int32)
+        dist.all_reduce(flag, op=dist.ReduceOp.MAX, group=self._flag_group)
         return bool(flag.item())
 
     def _log_preempted(self) -> None:
+        if self._writer is not None:
+            self._writer.wait()  # the message promises a checkpoint on disk
         if self.ctx.is_main:
             path = self.run_dir / "checkpoint.pt"
             print(f"Stop requested: checkpoint at epoch {self.epoch + 1}, step "
@@ -284,7 +318,9 @@ def full_model(model: nn.Module, config: ModelConfig) -> EmulatorMLP:
     return plain
 
 
-def _wrap(model: EmulatorMLP, strategy: str, ctx: DistContext) -> nn.Module:
+def _wrap(
+    model: EmulatorMLP, strategy: str, bucket_cap_mb: float | None, ctx: DistContext
+) -> nn.Module:
     if strategy == "fsdp":
         from torch.distributed.fsdp import fully_shard
 
@@ -293,7 +329,88 @@ def _wrap(model: EmulatorMLP, strategy: str, ctx: DistContext) -> nn.Module:
         fully_shard(model)
         return model
     device_ids = [ctx.device] if ctx.device.type == "cuda" else None
-    return DistributedDataParallel(model, device_ids=device_ids)
+    # The buffers are the normalisation statistics: equal on every rank (all-reduced sums)
+    # and constant, so DDP's broadcast of them before every forward is a wasted collective.
+    # Its keyword was renamed in torch 2.13; the old one still works but warns there.
+    key = "forward_sync_buffers" if "forward_sync_buffers" in _DDP_ARGS else "broadcast_buffers"
+    no_buffer_sync: dict[str, Any] = {key: False}
+    return DistributedDataParallel(
+        model, device_ids=device_ids, bucket_cap_mb=bucket_cap_mb,
+        gradient_as_bucket_view=True,  # the gradients live in the all-reduce buffer: no copies
+        **no_buffer_sync,
+    )  # fmt: skip
+
+
+_DDP_ARGS = frozenset(inspect.signature(DistributedDataParallel.__init__).parameters)
+
+
+def _adam(model: nn.Module, lr: float, weight_decay: float, strategy: str) -> torch.optim.Adam:
+    # The fused kernel is a third faster for a model this small (and on a GPU it is 2
+    # kernels a step instead of one per tensor); it takes no DTensor, and before torch 2.4
+    # no CPU tensor either: there the for-loop implementation takes over.
+    if strategy == "ddp":
+        with contextlib.suppress(RuntimeError):
+            return torch.optim.Adam(model.parameters(), lr=lr, weight_decay=weight_decay,
+                                    fused=True)  # fmt: skip
+    return torch.optim.Adam(model.parameters(), lr=lr, weight_decay=weight_decay, foreach=False)
+
+
+def _compile(model: EmulatorMLP, strategy: str, ctx: DistContext) -> None:
+    """``torch.compile`` the model in place (state-dict keys unchanged) where it pays: on
+    a GPU with Triton, under DDP. Elsewhere the model stays eager, with a note."""
+    reason = None
+    if ctx.device.type != "cuda":
+        reason = "not on a GPU"
+    elif strategy != "ddp":
+        reason = f"strategy {strategy!r} (only ddp is compiled)"
+    elif not hasattr(model, "compile"):
+        reason = f"torch {torch.__version__} has no nn.Module.compile"
+    else:
+        from torch.utils._triton import has_triton
+
+        if not has_triton():
+            reason = "Triton is not installed"
+    if reason is not None:
+        if ctx.is_main:
+            print(f"training.compile ignored: {reason}; the model runs eagerly", flush=True)
+        return
+    from torch import _dynamo
+
+    _dynamo.config.suppress_errors = True  # a graph that fails to compile runs eagerly
+    model.compile()
+
+
+class _CheckpointWriter:
+    """Rank 0's checkpoint files, written in a background thread one state at a time and
+    in order, so serialisation and fsync overlap the next epoch's steps. ``submit`` takes
+    a snapshot (the live weights move on); ``wait`` before anything needs the files."""
+
+    def __init__(self) -> None:
+        self._pool: ThreadPoolExecutor | None = None
+        self._pending: Future[None] | None = None
+
+    def submit(self, state: dict[str, Any], paths: list[Path]) -> None:
+        self.wait()
+        snapshot = copy.deepcopy(state)
+        if self._pool is None:
+            self._pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="checkpoint")
+        self._pending = self._pool.submit(_write_all, snapshot, paths)
+
+    def wait(self, reraise: bool = True) -> None:
+        """Block until the last state is on disk; its write error, if any, is raised here."""
+        pending, self._pending = self._pending, None
+        if pending is None:
+            return
+        try:
+            pending.result()
+        except Exception:
+            if reraise:
+                raise
+
+
+def _write_all(state: dict[str, Any], paths: list[Path]) -> None:
+    for path in paths:
+        save_checkpoint(state, path)
 
 
 @contextlib.contextmanager

@@ -207,7 +207,8 @@ def _split(
         )
     mine = train_idx[rank * per_rank : (rank + 1) * per_rank]
     val_mine = val_idx[rank::world]
-    stats = stats_from_shard(x_all[mine], y_all[mine], all_reduce=torch_all_reduce("cpu"))
+    # On the group's own device: an NCCL group has no CPU backend to sum CPU tensors with.
+    stats = stats_from_shard(x_all[mine], y_all[mine], all_reduce=torch_all_reduce(ctx.device))
     model.set_normalization(stats)
     with torch.no_grad():
         def norm_y(y: torch.Tensor) -> torch.Tensor:

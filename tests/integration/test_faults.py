@@ -90,7 +90,7 @@ def _weights(run_dir: Path) -> dict[str, torch.Tensor]:
 def test_time_limit_interrupts_twice_and_ends_with_the_uninterrupted_weights(
     slurm_cluster: SlurmCluster, tmp_path: Path
 ) -> None:
-    epochs = 350  # ~125 s of training: at least three 1-minute allocations
+    epochs = 150  # ~55 s of training alone: more than two of the ~20 s windows
     reference = sbatch(_training_job(tmp_path, "reference", epochs), cwd=tmp_path,
                        timeout=900)
     assert reference.returncode == 0, _log(tmp_path, "reference", reference.job_id)
@@ -196,3 +196,38 @@ def test_two_trainings_on_the_same_nodes_both_finish_apart(
         ports.update(re.findall(r"Master: node\d+:(\d+)", log))
         assert (tmp_path / "runs" / str(job.job_id) / "training_results.json").is_file()
     assert len(ports) == 2, f"both jobs used the same master port: {ports}"
+
+
+def test_submitit_job_checkpoints_requeues_and_completes_through_its_time_limit(
+    slurm_cluster: SlurmCluster, tmp_path: Path
+) -> None:
+    import subprocess
+    import sys
+
+    from tests.integration.conftest import slurm_env
+
+    config = tmp_path / "submitit.yaml"
+    config.write_text(CONFIG.format(epochs=80))
+    waiter = subprocess.Popen(
+        [sys.executable, "-m", "hpcdist.cli", "submit", "--nodes=2", "--backend=gloo",
+         "--cpus-per-task=1", "--time=1", "--signal=USR2@30", "--max-restarts=8",
+         "--job-name=submitit-preempt", "--wait",
+         "--command", f"python3 -m ufsemulator train --config {config}"],
+        cwd=tmp_path, env=slurm_env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+        text=True,
+    )
+    assert waiter.stdout is not None
+    job_id = int(re.findall(r"Submitted job (\d+)", waiter.stdout.readline())[0])
+    deadline = time.monotonic() + 600
+    while waiter.poll() is None and time.monotonic() < deadline:
+        state, reason = _squeue(job_id)
+        if state == "PENDING" and "BeginTime" in reason:
+            run_slurm("scontrol", "update", f"JobId={job_id}", "StartTime=now", check=False)
+        time.sleep(1)
+    out, err = waiter.communicate(timeout=60)
+    assert waiter.returncode == 0, out + err
+    assert f"Job {job_id} ended COMPLETED" in out
+    log = (tmp_path / ".hpcdist" / "submitit" / str(job_id) / f"{job_id}_0_log.out").read_text()
+    resumes = re.findall(r"Resuming from \S+ \(epoch \d+, restart (\d+)\)", log)
+    assert resumes, log
+    print(f"measured: submitit job requeued {len(resumes)} times, then COMPLETED")

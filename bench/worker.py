@@ -1,0 +1,214 @@
+"""One rank of a benchmark job: ``python -m bench.worker JOB.json`` (started by bench.launch).
+
+Two kinds of job, both in a process group formed by hpcdist's ``setup_distributed``:
+
+- ``throughput``: the reference loops and the project's ``Loop`` (``ours``, plus any
+  config variants of it) on the same rows, one after the other, ``repeats`` times.
+  ``ours`` is ``Loop.run()`` itself, the code ``python -m ufsemulator train`` runs; its
+  time is the per-epoch training time it records (``train_time_s``: the steps and the
+  epoch's shuffle, the device synchronised at the end; validation and checkpoints not
+  counted, as the references have none).
+- ``ttt``: time to a target validation loss: the project's split (``training._split``)
+  and ``Loop.run()`` from its first step until the epoch whose validation loss reaches
+  the smallest target.
+
+Rank 0 rewrites the result file after every measurement, so a later failure keeps the
+numbers taken before it.
+"""
+
+from __future__ import annotations
+
+import copy
+import dataclasses
+import functools
+import json
+import sys
+import tempfile
+import time
+import traceback
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import torch
+import torch.nn.functional as F
+
+from bench import refloops
+from bench.synthdata import load_arrays
+from hpcdist.distributed import DistContext, distributed
+from ufsemulator.config import Config, load_config
+from ufsemulator.loop import Loop, Shards, Status, StopFlag
+from ufsemulator.model import EmulatorMLP, ModelConfig
+from ufsemulator.normalization import stats_from_shard
+from ufsemulator.training import _split
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = sys.argv[1:] if argv is None else argv
+    job: dict[str, Any] = json.loads(Path(args[0]).read_text())
+    backend = "nccl" if job["device"] == "cuda" else "gloo"
+    with distributed(timeout_s=job.get("init_timeout_s", 120.0), backend=backend) as ctx:
+        result: dict[str, Any] = {"world": ctx.env.world_size, "backend": ctx.backend,
+                                  "device": _device_name(ctx), "threads": torch.get_num_threads(),
+                                  "torch": torch.__version__}  # fmt: skip
+        runner = throughput if job["kind"] == "throughput" else time_to_target
+        runner(ctx, job, result)
+    return 0
+
+
+def _device_name(ctx: DistContext) -> str:
+    if ctx.device.type == "cuda":
+        return torch.cuda.get_device_name(ctx.device)
+    return "cpu"
+
+
+def _write(ctx: DistContext, job: dict[str, Any], result: dict[str, Any]) -> None:
+    if ctx.is_main:
+        path = Path(job["result"])
+        tmp = path.with_suffix(".tmp")
+        tmp.write_text(json.dumps(result, indent=1))
+        tmp.replace(path)
+
+
+def _with_training(config: Config, **changes: Any) -> Config:
+    return dataclasses.replace(config, training=dataclasses.replace(config.training, **changes))
+
+
+# ------------------------------------------------------------------------------ throughput
+
+
+def throughput(ctx: DistContext, job: dict[str, Any], result: dict[str, Any]) -> None:
+    rank, world = ctx.env.rank, ctx.env.world_size
+    batch, warmup, epochs = job["batch"], job["warmup_epochs"], job["epochs"]
+    inputs, targets = load_arrays(Path(job["data"]))
+    torch.manual_seed(0)
+    template = EmulatorMLP(ModelConfig())
+    template.set_normalization(stats_from_shard(inputs, targets))
+    with torch.no_grad():
+        x_pool = template.normalize_inputs(torch.from_numpy(inputs))
+        y_pool = (torch.from_numpy(targets) - template.output_mean) / template.output_std
+    # Weak scaling: every rank gets steps x batch rows (the pool repeated where it is
+    # smaller), so each rank runs the same number of steps per epoch at any world size.
+    per_rank = job["steps"] * batch
+    pool = x_pool.shape[0]
+    mine = (torch.arange(per_rank) + rank * per_rank) % pool
+    everyone = torch.arange(per_rank * world) % pool
+    val = torch.arange(rank, min(pool, job["val_rows"] * world), world)
+    result.update(rows_per_rank=per_rank, pool_rows=pool, runs={}, errors={})
+
+    def fresh_model() -> EmulatorMLP:
+        return copy.deepcopy(template)
+
+    loops: dict[str, Callable[[], refloops.Timing]] = {
+        "dataloader": lambda: refloops.dataloader_loop(
+            ctx, fresh_model(), x_pool[everyone], y_pool[everyone], batch, warmup, epochs),
+        "resident": lambda: refloops.resident_loop(
+            ctx, fresh_model(), x_pool[mine], y_pool[mine], batch, warmup, epochs),
+    }  # fmt: skip
+    shards = Shards(x_train=x_pool[mine].to(ctx.device), y_train=y_pool[mine].to(ctx.device),
+                    x_val=x_pool[val].to(ctx.device), y_val=y_pool[val].to(ctx.device),
+                    n_train=per_rank * world, n_val=val.numel() * world)  # fmt: skip
+    base = _with_training(load_config(None), batch_size=batch, epochs=warmup + epochs,
+                          early_stopping_patience=0, checkpoint_every=10**9)  # fmt: skip
+    variants: dict[str, dict[str, Any]] = {"ours": {}, **job.get("variants", {})}
+    for name, changes in variants.items():
+        config = _with_training(base, **changes)
+        loops[name] = functools.partial(_ours, ctx, config, fresh_model, shards, warmup)
+    for repeat in range(job["repeats"]):
+        for name in job["loops"] + [v for v in variants if v != "ours"]:
+            if name in result["errors"]:
+                continue
+            try:
+                timing = loops[name]()
+            except Exception as exc:
+                result["errors"][name] = f"{type(exc).__name__}: {exc}"
+                traceback.print_exc()
+                _write(ctx, job, result)
+                raise
+            result["runs"].setdefault(name, []).append(timing.as_dict())
+            if ctx.is_main:
+                rate = timing.rows / timing.seconds if timing.seconds else 0.0
+                print(f"[bench] {world} ranks, repeat {repeat + 1}: {name} "
+                      f"{rate / 1e3:.1f}k samples/s per rank", flush=True)  # fmt: skip
+            _write(ctx, job, result)
+
+
+def _ours(
+    ctx: DistContext, config: Config, make_model: Callable[[], EmulatorMLP], shards: Shards,
+    warmup: int,
+) -> refloops.Timing:  # fmt: skip
+    with tempfile.TemporaryDirectory(prefix="bench-run-") as run_dir:
+        loop = Loop(ctx, config, make_model(), shards, Path(run_dir), StopFlag())
+        refloops.settle(ctx)
+        loop.run()
+    history = loop.history
+    steps_per_epoch = -(-shards.x_train.shape[0] // config.training.batch_size)
+    timed = range(warmup, len(history["train_time_s"]))
+    # Rank 0's clock is the one reported: it enters each epoch last (it snapshots the
+    # checkpoint), so its epoch is the steps alone; the others' include their wait for it.
+    seconds = sum(history["train_time_s"][e] for e in timed)
+    rows = sum(history["samples"][e] for e in timed) / ctx.env.world_size
+    return refloops.Timing(int(rows), seconds, steps_per_epoch * len(timed))
+
+
+# --------------------------------------------------------------------------- time to target
+
+
+class _TargetLoop(Loop):
+    """The project's loop, told to stop once the validation loss reaches ``target``."""
+
+    targets: list[float]
+    started = 0.0
+
+    def begin(self, targets: list[float]) -> None:
+        self.targets = sorted(targets, reverse=True)
+        self.reached: dict[float, dict[str, float]] = {}
+        self.started = time.perf_counter()
+
+    def _end_epoch(self, epoch_start: float, train_time: float) -> Status | None:
+        status = super()._end_epoch(epoch_start, train_time)
+        val = self.history["val_loss"][-1]
+        for target in self.targets:
+            if target not in self.reached and val <= target:
+                self.reached[target] = {"seconds": time.perf_counter() - self.started,
+                                        "epoch": self.epoch, "step": self.step,
+                                        "val_loss": val}  # fmt: skip
+        if len(self.reached) == len(self.targets):
+            return "completed"
+        return status
+
+
+def time_to_target(ctx: DistContext, job: dict[str, Any], result: dict[str, Any]) -> None:
+    inputs, targets = load_arrays(Path(job["data"]))
+    config = _with_training(load_config(None), scale_lr_with_world_size=True,
+                            epochs=job["max_epochs"], early_stopping_patience=0,
+                            **job.get("training", {}))  # fmt: skip
+    torch.manual_seed(config.training.seed)  # as training._train: same weights on every rank
+    model = EmulatorMLP(ModelConfig(hidden=config.model.hidden_sizes,
+                                    activation=config.model.activation))  # fmt: skip
+    shards = _split(ctx, config, inputs, targets, model)
+    # One-time costs (cuBLAS handles, first kernels) are not training: pay them on a copy.
+    warm = copy.deepcopy(model).to(ctx.device)
+    F.mse_loss(warm(shards.x_train[: config.training.batch_size]),
+               shards.y_train[: config.training.batch_size]).backward()  # fmt: skip
+    del warm
+    with tempfile.TemporaryDirectory(prefix="bench-ttt-") as run_dir:
+        loop = _TargetLoop(ctx, config, model, shards, Path(run_dir), StopFlag())
+        refloops.settle(ctx)
+        loop.begin(job["targets"])
+        status = loop.run()
+        total = time.perf_counter() - loop.started
+    steps_per_epoch = -(-shards.x_train.shape[0] // config.training.batch_size)
+    result.update(
+        status=status, targets=job["targets"], reached={str(k): v for k, v in loop.reached.items()},
+        total_s=total, epochs_run=len(loop.history["val_loss"]), steps_per_epoch=steps_per_epoch,
+        n_train=shards.n_train, n_val=shards.n_val,
+        lr=config.training.lr * ctx.env.world_size, batch_per_rank=config.training.batch_size,
+        val_loss=loop.history["val_loss"], epoch_time_s=loop.history["epoch_time_s"],
+        train_time_s=loop.history["train_time_s"],
+    )  # fmt: skip
+    _write(ctx, job, result)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
