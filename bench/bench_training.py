@@ -25,7 +25,7 @@ import statistics
 import sys
 import tempfile
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -37,6 +37,7 @@ from bench.synthdata import Grid, cached_arrays
 from ufsemulator.config import Config, ConfigError, load_config
 
 LOOPS = ("dataloader", "resident", "ours")
+Save = Callable[[str, dict[str, Any]], None]
 
 
 def _ints(text: str) -> list[int]:
@@ -133,20 +134,18 @@ def main(argv: list[str] | None = None) -> int:
         report: dict[str, Any] = {"machine": machine(), "argv": sys.argv[1:] if argv is None
                                   else argv, "no_multicast_env": NO_MULTICAST}  # fmt: skip
         failed = False
+
+        def save(key: str, part: dict[str, Any]) -> None:
+            # After every launch: a run cut short by its time limit keeps what it measured.
+            report[key] = part
+            if args.json is not None:
+                write_json(args.json, report)
+
         if not args.no_throughput:
-            report["throughput"] = _throughput(args, loops, work)
-            failed |= bool(report["throughput"]["failures"])
-            _save(args, report)
+            failed |= bool(_throughput(args, loops, work, save)["failures"])
         if args.time_to_target:
-            report["time_to_target"] = _time_to_target(args, work)
-            failed |= bool(report["time_to_target"]["failures"])
-            _save(args, report)
+            failed |= bool(_time_to_target(args, work, save)["failures"])
     return 1 if failed else 0
-
-
-def _save(args: argparse.Namespace, report: dict[str, Any]) -> None:
-    if args.json is not None:
-        write_json(args.json, report)
 
 
 def _data(grid: Grid, work: Path) -> Path:
@@ -160,7 +159,9 @@ def _data(grid: Grid, work: Path) -> Path:
 # ------------------------------------------------------------------------------ throughput
 
 
-def _throughput(args: argparse.Namespace, loops: list[str], work: Path) -> dict[str, Any]:
+def _throughput(
+    args: argparse.Namespace, loops: list[str], work: Path, save: Save
+) -> dict[str, Any]:
     data = _data(Grid.parse(args.grid), work)
     job = {"kind": "throughput", "device": args.device, "data": str(data), "batch": args.batch,
            "steps": args.steps, "epochs": args.epochs, "warmup_epochs": args.warmup_epochs,
@@ -168,6 +169,7 @@ def _throughput(args: argparse.Namespace, loops: list[str], work: Path) -> dict[
            "variants": dict(args.variant)}  # fmt: skip
     results: dict[int, dict[str, Any]] = {}
     failures: dict[str, str] = {}
+    names = loops + [name for name, _ in args.variant]
     for world in args.ranks:
         print(f"Throughput: {world} rank(s), {args.device}...", flush=True)
         start = time.perf_counter()
@@ -179,9 +181,10 @@ def _throughput(args: argparse.Namespace, loops: list[str], work: Path) -> dict[
             print(f"  failed: {exc}", flush=True)
             if exc.partial is not None:
                 results[world] = exc.partial
-            continue
-        print(f"  done in {time.perf_counter() - start:.1f} s", flush=True)
-    names = loops + [name for name, _ in args.variant]
+        else:
+            print(f"  done in {time.perf_counter() - start:.1f} s", flush=True)
+        save("throughput", {"job": job, "per_world": {str(k): v for k, v in results.items()},
+                            "rows": _summarise(results, names), "failures": failures})  # fmt: skip
     rows = _summarise(results, names)
     first = next(iter(results.values()), {})
     where = first.get("device", args.device)
@@ -189,8 +192,20 @@ def _throughput(args: argparse.Namespace, loops: list[str], work: Path) -> dict[
           f"{first.get('threads', '?')} threads per rank, batch {args.batch} per rank, "
           f"{args.steps} steps x {args.epochs} epochs timed, median of {args.repeats}\n")
     print(_table(rows))
-    return {"job": job, "per_world": {str(k): v for k, v in results.items()}, "rows": rows,
-            "failures": failures}  # fmt: skip
+    ours = [r for r in rows if r["loop"] == "ours"]
+    if ours:
+        # The targets of issue 7, read off this run.
+        low = min((r["vs_dataloader"] for r in ours if r["vs_dataloader"]), default=None)
+        top = max(ours, key=lambda r: r["ranks"])
+        goal = 0.95 if args.device == "cuda" else 0.85
+        if low is not None:
+            print(f"\nours/DataLoader per rank: at least {low:.2f}x (target 5x): "
+                  f"{'met' if low >= 5 else 'missed'}")  # fmt: skip
+        if top["efficiency"] is not None and top["ranks"] > 1:
+            print(f"ours weak-scaling efficiency at {top['ranks']} ranks: "
+                  f"{100 * top['efficiency']:.0f}% (target {100 * goal:.0f}%): "
+                  f"{'met' if top['efficiency'] >= goal else 'missed'}")  # fmt: skip
+    return {"failures": failures}
 
 
 def _summarise(results: dict[int, dict[str, Any]], names: Sequence[str]) -> list[dict[str, Any]]:
@@ -242,7 +257,7 @@ def _table(rows: list[dict[str, Any]]) -> str:
 # --------------------------------------------------------------------------- time to target
 
 
-def _time_to_target(args: argparse.Namespace, work: Path) -> dict[str, Any]:
+def _time_to_target(args: argparse.Namespace, work: Path, save: Save) -> dict[str, Any]:
     data = _data(Grid.parse(args.ttt_grid), work)
     job = {"kind": "ttt", "device": args.device, "data": str(data), "targets": args.ttt_targets,
            "max_epochs": args.ttt_max_epochs, "training": {"batch_size": args.batch}}  # fmt: skip
@@ -256,21 +271,15 @@ def _time_to_target(args: argparse.Namespace, work: Path) -> dict[str, Any]:
         except LaunchError as exc:
             failures[str(world)] = str(exc)
             print(f"  failed: {exc}", flush=True)
-            continue
-        r = results[world]
-        print(f"  {r['epochs_run']} epochs of {r['steps_per_epoch']} steps in {r['total_s']:.2f} s",
-              flush=True)  # fmt: skip
+        else:
+            r = results[world]
+            print(f"  {r['epochs_run']} epochs of {r['steps_per_epoch']} steps in "
+                  f"{r['total_s']:.2f} s", flush=True)  # fmt: skip
+        save("time_to_target", {"job": job, "per_world": {str(k): v for k, v in results.items()},
+                                "rows": _ttt_rows(args.ttt_targets, results),
+                                "failures": failures})  # fmt: skip
+    rows = _ttt_rows(args.ttt_targets, results)
     base = min(results) if results else None
-    rows = []
-    for target in args.ttt_targets:
-        for world, r in sorted(results.items()):
-            hit = r["reached"].get(str(target))
-            ref = results[base]["reached"].get(str(target)) if base is not None else None
-            speedup = ref["seconds"] / hit["seconds"] if hit and ref and world != base else None
-            rows.append({"target": target, "ranks": world, "lr": r["lr"],
-                         "seconds": hit["seconds"] if hit else None,
-                         "epoch": hit["epoch"] if hit else None,
-                         "step": hit["step"] if hit else None, "speedup": speedup})  # fmt: skip
     first = next(iter(results.values()), {})
     print(f"\nTime to target validation loss (normalised MSE): {first.get('device', '?')}, "
           f"{first.get('n_train', '?')} training rows, batch {args.batch} per rank, "
@@ -282,8 +291,27 @@ def _time_to_target(args: argparse.Namespace, work: Path) -> dict[str, Any]:
           str(r["epoch"] or "-"), str(r["step"] or "-"),
           "-" if r["speedup"] is None else f"{r['speedup']:.2f}x"] for r in rows],
     ))  # fmt: skip
-    return {"job": job, "per_world": {str(k): v for k, v in results.items()}, "rows": rows,
-            "failures": failures}  # fmt: skip
+    for r in rows:
+        if r["speedup"] is not None:
+            print(f"time to {r['target']:g} at {r['ranks']} ranks: {r['speedup']:.2f}x shorter "
+                  f"than at {base} (target 3x): {'met' if r['speedup'] >= 3 else 'missed'}")
+    return {"failures": failures}
+
+
+def _ttt_rows(targets: list[float], results: dict[int, dict[str, Any]]) -> list[dict[str, Any]]:
+    """One row per (target, world): seconds to it and the speed-up over the fewest ranks."""
+    base = min(results) if results else None
+    rows = []
+    for target in targets:
+        for world, r in sorted(results.items()):
+            hit = r["reached"].get(str(target))
+            ref = results[base]["reached"].get(str(target)) if base is not None else None
+            speedup = ref["seconds"] / hit["seconds"] if hit and ref and world != base else None
+            rows.append({"target": target, "ranks": world, "lr": r["lr"],
+                         "seconds": hit["seconds"] if hit else None,
+                         "epoch": hit["epoch"] if hit else None,
+                         "step": hit["step"] if hit else None, "speedup": speedup})  # fmt: skip
+    return rows
 
 
 if __name__ == "__main__":

@@ -22,6 +22,7 @@ import copy
 import dataclasses
 import functools
 import json
+import os
 import sys
 import tempfile
 import time
@@ -34,6 +35,7 @@ import torch
 import torch.nn.functional as F
 
 from bench import refloops
+from bench.launch import NO_MULTICAST
 from bench.synthdata import load_arrays
 from hpcdist.distributed import DistContext, distributed
 from ufsemulator.config import Config, load_config
@@ -46,6 +48,10 @@ from ufsemulator.training import _split
 def main(argv: list[str] | None = None) -> int:
     args = sys.argv[1:] if argv is None else argv
     job: dict[str, Any] = json.loads(Path(args[0]).read_text())
+    unsafe = {k: os.environ.get(k) for k, v in NO_MULTICAST.items() if os.environ.get(k) != v}
+    if unsafe:  # never start NCCL with NVLink multicast possible (shared GPU hosts)
+        print(f"error: NVLink multicast must be off in every rank: {unsafe}", file=sys.stderr)
+        return 2
     backend = "nccl" if job["device"] == "cuda" else "gloo"
     with distributed(timeout_s=job.get("init_timeout_s", 120.0), backend=backend) as ctx:
         result: dict[str, Any] = {"world": ctx.env.world_size, "backend": ctx.backend,

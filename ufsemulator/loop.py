@@ -164,10 +164,10 @@ class Loop:
             status = self._run()
         except BaseException:
             if self._writer is not None:
-                self._writer.wait(reraise=False)  # the training error is the one to see
+                self._writer.close(reraise=False)  # the training error is the one to see
             raise
         if self._writer is not None:
-            self._writer.wait()
+            self._writer.close()
         return status
 
     def _run(self) -> Status:
@@ -333,11 +333,13 @@ def _wrap(
     # and constant, so DDP's broadcast of them before every forward is a wasted collective.
     # Its keyword was renamed in torch 2.13; the old one still works but warns there.
     key = "forward_sync_buffers" if "forward_sync_buffers" in _DDP_ARGS else "broadcast_buffers"
-    no_buffer_sync: dict[str, Any] = {key: False}
+    options: dict[str, Any] = {key: False}
+    if bucket_cap_mb is not None:  # torch < 2.4 takes no None for its default
+        options["bucket_cap_mb"] = bucket_cap_mb
     return DistributedDataParallel(
-        model, device_ids=device_ids, bucket_cap_mb=bucket_cap_mb,
+        model, device_ids=device_ids,
         gradient_as_bucket_view=True,  # the gradients live in the all-reduce buffer: no copies
-        **no_buffer_sync,
+        **options,
     )  # fmt: skip
 
 
@@ -406,6 +408,15 @@ class _CheckpointWriter:
         except Exception:
             if reraise:
                 raise
+
+    def close(self, reraise: bool = True) -> None:
+        """``wait``, then end the thread (a later ``submit`` starts another)."""
+        try:
+            self.wait(reraise)
+        finally:
+            if self._pool is not None:
+                self._pool.shutdown()
+                self._pool = None
 
 
 def _write_all(state: dict[str, Any], paths: list[Path]) -> None:

@@ -1,0 +1,146 @@
+"""CLI speed: ``hpcdist render`` wall time, its import-time profile, node-list expansion.
+
+    python3 -m bench.bench_cli --runs 20 --json cli.json
+
+- ``hpcdist render --mode gloo --nodes 4`` run ``--runs`` times as a subprocess, through
+  the installed console script and through ``python3 -m hpcdist.cli`` (one untimed run
+  of each first); median, min and max wall time. Target: median <= 0.3 s.
+- ``python3 -X importtime`` of the same command: the modules that cost the most.
+- ``expand_nodelist`` of 10,000-host lists in four shapes; median of ``--repeats``.
+  Target: <= 10 ms.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import shutil
+import statistics
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+from bench.report import machine, table, write_json
+from hpcdist.nodelist import expand_nodelist
+
+RENDER_ARGS = ("render", "--mode", "gloo", "--nodes", "4")
+RENDER_TARGET_S = 0.3
+NODELIST_TARGET_MS = 10.0
+
+NODELISTS: dict[str, str] = {
+    "one range node[00001-10000]": "node[00001-10000]",
+    "10,000 plain names": ",".join(f"n{i:05d}" for i in range(1, 10001)),
+    "10,000 single numbers in one bracket": "n[" + ",".join(str(2 * i) for i in range(10000)) + "]",
+    "mixed: gpu-[..],cpu[..],rack[1-20]-node[001-250]":
+        "gpu-[0001-2500],cpu[1-2500],rack[1-20]-node[001-250]",
+}  # fmt: skip
+
+
+def _parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="python3 -m bench.bench_cli", description=__doc__,
+                                formatter_class=argparse.RawDescriptionHelpFormatter)  # fmt: skip
+    p.add_argument("--runs", type=int, default=20, help="render runs per way (20)")
+    p.add_argument("--repeats", type=int, default=50, help="expand_nodelist repeats (50)")
+    p.add_argument("--top", type=int, default=12, help="import-time entries shown (12)")
+    p.add_argument("--json", type=Path, help="write the results here")
+    return p
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = _parser().parse_args(argv)
+    report: dict[str, Any] = {"machine": machine()}
+    host = report["machine"]
+    print(f"Machine: {host['cpu']}, {host['cpus']} CPUs, load {host.get('loadavg', '?')}, "
+          f"{host['date']}\n")  # fmt: skip
+
+    report["render"] = _render(args.runs)
+    print(table(
+        ["command", "runs", "median s", "min s", "max s", f"<= {RENDER_TARGET_S} s"],
+        [[r["command"], str(r["runs"]), f"{r['median_s']:.3f}", f"{r['min_s']:.3f}",
+          f"{r['max_s']:.3f}", "yes" if r["median_s"] <= RENDER_TARGET_S else "no"]
+         for r in report["render"]],
+    ))  # fmt: skip
+
+    report["importtime"] = _importtime(args.top)
+    imp = report["importtime"]
+    print(f"\nImport time of `python3 -X importtime -m hpcdist.cli {' '.join(RENDER_ARGS)}`: "
+          f"{imp['total_ms']:.0f} ms in all top-level imports; largest cumulative:\n")  # fmt: skip
+    print(table(["module", "cumulative ms", "self ms"],
+                [[e["module"], f"{e['cumulative_ms']:.1f}", f"{e['self_ms']:.1f}"]
+                 for e in imp["top"]]))  # fmt: skip
+
+    report["nodelist"] = _nodelists(args.repeats)
+    print(f"\nexpand_nodelist, median of {args.repeats}:\n")
+    print(table(["node list", "hosts", "median ms", "max ms", f"<= {NODELIST_TARGET_MS:g} ms"],
+                [[r["shape"], str(r["hosts"]), f"{r['median_ms']:.2f}", f"{r['max_ms']:.2f}",
+                  "yes" if r["median_ms"] <= NODELIST_TARGET_MS else "no"]
+                 for r in report["nodelist"]]))  # fmt: skip
+    if args.json is not None:
+        write_json(args.json, report)
+    return 0
+
+
+def _render(runs: int) -> list[dict[str, Any]]:
+    ways: list[tuple[str, list[str]]] = [
+        ("python3 -m hpcdist.cli " + " ".join(RENDER_ARGS),
+         [sys.executable, "-m", "hpcdist.cli", *RENDER_ARGS]),
+    ]  # fmt: skip
+    script = shutil.which("hpcdist")
+    if script is not None:
+        ways.insert(0, ("hpcdist " + " ".join(RENDER_ARGS), [script, *RENDER_ARGS]))
+    else:
+        print("note: no hpcdist console script on PATH (pip install -e .); module only")
+    results = []
+    for label, argv in ways:
+        times = [_wall(argv) for _ in range(runs + 1)][1:]  # the first fills the page cache
+        results.append({"command": label, "argv": argv, "runs": runs,
+                        "median_s": statistics.median(times), "min_s": min(times),
+                        "max_s": max(times), "times_s": times})  # fmt: skip
+    return results
+
+
+def _wall(argv: list[str]) -> float:
+    start = time.perf_counter()
+    proc = subprocess.run(argv, capture_output=True, text=True, check=False)
+    elapsed = time.perf_counter() - start
+    if proc.returncode != 0:
+        raise SystemExit(f"error: {' '.join(argv)} exited {proc.returncode}: {proc.stderr[-500:]}")
+    return elapsed
+
+
+def _importtime(top: int) -> dict[str, Any]:
+    env = {**os.environ, "PYTHONPROFILEIMPORTTIME": "1"}
+    proc = subprocess.run([sys.executable, "-X", "importtime", "-m", "hpcdist.cli", *RENDER_ARGS],
+                          capture_output=True, text=True, check=False, env=env)  # fmt: skip
+    entries: list[dict[str, Any]] = []
+    for line in proc.stderr.splitlines():
+        if not line.startswith("import time:") or "imported package" in line:
+            continue
+        self_us, cumulative_us, name = line.removeprefix("import time:").split("|", 2)
+        name = name.rstrip().removeprefix(" ")  # then two spaces per level of nesting
+        entries.append({"module": name, "self_ms": int(self_us) / 1e3,
+                        "cumulative_ms": int(cumulative_us) / 1e3})  # fmt: skip
+    # Top-level imports are the names without indentation; nested ones are counted in them.
+    total = sum(e["cumulative_ms"] for e in entries if not e["module"].startswith("  "))
+    ranked = sorted(entries, key=lambda e: -e["cumulative_ms"])[:top]
+    return {"total_ms": total, "top": ranked, "modules": len(entries)}
+
+
+def _nodelists(repeats: int) -> list[dict[str, Any]]:
+    results = []
+    for shape, nodelist in NODELISTS.items():
+        hosts = expand_nodelist(nodelist)  # also the warm-up
+        times = []
+        for _ in range(repeats):
+            start = time.perf_counter()
+            expand_nodelist(nodelist)
+            times.append(1e3 * (time.perf_counter() - start))
+        results.append({"shape": shape, "hosts": len(hosts), "chars": len(nodelist),
+                        "median_ms": statistics.median(times), "max_ms": max(times)})  # fmt: skip
+    return results
+
+
+if __name__ == "__main__":
+    sys.exit(main())

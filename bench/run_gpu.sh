@@ -1,0 +1,85 @@
+#!/usr/bin/env bash
+# The GPU benchmarks of issue 7 in one command, on one machine with 4 GPUs (no netCDF4, no
+# submitit needed). From the repository root:
+#
+#     PYTHONPATH=$PWD bash bench/run_gpu.sh            # results in $OUT (else /tmp/bench-gpu)
+#
+# Stages, each with its own time limit inside a total budget (BENCH_BUDGET_S, 420 s; about
+# 5 minutes expected on 4 H100s):
+#   1. nccl, 1/2/4 ranks (one GPU each): DataLoader reference, resident reference, ours
+#   2. gloo on the CPU, 1/2/4 ranks x 4 threads: the same three, plus ours with small
+#      DDP buckets
+#   3. time to a target validation loss, 1 vs 4 GPUs (1440x1080 synthetic grid)
+#   4. ours with torch.compile beside ours, 1 and 4 GPUs (skipped when the budget is short)
+# Writes to $OUT: env.txt, run_gpu.log (this output), ranks.log (every rank's output),
+# nccl.json, gloo.json, ttt.json, compile.json. BENCH_ARGS is appended to every stage's
+# arguments (a trial run on a CPU machine: BENCH_ARGS="--steps 10 --repeats 1").
+set -uo pipefail
+cd "$(dirname "${BASH_SOURCE[0]}")/.."
+OUT_DIR=${OUT:-/tmp/bench-gpu}
+mkdir -p "$OUT_DIR"
+export PYTHONPATH="$PWD${PYTHONPATH:+:$PYTHONPATH}" PYTHONUNBUFFERED=1
+# NVLink multicast off in every process (the launcher sets them for each rank as well).
+export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
+BUDGET=${BENCH_BUDGET_S:-420}
+read -r -a EXTRA <<<"${BENCH_ARGS:-}"
+START=$SECONDS
+WORK=$(mktemp -d /tmp/bench-work.XXXXXX)
+exec > >(tee -a "$OUT_DIR/run_gpu.log") 2>&1
+
+left() { echo $((BUDGET - (SECONDS - START))); }
+
+stage() {  # stage NAME MAX_SECONDS ARGS...: run bench_training with a time limit
+    local name=$1 max=$2
+    shift 2
+    local limit
+    limit=$(left)
+    ((limit > max)) && limit=$max
+    if ((limit < 30)); then
+        echo "== $name: skipped, $(left) s of the budget left"
+        return
+    fi
+    echo "== $name (limit ${limit} s, $(left) s of the budget left)"
+    timeout --signal=TERM --kill-after=10 "$limit" python3 -m bench.bench_training \
+        --work-dir "$WORK" --log "$OUT_DIR/ranks.log" --timeout $((limit - 5)) "$@" "${EXTRA[@]}"
+    echo "== $name: exit $?, $((SECONDS - START)) s so far"
+}
+
+{
+    date -u
+    nvidia-smi -L
+    nvidia-smi topo -m
+    python3 -c 'import sys, torch; print("python", sys.version.split()[0], "torch", torch.__version__,
+"cuda", torch.version.cuda, "gpus", torch.cuda.device_count(),
+"nccl", torch.cuda.nccl.version() if torch.cuda.is_available() else None)'
+    lscpu | grep -E '^(Model name|CPU\(s\)|Thread|Core|Socket|NUMA node\(s\))'
+    env | grep -E '^(NCCL|TORCH_SYMM|NVSHMEM)_' | sort
+} >"$OUT_DIR/env.txt" 2>&1
+cat "$OUT_DIR/env.txt"
+
+GPUS=$(python3 -c 'import torch; print(torch.cuda.device_count() if torch.cuda.is_available() else 0)')
+case $GPUS in
+    0) RANKS=1 && echo "no GPU visible: GPU stages skipped" ;;
+    1) RANKS=1 ;;
+    2 | 3) RANKS=1,2 ;;
+    *) RANKS=1,2,4 ;;
+esac
+BIG=${RANKS##*,}
+TTT_RANKS=1
+((BIG > 1)) && TTT_RANKS=1,$BIG
+
+if ((GPUS > 0)); then
+    stage "nccl throughput" 150 --device cuda --ranks "$RANKS" --steps 300 --epochs 2 \
+        --repeats 3 --json "$OUT_DIR/nccl.json"
+fi
+stage "gloo throughput" 150 --device cpu --ranks 1,2,4 --threads-per-rank 4 --steps 200 \
+    --epochs 2 --repeats 3 --variant buckets:ddp_bucket_cap_mb=0.016 --json "$OUT_DIR/gloo.json"
+if ((GPUS > 0)); then
+    stage "time to target" 120 --device cuda --no-throughput --time-to-target \
+        --ttt-ranks "$TTT_RANKS" --json "$OUT_DIR/ttt.json"
+    stage "torch.compile" 200 --device cuda --ranks "$TTT_RANKS" --loops resident,ours \
+        --variant compiled:compile=true --steps 300 --epochs 2 --repeats 2 \
+        --json "$OUT_DIR/compile.json"
+fi
+rm -rf "$WORK"
+echo "== done in $((SECONDS - START)) s; files in $OUT_DIR"
