@@ -25,7 +25,6 @@ BUDGET=${BENCH_BUDGET_S:-420}
 read -r -a EXTRA <<<"${BENCH_ARGS:-}"
 START=$SECONDS
 WORK=$(mktemp -d /tmp/bench-work.XXXXXX)
-exec > >(tee -a "$OUT_DIR/run_gpu.log") 2>&1
 
 left() { echo $((BUDGET - (SECONDS - START))); }
 
@@ -45,41 +44,45 @@ stage() {  # stage NAME MAX_SECONDS ARGS...: run bench_training with a time limi
     echo "== $name: exit $?, $((SECONDS - START)) s so far"
 }
 
-{
-    date -u
-    nvidia-smi -L
-    nvidia-smi topo -m
-    python3 -c 'import sys, torch; print("python", sys.version.split()[0], "torch", torch.__version__,
-"cuda", torch.version.cuda, "gpus", torch.cuda.device_count(),
-"nccl", torch.cuda.nccl.version() if torch.cuda.is_available() else None)'
-    lscpu | grep -E '^(Model name|CPU\(s\)|Thread|Core|Socket|NUMA node\(s\))'
-    env | grep -E '^(NCCL|TORCH_SYMM|NVSHMEM)_' | sort
-} >"$OUT_DIR/env.txt" 2>&1
-cat "$OUT_DIR/env.txt"
+main() {
+    {
+        date -u
+        nvidia-smi -L
+        nvidia-smi topo -m
+        python3 -c 'import sys, torch; print("python", sys.version.split()[0], "torch", torch.__version__,
+    "cuda", torch.version.cuda, "gpus", torch.cuda.device_count(),
+    "nccl", torch.cuda.nccl.version() if torch.cuda.is_available() else None)'
+        lscpu | grep -E '^(Model name|CPU\(s\)|Thread|Core|Socket|NUMA node\(s\))'
+        env | grep -E '^(NCCL|TORCH_SYMM|NVSHMEM)_' | sort
+    } >"$OUT_DIR/env.txt" 2>&1
+    cat "$OUT_DIR/env.txt"
 
-GPUS=$(python3 -c 'import torch; print(torch.cuda.device_count() if torch.cuda.is_available() else 0)')
-case $GPUS in
-    0) RANKS=1 && echo "no GPU visible: GPU stages skipped" ;;
-    1) RANKS=1 ;;
-    2 | 3) RANKS=1,2 ;;
-    *) RANKS=1,2,4 ;;
-esac
-BIG=${RANKS##*,}
-TTT_RANKS=1
-((BIG > 1)) && TTT_RANKS=1,$BIG
+    GPUS=$(python3 -c 'import torch; print(torch.cuda.device_count() if torch.cuda.is_available() else 0)')
+    case $GPUS in
+        0) RANKS=1 && echo "no GPU visible: GPU stages skipped" ;;
+        1) RANKS=1 ;;
+        2 | 3) RANKS=1,2 ;;
+        *) RANKS=1,2,4 ;;
+    esac
+    BIG=${RANKS##*,}
+    TTT_RANKS=1
+    ((BIG > 1)) && TTT_RANKS=1,$BIG
 
-if ((GPUS > 0)); then
-    stage "nccl throughput" 150 --device cuda --ranks "$RANKS" --steps 300 --epochs 2 \
-        --repeats 3 --json "$OUT_DIR/nccl.json"
-fi
-stage "gloo throughput" 150 --device cpu --ranks 1,2,4 --threads-per-rank 4 --steps 200 \
-    --epochs 2 --repeats 3 --variant buckets:ddp_bucket_cap_mb=0.016 --json "$OUT_DIR/gloo.json"
-if ((GPUS > 0)); then
-    stage "time to target" 120 --device cuda --no-throughput --time-to-target \
-        --ttt-ranks "$TTT_RANKS" --json "$OUT_DIR/ttt.json"
-    stage "torch.compile" 200 --device cuda --ranks "$TTT_RANKS" --loops resident,ours \
-        --variant compiled:compile=true --steps 300 --epochs 2 --repeats 2 \
-        --json "$OUT_DIR/compile.json"
-fi
+    if ((GPUS > 0)); then
+        stage "nccl throughput" 150 --device cuda --ranks "$RANKS" --steps 300 --epochs 2 \
+            --repeats 3 --json "$OUT_DIR/nccl.json"
+    fi
+    stage "gloo throughput" 150 --device cpu --ranks 1,2,4 --threads-per-rank 4 --steps 200 \
+        --epochs 2 --repeats 3 --variant buckets:ddp_bucket_cap_mb=0.016 --json "$OUT_DIR/gloo.json"
+    if ((GPUS > 0)); then
+        stage "time to target" 120 --device cuda --no-throughput --time-to-target \
+            --ttt-ranks "$TTT_RANKS" --json "$OUT_DIR/ttt.json"
+        stage "torch.compile" 200 --device cuda --ranks "$TTT_RANKS" --loops resident,ours \
+            --variant compiled:compile=true --steps 300 --epochs 2 --repeats 2 \
+            --json "$OUT_DIR/compile.json"
+    fi
+    echo "== done in $((SECONDS - START)) s; files in $OUT_DIR"
+}
+
+main 2>&1 | tee -a "$OUT_DIR/run_gpu.log"
 rm -rf "$WORK"
-echo "== done in $((SECONDS - START)) s; files in $OUT_DIR"

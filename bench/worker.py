@@ -32,7 +32,6 @@ from pathlib import Path
 from typing import Any
 
 import torch
-import torch.nn.functional as F
 
 from bench import refloops
 from bench.launch import NO_MULTICAST
@@ -193,11 +192,13 @@ def time_to_target(ctx: DistContext, job: dict[str, Any], result: dict[str, Any]
     model = EmulatorMLP(ModelConfig(hidden=config.model.hidden_sizes,
                                     activation=config.model.activation))  # fmt: skip
     shards = _split(ctx, config, inputs, targets, model)
-    # One-time costs (cuBLAS handles, first kernels) are not training: pay them on a copy.
-    warm = copy.deepcopy(model).to(ctx.device)
-    F.mse_loss(warm(shards.x_train[: config.training.batch_size]),
-               shards.y_train[: config.training.batch_size]).backward()  # fmt: skip
-    del warm
+    # One-time costs (CUDA kernel loading, cuBLAS and communicator set-up) are not training:
+    # a throwaway loop pays them first, two steps on a copy of the model.
+    rows = 2 * config.training.batch_size
+    warm = dataclasses.replace(shards, x_train=shards.x_train[:rows], y_train=shards.y_train[:rows])
+    with tempfile.TemporaryDirectory(prefix="bench-warm-") as run_dir:
+        Loop(ctx, _with_training(config, epochs=1), copy.deepcopy(model), warm, Path(run_dir),
+             StopFlag()).run()  # fmt: skip
     with tempfile.TemporaryDirectory(prefix="bench-ttt-") as run_dir:
         loop = _TargetLoop(ctx, config, model, shards, Path(run_dir), StopFlag())
         refloops.settle(ctx)

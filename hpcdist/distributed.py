@@ -8,6 +8,7 @@ the functions that start or stop a process group: the CLI imports this module fr
 from __future__ import annotations
 
 import dataclasses
+import inspect
 import os
 import socket
 import sys
@@ -16,7 +17,7 @@ from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import timedelta
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from hpcdist.distenv import (
     PORT_HIGH,
@@ -41,6 +42,7 @@ __all__ = [
     "DistributedInitError",
     "NodeListError",
     "Source",
+    "allocated_gpus",
     "cleanup_distributed",
     "derive_port",
     "distributed",
@@ -48,6 +50,7 @@ __all__ = [
     "expand_tasks_per_node",
     "select_device",
     "setup_distributed",
+    "task_device",
 ]
 
 _IFNAME_HINT = (
@@ -93,6 +96,57 @@ def select_device(
     return "nccl", f"cuda:{local_rank}"
 
 
+# How SLURM hands a task its GPUs (gres/gpu). A task given none has none of them, yet sees
+# every GPU of the host where the site does not constrain devices (no ConstrainDevices).
+GPU_VARS = ("CUDA_VISIBLE_DEVICES", "SLURM_STEP_GPUS", "SLURM_JOB_GPUS", "SLURM_GPUS_ON_NODE")
+_SLURM_TASK_VARS = ("SLURM_JOB_ID", "SLURM_JOBID", "SLURM_PROCID", "SLURM_STEP_ID")
+
+
+def allocated_gpus(env: Mapping[str, str], visible_gpus: int) -> int:
+    """GPUs allocated to this task, of the ``visible_gpus`` that torch counts. Pure, for tests.
+
+    torch's count already honours CUDA_VISIBLE_DEVICES. Under SLURM, a task with none of
+    GPU_VARS set was given no GPU, however many the host shows it. Elsewhere (torchrun or
+    a plain process on a workstation) every visible GPU is the task's.
+    """
+    if visible_gpus < 0:
+        raise ValueError(f"visible_gpus must be >= 0, got {visible_gpus}")
+    if "CUDA_VISIBLE_DEVICES" in env:
+        return visible_gpus
+    under_slurm = any(var in env for var in _SLURM_TASK_VARS)
+    if under_slurm and not any(env.get(var, "").strip() for var in GPU_VARS):
+        return 0
+    return visible_gpus
+
+
+def task_device(
+    env: Mapping[str, str], local_rank: int, visible_gpus: int, backend: str | None = None
+) -> tuple[str, str]:
+    """(backend, device) for this task: ``select_device`` over the GPUs allocated to it."""
+    gpus = allocated_gpus(env, visible_gpus)
+    if backend == "nccl" and gpus == 0 < visible_gpus:
+        raise ValueError(
+            f"backend 'nccl' needs a GPU but SLURM allocated this task none ({visible_gpus} "
+            f"visible, none of {', '.join(GPU_VARS)} set); ask for GPUs with --gpus-per-node"
+        )
+    return select_device(local_rank, gpus, backend)
+
+
+def process_group_options(init: Any, backend: str, device: torch.device) -> dict[str, Any]:
+    """Extra init_process_group arguments: ``device_id`` binds NCCL to the rank's GPU.
+
+    With it the communicator is set up eagerly and barrier() knows its device; torch < 2.3
+    has no such parameter, so it is passed only where the signature takes it.
+    """
+    if backend != "nccl":
+        return {}
+    try:
+        takes_device = "device_id" in inspect.signature(init).parameters
+    except (TypeError, ValueError):  # a builtin without a signature: pass nothing new
+        takes_device = False
+    return {"device_id": device} if takes_device else {}
+
+
 def setup_distributed(
     timeout_s: float = 120.0,
     environ: Mapping[str, str] | None = None,
@@ -109,8 +163,8 @@ def setup_distributed(
         raise RuntimeError("a process group is already initialised; call cleanup_distributed()")
     source_env = os.environ if environ is None else environ
     env = DistEnv.from_environ(source_env)
-    gpus = torch.cuda.device_count() if torch.cuda.is_available() else 0
-    backend, device_name = select_device(env.local_rank, gpus, backend)
+    visible = torch.cuda.device_count() if torch.cuda.is_available() else 0
+    backend, device_name = task_device(source_env, env.local_rank, visible, backend)
     device = torch.device(device_name)
     if device.type == "cuda":
         torch.cuda.set_device(device)
@@ -145,6 +199,7 @@ def setup_distributed(
             rank=env.rank,
             world_size=env.world_size,
             timeout=timeout,
+            **process_group_options(dist.init_process_group, backend, device),
         )
     except Exception as exc:
         cleanup_distributed()

@@ -51,15 +51,20 @@ def _environment() -> jinja2.Environment:
     return env
 
 
+# Shell variables the nccl script sets when it counts the GPUs at run time (spec.gpus_auto).
+GPUS_VAR, CPUS_VAR = '"$gpus"', '"$cpus"'
+
+
 def launch_argv(spec: JobSpec) -> list[str]:
     """The command srun starts on each node, already quoted word by word."""
     command = [quote(word) for word in spec.command]
     if spec.launcher != "torchrun":
         return command
+    nproc = GPUS_VAR if spec.gpus_auto else str(spec.tasks_per_node)
     torchrun = [
         "torchrun",
         '--nnodes="${SLURM_JOB_NUM_NODES}"',
-        f"--nproc-per-node={spec.tasks_per_node}",
+        f"--nproc-per-node={nproc}",
         '--node-rank="${SLURM_NODEID}"',
         "--rdzv-backend=c10d",
         '--rdzv-endpoint="${MASTER_ADDR}:${MASTER_PORT}"',
@@ -76,12 +81,22 @@ def render(spec: JobSpec) -> str:
     template = _environment().get_template(f"{spec.mode}.sh.j2")
     torchrun = spec.launcher == "torchrun"
     cpus_per_srun_task = spec.cpus_per_task * (spec.tasks_per_node if torchrun else 1)
+    if spec.gpus_auto:
+        # Counted by the script itself; one torchrun per node takes all of its GPUs' CPUs.
+        srun_ntasks = "1" if torchrun else GPUS_VAR
+        srun_cpus = '"$(( cpus * gpus ))"' if torchrun else CPUS_VAR
+        threads_expr = CPUS_VAR
+    else:
+        srun_ntasks, srun_cpus = str(spec.srun_tasks_per_node), str(cpus_per_srun_task)
+        # Under torchrun SLURM_CPUS_PER_TASK counts the node's share; each rank gets its own.
+        threads_expr = str(spec.cpus_per_task) if torchrun else '"${SLURM_CPUS_PER_TASK:-1}"'
     return template.render(
         spec=spec,
         version=VERSION,
         cpus_per_srun_task=cpus_per_srun_task,
-        # Under torchrun SLURM_CPUS_PER_TASK counts the whole node's share; each rank gets its own.
-        threads_expr=str(spec.cpus_per_task) if torchrun else '"${SLURM_CPUS_PER_TASK:-1}"',
+        srun_ntasks=srun_ntasks,
+        srun_cpus=srun_cpus,
+        threads_expr=threads_expr,
         launch_argv=launch_argv(spec),
         requeue_exit=REQUEUE_EXIT_CODE,
     )

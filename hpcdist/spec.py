@@ -39,6 +39,14 @@ _DEFAULTS: dict[str, Any] = {
     "workdir": None,
 }
 
+# Every NCCL job starts with NVLink SHARP multicast off: on shared hosts a program that uses
+# it can take the GPUs out of service. A profile may turn it back on.
+_NCCL_ENV: dict[str, str] = {
+    "NCCL_NVLS_ENABLE": "0",
+    "TORCH_SYMM_MEM_DISABLE_MULTICAST": "1",
+    "NVSHMEM_DISABLE_NVLS": "1",
+}
+
 _FLAG_NAMES = {"memory": "--mem", "workdir": "--chdir"}
 _ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 _MEMORY = re.compile(r"\d+[KMGT]?")
@@ -47,6 +55,14 @@ _SIGNAL = re.compile(r"(B:)?(USR1|USR2|TERM|INT|HUP|URG|CONT)(@\d+)?")
 
 @dataclass(frozen=True)
 class JobSpec:
+    """A validated job request.
+
+    In nccl mode ``gpus_per_node == 0`` means that no GPU count was given anywhere: the job
+    takes whole nodes and its script counts the GPUs when it starts (``gpus_auto``). Then
+    ``tasks_per_node`` is 0 too (one task per GPU, known only at run time), and so is
+    ``cpus_per_task`` unless it was given (the node's CPUs shared by its GPUs' tasks).
+    """
+
     mode: Mode
     nodes: int
     tasks_per_node: int
@@ -71,7 +87,18 @@ class JobSpec:
     profile: str = "local"
 
     @property
+    def gpus_auto(self) -> bool:
+        """nccl with no GPU count: whole nodes, one task per GPU counted at run time."""
+        return self.mode == "nccl" and self.gpus_per_node == 0
+
+    @property
+    def cpus_auto(self) -> bool:
+        """CPUs per task computed at run time: the node's CPUs over its GPUs."""
+        return self.gpus_auto and self.cpus_per_task == 0
+
+    @property
     def world_size(self) -> int:
+        """Ranks of the job; 0 when the GPUs are counted at run time (``gpus_auto``)."""
         return self.nodes * self.tasks_per_node
 
     @property
@@ -105,17 +132,26 @@ def build_spec(profile: Profile, flags: Mapping[str, Any]) -> JobSpec:
     if mode not in MODES:
         raise SpecError(f"--mode {mode!r} is not a mode; expected one of {', '.join(MODES)}")
     gpus = int(merged["gpus_per_node"])
-    if mode == "nccl" and gpus == 0:
-        gpus = profile.gpus_per_node
     tasks = merged.get("tasks_per_node")
-    if tasks is None:
-        tasks = gpus if mode == "nccl" else 1
     cpus = merged.get("cpus_per_task")
+    if mode == "nccl":
+        gpus = _nccl_gpus(gpus, profile, flags.get("gpus_per_node"), tasks)
+    if cpus is not None and int(cpus) < 1:
+        raise SpecError(f"--cpus-per-task must be >= 1, got {cpus}")
+    # nccl and the communication check on GPUs run one task per GPU over NCCL.
+    on_gpus = mode == "nccl" or (mode == "test" and gpus > 0)
+    if tasks is None:
+        tasks = gpus if on_gpus else 1  # 0 in nccl mode: one per GPU counted at run time
     if cpus is None:
-        cpus = _fair_cpus(profile, int(tasks))
+        cpus = 0 if mode == "nccl" and gpus == 0 else _fair_cpus(profile, int(tasks))
 
     env = dict(profile.env)
-    env.update(profile.nccl_env if mode == "nccl" else profile.gloo_env)
+    if on_gpus:
+        env.update(profile.nccl_env)
+        for key, value in _NCCL_ENV.items():
+            env.setdefault(key, value)
+    else:
+        env.update(profile.gloo_env)
     env.update(dict(merged.get("env", ())))
     if mode == "test":
         # A smoke test has nothing to checkpoint: no warning signal, no requeue.
@@ -129,7 +165,7 @@ def build_spec(profile: Profile, flags: Mapping[str, Any]) -> JobSpec:
         nodes=int(merged["nodes"]),
         tasks_per_node=int(tasks),
         cpus_per_task=int(cpus),
-        gpus_per_node=gpus if mode == "nccl" else int(merged["gpus_per_node"]),
+        gpus_per_node=gpus,
         time=str(merged["time"]),
         job_name=str(merged.get("job_name") or default_job_name(mode)),
         output=str(merged["output"]),
@@ -150,6 +186,23 @@ def build_spec(profile: Profile, flags: Mapping[str, Any]) -> JobSpec:
     )
     validate(spec, profile)
     return spec
+
+
+def _nccl_gpus(gpus: int, profile: Profile, flag: object, tasks: object) -> int:
+    """GPUs per node of an nccl job: the flag, else the profile's; 0 means count at run time."""
+    if flag is not None and gpus < 1:
+        raise SpecError(
+            f"--gpus-per-node must be >= 1 for --mode nccl, got {gpus}; leave it out to use "
+            "every GPU of each node, counted when the job starts"
+        )
+    gpus = gpus or profile.gpus_per_node
+    if gpus == 0 and tasks is not None:
+        raise SpecError(
+            f"--tasks-per-node {tasks} with --mode nccl needs a GPU count: pass "
+            f"--gpus-per-node {tasks} (one task per GPU), or neither to use every GPU of each "
+            "node, counted when the job starts"
+        )
+    return gpus
 
 
 def _fair_cpus(profile: Profile, tasks_per_node: int) -> int:
@@ -173,11 +226,16 @@ def validate(spec: JobSpec, profile: Profile) -> None:
     if spec.mode == "threads" and spec.tasks_per_node != 1:
         raise SpecError(f"--mode threads runs 1 task, got --tasks-per-node {spec.tasks_per_node}")
     _check_gpus(spec, profile)
-    if spec.tasks_per_node < 1:
+    if spec.tasks_per_node < 1 and not spec.gpus_auto:
         raise SpecError(f"--tasks-per-node must be >= 1, got {spec.tasks_per_node}")
-    if spec.cpus_per_task < 1:
+    if spec.cpus_per_task < 1 and not spec.cpus_auto:
         raise SpecError(f"--cpus-per-task must be >= 1, got {spec.cpus_per_task}")
     cores = profile.cores_per_node
+    if cores is not None and spec.gpus_auto and spec.cpus_per_task > cores:
+        raise SpecError(
+            f"--cpus-per-task {spec.cpus_per_task} exceeds profile {profile.name!r} limit of "
+            f"{cores} cores per node"
+        )
     if cores is not None and spec.tasks_per_node * spec.cpus_per_task > cores:
         raise SpecError(
             f"{spec.tasks_per_node} tasks x --cpus-per-task {spec.cpus_per_task} = "
@@ -212,24 +270,29 @@ def validate(spec: JobSpec, profile: Profile) -> None:
 
 
 def _check_gpus(spec: JobSpec, profile: Profile) -> None:
-    if spec.mode != "nccl" and spec.gpus_per_node:
+    if spec.gpus_per_node < 0:
+        raise SpecError(f"--gpus-per-node must be >= 0, got {spec.gpus_per_node}")
+    if spec.mode not in ("nccl", "test") and spec.gpus_per_node:
         raise SpecError(
-            f"--gpus-per-node {spec.gpus_per_node} needs --mode nccl, got --mode {spec.mode}"
+            f"--gpus-per-node {spec.gpus_per_node} needs --mode nccl or --mode test, "
+            f"got --mode {spec.mode}"
         )
-    if spec.mode != "nccl":
-        return
-    if spec.gpus_per_node < 1:
-        raise SpecError(
-            f"--mode nccl needs --gpus-per-node >= 1; profile {profile.name!r} has no GPUs"
-        )
-    if spec.gpus_per_node > profile.gpus_per_node:
+    # A profile without a GPU count (0) does not know the nodes' GPUs: nothing to check against.
+    if profile.gpus_per_node and spec.gpus_per_node > profile.gpus_per_node:
         raise SpecError(
             f"--gpus-per-node {spec.gpus_per_node} exceeds profile {profile.name!r} limit of "
             f"{profile.gpus_per_node} GPUs per node"
         )
-    if spec.tasks_per_node != spec.gpus_per_node:
+    if spec.gpus_auto:
+        if spec.tasks_per_node != 0:
+            raise SpecError(
+                f"--tasks-per-node {spec.tasks_per_node} with --mode nccl needs a GPU count: "
+                f"pass --gpus-per-node {spec.tasks_per_node} (one task per GPU)"
+            )
+        return
+    if spec.gpus_per_node and spec.tasks_per_node != spec.gpus_per_node:
         raise SpecError(
-            f"--mode nccl runs one task per GPU: --tasks-per-node {spec.tasks_per_node} "
+            f"--mode {spec.mode} runs one task per GPU: --tasks-per-node {spec.tasks_per_node} "
             f"!= --gpus-per-node {spec.gpus_per_node}"
         )
 

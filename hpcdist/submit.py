@@ -24,6 +24,10 @@ from hpcdist.slurmtime import time_limit_minutes
 from hpcdist.spec import JobSpec
 
 EXECUTORS = ("auto", "slurm", "local")
+# submitit needs the task count when it submits; a script that counts GPUs at run time is
+# only what render writes (and the local executor would need torch to count them).
+AUTO_GPUS_REFUSED = ("--mode nccl with no GPU count is supported by render/sbatch only; "
+                     "pass --gpus-per-node N for submit")
 
 
 @dataclass(frozen=True)
@@ -52,8 +56,15 @@ def _slurm_reachable() -> bool:
     return proc.returncode == 0
 
 
+def refuse_auto_gpus(spec: JobSpec) -> None:
+    """submit needs a GPU count: raise SpecError for a spec that counts them at run time."""
+    if spec.gpus_auto:
+        raise SpecError(AUTO_GPUS_REFUSED)
+
+
 def slurm_parameters(spec: JobSpec) -> dict[str, Any]:
     """submitit SlurmExecutor parameters asking SLURM for exactly what render() asks for."""
+    refuse_auto_gpus(spec)
     params: dict[str, Any] = {
         "slurm_job_name": spec.job_name,
         "nodes": spec.nodes,
@@ -136,6 +147,7 @@ def submit(spec: JobSpec, executor: str = "auto", project_dir: Path | None = Non
 
     from hpcdist.command_job import CommandJob
 
+    refuse_auto_gpus(spec)
     kind = choose_executor(executor)
     root = jobs_root(project_dir)
     folder = root / "submitit" / "%j"
@@ -171,6 +183,7 @@ def submit(spec: JobSpec, executor: str = "auto", project_dir: Path | None = Non
 
 def describe(spec: JobSpec, executor: str) -> Mapping[str, Any]:
     """What ``--dry-run`` shows: the executor and the exact parameters it would be given."""
+    refuse_auto_gpus(spec)
     kind = choose_executor(executor)
     if kind == "slurm":
         return {"executor": kind, "parameters": slurm_parameters(spec), "command": spec.command}

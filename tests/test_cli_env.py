@@ -54,26 +54,27 @@ def test_simulate_prints_every_rank_of_the_allocation() -> None:
     assert [r[2] for r in rows[::4]] == ["gpu-01", "gpu-02", "gpu-03", "gpu-07"]
 
 
-def test_simulate_eight_gpus_on_two_nodes() -> None:
-    code, out = invoke(
-        *SIMULATE,
-        "--nodelist",
-        "gpu-[07-08]",
-        "--tasks-per-node",
-        "8",
-        "--gpus-per-node",
-        "8",
-        "--cpus-per-task",
-        "6",
-    )
+@pytest.mark.parametrize(("nodelist", "hosts"), [("gpu-[01-02]", ("gpu-01", "gpu-02")),
+                                               ("gpu-[07-08]", ("gpu-07", "gpu-08"))])
+def test_simulate_eight_gpus_on_two_nodes(nodelist: str, hosts: tuple[str, str]) -> None:
+    args = [*SIMULATE, "--nodelist", nodelist, "--tasks-per-node", "8", "--gpus-per-node", "8",
+            "--cpus-per-task", "6"]
+    code, out = invoke(*args)
     assert code == 0, out
     rows = table(out)
     assert len(rows) == 16
+    assert [r[0] for r in rows] == [str(i) for i in range(16)]
     assert [r[5] for r in rows] == [f"cuda:{i}" for i in range(8)] * 2
     assert [r[1] for r in rows] == [str(i) for i in range(8)] * 2
-    assert {r[2] for r in rows[8:]} == {"gpu-08"}
+    assert [r[2] for r in rows] == [hosts[0]] * 8 + [hosts[1]] * 8
     assert {r[4] for r in rows} == {"6"}
-    assert {r[3] for r in rows} == {f"gpu-07:{derive_port(1234, 0)}"}
+    assert {r[3] for r in rows} == {f"{hosts[0]}:{derive_port(1234, 0)}"}
+    code, out = invoke(*args, "--json")
+    assert code == 0, out
+    ranks = json.loads(out)
+    assert {(r["world_size"], r["local_world_size"], r["master_addr"]) for r in ranks} == {
+        (16, 8, hosts[0])}
+    assert [r["node_rank"] for r in ranks] == [0] * 8 + [1] * 8
 
 
 def test_simulate_accepts_the_compressed_layout() -> None:

@@ -51,6 +51,9 @@ def _bash_n(script: str, tmp_path: Path) -> subprocess.CompletedProcess[str]:
         {"mode": "nccl", "profile": "gpu-cluster", "nodes": 2},
         {"mode": "nccl", "profile": "gpu-cluster", "nodes": 2, "launcher": "torchrun"},
         {"mode": "gloo", "nodes": 2, "launcher": "torchrun", "memory": "1000M", "account": "a"},
+        {"mode": "nccl", "nodes": 2},  # no GPU count anywhere: counted at run time
+        {"mode": "nccl", "nodes": 2, "cpus_per_task": 2, "launcher": "torchrun"},
+        {"mode": "test", "profile": "gpu-cluster", "nodes": 2, "gpus_per_node": 4},
     ],
 )
 def test_every_mode_renders_a_script_bash_can_parse(flags: dict[str, Any], tmp_path: Path) -> None:
@@ -81,8 +84,16 @@ def test_nccl_asks_for_gpus_and_torchrun_starts_one_per_node() -> None:
     assert "export OMP_NUM_THREADS=16" in script
 
 
-def _run_script(script: str, tmp_path: Path) -> tuple[subprocess.CompletedProcess[str], list[str]]:
-    """Run a rendered script under bash with a stand-in srun that records its argv."""
+def _run_script(
+    script: str,
+    tmp_path: Path,
+    extra_env: dict[str, str] | None = None,
+    nvidia_smi: str | None = None,
+) -> tuple[subprocess.CompletedProcess[str], list[str]]:
+    """Run a rendered script under bash with a stand-in srun that records its argv.
+
+    ``nvidia_smi``, if given, is what a stand-in ``nvidia-smi -L`` prints.
+    """
     bindir = tmp_path / "bin"
     bindir.mkdir()
     argv_file = tmp_path / "srun-argv"
@@ -93,6 +104,10 @@ def _run_script(script: str, tmp_path: Path) -> tuple[subprocess.CompletedProces
         f"env > {quote(str(tmp_path / 'srun-env'))}\n"
     )
     fake_srun.chmod(0o755)
+    if nvidia_smi is not None:
+        fake_smi = bindir / "nvidia-smi"
+        fake_smi.write_text(f"#!/bin/bash\nprintf '%s' {quote(nvidia_smi)}\n")
+        fake_smi.chmod(0o755)
     job = tmp_path / "job.sh"
     job.write_text(script)
     env = {
@@ -101,11 +116,172 @@ def _run_script(script: str, tmp_path: Path) -> tuple[subprocess.CompletedProces
         "SLURM_JOB_ID": "77",
         "SLURM_JOB_NODELIST": "node[1-2]",
         "SLURM_CPUS_PER_TASK": "2",
+        **(extra_env or {}),
     }
     proc = subprocess.run(["bash", str(job)], cwd=tmp_path, env=env, capture_output=True,
                           text=True, timeout=30)
     argv = argv_file.read_text().splitlines() if argv_file.exists() else []
     return proc, argv
+
+
+def _sbatch_directives(script: str) -> list[str]:
+    return [line for line in script.splitlines() if line.startswith("#SBATCH ")]
+
+
+def _gpu_list(count: int) -> str:
+    """What ``nvidia-smi -L`` prints for ``count`` GPUs."""
+    return "".join(f"GPU {i}: NVIDIA H100 80GB HBM3 (UUID: GPU-{i:08x})\n" for i in range(count))
+
+
+def _srun_option(argv: list[str], name: str) -> str:
+    values = [arg.split("=", 1)[1] for arg in argv if arg.startswith(f"--{name}=")]
+    assert len(values) == 1, argv
+    return values[0]
+
+
+def test_nccl_without_a_gpu_count_asks_for_whole_nodes() -> None:
+    script = render(spec_from_options({"profile": None, "mode": "nccl", "nodes": 2}))
+    directives = _sbatch_directives(script)
+    assert "#SBATCH --exclusive" in directives
+    for option in ("--ntasks-per-node", "--cpus-per-task", "--gpus-per-node"):
+        assert not any(d.startswith(f"#SBATCH {option}") for d in directives), directives
+    assert 'gpus="${SLURM_GPUS_ON_NODE}"' in script
+    assert "nvidia-smi -L" in script
+    assert ('srun --nodes=2 --ntasks-per-node="$gpus" --cpus-per-task="$cpus" '
+            '${gpu_request:+"$gpu_request"} --kill-on-bad-exit=1 \\\n') in script
+    assert 'export OMP_NUM_THREADS="$cpus"\nexport MKL_NUM_THREADS="$cpus"\n' in script
+
+
+@pytest.mark.parametrize(
+    ("slurm_env", "listed", "tasks", "cpus", "gpu_request"),
+    [
+        # No SLURM count: the GPUs nvidia-smi lists (MIG instances are not extra GPUs). SLURM
+        # does not hand them out, so srun must not ask for GRES (it would refuse).
+        ({"SLURM_CPUS_ON_NODE": "12"}, _gpu_list(3), "3", "4", None),
+        ({"SLURM_CPUS_ON_NODE": "12"},
+         _gpu_list(1) + "  MIG 3g.40gb Device 0: (UUID: MIG-0)\n", "1", "12", None),
+        # SLURM's count wins over the driver's list, and srun asks for them again (steps do
+        # not inherit GRES from --exclusive). Nothing may assume <= 4 GPUs per node.
+        ({"SLURM_GPUS_ON_NODE": "8", "SLURM_CPUS_ON_NODE": "96"}, _gpu_list(2), "8", "12", "8"),
+        ({"SLURM_GPUS_ON_NODE": "8", "SLURM_CPUS_ON_NODE": "4"}, _gpu_list(8), "8", "1", "8"),
+        ({"SLURM_GPUS_ON_NODE": "3", "SLURM_CPUS_ON_NODE": "48"}, None, "3", "16", "3"),
+    ],
+)
+def test_auto_script_launches_one_task_per_counted_gpu(
+    slurm_env: dict[str, str], listed: str | None, tasks: str, cpus: str,
+    gpu_request: str | None, tmp_path: Path,
+) -> None:
+    script = render(spec_from_options({"profile": None, "mode": "nccl", "nodes": 2}))
+    proc, argv = _run_script(script, tmp_path, {"SLURMD_NODENAME": "gpu-07", **slurm_env},
+                             nvidia_smi=listed)
+    assert proc.returncode == 0, proc.stderr
+    assert _srun_option(argv, "nodes") == "2"
+    assert _srun_option(argv, "ntasks-per-node") == tasks
+    assert _srun_option(argv, "cpus-per-task") == cpus
+    seen = dict(line.split("=", 1) for line in (tmp_path / "srun-env").read_text().splitlines()
+                if "=" in line)
+    if gpu_request is None:
+        assert not any(arg.startswith("--gpus-per-node") for arg in argv), argv
+        # ... and the script tells the tasks the node's GPUs are theirs, as SLURM would.
+        assert seen["CUDA_VISIBLE_DEVICES"] == ",".join(str(i) for i in range(int(tasks)))
+    else:
+        assert _srun_option(argv, "gpus-per-node") == gpu_request
+        assert "CUDA_VISIBLE_DEVICES" not in seen  # srun sets it per task
+    assert "" not in argv  # an unset request leaves no empty argument behind
+    assert "--kill-on-bad-exit=1" in argv
+    assert argv[-4:] == ["python3", "-m", "ufsemulator", "train"]
+    assert (seen["OMP_NUM_THREADS"], seen["MKL_NUM_THREADS"]) == (cpus, cpus)
+    assert f"hpcdist: {tasks} GPUs on gpu-07" in proc.stdout
+
+
+@pytest.mark.parametrize(
+    ("slurm_env", "listed", "cause"),
+    [
+        ({}, "", "SLURM_GPUS_ON_NODE unset, nvidia-smi -L lists 0"),
+        # nvidia-smi says so on stdout (exit 6): a line that is not a GPU.
+        ({}, "No devices were found\n", "nvidia-smi -L lists 0"),
+        ({"SLURM_GPUS_ON_NODE": "0"}, _gpu_list(4), "SLURM_GPUS_ON_NODE=0"),
+    ],
+)
+def test_auto_script_without_gpus_fails_in_one_line_naming_the_node(
+    slurm_env: dict[str, str], listed: str, cause: str, tmp_path: Path
+) -> None:
+    script = render(spec_from_options({"profile": None, "mode": "nccl"}))
+    proc, argv = _run_script(script, tmp_path, {"SLURMD_NODENAME": "cpu-13", **slurm_env},
+                             nvidia_smi=listed)
+    assert proc.returncode != 0
+    assert argv == []  # srun never started
+    lines = proc.stderr.strip().splitlines()
+    assert len(lines) == 1, proc.stderr
+    assert lines[0].startswith("hpcdist: no GPU on node cpu-13 (")
+    assert cause in lines[0]
+    assert "--gpus-per-node N" in lines[0]
+
+
+def test_auto_script_with_torchrun_starts_one_torchrun_per_node(tmp_path: Path) -> None:
+    spec = spec_from_options({"profile": None, "mode": "nccl", "launcher": "torchrun"})
+    proc, argv = _run_script(render(spec), tmp_path,
+                             {"SLURM_GPUS_ON_NODE": "8", "SLURM_CPUS_ON_NODE": "64",
+                              "SLURM_JOB_NUM_NODES": "1", "SLURM_NODEID": "0"})
+    assert proc.returncode == 0, proc.stderr
+    assert _srun_option(argv, "ntasks-per-node") == "1"
+    assert _srun_option(argv, "cpus-per-task") == "64"
+    assert _srun_option(argv, "gpus-per-node") == "8"
+    assert _srun_option(argv, "nproc-per-node") == "8"
+    seen = (tmp_path / "srun-env").read_text().splitlines()
+    assert "OMP_NUM_THREADS=8" in seen
+
+
+def test_auto_script_keeps_a_given_cpus_per_task(tmp_path: Path) -> None:
+    spec = spec_from_options({"profile": None, "mode": "nccl", "cpus_per_task": 2})
+    proc, argv = _run_script(render(spec), tmp_path,
+                             {"SLURM_GPUS_ON_NODE": "4", "SLURM_CPUS_ON_NODE": "64"})
+    assert proc.returncode == 0, proc.stderr
+    assert (_srun_option(argv, "ntasks-per-node"), _srun_option(argv, "cpus-per-task")) == (
+        "4", "2")
+
+
+def test_test_mode_with_gpus_asks_for_one_task_per_gpu(tmp_path: Path) -> None:
+    spec = spec_from_options({"profile": "gpu-cluster", "mode": "test", "nodes": 2,
+                              "gpus_per_node": 2})
+    script = render(spec)
+    directives = _sbatch_directives(script)
+    assert "#SBATCH --ntasks-per-node=2" in directives
+    assert "#SBATCH --gpus-per-node=2" in directives
+    assert "#SBATCH --cpus-per-task=32" in directives
+    assert "one GPU each (nccl)" in script.splitlines()[1]
+    for line in ("export NCCL_NVLS_ENABLE=0", "export TORCH_SYMM_MEM_DISABLE_MULTICAST=1",
+                 "export NVSHMEM_DISABLE_NVLS=1"):
+        assert line in script
+    proc, argv = _run_script(script, tmp_path)
+    assert proc.returncode == 0, proc.stderr
+    assert _srun_option(argv, "ntasks-per-node") == "2"
+    assert argv[-5:] == ["python3", "-m", "hpcdist.commcheck", "--timeout", "60"]
+
+
+def test_test_mode_without_gpus_stays_a_cpu_check() -> None:
+    script = render(spec_from_options({"profile": "gpu-cluster", "mode": "test", "nodes": 2}))
+    assert not any(d.startswith("#SBATCH --gpus-per-node") for d in _sbatch_directives(script))
+    assert "(gloo on CPU)" in script.splitlines()[1]
+    assert "NCCL_NVLS_ENABLE" not in script
+
+
+@pytest.mark.parametrize(
+    "flags",
+    [
+        {"profile": "gpu-cluster", "mode": "nccl", "nodes": 2},
+        {"profile": "gpu-cluster", "mode": "nccl", "launcher": "torchrun"},
+        {"profile": None, "mode": "nccl"},
+        {"profile": "cpu-cluster", "mode": "nccl", "nodes": 3},
+        {"profile": "gpu-cluster", "mode": "test", "gpus_per_node": 1},
+    ],
+)
+def test_every_nccl_script_keeps_multicast_off(flags: dict[str, Any]) -> None:
+    script = render(spec_from_options(flags))
+    for line in ("export NCCL_NVLS_ENABLE=0", "export TORCH_SYMM_MEM_DISABLE_MULTICAST=1",
+                 "export NVSHMEM_DISABLE_NVLS=1"):
+        assert f"\n{line}\n" in script
+    assert "export NCCL_ASYNC_ERROR_HANDLING" not in script
 
 
 @pytest.mark.parametrize("payload", PAYLOADS)
@@ -193,3 +369,12 @@ def test_rendering_imports_neither_torch_nor_submitit() -> None:
                           cwd=REPO)
     assert proc.returncode == 0, proc.stderr
     assert "#SBATCH --nodes=2" in proc.stdout
+
+
+def test_auto_script_keeps_a_cuda_visible_devices_it_was_given(tmp_path: Path) -> None:
+    script = render(spec_from_options({"profile": None, "mode": "nccl"}))
+    proc, argv = _run_script(script, tmp_path, {"CUDA_VISIBLE_DEVICES": "5,6"},
+                             nvidia_smi=_gpu_list(2))
+    assert proc.returncode == 0, proc.stderr
+    assert _srun_option(argv, "ntasks-per-node") == "2"
+    assert "CUDA_VISIBLE_DEVICES=5,6" in (tmp_path / "srun-env").read_text().splitlines()

@@ -22,8 +22,24 @@ BAD_REQUESTS: list[tuple[list[str], str]] = [
     (["--nodes", "5"], "--nodes 5 exceeds profile 'local' limit of 4 nodes"),
     (["--mode", "threads", "--nodes", "2"], "--mode threads runs on exactly 1 node, got --nodes 2"),
     (["--mode", "threads", "--tasks-per-node", "2"], "--mode threads runs 1 task"),
-    (["--mode", "gloo", "--gpus-per-node", "1"], "--gpus-per-node 1 needs --mode nccl"),
-    (["--mode", "nccl"], "--mode nccl needs --gpus-per-node >= 1; profile 'local' has no GPUs"),
+    (["--mode", "gloo", "--gpus-per-node", "1"],
+     "--gpus-per-node 1 needs --mode nccl or --mode test, got --mode gloo"),
+    (["--mode", "threads", "--gpus-per-node", "2"], "needs --mode nccl or --mode test"),
+    # No GPU count anywhere means "count them at run time"; half a count is a mistake.
+    (["--mode", "nccl", "--tasks-per-node", "2"],
+     "--tasks-per-node 2 with --mode nccl needs a GPU count: pass --gpus-per-node 2"),
+    (["--mode", "nccl", "--gpus-per-node", "0"],
+     "--gpus-per-node must be >= 1 for --mode nccl, got 0; leave it out"),
+    (["--profile", "gpu-cluster", "--mode", "nccl", "--gpus-per-node", "-1"],
+     "--gpus-per-node must be >= 1 for --mode nccl, got -1"),
+    (["--mode", "nccl", "--cpus-per-task", "3"],
+     "--cpus-per-task 3 exceeds profile 'local' limit of 2 cores per node"),
+    (["--mode", "nccl", "--cpus-per-task", "0"], "--cpus-per-task must be >= 1, got 0"),
+    (["--mode", "test", "--gpus-per-node", "-1"], "--gpus-per-node must be >= 0, got -1"),
+    (["--mode", "test", "--gpus-per-node", "2", "--tasks-per-node", "1"],
+     "--mode test runs one task per GPU: --tasks-per-node 1 != --gpus-per-node 2"),
+    (["--profile", "gpu-cluster", "--mode", "test", "--gpus-per-node", "8"],
+     "--gpus-per-node 8 exceeds profile 'gpu-cluster' limit of 4 GPUs per node"),
     (["--profile", "gpu-cluster", "--mode", "nccl", "--gpus-per-node", "5"],
      "--gpus-per-node 5 exceeds profile 'gpu-cluster' limit of 4 GPUs per node"),
     (["--profile", "gpu-cluster", "--mode", "nccl", "--tasks-per-node", "2"],
@@ -120,6 +136,49 @@ def test_tasks_per_node_follow_the_mode(mode: str, gpus: int, tasks: int) -> Non
     assert (spec.gpus_per_node, spec.tasks_per_node) == (gpus, tasks)
 
 
+@pytest.mark.parametrize("profile", ["local", "cpu-cluster"])
+def test_nccl_without_a_gpu_count_anywhere_counts_them_at_run_time(profile: str) -> None:
+    spec = spec_from_options(_flags(profile=profile, mode="nccl", nodes=2))
+    assert spec.gpus_auto and spec.cpus_auto
+    assert (spec.gpus_per_node, spec.tasks_per_node, spec.cpus_per_task) == (0, 0, 0)
+    assert spec.world_size == 0  # known only when the job starts
+    env = dict(spec.env)
+    assert (env["NCCL_NVLS_ENABLE"], env["TORCH_SYMM_MEM_DISABLE_MULTICAST"],
+            env["NVSHMEM_DISABLE_NVLS"]) == ("0", "1", "1")
+
+
+def test_nccl_auto_keeps_an_explicit_cpus_per_task() -> None:
+    spec = spec_from_options(_flags(mode="nccl", cpus_per_task=2))
+    assert spec.gpus_auto and not spec.cpus_auto
+    assert (spec.tasks_per_node, spec.cpus_per_task) == (0, 2)
+
+
+def test_a_gpu_count_from_the_flag_or_profile_is_not_auto(tmp_path: Path) -> None:
+    assert not spec_from_options(_flags(profile="gpu-cluster", mode="nccl")).gpus_auto
+    # A profile without a GPU count states no limit: a flag's count is taken as given.
+    spec = spec_from_options(_flags(mode="nccl", gpus_per_node=2, cpus_per_task=1))
+    assert (spec.gpus_auto, spec.tasks_per_node, spec.world_size) == (False, 2, 2)
+    profile = tmp_path / "site.yaml"
+    profile.write_text("cores_per_node: 32\ndefaults: {gpus_per_node: 2}\n")
+    spec = spec_from_options(_flags(profile=str(profile), mode="nccl"))
+    assert (spec.gpus_auto, spec.gpus_per_node, spec.tasks_per_node) == (False, 2, 2)
+
+
+def test_test_mode_with_gpus_is_the_nccl_check_one_task_per_gpu() -> None:
+    spec = spec_from_options(_flags(profile="gpu-cluster", mode="test", gpus_per_node=2))
+    assert (spec.gpus_per_node, spec.tasks_per_node, spec.cpus_per_task) == (2, 2, 32)
+    assert not spec.gpus_auto
+    env = dict(spec.env)
+    assert env["TORCH_NCCL_ASYNC_ERROR_HANDLING"] == "1"
+    assert env["NCCL_NVLS_ENABLE"] == "0"
+
+
+def test_test_mode_without_gpus_stays_the_gloo_cpu_check() -> None:
+    spec = spec_from_options(_flags(profile="gpu-cluster", mode="test", nodes=2))
+    assert (spec.gpus_per_node, spec.tasks_per_node) == (0, 1)
+    assert "NCCL_NVLS_ENABLE" not in dict(spec.env)
+
+
 def test_nccl_on_8_gpus_per_node_is_allowed_by_a_profile_that_has_them(tmp_path: Path) -> None:
     profile = tmp_path / "big.yaml"
     profile.write_text("cores_per_node: 128\ngpus_per_node: 8\nmax_nodes: 2\n")
@@ -149,6 +208,15 @@ def test_gpu_profile_carries_nccl_environment_not_the_template() -> None:
     assert env["NCCL_NVLS_ENABLE"] == "0"
     assert env["TORCH_SYMM_MEM_DISABLE_MULTICAST"] == "1"
     assert env["NVSHMEM_DISABLE_NVLS"] == "1"
+    assert env["TORCH_NCCL_ASYNC_ERROR_HANDLING"] == "1"
+    assert "NCCL_ASYNC_ERROR_HANDLING" not in env  # deprecated by torch for the TORCH_ name
+
+
+def test_a_profile_may_turn_multicast_back_on(tmp_path: Path) -> None:
+    profile = tmp_path / "nvls.yaml"
+    profile.write_text("gpus_per_node: 8\nnccl_env: {NCCL_NVLS_ENABLE: '1'}\n")
+    env = dict(spec_from_options(_flags(profile=str(profile), mode="nccl")).env)
+    assert (env["NCCL_NVLS_ENABLE"], env["NVSHMEM_DISABLE_NVLS"]) == ("1", "1")
 
 
 @pytest.mark.parametrize(

@@ -13,12 +13,19 @@ import pytest
 from click.testing import CliRunner
 
 from hpcdist.cli import cli
+from hpcdist.errors import SpecError
 from hpcdist.jobs import load_record, wait_for_final_state
 from hpcdist.options import spec_from_options
 from hpcdist.render import render
 from hpcdist.slurmtime import time_limit_seconds
 from hpcdist.spec import JobSpec
-from hpcdist.submit import clean_slurm_environment, slurm_parameters, submit
+from hpcdist.submit import (
+    AUTO_GPUS_REFUSED,
+    clean_slurm_environment,
+    describe,
+    slurm_parameters,
+    submit,
+)
 
 REPO = Path(__file__).resolve().parents[1]
 _DIRECTIVE = re.compile(r"^#SBATCH --([a-z-]+)(?:=(.*))?$")
@@ -67,6 +74,7 @@ def _submitit_script(spec: JobSpec, tmp_path: Path, monkeypatch: pytest.MonkeyPa
          "memory": "64G", "time": "1-12"},
         {"mode": "nccl", "profile": "gpu-cluster", "nodes": 2, "time": "90"},
         {"mode": "nccl", "profile": "gpu-cluster", "nodes": 2, "launcher": "torchrun"},
+        {"mode": "test", "profile": "gpu-cluster", "nodes": 2, "gpus_per_node": 2},
     ],
 )
 def test_render_and_submit_ask_slurm_for_the_same_resources(
@@ -79,6 +87,44 @@ def test_render_and_submit_ask_slurm_for_the_same_resources(
         # submitit always asks for its warning signal; a script without one only lacks the line.
         submitted.pop("signal")
     assert rendered == submitted
+
+
+AUTO_MESSAGE = ("--mode nccl with no GPU count is supported by render/sbatch only; "
+                "pass --gpus-per-node N for submit")
+
+
+@pytest.mark.parametrize("executor", ["slurm", "local", "auto"])
+@pytest.mark.parametrize("dry_run", [True, False])
+def test_submit_refuses_gpus_counted_at_run_time_in_one_line(
+    executor: str, dry_run: bool, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("HPCDIST_HOME", str(tmp_path))
+    args = ["submit", "--mode", "nccl", "--nodes", "2", "--executor", executor]
+    result = CliRunner().invoke(cli, args + (["--dry-run"] if dry_run else []))
+    assert result.exit_code == 2, result.output
+    assert result.stderr.strip().splitlines() == [f"hpcdist: error: {AUTO_MESSAGE}"]
+    assert "Traceback" not in result.output
+    assert not (tmp_path / ".hpcdist").exists()  # nothing was submitted or recorded
+
+
+def test_submit_functions_refuse_auto_before_anything_else(tmp_path: Path) -> None:
+    spec = spec_from_options({"profile": None, "mode": "nccl"})
+    assert AUTO_GPUS_REFUSED == AUTO_MESSAGE
+    for call in (lambda: slurm_parameters(spec), lambda: describe(spec, "local"),
+                 lambda: submit(spec, "local", project_dir=tmp_path)):
+        with pytest.raises(SpecError) as info:
+            call()
+        assert str(info.value) == AUTO_MESSAGE
+    assert not (tmp_path / ".hpcdist").exists()
+
+
+def test_submit_takes_the_gpu_count_when_given() -> None:
+    spec = spec_from_options({"profile": None, "mode": "nccl", "gpus_per_node": 2,
+                              "cpus_per_task": 1})
+    params = slurm_parameters(spec)
+    assert (params["tasks_per_node"], params["gpus_per_node"], params["cpus_per_task"]) == (
+        2, 2, 1)
 
 
 def test_dry_run_prints_parameters_and_submits_nothing(tmp_path: Path) -> None:

@@ -85,8 +85,9 @@ class OutputConfig:
 class PreemptionConfig:
     # USR2 by default: NCCL may install its own handler for USR1.
     signal: str = "SIGUSR2"
-    # Ranks agree on a stop request every this many optimiser steps (one tiny all_reduce).
-    check_every_steps: int = 10
+    # Ranks agree on a stop request every this many optimiser steps (one tiny all_reduce,
+    # on the CPU; 50 steps are well under a second, the warning comes 90 s ahead).
+    check_every_steps: int = 50
     max_restarts: int = 3
 
     def __post_init__(self) -> None:

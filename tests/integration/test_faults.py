@@ -16,7 +16,7 @@ import torch
 
 from hpcdist.options import spec_from_options
 from hpcdist.render import render
-from tests.integration.conftest import SlurmCluster, run_slurm, sbatch
+from tests.integration.conftest import FINAL_STATES, SlurmCluster, run_slurm, sbatch
 from ufsemulator.checkpoint import load_checkpoint
 
 # Small model, ocean mask (~30k training points per rank at 2 ranks): ~0.35 s per epoch
@@ -53,24 +53,34 @@ def _squeue(job_id: int) -> tuple[str, str]:
     return state, reason
 
 
+def _sacct_state(job_id: int) -> str:
+    proc = run_slurm("sacct", "-X", "-n", "-P", "-j", str(job_id), "-o", "State", check=False)
+    lines = proc.stdout.strip().splitlines()
+    return lines[-1].split()[0] if lines else "?"
+
+
 def _follow(job_id: int, timeout: float, release: bool = True) -> str:
-    """Wait for a final state, releasing the requeue hold (BeginTime ~120 s) as we go."""
+    """Wait for a final state, releasing the requeue hold (BeginTime ~120 s) as we go.
+
+    A requeued job leaves squeue for a moment between its runs, and sacct shows the
+    latest run: only a final sacct state with the job gone from squeue for a few seconds
+    ends the wait.
+    """
     deadline = time.monotonic() + timeout
+    gone = 0
     while time.monotonic() < deadline:
         state, reason = _squeue(job_id)
-        if not state:
-            break  # left the queue: ask sacct
-        if release and state == "PENDING" and "BeginTime" in reason:
-            run_slurm("scontrol", "update", f"JobId={job_id}", "StartTime=now", check=False)
+        if state:
+            gone = 0
+            if release and state == "PENDING" and "BeginTime" in reason:
+                run_slurm("scontrol", "update", f"JobId={job_id}", "StartTime=now",
+                          check=False)
+        else:
+            gone += 1
+            if gone >= 5 and _sacct_state(job_id) in FINAL_STATES:
+                return _sacct_state(job_id)
         time.sleep(1)
-    proc = run_slurm("sacct", "-X", "-n", "-P", "-j", str(job_id), "-o", "State", check=False)
-    for _ in range(20):
-        if proc.stdout.strip():
-            break
-        time.sleep(0.5)
-        proc = run_slurm("sacct", "-X", "-n", "-P", "-j", str(job_id), "-o", "State",
-                         check=False)
-    return proc.stdout.strip().splitlines()[-1].split()[0] if proc.stdout.strip() else "?"
+    return _sacct_state(job_id)
 
 
 def _wait_for(predicate: object, timeout: float, what: str) -> None:

@@ -1,0 +1,94 @@
+from __future__ import annotations
+
+import argparse
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from bench.bench_training import _summarise, _ttt_rows, _variant
+from bench.launch import NO_MULTICAST, rank_env
+from bench.synthdata import Grid, make_arrays
+from ufsemulator.data import DataOptions, load_dataset
+from ufsemulator.synthetic import make_synthetic
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+@pytest.mark.parametrize("mask", ["sea_ice", "ocean", "both"])
+def test_bench_arrays_are_what_the_reader_reads_from_the_file(tmp_path: Path, mask: str) -> None:
+    path = make_synthetic(tmp_path / "grid.nc", ni=40, nj=32, seed=0)
+    dataset = load_dataset(path, DataOptions(mask=mask))
+    inputs, targets = make_arrays(Grid(40, 32, mask=mask))
+    assert np.array_equal(dataset.inputs, inputs) and np.array_equal(dataset.targets, targets)
+
+
+def test_every_rank_gets_the_launcher_variables_and_no_multicast() -> None:
+    env = rank_env({"SLURM_PROCID": "7", "RANK": "9", "PATH": "/bin", "NCCL_NVLS_ENABLE": "1"},
+                   rank=2, world=4, port=29999, threads=4)  # fmt: skip
+    assert "SLURM_PROCID" not in env and env["PATH"] == "/bin"
+    assert (env["RANK"], env["LOCAL_RANK"], env["WORLD_SIZE"]) == ("2", "2", "4")
+    assert (env["MASTER_PORT"], env["OMP_NUM_THREADS"]) == ("29999", "4")
+    assert all(env[key] == value for key, value in NO_MULTICAST.items())
+
+
+def test_efficiency_and_ratios_are_per_rank_medians() -> None:
+    def runs(rate: float) -> list[dict[str, float]]:
+        return [{"rows": rate * s, "seconds": s, "steps": 10} for s in (1.0, 2.0, 4.0)]
+
+    results = {
+        1: {"runs": {"dataloader": runs(100.0), "ours": runs(1000.0)}},
+        4: {"runs": {"dataloader": runs(50.0), "ours": runs(900.0)}},
+    }
+    rows = {(r["loop"], r["ranks"]): r for r in _summarise(results, ["dataloader", "ours"])}
+    ours4 = rows["ours", 4]
+    assert ours4["per_rank"] == pytest.approx(900.0) and ours4["total"] == pytest.approx(3600.0)
+    assert ours4["efficiency"] == pytest.approx(0.9)
+    assert ours4["vs_dataloader"] == pytest.approx(18.0)
+    assert ours4["step_ms"] == pytest.approx(200.0)  # median of 100, 200 and 400 ms
+    assert rows["dataloader", 4]["vs_dataloader"] is None
+
+
+def test_time_to_target_speedup_is_against_the_fewest_ranks() -> None:
+    results = {
+        1: {"lr": 1e-4, "reached": {"0.01": {"seconds": 6.0, "epoch": 6, "step": 1152}}},
+        4: {"lr": 4e-4, "reached": {"0.01": {"seconds": 1.5, "epoch": 6, "step": 288}}},
+    }
+    rows = _ttt_rows([0.01, 0.005], results)
+    assert [r["speedup"] for r in rows] == [None, pytest.approx(4.0), None, None]
+    assert rows[3]["seconds"] is None  # 0.005 not reached
+
+
+@pytest.mark.parametrize(
+    ("text", "expected"),
+    [("compiled:compile=true", {"compile": True}),
+     ("buckets:ddp_bucket_cap_mb=0.016", {"ddp_bucket_cap_mb": 0.016})],
+)  # fmt: skip
+def test_variants_are_checked_like_the_config(text: str, expected: dict[str, object]) -> None:
+    assert _variant(text) == (text.split(":")[0], expected)
+
+
+@pytest.mark.parametrize("text", ["nokey", "ours:compile=true", "x:epoch=3", "x:compile=maybe"])
+def test_bad_variants_are_refused(text: str) -> None:
+    with pytest.raises(argparse.ArgumentTypeError):
+        _variant(text)
+
+
+def test_bench_runs_all_three_loops_on_two_gloo_ranks(tmp_path: Path) -> None:
+    out = tmp_path / "result.json"
+    proc = subprocess.run(
+        [sys.executable, "-m", "bench.bench_training", "--device", "cpu", "--ranks", "1,2",
+         "--threads-per-rank", "1", "--steps", "3", "--epochs", "1", "--repeats", "1",
+         "--grid", "40x32", "--work-dir", str(tmp_path), "--json", str(out), "--timeout", "240"],
+        cwd=REPO, capture_output=True, text=True, timeout=300, check=False,
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    rows = json.loads(out.read_text())["throughput"]["rows"]
+    assert {(r["loop"], r["ranks"]) for r in rows} == {
+        (loop, world) for loop in ("dataloader", "resident", "ours") for world in (1, 2)
+    }
+    assert all(r["per_rank"] > 0 for r in rows)
+    assert "| ours" in proc.stdout and "efficiency" in proc.stdout

@@ -1,0 +1,96 @@
+"""How the loop's model is made parallel and optimised: DDP or FSDP2, Adam, torch.compile.
+
+Choices for speed that leave the results as they are; docs/benchmarks.md measures them.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import inspect
+from collections.abc import Iterator
+from typing import Any
+
+import torch
+from torch import nn
+from torch.nn.parallel import DistributedDataParallel
+
+from hpcdist.distributed import DistContext
+from ufsemulator.model import EmulatorMLP
+
+
+def wrap(
+    model: EmulatorMLP, strategy: str, bucket_cap_mb: float | None, ctx: DistContext
+) -> nn.Module:
+    if strategy == "fsdp":
+        from torch.distributed.fsdp import fully_shard
+
+        for layer in model.layers:
+            fully_shard(layer)  # each layer's weights are gathered only while it runs
+        fully_shard(model)
+        return model
+    device_ids = [ctx.device] if ctx.device.type == "cuda" else None
+    # The buffers are the normalisation statistics: equal on every rank (all-reduced sums)
+    # and constant, so DDP's broadcast of them before every forward is a wasted collective.
+    # Its keyword was renamed in torch 2.13; the old one still works but warns there.
+    key = "forward_sync_buffers" if "forward_sync_buffers" in _DDP_ARGS else "broadcast_buffers"
+    options: dict[str, Any] = {key: False}
+    if bucket_cap_mb is not None:  # torch < 2.4 takes no None for its default
+        options["bucket_cap_mb"] = bucket_cap_mb
+    return DistributedDataParallel(
+        model, device_ids=device_ids,
+        gradient_as_bucket_view=True,  # the gradients live in the all-reduce buffer: no copies
+        **options,
+    )  # fmt: skip
+
+
+_DDP_ARGS = frozenset(inspect.signature(DistributedDataParallel.__init__).parameters)
+
+
+def adam(model: nn.Module, lr: float, weight_decay: float, strategy: str) -> torch.optim.Adam:
+    # The fused kernel is a third faster for a model this small (and on a GPU it is 2
+    # kernels a step instead of one per tensor); it takes no DTensor, and before torch 2.4
+    # no CPU tensor either: there the for-loop implementation takes over.
+    if strategy == "ddp":
+        with contextlib.suppress(RuntimeError):
+            return torch.optim.Adam(model.parameters(), lr=lr, weight_decay=weight_decay,
+                                    fused=True)  # fmt: skip
+    return torch.optim.Adam(model.parameters(), lr=lr, weight_decay=weight_decay, foreach=False)
+
+
+def compile_model(model: EmulatorMLP, strategy: str, ctx: DistContext) -> None:
+    """``torch.compile`` the model in place (state-dict keys unchanged) where it pays: on
+    a GPU with Triton, under DDP. Elsewhere the model stays eager, with a note."""
+    reason = None
+    if ctx.device.type != "cuda":
+        reason = "not on a GPU"
+    elif strategy != "ddp":
+        reason = f"strategy {strategy!r} (only ddp is compiled)"
+    elif not hasattr(model, "compile"):
+        reason = f"torch {torch.__version__} has no nn.Module.compile"
+    else:
+        from torch.utils._triton import has_triton
+
+        if not has_triton():
+            reason = "Triton is not installed"
+    if reason is not None:
+        if ctx.is_main:
+            print(f"training.compile ignored: {reason}; the model runs eagerly", flush=True)
+        return
+    from torch import _dynamo
+
+    _dynamo.config.suppress_errors = True  # a graph that fails to compile runs eagerly
+    model.compile()
+
+
+@contextlib.contextmanager
+def no_sync(model: nn.Module) -> Iterator[None]:
+    """Skip the gradient all-reduce of a micro-step that is not the last one."""
+    if isinstance(model, DistributedDataParallel):
+        with model.no_sync():
+            yield
+        return
+    model.set_requires_gradient_sync(False)  # type: ignore[operator]  # FSDP2
+    try:
+        yield
+    finally:
+        model.set_requires_gradient_sync(True)  # type: ignore[operator]
