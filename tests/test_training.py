@@ -318,7 +318,9 @@ def test_cli_user_errors_are_one_line_and_exit_2(
     assert message in err and err.count("\n") == 1 and "Traceback" not in err
 
 
-def test_preempted_cli_run_exits_with_the_requeue_code(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+def test_preempted_cli_run_exits_with_the_requeue_code(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
     class AlreadyWarned(StopFlag):
         def __init__(self) -> None:
             self.requested = True
