@@ -252,16 +252,17 @@ if testbed_up 1x4 1 4 64 v1; then
       --command "$WORK/rankinfo.sh python3 $WORK/train_workaround.py train"
     submit train-gpu-1x4-workaround "$WORK/train_gpu_1x4_workaround.sh"
   fi
-  # No GPU count anywhere: a whole node (--exclusive gives the batch step every GRES of the
-  # node: SLURM_GPUS_ON_NODE), one task per GPU. Steps do not inherit GRES from --exclusive,
-  # so srun must ask for them, or a site with ConstrainDevices hides the GPUs from the tasks.
-  cat >"$WORK/autodetect.sh" <<EOF
-#!/bin/bash
-#SBATCH --job-name=autodetect-gpus --nodes=1 --exclusive --time=3 --partition=gpu
-echo "batch: SLURM_GPUS_ON_NODE=\${SLURM_GPUS_ON_NODE:-unset} CUDA_VISIBLE_DEVICES=\${CUDA_VISIBLE_DEVICES:-unset} SLURM_CPUS_ON_NODE=\${SLURM_CPUS_ON_NODE:-unset} nvidia-smi -L: \$(nvidia-smi -L | wc -l)"
-n=\${SLURM_GPUS_ON_NODE:-\$(nvidia-smi -L | wc -l)}
-srun --ntasks-per-node="\$n" --gpus-per-node="\$n" --cpus-per-task=4 --kill-on-bad-exit=1 $CHECK
-EOF
+  # No GPU count anywhere (a profile without gpus_per_node, no flag): hpcdist renders a
+  # whole-node job that counts the node's GPUs at run time, one task per GPU.
+  cat >"$WORK/auto-gpu.yaml" <<'YAML'
+partition: gpu
+partitions: [gpu]
+cores_per_node: 64
+nccl_env: {NCCL_NVLS_ENABLE: "0", TORCH_SYMM_MEM_DISABLE_MULTICAST: "1", NVSHMEM_DISABLE_NVLS: "1"}
+YAML
+  python3 -m hpcdist.cli render --profile "$WORK/auto-gpu.yaml" --mode nccl --nodes 1 \
+    --time 3 --job-name autodetect-gpus --command "$CHECK" -o "$WORK/autodetect.sh" --force \
+    >/dev/null || note "render of the auto-detect job FAILED"
   submit autodetect-1x4 "$WORK/autodetect.sh"
   # What a submit host can learn without a GPU count: SLURM knows each partition's GRES.
   note "sinfo -p gpu -o %G (GRES per node, from SLURM): $(sinfo -h -p gpu -o '%G' | sort -u | tr '\n' ' ')"

@@ -36,23 +36,38 @@ export NVSHMEM_DISABLE_NVLS=1
 # <<< environment
 
 echo "hpcdist: job ${SLURM_JOB_ID} on ${SLURM_JOB_NODELIST}, restart ${SLURM_RESTART_COUNT:-0}"
+# Rank 0 leaves this file once it has checkpointed on the warning signal. A file, not an
+# exit code: srun reports whichever rank it killed last, not the one that asked.
+export HPCDIST_REQUEUE_MARKER="${SLURM_SUBMIT_DIR:-$PWD}/.hpcdist/requeue/${SLURM_JOB_ID}"
+rm -f "${HPCDIST_REQUEUE_MARKER}"
 status=0
 # srun in SLURM >= 22.05 no longer inherits --cpus-per-task from sbatch: pass it explicitly.
 # --kill-on-bad-exit ends every rank when one dies, instead of leaving the rest in a collective.
 srun --nodes=1 --ntasks-per-node=4 --cpus-per-task=16 --kill-on-bad-exit=1 \
   python3 -m ufsemulator train || status=$?
-# The training exits 85 after checkpointing on the warning signal: queue the job again.
-if [ "$status" -eq 85 ]; then
-  restarts="${SLURM_RESTART_COUNT:-0}"
+if [ -f "${HPCDIST_REQUEUE_MARKER}" ] || [ "$status" -eq 85 ]; then
+  rm -f "${HPCDIST_REQUEUE_MARKER}"
+  # Requeues count in SLURM_RESTART_COUNT, resubmissions (no scontrol) in HPCDIST_RESTARTS.
+  restarts=$(( ${SLURM_RESTART_COUNT:-0} + ${HPCDIST_RESTARTS:-0} ))
   if [ "$restarts" -ge 3 ]; then
     echo "hpcdist: not requeueing: restart ${restarts} reached --max-restarts 3" >&2
   elif command -v scontrol >/dev/null 2>&1; then
     echo "hpcdist: checkpoint written, requeueing job ${SLURM_JOB_ID}" >&2
     scontrol requeue "${SLURM_JOB_ID}" && exit 0
   else
-    # No scontrol on this compute node: resubmit this script as a new job instead.
+    # No scontrol on this compute node: submit this script again as a new job that resumes
+    # from this job's run folder, without this job's SLURM_* variables.
     echo "hpcdist: scontrol missing, resubmitting ${BASH_SOURCE[0]} with sbatch" >&2
-    env HPCDIST_RESUBMIT_OF="${SLURM_JOB_ID}" sbatch --export=NONE "${BASH_SOURCE[0]}" && exit 0
+    unset_vars=()
+    for var in $(compgen -e); do
+      case "$var" in
+        SLURM_CONF) ;;
+        SLURM_*|SBATCH_*|SRUN_*|SALLOC_*) unset_vars+=(-u "$var") ;;
+      esac
+    done
+    env "${unset_vars[@]}" HPCDIST_RUN_DIR="${HPCDIST_RUN_DIR:-runs/${SLURM_JOB_ID}}" \
+      HPCDIST_RESTARTS="$(( restarts + 1 ))" \
+      sbatch "${BASH_SOURCE[0]}" && exit 0
   fi
 fi
 exit "$status"

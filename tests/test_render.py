@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -378,3 +379,75 @@ def test_auto_script_keeps_a_cuda_visible_devices_it_was_given(tmp_path: Path) -
     assert proc.returncode == 0, proc.stderr
     assert _srun_option(argv, "ntasks-per-node") == "2"
     assert "CUDA_VISIBLE_DEVICES=5,6" in (tmp_path / "srun-env").read_text().splitlines()
+
+
+def _requeue_harness(tmp_path: Path, with_scontrol: bool) -> tuple[Path, dict[str, str]]:
+    """Stand-ins for srun (rank 0 leaves the requeue marker, srun reports a killed rank),
+    scontrol and sbatch, each recording its arguments; PATH holds nothing else of SLURM's."""
+    bindir = tmp_path / "bin"
+    bindir.mkdir()
+    tools = {
+        "srun": 'mkdir -p "$(dirname "$HPCDIST_REQUEUE_MARKER")"; '
+                'echo runs/77 > "$HPCDIST_REQUEUE_MARKER"; exit 143',
+        "sbatch": f'printf "%s\\n" "$@" > {quote(str(tmp_path / "sbatch-argv"))}; '
+                  f'env > {quote(str(tmp_path / "sbatch-env"))}',
+    }
+    if with_scontrol:
+        tools["scontrol"] = f'printf "%s\\n" "$@" > {quote(str(tmp_path / "scontrol-argv"))}'
+    for name, body in tools.items():
+        (bindir / name).write_text(f"#!/bin/bash\n{body}\n")
+        (bindir / name).chmod(0o755)
+    env = {"PATH": f"{bindir}:/usr/bin:/bin", "HOME": str(tmp_path), "SLURM_JOB_ID": "77",
+           "SLURM_JOB_NODELIST": "node[1-2]", "SLURM_CPUS_PER_TASK": "2",
+           "SLURM_SUBMIT_DIR": str(tmp_path), "SLURM_NODELIST": "node[1-2]",
+           "SLURM_CONF": "/etc/slurm/slurm.conf", "SBATCH_PARTITION": "debug"}
+    return bindir, env
+
+
+@pytest.mark.parametrize("with_scontrol", [True, False], ids=["scontrol", "no-scontrol"])
+def test_requeue_marker_requeues_even_when_srun_reports_a_killed_rank(
+    tmp_path: Path, with_scontrol: bool
+) -> None:
+    script = render(spec_from_options({"profile": None, "mode": "gloo", "nodes": 2}))
+    _, env = _requeue_harness(tmp_path, with_scontrol)
+    if not with_scontrol:
+        # The real scontrol may sit beside bash in /usr/bin: give the script a PATH with the
+        # stand-ins and the few tools it needs, and nothing else.
+        shell_tools = tmp_path / "shell-tools"
+        shell_tools.mkdir()
+        for tool in ("bash", "env", "rm", "mkdir", "dirname", "cat", "printf"):
+            found = shutil.which(tool)
+            assert found is not None
+            (shell_tools / tool).symlink_to(found)
+        env["PATH"] = f"{tmp_path / 'bin'}:{shell_tools}"
+    job = tmp_path / "job.sh"
+    job.write_text(script)
+    proc = subprocess.run(["bash", str(job)], cwd=tmp_path, env=env, capture_output=True,
+                          text=True, timeout=30)
+    assert proc.returncode == 0, proc.stderr
+    assert not (tmp_path / ".hpcdist" / "requeue" / "77").exists()
+    if with_scontrol:
+        assert (tmp_path / "scontrol-argv").read_text().split() == ["requeue", "77"]
+        assert not (tmp_path / "sbatch-argv").exists()
+        return
+    assert "scontrol missing, resubmitting" in proc.stderr
+    sbatch_env = dict(line.split("=", 1) for line in
+                      (tmp_path / "sbatch-env").read_text().splitlines() if "=" in line)
+    assert sbatch_env["HPCDIST_RUN_DIR"] == "runs/77"  # the new job resumes this folder
+    assert sbatch_env["HPCDIST_RESTARTS"] == "1"
+    assert sbatch_env["SLURM_CONF"] == "/etc/slurm/slurm.conf"
+    leaked = sorted(k for k in sbatch_env if k.startswith(("SLURM_JOB", "SBATCH_", "SLURM_NODE")))
+    assert leaked == []
+
+
+def test_requeue_stops_at_max_restarts(tmp_path: Path) -> None:
+    script = render(spec_from_options({"profile": None, "mode": "gloo", "max_restarts": 2}))
+    _, env = _requeue_harness(tmp_path, with_scontrol=True)
+    env["SLURM_RESTART_COUNT"] = "2"
+    job = tmp_path / "job.sh"
+    job.write_text(script)
+    proc = subprocess.run(["bash", str(job)], cwd=tmp_path, env=env, capture_output=True,
+                          text=True, timeout=30)
+    assert proc.returncode == 143
+    assert "not requeueing: restart 2 reached --max-restarts 2" in proc.stderr
+    assert not (tmp_path / "scontrol-argv").exists()

@@ -9,6 +9,7 @@ can requeue it.
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 from pathlib import Path
 
@@ -90,9 +91,15 @@ def _train(args: argparse.Namespace) -> int:
     if args.data is not None and not args.data.is_file():
         raise DataError(f"data file '{args.data}' does not exist")
     result = train(config, data_path=args.data, resume=args.resume, run_dir=args.run_dir)
-    # Rank 0 alone reports the preemption: had every rank exited with the requeue code,
-    # srun --kill-on-bad-exit would kill the slower ones and report their signal instead.
-    return EXIT_PREEMPTED if result.status == "preempted" and result.is_main else 0
+    if result.status != "preempted" or not result.is_main:
+        return 0
+    # Rank 0 alone reports the preemption, by exit code and, for the rendered job scripts,
+    # by a marker file: srun reports the status of whichever rank it killed last.
+    marker = os.environ.get("HPCDIST_REQUEUE_MARKER")
+    if marker:
+        Path(marker).parent.mkdir(parents=True, exist_ok=True)
+        Path(marker).write_text(f"{result.run_dir}\n", encoding="utf-8")
+    return EXIT_PREEMPTED
 
 
 def _export(args: argparse.Namespace) -> int:

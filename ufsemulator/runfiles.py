@@ -44,8 +44,13 @@ def synthetic_path(ni: int, nj: int, seed: int, environ: Mapping[str, str] | Non
 
 
 def default_run_dir(environ: Mapping[str, str] | None = None, base: Path | None = None) -> Path:
-    """``runs/<SLURM_JOB_ID | SUBMITIT_LOCAL_JOB_ID | timestamp>`` under ``base`` (cwd)."""
+    """``runs/<SLURM_JOB_ID | SUBMITIT_LOCAL_JOB_ID | timestamp>`` under ``base`` (cwd).
+
+    ``HPCDIST_RUN_DIR`` wins: a job script resubmitted as a new job (no scontrol on the
+    compute node) sets it to the first job's folder, so the new job resumes there."""
     env = os.environ if environ is None else environ
+    if env.get("HPCDIST_RUN_DIR", "").strip():
+        return (base if base is not None else Path.cwd()) / env["HPCDIST_RUN_DIR"].strip()
     name = next((env[var].strip() for var in _JOB_ID_VARS if env.get(var, "").strip()), None)
     if name is None:
         name = time.strftime("%Y%m%d-%H%M%S")
