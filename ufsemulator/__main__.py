@@ -15,6 +15,7 @@ from pathlib import Path
 
 from hpcdist.distributed import DistEnvError, DistributedInitError
 from hpcdist.exitcodes import REQUEUE_EXIT_CODE
+from ufsemulator import earlysignal
 from ufsemulator.config import ConfigError
 from ufsemulator.errors import CheckpointError, DataError
 
@@ -111,4 +112,6 @@ def _export(args: argparse.Namespace) -> int:
 
 
 if __name__ == "__main__":
+    # Before torch is imported (lazily, in main): an early warning signal must not kill us.
+    earlysignal.install()
     sys.exit(main())

@@ -24,7 +24,7 @@ import torch.distributed as dist
 from torch import nn
 
 from hpcdist.distributed import DistContext, cleanup_distributed, setup_distributed
-from ufsemulator import runfiles
+from ufsemulator import earlysignal, runfiles
 from ufsemulator.checkpoint import load_checkpoint, restore_rng
 from ufsemulator.config import Config
 from ufsemulator.data import DataOptions, load_dataset
@@ -74,6 +74,8 @@ def train(
     """
     started = time.perf_counter()
     flag = stop_flag if stop_flag is not None else StopFlag()
+    if earlysignal.received():
+        flag.set()  # the warning came while the process was still starting
     checkpoint = load_checkpoint(resume) if resume is not None else None
     # setup_distributed exports MASTER_PORT, RANK, ... for the code below it; a later
     # train() in this process must not mistake them for a launcher's (stale port).

@@ -6,12 +6,15 @@ hpcdist, submitted with plain sbatch; their run folders are runs/<job id> under 
 
 from __future__ import annotations
 
+import json
+import math
 import os
 import re
 import signal
 import time
 from pathlib import Path
 
+import pytest
 import torch
 
 from hpcdist.options import spec_from_options
@@ -92,29 +95,50 @@ def _wait_for(predicate: object, timeout: float, what: str) -> None:
     raise AssertionError(f"timed out after {timeout:.0f} s waiting for {what}")
 
 
+@pytest.fixture(scope="module")
+def epoch_seconds(slurm_cluster: SlurmCluster, tmp_path_factory: pytest.TempPathFactory
+                  ) -> float:
+    """Seconds per epoch of the fault-test training on this machine, measured on the
+    testbed: the time-limit tests size their trainings in seconds, not epochs."""
+    folder = tmp_path_factory.mktemp("calibration")
+    job = sbatch(_training_job(folder, "calibration", epochs=6), cwd=folder, timeout=300)
+    assert job.returncode == 0, _log(folder, "calibration", job.job_id)
+    results = json.loads((folder / "runs" / str(job.job_id) / "training_results.json")
+                         .read_text())
+    later = sorted(results["epoch_times_s"][1:])
+    return float(later[len(later) // 2])
+
+
+def _epochs_for(seconds: float, epoch_s: float) -> int:
+    return max(30, min(2000, math.ceil(seconds / epoch_s)))
+
+
 def _weights(run_dir: Path) -> dict[str, torch.Tensor]:
     checkpoint = load_checkpoint(run_dir / "checkpoint.pt")
     return dict(checkpoint["model"])
 
 
 def test_time_limit_interrupts_twice_and_ends_with_the_uninterrupted_weights(
-    slurm_cluster: SlurmCluster, tmp_path: Path
+    slurm_cluster: SlurmCluster, tmp_path: Path, epoch_seconds: float
 ) -> None:
-    epochs = 150  # ~55 s of training alone: more than two of the ~20 s windows
+    # Under --time=1 --signal=USR2@30, SLURM's coarse timer sends the warning anywhere in
+    # the first ~30 s: 80 s of training takes three or more allocations.
+    epochs = _epochs_for(80, epoch_seconds)
     reference = sbatch(_training_job(tmp_path, "reference", epochs), cwd=tmp_path,
                        timeout=900)
     assert reference.returncode == 0, _log(tmp_path, "reference", reference.job_id)
 
     # --time=1 with the warning 30 s before the limit: SLURM signals between 30 and 60 s in.
     script = _training_job(tmp_path, "limited", epochs, time="1", signal="USR2@30",
-                           max_restarts=8)
+                           max_restarts=20)
     job = sbatch(script, cwd=tmp_path, wait=False)
     state = _follow(job.job_id, timeout=900)
     log = _log(tmp_path, "limited", job.job_id)
     assert state == "COMPLETED", log
     restarts = {int(n) for n in re.findall(r"restart (\d+)", log)}
     assert max(restarts) >= 2, f"interrupted only {max(restarts)} times:\n{log}"
-    print(f"measured: time-limited training completed after {max(restarts)} restarts")
+    print(f"measured: time-limited training of {epochs} epochs ({epoch_seconds:.3f} s each) "
+          f"completed after {max(restarts)} restarts, weights equal to the reference run")
     assert log.count("checkpoint written, requeueing") >= 2
     final = _weights(tmp_path / "runs" / str(job.job_id))
     expected = _weights(tmp_path / "runs" / str(reference.job_id))
@@ -209,7 +233,7 @@ def test_two_trainings_on_the_same_nodes_both_finish_apart(
 
 
 def test_submitit_job_checkpoints_requeues_and_completes_through_its_time_limit(
-    slurm_cluster: SlurmCluster, tmp_path: Path
+    slurm_cluster: SlurmCluster, tmp_path: Path, epoch_seconds: float
 ) -> None:
     import subprocess
     import sys
@@ -217,10 +241,10 @@ def test_submitit_job_checkpoints_requeues_and_completes_through_its_time_limit(
     from tests.integration.conftest import slurm_env
 
     config = tmp_path / "submitit.yaml"
-    config.write_text(CONFIG.format(epochs=80))
+    config.write_text(CONFIG.format(epochs=_epochs_for(45, epoch_seconds)))
     waiter = subprocess.Popen(
         [sys.executable, "-m", "hpcdist.cli", "submit", "--nodes=2", "--backend=gloo",
-         "--cpus-per-task=1", "--time=1", "--signal=USR2@30", "--max-restarts=8",
+         "--cpus-per-task=1", "--time=1", "--signal=USR2@30", "--max-restarts=20",
          "--job-name=submitit-preempt", "--wait",
          "--command", f"python3 -m ufsemulator train --config {config}"],
         cwd=tmp_path, env=slurm_env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE,
