@@ -64,19 +64,28 @@ def _variant(text: str) -> tuple[str, dict[str, Any]]:
         raise argparse.ArgumentTypeError(
             f"expected NAME:key=value,... with a new NAME, e.g. compiled:compile=true, got {text!r}"
         )
+    return name, _changes(rest, f"--variant {text!r}")
+
+
+def _ours(text: str) -> dict[str, Any]:
+    """``key=value,...``: training config changes for ``ours`` itself (default: none)."""
+    return _changes(text, f"--ours {text!r}")
+
+
+def _changes(text: str, what: str) -> dict[str, Any]:
     changes: dict[str, Any] = {}
-    for item in rest.split(","):
+    for item in text.split(","):
         key, eq, value = item.partition("=")
         if not eq:
-            raise argparse.ArgumentTypeError(f"expected key=value in {text!r}, got {item!r}")
+            raise argparse.ArgumentTypeError(f"expected key=value in {what}, got {item!r}")
         changes[key.strip()] = yaml.safe_load(value)
     merged = load_config(None).to_dict()
     merged["training"].update(changes)
     try:
         training = Config.from_dict(merged).training
     except ConfigError as exc:
-        raise argparse.ArgumentTypeError(f"--variant {text!r}: {exc}") from None
-    return name, {key: getattr(training, key) for key in changes}
+        raise argparse.ArgumentTypeError(f"{what}: {exc}") from None
+    return {key: getattr(training, key) for key in changes}
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -95,7 +104,11 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--variant", type=_variant, action="append", default=[],
                    metavar="NAME:KEY=VALUE,...",
                    help="another run of ours with training config changes, e.g. "
-                        "compiled:compile=true or buckets:ddp_bucket_cap_mb=0.016")  # fmt: skip
+                        "compiled:compile=true or buckets:ddp_bucket_cap_mb=0.016; also "
+                        "timed to the target with --time-to-target")  # fmt: skip
+    p.add_argument("--ours", type=_ours, default={}, metavar="KEY=VALUE,...",
+                   help="training config changes for ours itself (default: the project's "
+                        "default config), e.g. cuda_graph=false")  # fmt: skip
     p.add_argument("--grid", default="384x320", help="synthetic grid of the rows (384x320)")
     p.add_argument("--no-throughput", action="store_true", help="only --time-to-target")
     p.add_argument("--time-to-target", action="store_true", help="also time to a val loss")
@@ -166,7 +179,7 @@ def _throughput(
     job = {"kind": "throughput", "device": args.device, "data": str(data), "batch": args.batch,
            "steps": args.steps, "epochs": args.epochs, "warmup_epochs": args.warmup_epochs,
            "repeats": args.repeats, "loops": loops, "val_rows": 4096,
-           "variants": dict(args.variant)}  # fmt: skip
+           "variants": dict(args.variant), "ours": args.ours}  # fmt: skip
     results: dict[int, dict[str, Any]] = {}
     failures: dict[str, str] = {}
     names = loops + [name for name, _ in args.variant]
@@ -191,7 +204,12 @@ def _throughput(
     print(f"\nTraining throughput: {where}, {first.get('backend', '?')}, "
           f"{first.get('threads', '?')} threads per rank, batch {args.batch} per rank, "
           f"{args.steps} steps x {args.epochs} epochs timed, median of {args.repeats}\n")
+    if args.ours:
+        print(f"(ours with {args.ours}, not the default config)")
     print(_table(rows))
+    print()
+    for line in _graph_notes(results, ["ours"] + [name for name, _ in args.variant]):
+        print(line)
     ours = [r for r in rows if r["loop"] == "ours"]
     if ours:
         # The targets of issue 7, read off this run.
@@ -206,6 +224,30 @@ def _throughput(
                   f"{100 * top['efficiency']:.0f}% (target {100 * goal:.0f}%): "
                   f"{'met' if top['efficiency'] >= goal else 'missed'}")  # fmt: skip
     return {"failures": failures}
+
+
+def _graph_notes(results: dict[int, dict[str, Any]], names: Sequence[str]) -> list[str]:
+    """Per world size: whether each run of the project's loop ran as a CUDA graph, and its
+    final losses beside ours' (the same training, so the same numbers are expected)."""
+    lines = []
+    for world, result in sorted(results.items()):
+        runs = result.get("runs", {})
+        base = (runs.get("ours") or [{}])[-1]
+        for name in names:
+            last = (runs.get(name) or [{}])[-1]
+            if "cuda_graph" not in last:
+                continue
+            same = ""
+            if name != "ours" and "val_loss" in base:
+                equal = (last["val_loss"], last["train_loss"]) == (base["val_loss"],
+                                                                   base["train_loss"])  # fmt: skip
+                diff = abs(last["val_loss"] - base["val_loss"]) / abs(base["val_loss"] or 1.0)
+                same = (", bitwise the same as ours" if equal else
+                        f", val loss {diff:.1e} relative from ours'")  # fmt: skip
+            lines.append(f"{name}, {world} rank(s): CUDA graph {last['cuda_graph']}; last "
+                         f"train / val loss {last['train_loss']:.6g} / {last['val_loss']:.6g}"
+                         f"{same}")  # fmt: skip
+    return lines
 
 
 def _summarise(results: dict[int, dict[str, Any]], names: Sequence[str]) -> list[dict[str, Any]]:
@@ -260,7 +302,8 @@ def _table(rows: list[dict[str, Any]]) -> str:
 def _time_to_target(args: argparse.Namespace, work: Path, save: Save) -> dict[str, Any]:
     data = _data(Grid.parse(args.ttt_grid), work)
     job = {"kind": "ttt", "device": args.device, "data": str(data), "targets": args.ttt_targets,
-           "max_epochs": args.ttt_max_epochs, "training": {"batch_size": args.batch}}  # fmt: skip
+           "max_epochs": args.ttt_max_epochs, "training": {"batch_size": args.batch},
+           "ours": args.ours, "variants": dict(args.variant)}  # fmt: skip
     results: dict[int, dict[str, Any]] = {}
     failures: dict[str, str] = {}
     for world in args.ttt_ranks:
@@ -277,25 +320,58 @@ def _time_to_target(args: argparse.Namespace, work: Path, save: Save) -> dict[st
                   f"{r['total_s']:.2f} s", flush=True)  # fmt: skip
         save("time_to_target", {"job": job, "per_world": {str(k): v for k, v in results.items()},
                                 "rows": _ttt_rows(args.ttt_targets, results),
+                                "variant_rows": {name: _ttt_rows(args.ttt_targets,
+                                                                 _ttt_variant(results, name))
+                                                 for name, _ in args.variant},
                                 "failures": failures})  # fmt: skip
-    rows = _ttt_rows(args.ttt_targets, results)
     base = min(results) if results else None
     first = next(iter(results.values()), {})
     print(f"\nTime to target validation loss (normalised MSE): {first.get('device', '?')}, "
           f"{first.get('n_train', '?')} training rows, batch {args.batch} per rank, "
           f"lr 1e-4 x ranks\n")
+    if args.ours:
+        print(f"(ours with {args.ours}, not the default config)")
+    loops = {"ours": results, **{name: _ttt_variant(results, name) for name, _ in args.variant}}
+    rows = [{"loop": name, **r} for name, res in loops.items()
+            for r in _ttt_rows(args.ttt_targets, res)]  # fmt: skip
     print(table(
-        ["target", "ranks", "lr", "seconds", "epoch", "steps", f"speedup vs {base} rank(s)"],
-        [[f"{r['target']:g}", str(r["ranks"]), f"{r['lr']:.0e}",
+        ["loop", "target", "ranks", "lr", "seconds", "epoch", "steps",
+         f"speedup vs {base} rank(s)"],
+        [[r["loop"], f"{r['target']:g}", str(r["ranks"]), f"{r['lr']:.0e}",
           "not reached" if r["seconds"] is None else f"{r['seconds']:.2f}",
           str(r["epoch"] or "-"), str(r["step"] or "-"),
           "-" if r["speedup"] is None else f"{r['speedup']:.2f}x"] for r in rows],
     ))  # fmt: skip
+    print()
+    for name, res in loops.items():
+        for world, r in sorted(res.items()):
+            print(f"{name}, {world} rank(s): CUDA graph {r.get('cuda_graph', '?')}; "
+                  f"{_outside_steps(r)}")  # fmt: skip
     for r in rows:
-        if r["speedup"] is not None:
+        if r["speedup"] is not None and r["loop"] == "ours":
             print(f"time to {r['target']:g} at {r['ranks']} ranks: {r['speedup']:.2f}x shorter "
                   f"than at {base} (target 3x): {'met' if r['speedup'] >= 3 else 'missed'}")
     return {"failures": failures}
+
+
+def _ttt_variant(results: dict[int, dict[str, Any]], name: str) -> dict[int, dict[str, Any]]:
+    """A variant's time-to-target results per world size, shaped like ours'."""
+    return {world: r["variants"][name] for world, r in results.items()
+            if name in r.get("variants", {})}  # fmt: skip
+
+
+def _outside_steps(r: dict[str, Any]) -> str:
+    """Per epoch: training time (steps, shuffle) and the rest of the epoch's wall time
+    (validation, checkpoint, stop check), from the loop's own clocks."""
+    ends, train = r.get("epoch_end_s") or [], r.get("train_time_s") or []
+    if not ends or len(ends) != len(train):
+        return "no per-epoch clock"
+    walls = [b - a for a, b in zip([0.0, *ends[:-1]], ends, strict=True)]
+    rest = [1e3 * (w - t) for w, t in zip(walls, train, strict=True)]
+    later = rest[1:] or rest
+    return (f"per epoch {1e3 * statistics.median(train):.1f} ms of steps (median), "
+            f"{statistics.median(later):.1f} ms outside them (median of epochs 2+; epoch 1: "
+            f"{1e3 * train[0]:.1f} ms steps, {rest[0]:.1f} ms outside)")  # fmt: skip
 
 
 def _ttt_rows(targets: list[float], results: dict[int, dict[str, Any]]) -> list[dict[str, Any]]:

@@ -16,7 +16,8 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+from typing import Any
 
 import torch
 import torch.distributed as dist
@@ -35,9 +36,10 @@ class Timing:
     rows: int
     seconds: float
     steps: int
+    extra: dict[str, Any] = field(default_factory=dict)  # e.g. ours: CUDA graph, losses
 
-    def as_dict(self) -> dict[str, float]:
-        return {"rows": self.rows, "seconds": self.seconds, "steps": self.steps}
+    def as_dict(self) -> dict[str, Any]:
+        return {"rows": self.rows, "seconds": self.seconds, "steps": self.steps, **self.extra}
 
 
 def settle(ctx: DistContext) -> None:

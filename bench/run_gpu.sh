@@ -5,14 +5,19 @@
 #     PYTHONPATH=$PWD bash bench/run_gpu.sh            # results in $OUT (else /tmp/bench-gpu)
 #
 # Stages, each with its own time limit inside a total budget (BENCH_BUDGET_S, 420 s; about
-# 5 minutes expected on 4 H100s):
-#   1. nccl, 1/2/4 ranks (one GPU each): DataLoader reference, resident reference, ours
+# 6 minutes expected on 4 H100s):
+#   0. check: ours (CUDA graphs by default) and ours eager on all GPUs, briefly; if that
+#      fails, the later stages run ours with cuda_graph=false (and say so)
+#   1. nccl, 1/2/4 ranks (one GPU each): DataLoader reference, resident reference, ours,
+#      and ours without CUDA graphs (eager)
 #   2. gloo on the CPU, 1/2/4 ranks x 4 threads: the same three, plus ours with small
 #      DDP buckets
-#   3. time to a target validation loss, 1 vs 4 GPUs (1440x1080 synthetic grid)
+#   3. time to a target validation loss, 1 vs 4 GPUs (1440x1080 synthetic grid), ours and
+#      ours eager
 #   4. ours with torch.compile beside ours, 1 and 4 GPUs (skipped when the budget is short)
 # Writes to $OUT: env.txt, run_gpu.log (this output), ranks.log (every rank's output),
-# nccl.json, gloo.json, ttt.json, compile.json. BENCH_ARGS is appended to every stage's
+# check.json, nccl.json, gloo.json, ttt.json, compile.json. BENCH_STAGES picks stages
+# (default "check nccl gloo ttt compile"). BENCH_ARGS is appended to every stage's
 # arguments (a trial run on a CPU machine: BENCH_ARGS="--steps 10 --repeats 1").
 set -uo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
@@ -22,11 +27,14 @@ export PYTHONPATH="$PWD${PYTHONPATH:+:$PYTHONPATH}" PYTHONUNBUFFERED=1
 # NVLink multicast off in every process (the launcher sets them for each rank as well).
 export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
 BUDGET=${BENCH_BUDGET_S:-420}
+STAGES=" ${BENCH_STAGES:-check nccl gloo ttt compile} "
 read -r -a EXTRA <<<"${BENCH_ARGS:-}"
 START=$SECONDS
 WORK=$(mktemp -d /tmp/bench-work.XXXXXX)
 
 left() { echo $((BUDGET - (SECONDS - START))); }
+
+wanted() { [[ $STAGES == *" $1 "* ]]; }
 
 stage() {  # stage NAME MAX_SECONDS ARGS...: run bench_training with a time limit
     local name=$1 max=$2
@@ -41,7 +49,9 @@ stage() {  # stage NAME MAX_SECONDS ARGS...: run bench_training with a time limi
     echo "== $name (limit ${limit} s, $(left) s of the budget left)"
     timeout --signal=TERM --kill-after=10 "$limit" python3 -m bench.bench_training \
         --work-dir "$WORK" --log "$OUT_DIR/ranks.log" --timeout $((limit - 5)) "$@" "${EXTRA[@]}"
-    echo "== $name: exit $?, $((SECONDS - START)) s so far"
+    local code=$?
+    echo "== $name: exit $code, $((SECONDS - START)) s so far"
+    return $code
 }
 
 main() {
@@ -68,15 +78,29 @@ main() {
     TTT_RANKS=1
     ((BIG > 1)) && TTT_RANKS=1,$BIG
 
-    if ((GPUS > 0)); then
-        stage "nccl throughput" 150 --device cuda --ranks "$RANKS" --steps 300 --epochs 2 \
-            --repeats 3 --json "$OUT_DIR/nccl.json"
+    EAGER=(--variant eager:cuda_graph=false)
+    if ((GPUS > 0)) && wanted check; then
+        if ! stage "check: CUDA graphs on $BIG GPU(s)" 60 --device cuda --ranks "$BIG" \
+            --loops ours "${EAGER[@]}" --steps 60 --epochs 1 --repeats 1 \
+            --json "$OUT_DIR/check.json"; then
+            echo "== check failed: the later stages run ours with cuda_graph=false"
+            EXTRA+=(--ours cuda_graph=false)
+        fi
     fi
-    stage "gloo throughput" 150 --device cpu --ranks 1,2,4 --threads-per-rank 4 --steps 200 \
-        --epochs 2 --repeats 3 --variant buckets:ddp_bucket_cap_mb=0.016 --json "$OUT_DIR/gloo.json"
-    if ((GPUS > 0)); then
+    if ((GPUS > 0)) && wanted nccl; then
+        stage "nccl throughput" 170 --device cuda --ranks "$RANKS" --steps 300 --epochs 2 \
+            --repeats 3 "${EAGER[@]}" --json "$OUT_DIR/nccl.json"
+    fi
+    if wanted gloo; then
+        stage "gloo throughput" 150 --device cpu --ranks 1,2,4 --threads-per-rank 4 --steps 200 \
+            --epochs 2 --repeats 3 --variant buckets:ddp_bucket_cap_mb=0.016 \
+            --json "$OUT_DIR/gloo.json"
+    fi
+    if ((GPUS > 0)) && wanted ttt; then
         stage "time to target" 120 --device cuda --no-throughput --time-to-target \
-            --ttt-ranks "$TTT_RANKS" --json "$OUT_DIR/ttt.json"
+            --ttt-ranks "$TTT_RANKS" "${EAGER[@]}" --json "$OUT_DIR/ttt.json"
+    fi
+    if ((GPUS > 0)) && wanted compile; then
         stage "torch.compile" 200 --device cuda --ranks "$TTT_RANKS" --loops resident,ours \
             --variant compiled:compile=true --steps 300 --epochs 2 --repeats 2 \
             --json "$OUT_DIR/compile.json"

@@ -57,11 +57,9 @@ class CommandJob(Checkpointable):
     def checkpoint(self, *args: Any, **kwargs: Any) -> DelayedSubmission:
         """Called by submitit on the warning signal: let the child checkpoint, then requeue."""
         child = self._child
-        if child is not None and child.poll() is None:
+        if child is not None and not _exited(child.pid):
             child.send_signal(signal.SIGUSR2)
-            try:
-                child.wait(timeout=CHECKPOINT_GRACE_S)
-            except subprocess.TimeoutExpired:
+            if not _wait_exited(child.pid, CHECKPOINT_GRACE_S):
                 print("hpcdist: child did not exit after the warning signal", file=sys.stderr)
         fresh = CommandJob(self.argv, self.env, self.record_dir, self.threads)
         return DelayedSubmission(fresh)
@@ -84,6 +82,27 @@ class CommandJob(Checkpointable):
         tmp = path.with_suffix(".tmp")
         tmp.write_text(json.dumps({"rank": rank, "returncode": code, "finished": time.time()}))
         os.replace(tmp, path)
+
+
+def _exited(pid: int) -> bool:
+    """Whether the child has exited (gone, or a zombie nobody has reaped yet).
+
+    Popen.wait/poll cannot be used here: this runs in a signal handler that interrupted
+    ``Popen.wait`` in ``__call__``, which holds the lock they need."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return True
+    return stat.rsplit(")", 1)[-1].split()[0] in ("Z", "X")
+
+
+def _wait_exited(pid: int, timeout_s: float) -> bool:
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        if _exited(pid):
+            return True
+        time.sleep(0.1)
+    return _exited(pid)
 
 
 def _task_rank() -> int:

@@ -1,5 +1,6 @@
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import json
 import os
@@ -374,3 +375,105 @@ def test_progress_bar_only_at_a_terminal(
     monkeypatch.setattr(sys.stdout, "isatty", lambda: True)
     run_single(monkeypatch, smoke(epochs=1), run_dir=tmp_path / "b")
     assert re.search(r"\rEpoch 1/1 \[#+\] 2/2 loss [\d.]+", capsys.readouterr().out)
+
+
+# ------------------------------------------------------------------------- CUDA graphs
+
+
+def test_cuda_graph_is_on_by_default_and_ignored_on_the_cpu(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from ufsemulator import loop as loop_module
+
+    assert load_config(None).training.cuda_graph is True
+    statuses: list[str] = []
+    original = loop_module.Loop.run
+
+    def run(self: loop_module.Loop) -> str:
+        statuses.append(self.cuda_graph_status)
+        return original(self)
+
+    monkeypatch.setattr(loop_module.Loop, "run", run)
+    on = run_single(monkeypatch, smoke(epochs=2, cuda_graph=True), run_dir=tmp_path / "a")
+    off = run_single(monkeypatch, smoke(epochs=2, cuda_graph=False), run_dir=tmp_path / "b")
+    assert statuses == ["off (not on a GPU)", "off (training.cuda_graph: false)"]
+    assert "training.cuda_graph" not in capsys.readouterr().out  # no note on the CPU
+    assert_same_weights(on.model, off.model)
+    ckpt = load_checkpoint(tmp_path / "a" / "checkpoint.pt")
+    assert not any(group["capturable"] for group in ckpt["optimizer"]["param_groups"])
+
+
+def test_cuda_graph_blockers() -> None:
+    from hpcdist.distributed import DistContext, DistEnv
+    from ufsemulator.parallel import cuda_graph_blocker
+
+    def ctx(backend: str, device: str) -> DistContext:
+        env = DistEnv(rank=0, local_rank=0, world_size=1, local_world_size=1, node_rank=0,
+                      master_addr="127.0.0.1", master_port=29500, num_threads=None,
+                      source="single", hostname="localhost")  # fmt: skip
+        return DistContext(env=env, backend=backend, device=torch.device(device), is_main=True)
+
+    assert cuda_graph_blocker("ddp", False, ctx("gloo", "cpu")) == "not on a GPU"
+    assert "fsdp" in (cuda_graph_blocker("fsdp", False, ctx("nccl", "cuda:0")) or "")
+    assert "compile" in (cuda_graph_blocker("ddp", True, ctx("nccl", "cuda:0")) or "")
+    assert cuda_graph_blocker("ddp", False, ctx("nccl", "cuda:0")) is None
+
+
+def test_graph_bookkeeping_trains_like_eager_steps(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    """The graph path's logic on the CPU, with a stand-in for the CUDA graph that replays
+    the captured step eagerly from the static buffers: warm-up steps, the capture point,
+    the rows copied before each replay, the short last step of an epoch run eagerly and
+    the host-side row count all give bitwise the training of the plain loop."""
+    from ufsemulator import loop as loop_module
+
+    captures: list[tuple[int, int]] = []
+
+    class ReplayEagerly:
+        def __init__(self, loop: loop_module.Loop, micro: int, batch: int) -> None:
+            self.loop, self.micro, self.batch = loop, micro, batch
+            self.static: loop_module._StepGraph | None = None
+            self.replays = 0
+
+        def replay(self) -> None:
+            assert self.static is not None
+            rows = self.loop._rows  # a real replay does not touch the host's count
+            self.loop._step(self.static.x, self.static.y, 0, self.micro, self.batch)
+            self.loop._rows = rows
+            self.replays += 1
+
+    fakes: list[ReplayEagerly] = []
+
+    def capture(self: loop_module.Loop, xs: torch.Tensor, ys: torch.Tensor, first: int,
+                micro: int, batch: int) -> loop_module._StepGraph:  # fmt: skip
+        captures.append((self._eager_steps, self.step))
+        start, rows = first * batch, micro * batch
+        fake = ReplayEagerly(self, micro, batch)
+        fakes.append(fake)
+        static = loop_module._StepGraph(fake, torch.full_like(xs[start : start + rows], 7.0),  # type: ignore[arg-type]
+                                        torch.full_like(ys[start : start + rows], 7.0))  # fmt: skip
+        fake.static = static
+        self.optimizer.zero_grad(set_to_none=True)
+        self._graph = static
+        return static
+
+    def plain_wrap(self: loop_module.Loop, model: torch.nn.Module) -> torch.nn.Module:
+        return loop_module.wrap(model, "ddp", None, self.ctx)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(loop_module, "cuda_graph_blocker", lambda *args: None)
+    monkeypatch.setattr(torch.cuda, "Stream", lambda *args, **kwargs: object())
+    monkeypatch.setattr(loop_module.Loop, "_wrap", plain_wrap)
+    monkeypatch.setattr(loop_module.Loop, "_step_stream", lambda self: contextlib.nullcontext())
+    monkeypatch.setattr(loop_module.Loop, "_capture", capture)
+    # 40x32 grid: 154 training rows, batch 32: 4 full steps and one of 26 rows an epoch
+    graphed = run_single(monkeypatch, smoke(epochs=6, batch_size=32), run_dir=tmp_path / "a")
+    assert captures == [(11, 11)]  # after 11 eager steps: step 12, the 2nd of epoch 3
+    plain = run_single(monkeypatch, smoke(epochs=6, batch_size=32, cuda_graph=False),
+                       run_dir=tmp_path / "b")  # fmt: skip
+    assert_same_weights(graphed.model, plain.model)
+    a = json.loads((tmp_path / "a" / "training_results.json").read_text())["history"]
+    b = json.loads((tmp_path / "b" / "training_results.json").read_text())["history"]
+    for key in ("train_loss", "val_loss", "val_r2"):
+        assert a[key] == b[key], key
+    assert fakes[0].replays == 15  # 24 full steps in 6 epochs, the first 9 eager

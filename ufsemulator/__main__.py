@@ -114,4 +114,6 @@ def _export(args: argparse.Namespace) -> int:
 if __name__ == "__main__":
     # Before torch is imported (lazily, in main): an early warning signal must not kill us.
     earlysignal.install()
-    sys.exit(main())
+    code = main()
+    earlysignal.ignore_late_warnings()
+    sys.exit(code)

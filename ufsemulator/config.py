@@ -64,10 +64,12 @@ class TrainingConfig:
     strategy: Literal["ddp", "fsdp"] = "ddp"
     checkpoint_every: int = 1  # epochs
     # Speed only, results unchanged: DDP's gradient bucket size (None: torch's 25 MiB, one
-    # bucket for this model; smaller ones start all-reducing during the backward pass) and
-    # torch.compile of the model (on GPUs with Triton, ddp only; elsewhere ignored).
+    # bucket for this model; smaller ones start all-reducing during the backward pass),
+    # torch.compile of the model (on GPUs with Triton, ddp only; elsewhere ignored) and
+    # CUDA graphs of the whole training step (GPUs, ddp, no compile; ignored on the CPU).
     ddp_bucket_cap_mb: float | None = None
     compile: bool = False
+    cuda_graph: bool = True
 
     def __post_init__(self) -> None:
         if not 0.0 < self.val_fraction < 1.0:

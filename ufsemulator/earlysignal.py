@@ -25,6 +25,14 @@ def install() -> None:
             signal.signal(signum, _remember)
 
 
+def ignore_late_warnings() -> None:
+    """Ignore SIGUSR2 from now on. Python puts its own handlers back to the default action
+    while the interpreter shuts down, so a warning that lands during exit would kill a
+    finished run and turn it into a failed job; an ignored signal stays ignored."""
+    if threading.current_thread() is threading.main_thread():
+        signal.signal(signal.SIGUSR2, signal.SIG_IGN)
+
+
 def received() -> bool:
     """Whether a warning (or termination) signal arrived before training took over."""
     return bool(_received)

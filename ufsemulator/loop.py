@@ -9,17 +9,22 @@ from that step on.
 The step is launch-bound (a 9,345-parameter MLP), so nothing in it waits for the device:
 the loss is summed on the device and read at the epoch end, the stop agreement runs on
 the CPU, and checkpoint files are written by a background thread (all on disk before
-``run`` returns). docs/benchmarks.md measures it against plain DDP loops.
+``run`` returns). On a GPU (``training.cuda_graph``) the whole step (forward, loss,
+backward with DDP's all-reduce, Adam, the loss sum) is captured once as a CUDA graph and
+replayed: one launch a step instead of dozens. docs/benchmarks.md measures it against
+plain DDP loops.
 """
 
 from __future__ import annotations
 
 import contextlib
 import functools
+import gc
 import math
 import sys
 import time
-from collections.abc import Callable
+import warnings
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
@@ -42,13 +47,26 @@ from ufsemulator.ckptwriter import CheckpointWriter
 from ufsemulator.config import Config
 from ufsemulator.errors import CheckpointError
 from ufsemulator.model import EmulatorMLP, ModelConfig
-from ufsemulator.parallel import adam, compile_model, no_sync, wrap
+from ufsemulator.parallel import adam, compile_model, cuda_graph_blocker, no_sync, wrap
 
 Status = Literal["completed", "early_stopped", "preempted"]
 HISTORY_KEYS = ("train_loss", "val_loss", "val_r2", "epoch_time_s", "train_time_s", "samples")
 _VAL_CHUNK = 65536
 # Full (unsharded) state on rank 0 only, in CPU memory: what a checkpoint file holds.
 _SAVE_OPTIONS = StateDictOptions(full_state_dict=True, cpu_offload=True)
+# Eager DDP iterations before a capture: DDP rebuilds its buckets after the first one and
+# times iterations 1-10 (and every 100th) with CUDA events that a graph cannot hold.
+_GRAPH_WARMUP_STEPS = 11
+_DDP_TIMED_EVERY = 100
+
+
+@dataclass(frozen=True, eq=False)
+class _StepGraph:
+    """A captured training step and the static buffers it reads its rows from."""
+
+    graph: torch.cuda.CUDAGraph
+    x: torch.Tensor
+    y: torch.Tensor
 
 
 class StopFlag:
@@ -91,9 +109,27 @@ class Loop:
         model = model.to(ctx.device)
         if cfg.compile:
             compile_model(model, cfg.strategy, ctx)
-        self.model = wrap(model, cfg.strategy, cfg.ddp_bucket_cap_mb, ctx)
+        # CUDA graphs: the steps run (eagerly first, then captured and replayed) on a side
+        # stream of their own, which DDP is built on too (see _wrap).
+        self._stream: torch.cuda.Stream | None = None
+        self._graph: _StepGraph | None = None
+        self._graph_failed = False
+        self._eager_steps = 0  # DDP iterations this loop ran eagerly
+        self.cuda_graph_status = "off (training.cuda_graph: false)"
+        if cfg.cuda_graph:
+            blocker = cuda_graph_blocker(cfg.strategy, cfg.compile, ctx)
+            if blocker is None:
+                self._stream = torch.cuda.Stream(ctx.device)
+                self.cuda_graph_status = "on, not captured yet"
+            else:
+                self.cuda_graph_status = f"off ({blocker})"
+                if ctx.is_main and ctx.device.type == "cuda":
+                    print(f"training.cuda_graph ignored: {blocker}; the steps run eagerly",
+                          flush=True)  # fmt: skip
+        self.model = self._wrap(model)
         scale = ctx.env.world_size if cfg.scale_lr_with_world_size else 1
-        self.optimizer = adam(self.model, cfg.lr * scale, cfg.weight_decay, cfg.strategy)
+        self.optimizer = adam(self.model, cfg.lr * scale, cfg.weight_decay, cfg.strategy,
+                              capturable=self._stream is not None)  # fmt: skip
         self.loss_fn = _loss(cfg.loss, cfg.huber_delta)
         self.epoch = 0  # completed epochs
         self.step = 0  # optimiser steps, all epochs
@@ -113,15 +149,30 @@ class Loop:
         self.bad_epochs = 0
         self.history: dict[str, list[float]] = {key: [] for key in HISTORY_KEYS}
 
+    def _wrap(self, model: nn.Module) -> nn.Module:
+        cfg = self.config.training
+        if self._stream is None:
+            return wrap(model, cfg.strategy, cfg.ddp_bucket_cap_mb, self.ctx)  # type: ignore[arg-type]
+        # DDP's gradient hooks belong to the stream current when it is built; a capture
+        # on another stream would fail, so it is built on the steps' stream.
+        main = torch.cuda.current_stream(self.ctx.device)
+        self._stream.wait_stream(main)
+        with torch.cuda.stream(self._stream):
+            wrapped = wrap(model, cfg.strategy, cfg.ddp_bucket_cap_mb, self.ctx)  # type: ignore[arg-type]
+        main.wait_stream(self._stream)
+        return wrapped
+
     # ------------------------------------------------------------------ checkpoints
 
     def restore(self, ckpt: dict[str, Any], source: str) -> None:
         """Optimiser, counters and history of ``ckpt`` (the weights are already loaded)."""
         try:
-            set_optimizer_state_dict(
-                self.model, self.optimizer, ckpt["optimizer"],
-                options=StateDictOptions(full_state_dict=True),
-            )  # fmt: skip
+            with warnings.catch_warnings():  # a capturable Adam's first, uncaptured step
+                warnings.filterwarnings("ignore", message=".*capturable=True.*")
+                set_optimizer_state_dict(
+                    self.model, self.optimizer, ckpt["optimizer"],
+                    options=StateDictOptions(full_state_dict=True),
+                )  # fmt: skip
             self.epoch, self.step = int(ckpt["epoch"]), int(ckpt["step"])
             self.step_in_epoch = int(ckpt["step_in_epoch"])
             self.partial.copy_(ckpt["partial"].to(self.partial))
@@ -131,6 +182,7 @@ class Loop:
             self.history = {key: [float(v) for v in ckpt["history"][key]] for key in HISTORY_KEYS}
         except (KeyError, TypeError, ValueError, RuntimeError) as exc:
             raise CheckpointError(f"checkpoint '{source}' cannot resume training: {exc}") from exc
+        self._fit_optimizer_flags()
         world = self.ctx.env.world_size
         if self.ctx.is_main and int(ckpt.get("world_size", world)) != world:
             print(f"Warning: '{source}' was written by {ckpt['world_size']} ranks, resuming "
@@ -139,6 +191,21 @@ class Loop:
         if self.ctx.is_main:
             print(f"Resumed from {source}: epoch {self.epoch + 1}, step {self.step_in_epoch} "
                   f"of the epoch, {self.step} steps done", flush=True)  # fmt: skip
+
+    def _fit_optimizer_flags(self) -> None:
+        """A loaded optimiser state brings the flags of the run that wrote it (a CPU run, or
+        a GPU run with CUDA graphs): capturable only where this run captures, and then
+        with its step counts on the device."""
+        capturable = self._stream is not None
+        for group in self.optimizer.param_groups:
+            group["capturable"] = capturable
+            if not capturable:
+                continue
+            for param in group["params"]:
+                state = self.optimizer.state.get(param, {})
+                step = state.get("step")
+                if isinstance(step, torch.Tensor) and step.device != param.device:
+                    state["step"] = step.to(device=param.device, dtype=torch.float32)
 
     def _save(self, checkpoint: bool, best: bool) -> None:
         """Collective (FSDP gathers the full state); rank 0 writes, in the background."""
@@ -187,23 +254,24 @@ class Loop:
             generator = torch.Generator().manual_seed(cfg.seed * 1_000_003 + self.epoch)
             perm = torch.randperm(n_local, generator=generator).to(x.device)
             xs, ys = x[perm], y[perm]  # one gather per epoch, then contiguous slices
-            for s in range(self.step_in_epoch, steps):
-                lo = s * accum
-                self._step(xs, ys, lo, min(lo + accum, n_batches), batch)
-                self.step += 1
-                self.step_in_epoch = s + 1
-                if self.step_callback is not None:
-                    self.step_callback(self.step)
-                if progress is not None:
-                    self._fold_rows()
-                    progress.update(self.epoch, s + 1, self.partial)
-                if self.step % self.config.preemption.check_every_steps == 0 and self._stop():
-                    elapsed = time.perf_counter() - epoch_start
-                    self.partial_time = [self.partial_time[0] + elapsed,
-                                         self.partial_time[1] + elapsed]  # fmt: skip
-                    self._save(checkpoint=True, best=False)
-                    self._log_preempted()
-                    return "preempted"
+            with self._step_stream():
+                for s in range(self.step_in_epoch, steps):
+                    lo = s * accum
+                    self._train_step(xs, ys, lo, min(lo + accum, n_batches), batch)
+                    self.step += 1
+                    self.step_in_epoch = s + 1
+                    if self.step_callback is not None:
+                        self.step_callback(self.step)
+                    if progress is not None:
+                        self._fold_rows()
+                        progress.update(self.epoch, s + 1, self.partial)
+                    if self.step % self.config.preemption.check_every_steps == 0 and self._stop():
+                        elapsed = time.perf_counter() - epoch_start
+                        self.partial_time = [self.partial_time[0] + elapsed,
+                                             self.partial_time[1] + elapsed]  # fmt: skip
+                        self._save(checkpoint=True, best=False)
+                        self._log_preempted()
+                        return "preempted"
             if self.ctx.device.type == "cuda":
                 # Kernels are still queued: the epoch's time is when they have run.
                 torch.cuda.synchronize(self.ctx.device)
@@ -214,6 +282,98 @@ class Loop:
             if status is not None:
                 return status
         return "completed"
+
+    @contextlib.contextmanager
+    def _step_stream(self) -> Iterator[None]:
+        """With CUDA graphs, the steps run on their own stream, ordered after everything
+        queued before them (the epoch's gather, validation) and before everything after."""
+        if self._stream is None:
+            yield
+            return
+        main = torch.cuda.current_stream(self.ctx.device)
+        self._stream.wait_stream(main)
+        try:
+            with torch.cuda.stream(self._stream):
+                yield
+        finally:
+            main.wait_stream(self._stream)
+
+    def _train_step(
+        self, xs: torch.Tensor, ys: torch.Tensor, first: int, last: int, batch: int
+    ) -> None:
+        """One optimiser step: ``_step`` itself, or a replay of its CUDA graph."""
+        if self._stream is None:
+            self._step(xs, ys, first, last, batch)
+            return
+        rows = min(last * batch, xs.shape[0]) - first * batch
+        micro = last - first
+        full = micro == self.config.training.grad_accum_steps and rows == micro * batch
+        graph = self._graph
+        if graph is None and full and self._may_capture():
+            graph = self._capture(xs, ys, first, micro, batch)
+        if graph is None or not full:
+            # Warm-up, an epoch's short last step, or no graph: eagerly, same kernels.
+            with warnings.catch_warnings():
+                warnings.filterwarnings("ignore", message=".*capturable=True.*")
+                self._step(xs, ys, first, last, batch)
+            self._eager_steps += 1
+            return
+        start = first * batch
+        graph.x.copy_(xs[start : start + rows])
+        graph.y.copy_(ys[start : start + rows])
+        graph.graph.replay()
+        self._rows += rows
+
+    def _may_capture(self) -> bool:
+        n = self._eager_steps  # DDP's iteration count; the capture is iteration n + 1
+        return (not self._graph_failed and n >= _GRAPH_WARMUP_STEPS
+                and n % _DDP_TIMED_EVERY != 0 and (n + 1) % _DDP_TIMED_EVERY != 0)  # fmt: skip
+
+    def _capture(
+        self, xs: torch.Tensor, ys: torch.Tensor, first: int, micro: int, batch: int
+    ) -> _StepGraph | None:
+        """Capture ``_step`` over ``micro`` full micro-batches into a graph that reads its
+        rows from static buffers (filled before each replay). Nothing runs here."""
+        assert self._stream is not None
+        start, rows = first * batch, micro * batch
+        static = _StepGraph(torch.cuda.CUDAGraph(), xs[start : start + rows].clone(),
+                            ys[start : start + rows].clone())  # fmt: skip
+        host_rows = self._rows
+        # Gradients must not exist yet: backward then allocates them in the graph's pool,
+        # and every replay overwrites them instead of adding to them.
+        self.optimizer.zero_grad(set_to_none=True)
+        try:
+            # thread_local: the NCCL watchdog and the checkpoint writer may call CUDA in
+            # their threads meanwhile; only this thread's calls must be capturable.
+            with torch.cuda.graph(static.graph, stream=self._stream,
+                                  capture_error_mode="thread_local"):  # fmt: skip
+                self._step(static.x, static.y, 0, micro, batch)
+        except Exception as exc:  # any capture error: run eagerly instead
+            self._rows = host_rows
+            self._give_up_graphs(exc)
+            return None
+        self._rows = host_rows  # counted by each replay
+        self._graph = static
+        self.cuda_graph_status = f"captured at step {self.step + 1} of this run"
+        return static
+
+    def _give_up_graphs(self, exc: Exception) -> None:
+        """A capture failed (on every rank alike): eager steps from here on, with a fresh
+        DDP wrapper, since the failed capture may have left DDP's reducer mid-iteration."""
+        text = str(exc).strip()
+        reason = f"{type(exc).__name__}: {text.splitlines()[0] if text else ''}"
+        self.cuda_graph_status = f"capture failed ({reason}); eager"
+        self._graph_failed = True
+        if self.ctx.is_main:
+            print(f"training.cuda_graph: capture failed ({reason}); the steps run eagerly",
+                  flush=True)  # fmt: skip
+        torch.cuda.synchronize(self.ctx.device)
+        self.optimizer.zero_grad(set_to_none=True)
+        module = self.model.module if isinstance(self.model, DistributedDataParallel) else None
+        if module is not None:
+            self.model = None  # type: ignore[assignment]  # the old reducer goes first
+            gc.collect()
+            self.model = self._wrap(module)
 
     def _step(self, xs: torch.Tensor, ys: torch.Tensor, first: int, last: int, batch: int) -> None:
         """One optimiser step over micro-batches ``first..last-1``; the gradient is the

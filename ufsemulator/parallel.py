@@ -1,4 +1,5 @@
-"""How the loop's model is made parallel and optimised: DDP or FSDP2, Adam, torch.compile.
+"""How the loop's model is made parallel and optimised: DDP or FSDP2, Adam, torch.compile,
+whether the training step can be a CUDA graph.
 
 Choices for speed that leave the results as they are; docs/benchmarks.md measures them.
 """
@@ -46,15 +47,41 @@ def wrap(
 _DDP_ARGS = frozenset(inspect.signature(DistributedDataParallel.__init__).parameters)
 
 
-def adam(model: nn.Module, lr: float, weight_decay: float, strategy: str) -> torch.optim.Adam:
+def adam(
+    model: nn.Module, lr: float, weight_decay: float, strategy: str, capturable: bool = False
+) -> torch.optim.Adam:
     # The fused kernel is a third faster for a model this small (and on a GPU it is 2
     # kernels a step instead of one per tensor); it takes no DTensor, and before torch 2.4
-    # no CPU tensor either: there the for-loop implementation takes over.
+    # no CPU tensor either: there the for-loop implementation takes over. ``capturable``
+    # (CUDA graphs) changes no arithmetic of the fused kernel: its step counts live on
+    # the device either way; it only lets ``step()`` run inside a graph capture.
     if strategy == "ddp":
         with contextlib.suppress(RuntimeError):
             return torch.optim.Adam(model.parameters(), lr=lr, weight_decay=weight_decay,
-                                    fused=True)  # fmt: skip
-    return torch.optim.Adam(model.parameters(), lr=lr, weight_decay=weight_decay, foreach=False)
+                                    fused=True, capturable=capturable)  # fmt: skip
+    return torch.optim.Adam(model.parameters(), lr=lr, weight_decay=weight_decay, foreach=False,
+                            capturable=capturable)  # fmt: skip
+
+
+def cuda_graph_blocker(strategy: str, compile_: bool, ctx: DistContext) -> str | None:
+    """Why the training step cannot be a CUDA graph here (None: it can)."""
+    if ctx.device.type != "cuda":
+        return "not on a GPU"
+    if strategy != "ddp":
+        return f"strategy {strategy!r} (only ddp is captured)"
+    if compile_:
+        return "training.compile is on"
+    if ctx.backend != "nccl":
+        return f"backend {ctx.backend!r} (only nccl collectives can be captured)"
+    if ctx.env.world_size > 1:
+        version = torch.cuda.nccl.version()
+        if isinstance(version, int):  # old torch: 2.9.6 is 2906
+            version = (version // 1000, version // 100 % 10, version % 100)
+        if tuple(version) < (2, 9, 6):
+            return f"NCCL {version} cannot capture collectives (needs 2.9.6)"
+    if "capture_error_mode" not in inspect.signature(torch.cuda.graph.__init__).parameters:
+        return f"torch {torch.__version__} is too old (no capture_error_mode)"
+    return None
 
 
 def compile_model(model: EmulatorMLP, strategy: str, ctx: DistContext) -> None:
