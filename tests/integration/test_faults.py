@@ -122,8 +122,8 @@ def test_time_limit_interrupts_twice_and_ends_with_the_uninterrupted_weights(
     slurm_cluster: SlurmCluster, tmp_path: Path, epoch_seconds: float
 ) -> None:
     # Under --time=1 --signal=USR2@30, SLURM's coarse timer sends the warning anywhere in
-    # the first ~30 s: 80 s of training takes three or more allocations.
-    epochs = _epochs_for(80, epoch_seconds)
+    # the first ~30 s: 70 s of training takes three or more allocations.
+    epochs = _epochs_for(70, epoch_seconds)
     reference = sbatch(_training_job(tmp_path, "reference", epochs), cwd=tmp_path,
                        timeout=900)
     assert reference.returncode == 0, _log(tmp_path, "reference", reference.job_id)
