@@ -9,7 +9,15 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from bench.bench_training import _summarise, _ttt_rows, _variant
+from bench.bench_training import (
+    _graph_notes,
+    _ours,
+    _outside_steps,
+    _summarise,
+    _ttt_rows,
+    _ttt_variant,
+    _variant,
+)
 from bench.launch import NO_MULTICAST, rank_env
 from bench.synthdata import Grid, make_arrays
 from ufsemulator.data import DataOptions, load_dataset
@@ -92,3 +100,37 @@ def test_bench_runs_all_three_loops_on_two_gloo_ranks(tmp_path: Path) -> None:
     }
     assert all(r["per_rank"] > 0 for r in rows)
     assert "| ours" in proc.stdout and "efficiency" in proc.stdout
+
+
+def test_ours_config_changes_are_checked_like_the_config() -> None:
+    assert _ours("cuda_graph=false") == {"cuda_graph": False}
+    with pytest.raises(argparse.ArgumentTypeError):
+        _ours("cuda_graph=maybe")
+
+
+def test_graph_notes_compare_each_variant_with_ours() -> None:
+    def run(status: str, val: float) -> dict[str, object]:
+        return {"rows": 1, "seconds": 1.0, "steps": 1, "cuda_graph": status,
+                "train_loss": 0.5, "val_loss": val}  # fmt: skip
+
+    results = {4: {"runs": {"dataloader": [{"rows": 1, "seconds": 1.0, "steps": 1}],
+                            "ours": [run("captured at step 12 of this run", 0.25)],
+                            "eager": [run("off (training.cuda_graph: false)", 0.25)],
+                            "other": [run("off", 0.5)]}}}  # fmt: skip
+    lines = _graph_notes(results, ["ours", "eager", "other"])
+    assert lines[0].startswith("ours, 4 rank(s): CUDA graph captured at step 12")
+    assert lines[1].endswith("bitwise the same as ours")
+    assert lines[2].endswith("val loss 1.0e+00 relative from ours'")
+
+
+def test_time_to_target_variants_and_epoch_clocks() -> None:
+    ours = {"lr": 1e-4, "reached": {}, "train_time_s": [0.05, 0.02, 0.02],
+            "epoch_end_s": [0.06, 0.09, 0.12],
+            "variants": {"eager": {"lr": 1e-4, "reached": {}}}}  # fmt: skip
+    assert _ttt_variant({1: ours, 4: {"lr": 4e-4, "reached": {}}}, "eager") == {
+        1: {"lr": 1e-4, "reached": {}}
+    }
+    text = _outside_steps(ours)
+    assert "20.0 ms of steps" in text and "10.0 ms outside them" in text
+    assert "epoch 1: 50.0 ms steps, 10.0 ms outside" in text
+    assert _outside_steps({}) == "no per-epoch clock"
