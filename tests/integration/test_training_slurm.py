@@ -54,7 +54,8 @@ def test_training_completes_with_the_specified_log_lines(
     status = subprocess.run([*HPCDIST, "status", job_id], cwd=folder, env=slurm_env(),
                             capture_output=True, text=True)
     assert status.stdout.strip() == f"{job_id} COMPLETED"
-    assert f"Distributed training initialized: gloo backend, {nodes} processes" in out
+    processes = "1 process" if nodes == 1 else f"{nodes} processes"
+    assert f"Distributed training initialized: gloo backend, {processes}" in out
     assert re.search(r"^Master: node1:\d+$", out, re.M), out
     assert re.search(r"^Epoch 1/\d+ - Train: [\d.e-]+, Val: [\d.e-]+$", out, re.M), out
     for rank in range(nodes):
@@ -84,9 +85,10 @@ def test_one_two_and_four_nodes_reach_comparable_validation_loss(
     for nodes, (folder, job_id, _) in trainings.items():
         results = json.loads((folder / "runs" / job_id / "training_results.json").read_text())
         losses[nodes] = results["best_val_loss"]
-    # Same seed and epochs; more ranks take fewer, larger steps per epoch.
+    # Same seed and epochs; N ranks take 1/N of the steps, with lr scaled by N (default).
+    # Measured on the testbed: 0.00120, 0.00123, 0.00128.
     assert all(loss <= 0.1 for loss in losses.values()), losses
-    assert max(losses.values()) <= 10 * min(losses.values()), losses
+    assert max(losses.values()) <= 2 * min(losses.values()), losses
 
 
 def test_committed_multinode_script_trains_with_plain_sbatch(
