@@ -19,6 +19,8 @@ from typing import Any
 from submitit.helpers import Checkpointable, DelayedSubmission
 
 from hpcdist.exitcodes import REQUEUE_EXIT_CODE
+from hpcdist.fileutil import write_atomic
+from hpcdist.jobs import process_exited
 
 # How long the warning-signal handler waits for the child to write its checkpoint.
 CHECKPOINT_GRACE_S = 60.0
@@ -57,7 +59,7 @@ class CommandJob(Checkpointable):
     def checkpoint(self, *args: Any, **kwargs: Any) -> DelayedSubmission:
         """Called by submitit on the warning signal: let the child checkpoint, then requeue."""
         child = self._child
-        if child is not None and not _exited(child.pid):
+        if child is not None and not process_exited(child.pid):
             child.send_signal(signal.SIGUSR2)
             if not _wait_exited(child.pid, CHECKPOINT_GRACE_S):
                 print("hpcdist: child did not exit after the warning signal", file=sys.stderr)
@@ -77,32 +79,18 @@ class CommandJob(Checkpointable):
 
             folder = str(JobEnvironment().paths.folder)
         rank = _task_rank()
-        path = Path(folder) / f"exit_{rank}.json"
-        path.parent.mkdir(parents=True, exist_ok=True)
-        tmp = path.with_suffix(".tmp")
-        tmp.write_text(json.dumps({"rank": rank, "returncode": code, "finished": time.time()}))
-        os.replace(tmp, path)
-
-
-def _exited(pid: int) -> bool:
-    """Whether the child has exited (gone, or a zombie nobody has reaped yet).
-
-    Popen.wait/poll cannot be used here: this runs in a signal handler that interrupted
-    ``Popen.wait`` in ``__call__``, which holds the lock they need."""
-    try:
-        stat = Path(f"/proc/{pid}/stat").read_text()
-    except OSError:
-        return True
-    return stat.rsplit(")", 1)[-1].split()[0] in ("Z", "X")
+        record = {"rank": rank, "returncode": code, "finished": time.time()}
+        write_atomic(Path(folder) / f"exit_{rank}.json", json.dumps(record))
 
 
 def _wait_exited(pid: int, timeout_s: float) -> bool:
+    # Not Popen.wait: this runs in a signal handler that interrupted Popen.wait in __call__.
     deadline = time.monotonic() + timeout_s
     while time.monotonic() < deadline:
-        if _exited(pid):
+        if process_exited(pid):
             return True
         time.sleep(0.1)
-    return _exited(pid)
+    return process_exited(pid)
 
 
 def _task_rank() -> int:

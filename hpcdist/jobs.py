@@ -18,8 +18,9 @@ from pathlib import Path
 from hpcdist.errors import UserError
 from hpcdist.fileutil import write_atomic
 
-FINAL_STATES = {"COMPLETED", "FAILED", "CANCELLED", "TIMEOUT", "OUT_OF_MEMORY", "NODE_FAIL",
-                "PREEMPTED", "BOOT_FAIL", "DEADLINE"}
+# States after which a job never runs again (sacct may add "by <uid>" to CANCELLED).
+FINAL_STATES = frozenset({"COMPLETED", "FAILED", "CANCELLED", "TIMEOUT", "OUT_OF_MEMORY",
+                          "NODE_FAIL", "PREEMPTED", "BOOT_FAIL", "DEADLINE"})
 
 
 @dataclass(frozen=True)
@@ -90,7 +91,7 @@ def _local_state(record: JobRecord) -> str:
     folder = Path(record.folder)
     if (folder / "cancelled").exists():
         return "CANCELLED"
-    if _pid_alive(int(record.job_id)):
+    if not process_exited(int(record.job_id)):
         return "RUNNING"
     codes = []
     for rank in range(record.tasks):
@@ -102,19 +103,16 @@ def _local_state(record: JobRecord) -> str:
     return "FAILED"
 
 
-def _pid_alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    # A finished child of ours stays a zombie until reaped; that is not alive.
+def process_exited(pid: int) -> bool:
+    """Whether a process is gone or a zombie nobody has reaped yet (finished, not alive).
+
+    Read from /proc rather than Popen.poll: the caller may not own the process, or may be a
+    signal handler that interrupted Popen.wait, which holds the lock poll needs."""
     try:
         stat = Path(f"/proc/{pid}/stat").read_text()
     except OSError:
         return True
-    return stat.rsplit(")", 1)[-1].split()[0] != "Z"
+    return stat.rsplit(")", 1)[-1].split()[0] in ("Z", "X")
 
 
 def cancel(record: JobRecord) -> None:

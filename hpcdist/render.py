@@ -80,7 +80,7 @@ def render(spec: JobSpec) -> str:
     """The sbatch script text for a spec; pure, no file or process touched."""
     template = _environment().get_template(f"{spec.mode}.sh.j2")
     torchrun = spec.launcher == "torchrun"
-    cpus_per_srun_task = spec.cpus_per_task * (spec.tasks_per_node if torchrun else 1)
+    cpus_per_srun_task = spec.srun_cpus_per_task
     if spec.gpus_auto:
         # Counted by the script itself; one torchrun per node takes all of its GPUs' CPUs.
         srun_ntasks = "1" if torchrun else GPUS_VAR

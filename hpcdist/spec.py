@@ -107,6 +107,11 @@ class JobSpec:
         return 1 if self.launcher == "torchrun" else self.tasks_per_node
 
     @property
+    def srun_cpus_per_task(self) -> int:
+        """CPUs of each srun task: a torchrun per node holds the CPUs of all its ranks."""
+        return self.cpus_per_task * (self.tasks_per_node if self.launcher == "torchrun" else 1)
+
+    @property
     def time_seconds(self) -> int:
         return time_limit_seconds(self.time)
 

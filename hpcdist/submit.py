@@ -69,11 +69,10 @@ def slurm_parameters(spec: JobSpec) -> dict[str, Any]:
         "slurm_job_name": spec.job_name,
         "nodes": spec.nodes,
         "tasks_per_node": spec.srun_tasks_per_node,
-        "cpus_per_task": spec.cpus_per_task * (spec.tasks_per_node if spec.launcher == "torchrun"
-                                               else 1),
+        "cpus_per_task": spec.srun_cpus_per_task,
         "timeout_min": time_limit_minutes(spec.time),
         # srun in SLURM >= 22.05 no longer inherits --cpus-per-task; one dead rank ends all.
-        "slurm_srun_args": [f"--cpus-per-task={spec.cpus_per_task}", "--kill-on-bad-exit=1"],
+        "slurm_srun_args": [f"--cpus-per-task={spec.srun_cpus_per_task}", "--kill-on-bad-exit=1"],
         "slurm_setup": list(spec.setup),
     }
     if spec.gpus_per_node:

@@ -17,24 +17,12 @@ from typing import Protocol
 
 import pytest
 
+from hpcdist.jobs import FINAL_STATES
+
 REPO_ROOT = Path(__file__).resolve().parents[2]
 TESTBED = REPO_ROOT / "scripts" / "slurm-testbed"
 HERE = Path(__file__).resolve().parent
 
-# States after which a job never runs again (`sacct` may add "by <uid>" to CANCELLED).
-FINAL_STATES = frozenset(
-    {
-        "BOOT_FAIL",
-        "CANCELLED",
-        "COMPLETED",
-        "DEADLINE",
-        "FAILED",
-        "NODE_FAIL",
-        "OUT_OF_MEMORY",
-        "PREEMPTED",
-        "TIMEOUT",
-    }
-)
 # Variables a job exports to everything started inside it; leaked into a new sbatch they make
 # it inherit the outer job's settings.
 _LEAKY_PREFIXES = ("SLURM_", "SBATCH_", "SALLOC_", "SRUN_")
