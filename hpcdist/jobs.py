@@ -76,15 +76,19 @@ def job_state(record: JobRecord) -> str:
 
 
 def _slurm_state(job_id: str) -> str:
+    """The controller's view first: sacct lags it and, while a job is being requeued, can
+    briefly report the ending attempt as FAILED. sacct answers once the controller has
+    forgotten the job (MinJobAge after it ended)."""
+    queue = subprocess.run(["squeue", "-t", "all", "-h", "-j", job_id, "-o", "%T"],
+                           capture_output=True, text=True, timeout=30)
+    live = queue.stdout.strip().upper()
+    if queue.returncode == 0 and live:
+        return live
     proc = subprocess.run(["sacct", "-j", job_id, "-X", "-n", "-P", "-o", "State"],
                           capture_output=True, text=True, timeout=30)
     states = [line.split()[0] for line in proc.stdout.splitlines() if line.strip()]
-    if states:
-        # "CANCELLED by 0" -> CANCELLED; a requeued job lists its latest attempt last.
-        return states[-1].upper()
-    queue = subprocess.run(["squeue", "-h", "-j", job_id, "-o", "%T"], capture_output=True,
-                           text=True, timeout=30)
-    return queue.stdout.strip().upper() or "UNKNOWN"
+    # "CANCELLED by 0" -> CANCELLED; a requeued job lists its latest attempt last.
+    return states[-1].upper() if states else "UNKNOWN"
 
 
 def _local_state(record: JobRecord) -> str:
