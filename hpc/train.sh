@@ -27,6 +27,8 @@ export OMP_NUM_THREADS="${SLURM_CPUS_PER_TASK:-1}"
 export MKL_NUM_THREADS="${SLURM_CPUS_PER_TASK:-1}"
 export HPCDIST_MODE=threads
 export HPCDIST_MAX_RESTARTS=3
+# The training catches this warning signal (as well as USR2) to checkpoint in time.
+export HPCDIST_SIGNAL=USR2
 export GLOO_SOCKET_IFNAME=ib0
 # <<< environment
 

@@ -28,6 +28,8 @@ export OMP_NUM_THREADS="${SLURM_CPUS_PER_TASK:-1}"
 export MKL_NUM_THREADS="${SLURM_CPUS_PER_TASK:-1}"
 export HPCDIST_MODE=nccl
 export HPCDIST_MAX_RESTARTS=3
+# The training catches this warning signal (as well as USR2) to checkpoint in time.
+export HPCDIST_SIGNAL=USR2
 export NCCL_DEBUG=WARN
 export TORCH_NCCL_ASYNC_ERROR_HANDLING=1
 export NCCL_NVLS_ENABLE=0

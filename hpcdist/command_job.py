@@ -12,6 +12,7 @@ import signal
 import subprocess
 import sys
 import time
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -32,12 +33,17 @@ class CommandFailed(RuntimeError):
 
 @dataclass
 class CommandJob(Checkpointable):
-    """Run ``argv`` in every task; the env holds extra variables from the JobSpec."""
+    """Run ``argv`` in every task; the env holds extra variables from the JobSpec.
+
+    With ``torchrun_nproc`` set, each task (one per node) runs ``argv`` under a torchrun
+    that starts that many ranks on its node, meeting at the first node of the job.
+    """
 
     argv: tuple[str, ...]
     env: dict[str, str] = field(default_factory=dict)
     record_dir: str | None = None
     threads: int | None = None
+    torchrun_nproc: int | None = None
     _child: subprocess.Popen[bytes] | None = field(default=None, repr=False, compare=False)
 
     def __call__(self) -> int:
@@ -46,7 +52,14 @@ class CommandJob(Checkpointable):
         if self.threads is not None:
             env["OMP_NUM_THREADS"] = env["MKL_NUM_THREADS"] = str(self.threads)
         env["PYTHONUNBUFFERED"] = "1"
-        self._child = subprocess.Popen(list(self.argv), env=env)
+        if self.torchrun_nproc is None:
+            self._child = subprocess.Popen(list(self.argv), env=env)
+        else:
+            # SLURM signals every process of the step: torchrun ignores the warning (its
+            # ranks inherit that and set their own handler) instead of dying of it.
+            self._child = subprocess.Popen(
+                self.torchrun_argv(env), env=env,
+                preexec_fn=lambda: signal.signal(signal.SIGUSR2, signal.SIG_IGN))
         code = self._child.wait()
         self._record(code)
         if code == REQUEUE_EXIT_CODE:
@@ -60,11 +73,26 @@ class CommandJob(Checkpointable):
         """Called by submitit on the warning signal: let the child checkpoint, then requeue."""
         child = self._child
         if child is not None and not process_exited(child.pid):
-            child.send_signal(signal.SIGUSR2)
+            # torchrun passes SIGTERM on to its ranks, which checkpoint on it as on USR2.
+            child.send_signal(signal.SIGUSR2 if self.torchrun_nproc is None else signal.SIGTERM)
             if not _wait_exited(child.pid, CHECKPOINT_GRACE_S):
                 print("hpcdist: child did not exit after the warning signal", file=sys.stderr)
-        fresh = CommandJob(self.argv, self.env, self.record_dir, self.threads)
+        fresh = CommandJob(self.argv, self.env, self.record_dir, self.threads,
+                           self.torchrun_nproc)
         return DelayedSubmission(fresh)
+
+    def torchrun_argv(self, env: Mapping[str, str]) -> list[str]:
+        """torchrun for this task's node: the rendezvous is rank 0's host and port of the
+        srun layout (one task per node), as DistEnv resolves them for any SLURM step."""
+        from hpcdist.distenv import DistEnv
+        from hpcdist.render import torchrun_command, torchrun_flags
+
+        step = DistEnv.from_environ(env)
+        flags = torchrun_flags(str(step.world_size), str(self.torchrun_nproc),
+                               str(step.node_rank), f"{step.master_addr}:{step.master_port}",
+                               env.get("SLURM_JOB_ID", "hpcdist"))
+        return torchrun_command([sys.executable, "-m", "torch.distributed.run", *flags],
+                                list(self.argv))
 
     def __getstate__(self) -> dict[str, Any]:
         state = dict(self.__dict__)

@@ -55,25 +55,43 @@ def _environment() -> jinja2.Environment:
 GPUS_VAR, CPUS_VAR = '"$gpus"', '"$cpus"'
 
 
+def torchrun_flags(nnodes: str, nproc: str, node_rank: str, endpoint: str,
+                   rdzv_id: str) -> list[str]:
+    """torchrun's flags for one agent per node meeting at ``endpoint`` (c10d rendezvous);
+    the values are words for the script (shell expressions) or for argv (plain values)."""
+    return [
+        f"--nnodes={nnodes}",
+        f"--nproc-per-node={nproc}",
+        f"--node-rank={node_rank}",
+        "--rdzv-backend=c10d",
+        f"--rdzv-endpoint={endpoint}",
+        f"--rdzv-id={rdzv_id}",
+    ]
+
+
+def torchrun_command(torchrun: list[str], command: list[str]) -> list[str]:
+    """``torchrun FLAGS`` followed by the job's command."""
+    if command[0] in ("python", "python3"):
+        # torchrun is itself the Python interpreter: hand it the module or script directly.
+        return torchrun + command[1:]
+    return [*torchrun, "--no-python", *command]
+
+
 def launch_argv(spec: JobSpec) -> list[str]:
     """The command srun starts on each node, already quoted word by word."""
     command = [quote(word) for word in spec.command]
     if spec.launcher != "torchrun":
         return command
     nproc = GPUS_VAR if spec.gpus_auto else str(spec.tasks_per_node)
-    torchrun = [
-        "torchrun",
-        '--nnodes="${SLURM_JOB_NUM_NODES}"',
-        f"--nproc-per-node={nproc}",
-        '--node-rank="${SLURM_NODEID}"',
-        "--rdzv-backend=c10d",
-        '--rdzv-endpoint="${MASTER_ADDR}:${MASTER_PORT}"',
-        '--rdzv-id="${SLURM_JOB_ID}"',
-    ]
-    if spec.command[0] in ("python", "python3"):
-        # torchrun is itself the Python interpreter: hand it the module or script directly.
-        return torchrun + command[1:]
-    return [*torchrun, "--no-python", *command]
+    torchrun = ["torchrun", *torchrun_flags(
+        '"${SLURM_JOB_NUM_NODES}"', nproc, '"${SLURM_NODEID}"',
+        '"${MASTER_ADDR}:${MASTER_PORT}"', '"${SLURM_JOB_ID}"')]
+    if spec.warning_signal:
+        # SLURM signals every process of the step: torchrun itself would die of the warning
+        # its ranks catch to checkpoint, so it ignores it (its ranks set their own handler).
+        script = f'trap "" {spec.warning_signal} && exec "$@"'
+        torchrun = ["bash", "-c", quote(script), "torchrun", *torchrun]
+    return torchrun_command(torchrun, command)
 
 
 def render(spec: JobSpec) -> str:

@@ -112,6 +112,19 @@ class JobSpec:
         return self.cpus_per_task * (self.tasks_per_node if self.launcher == "torchrun" else 1)
 
     @property
+    def warning_signal(self) -> str | None:
+        """The name of the signal SLURM warns with before the time limit (``USR2`` of
+        ``B:USR2@90``), or None."""
+        if self.signal is None:
+            return None
+        return self.signal.removeprefix("B:").partition("@")[0]
+
+    @property
+    def warns_batch_shell(self) -> bool:
+        """``--signal=B:...``: SLURM signals the batch shell alone, which passes it on."""
+        return self.signal is not None and self.signal.startswith("B:")
+
+    @property
     def time_seconds(self) -> int:
         return time_limit_seconds(self.time)
 

@@ -153,6 +153,8 @@ def submit(spec: JobSpec, executor: str = "auto", project_dir: Path | None = Non
     extra_env = dict(spec.env)
     extra_env["HPCDIST_MODE"] = spec.mode
     extra_env["HPCDIST_MAX_RESTARTS"] = str(spec.max_restarts)
+    if spec.warning_signal:
+        extra_env["HPCDIST_SIGNAL"] = spec.warning_signal
 
     ex: Any
     if kind == "slurm":
@@ -161,7 +163,8 @@ def submit(spec: JobSpec, executor: str = "auto", project_dir: Path | None = Non
         ex = submitit.AutoExecutor(folder=folder, cluster="slurm",
                                    slurm_max_num_timeout=spec.max_restarts)
         ex.update_parameters(**slurm_parameters(spec))
-        job_command = CommandJob(spec.command, extra_env, record_dir=None)
+        nproc = spec.tasks_per_node if spec.launcher == "torchrun" else None
+        job_command = CommandJob(spec.command, extra_env, record_dir=None, torchrun_nproc=nproc)
     else:
         ex = submitit.LocalExecutor(folder=folder)
         ex.update_parameters(tasks_per_node=spec.world_size,
@@ -171,9 +174,11 @@ def submit(spec: JobSpec, executor: str = "auto", project_dir: Path | None = Non
     with clean_slurm_environment():
         job = ex.submit(job_command)
     job_folder = Path(str(job.paths.folder))
+    # submitit's tasks, each with its log: under torchrun one per node, holding its ranks.
+    tasks = spec.nodes * spec.srun_tasks_per_node if kind == "slurm" else spec.world_size
     record = JobRecord(
         job_id=str(job.job_id), executor=kind, name=spec.job_name, mode=spec.mode,
-        nodes=spec.nodes, tasks=spec.world_size, folder=str(job_folder),
+        nodes=spec.nodes, tasks=tasks, folder=str(job_folder),
         submitted=time.time(), command=list(spec.command),
     )
     save_record(record, project_dir)

@@ -451,3 +451,22 @@ def test_requeue_stops_at_max_restarts(tmp_path: Path) -> None:
     assert proc.returncode == 143
     assert "not requeueing: restart 2 reached --max-restarts 2" in proc.stderr
     assert not (tmp_path / "scontrol-argv").exists()
+
+
+def test_torchrun_ignores_the_warning_its_ranks_catch() -> None:
+    spec = spec_from_options({"profile": None, "mode": "gloo", "nodes": 2,
+                              "launcher": "torchrun", "signal": "USR1@60"})
+    script = render(spec)
+    assert "export HPCDIST_SIGNAL=USR1" in script
+    assert """bash -c 'trap "" USR1 && exec "$@"' torchrun torchrun --nnodes=""" in script
+
+
+def test_batch_shell_signal_is_passed_on_to_srun(tmp_path: Path) -> None:
+    spec = spec_from_options({"profile": None, "mode": "gloo", "nodes": 2,
+                              "signal": "B:USR2@90"})
+    script = render(spec)
+    assert "#SBATCH --signal=\"B:USR2@90\"" in script
+    assert """kill -s USR2 "${srun_pid}\"""" in script
+    assert _bash_n(script, tmp_path).returncode == 0
+    plain = render(spec_from_options({"profile": None, "mode": "gloo", "nodes": 2}))
+    assert "srun_pid" not in plain  # SLURM signals the tasks itself: nothing to pass on

@@ -82,7 +82,10 @@ def train(
     saved_env = {var: os.environ.get(var) for var in _EXPORTED_VARS}
     try:
         # SIGTERM too: scancel and `scontrol requeue` send it, KillWait seconds before SIGKILL.
-        with _stop_on_signal((config.preemption.signal, "SIGTERM"), flag):
+        # And the job's own warning signal, when hpcdist's script names one.
+        job_signal = earlysignal.job_signal()
+        names = (config.preemption.signal, "SIGTERM", *([job_signal.name] if job_signal else []))
+        with _stop_on_signal(names, flag):
             ctx = setup_distributed()
             return _train(ctx, config, data_path, checkpoint, resume, run_dir, flag,
                           step_callback, started)  # fmt: skip

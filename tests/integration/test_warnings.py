@@ -1,0 +1,103 @@
+"""The warning signal on its other paths: torchrun launchers, a batch-shell signal (B:),
+another signal than USR2, and torchrun under `hpcdist submit`, on the real testbed.
+
+Each job is warned by hand (`scancel --signal`, as SLURM's --signal would do at the time
+limit), then must checkpoint, requeue itself, resume and complete with every rank.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+from tests.integration.conftest import SlurmCluster, run_slurm, sbatch, slurm_env
+from tests.integration.test_faults import CONFIG, _follow, _log, _squeue, _training_job, _wait_for
+
+EPOCHS = 40
+
+
+def _warn_when_training(tmp_path: Path, name: str, job_id: int, *scancel_args: str) -> None:
+    """Send the warning once the job has trained a few epochs."""
+    _wait_for(lambda: "Epoch 3/" in _log(tmp_path, name, job_id), 180,
+              f"job {job_id} to train 3 epochs")
+    run_slurm("scancel", *scancel_args, str(job_id))
+
+
+def _assert_resumed_and_completed(tmp_path: Path, name: str, job_id: int) -> str:
+    state = _follow(job_id, timeout=300)
+    log = _log(tmp_path, name, job_id)
+    assert state == "COMPLETED", log
+    assert "checkpoint written, requeueing" in log, log
+    assert re.search(r"Resuming from \S+ \(epoch \d+, restart 1\)", log), log
+    assert log.count("Distributed training initialized: gloo backend, 2 processes") == 2, log
+    results = json.loads((tmp_path / "runs" / str(job_id) / "training_results.json").read_text())
+    assert results["world_size"] == 2
+    assert results["epochs_run"] == EPOCHS
+    return log
+
+
+def test_torchrun_script_survives_the_step_warning_and_resumes(
+    slurm_cluster: SlurmCluster, tmp_path: Path
+) -> None:
+    # SLURM's --signal (no B:) reaches every process of the step, torchrun included.
+    script = _training_job(tmp_path, "torchrun", EPOCHS, launcher="torchrun")
+    assert "torchrun --nnodes" in script.read_text()
+    job = sbatch(script, cwd=tmp_path, wait=False)
+    _warn_when_training(tmp_path, "torchrun", job.job_id, "--signal=USR2")
+    _assert_resumed_and_completed(tmp_path, "torchrun", job.job_id)
+
+
+def test_batch_shell_warning_of_another_signal_reaches_the_ranks(
+    slurm_cluster: SlurmCluster, tmp_path: Path
+) -> None:
+    # --signal=B:USR1@60: SLURM warns the batch shell alone, with USR1 instead of USR2.
+    script = _training_job(tmp_path, "batchsig", EPOCHS, signal="B:USR1@60")
+    job = sbatch(script, cwd=tmp_path, wait=False)
+    _warn_when_training(tmp_path, "batchsig", job.job_id, "--batch", "--signal=USR1")
+    _assert_resumed_and_completed(tmp_path, "batchsig", job.job_id)
+
+
+def test_submit_with_torchrun_runs_every_rank_and_resumes_after_the_warning(
+    slurm_cluster: SlurmCluster, tmp_path: Path
+) -> None:
+    config = tmp_path / "torchrun.yaml"
+    config.write_text(CONFIG.format(epochs=EPOCHS))
+    waiter = subprocess.Popen(
+        [sys.executable, "-m", "hpcdist.cli", "submit", "--nodes=2", "--backend=gloo",
+         "--launcher=torchrun", "--cpus-per-task=1", "--time=20", "--job-name=submit-torchrun",
+         "--wait", "--command", f"python3 -m ufsemulator train --config {config}"],
+        cwd=tmp_path, env=slurm_env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+        text=True,
+    )
+    assert waiter.stdout is not None
+    job_id = int(re.findall(r"Submitted job (\d+)", waiter.stdout.readline())[0])
+    folder = tmp_path / ".hpcdist" / "submitit" / str(job_id)
+
+    def logs() -> str:
+        # torchrun's c10d rendezvous numbers the nodes in the order they join: rank 0
+        # prints into either task's log.
+        paths = [folder / f"{job_id}_{task}_log.out" for task in (0, 1)]
+        return "".join(path.read_text(errors="replace") for path in paths if path.is_file())
+
+    def trained() -> bool:
+        return "Epoch 3/" in logs()
+
+    _wait_for(trained, 180, "the submitted job to train 3 epochs")
+    run_slurm("scancel", "--signal=USR2", str(job_id))
+    deadline = time.monotonic() + 300
+    while waiter.poll() is None and time.monotonic() < deadline:
+        state, reason = _squeue(job_id)
+        if state == "PENDING" and "BeginTime" in reason:
+            run_slurm("scontrol", "update", f"JobId={job_id}", "StartTime=now", check=False)
+        time.sleep(1)
+    out, err = waiter.communicate(timeout=60)
+    assert waiter.returncode == 0, out + err
+    text = logs()
+    # One torchrun per node, each starting its rank: both ranks in one process group.
+    assert text.count("Distributed training initialized: gloo backend, 2 processes") == 2, text
+    assert re.search(r"Resuming from \S+ \(epoch \d+, restart 1\)", text), text
+    assert f"Epoch {EPOCHS}/{EPOCHS}" in text, text
