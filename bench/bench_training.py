@@ -38,6 +38,7 @@ from ufsemulator.config import Config, ConfigError, load_config
 
 LOOPS = ("dataloader", "resident", "ours")
 Save = Callable[[str, dict[str, Any]], None]
+FAIL_CAPTURE = "fail_capture"
 
 
 def _ints(text: str) -> list[int]:
@@ -73,19 +74,22 @@ def _ours(text: str) -> dict[str, Any]:
 
 
 def _changes(text: str, what: str) -> dict[str, Any]:
+    """Training config changes, plus the harness's own ``fail_capture=true`` (the CUDA-graph
+    capture fails on purpose, after backward: the loop's fallback, measured)."""
     changes: dict[str, Any] = {}
     for item in text.split(","):
         key, eq, value = item.partition("=")
         if not eq:
             raise argparse.ArgumentTypeError(f"expected key=value in {what}, got {item!r}")
         changes[key.strip()] = yaml.safe_load(value)
+    harness = {key: bool(changes.pop(key)) for key in [FAIL_CAPTURE] if key in changes}
     merged = load_config(None).to_dict()
     merged["training"].update(changes)
     try:
         training = Config.from_dict(merged).training
     except ConfigError as exc:
         raise argparse.ArgumentTypeError(f"{what}: {exc}") from None
-    return {key: getattr(training, key) for key in changes}
+    return {**{key: getattr(training, key) for key in changes}, **harness}
 
 
 def _parser() -> argparse.ArgumentParser:

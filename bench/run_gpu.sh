@@ -9,15 +9,17 @@
 #   0. check: ours (CUDA graphs by default) and ours eager on all GPUs, briefly; if that
 #      fails, the later stages run ours with cuda_graph=false (and say so)
 #   1. nccl, 1/2/4 ranks (one GPU each): DataLoader reference, resident reference, ours,
-#      and ours without CUDA graphs (eager)
+#      ours without CUDA graphs (eager) and ours with small DDP buckets
 #   2. gloo on the CPU, 1/2/4 ranks x 4 threads: the same three, plus ours with small
 #      DDP buckets
 #   3. time to a target validation loss, 1 vs 4 GPUs (1440x1080 synthetic grid), ours and
 #      ours eager
+#   fallback: on all GPUs, ours with its CUDA-graph capture made to fail after backward
+#      (the loop must go on eagerly), beside ours and eager
 #   4. ours with torch.compile beside ours, 1 and 4 GPUs (skipped when the budget is short)
 # Writes to $OUT: env.txt, run_gpu.log (this output), ranks.log (every rank's output),
-# check.json, nccl.json, gloo.json, ttt.json, compile.json. BENCH_STAGES picks stages
-# (default "check nccl gloo ttt compile"). BENCH_ARGS is appended to every stage's
+# check.json, nccl.json, gloo.json, ttt.json, fallback.json, compile.json. BENCH_STAGES picks stages
+# (default "check nccl gloo ttt fallback compile"). BENCH_ARGS is appended to every stage's
 # arguments (a trial run on a CPU machine: BENCH_ARGS="--steps 10 --repeats 1").
 set -uo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
@@ -27,7 +29,7 @@ export PYTHONPATH="$PWD${PYTHONPATH:+:$PYTHONPATH}" PYTHONUNBUFFERED=1
 # NVLink multicast off in every process (the launcher sets them for each rank as well).
 export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
 BUDGET=${BENCH_BUDGET_S:-420}
-STAGES=" ${BENCH_STAGES:-check nccl gloo ttt compile} "
+STAGES=" ${BENCH_STAGES:-check nccl gloo ttt fallback compile} "
 read -r -a EXTRA <<<"${BENCH_ARGS:-}"
 START=$SECONDS
 WORK=$(mktemp -d /tmp/bench-work.XXXXXX)
@@ -89,7 +91,8 @@ main() {
     fi
     if ((GPUS > 0)) && wanted nccl; then
         stage "nccl throughput" 170 --device cuda --ranks "$RANKS" --steps 300 --epochs 2 \
-            --repeats 3 "${EAGER[@]}" --json "$OUT_DIR/nccl.json"
+            --repeats 3 "${EAGER[@]}" --variant buckets:ddp_bucket_cap_mb=0.016 \
+            --json "$OUT_DIR/nccl.json"
     fi
     if wanted gloo; then
         stage "gloo throughput" 150 --device cpu --ranks 1,2,4 --threads-per-rank 4 --steps 200 \
@@ -99,6 +102,12 @@ main() {
     if ((GPUS > 0)) && wanted ttt; then
         stage "time to target" 120 --device cuda --no-throughput --time-to-target \
             --ttt-ranks "$TTT_RANKS" "${EAGER[@]}" --json "$OUT_DIR/ttt.json"
+    fi
+    if ((GPUS > 0)) && wanted fallback; then
+        # A capture made to fail (after backward) on purpose: the loop must go on eagerly.
+        stage "fallback: failed capture on $BIG GPU(s)" 60 --device cuda --ranks "$BIG" \
+            --loops ours "${EAGER[@]}" --variant capturefail:fail_capture=true --steps 60 \
+            --epochs 1 --repeats 1 --json "$OUT_DIR/fallback.json"
     fi
     if ((GPUS > 0)) && wanted compile; then
         stage "torch.compile" 200 --device cuda --ranks "$TTT_RANKS" --loops resident,ours \

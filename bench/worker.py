@@ -117,8 +117,11 @@ def throughput(ctx: DistContext, job: dict[str, Any], result: dict[str, Any]) ->
                           early_stopping_patience=0, checkpoint_every=10**9)  # fmt: skip
     variants: dict[str, dict[str, Any]] = {"ours": job.get("ours", {}), **job.get("variants", {})}
     for name, changes in variants.items():
+        changes = dict(changes)
+        loop_class = _CaptureFails if changes.pop("fail_capture", False) else Loop
         config = _with_training(base, **changes)
-        loops[name] = functools.partial(_ours, ctx, config, fresh_model, shards, warmup)
+        loops[name] = functools.partial(_ours, ctx, config, fresh_model, shards, warmup,
+                                        loop_class)
     for repeat in range(job["repeats"]):
         for name in job["loops"] + [v for v in variants if v != "ours"]:
             if name in result["errors"]:
@@ -138,12 +141,31 @@ def throughput(ctx: DistContext, job: dict[str, Any], result: dict[str, Any]) ->
             _write(ctx, job, result)
 
 
+class _CaptureFails(Loop):
+    """The project's loop with its CUDA-graph capture failing on purpose after backward
+    (DDP's all-reduce recorded, the optimiser step not): the fallback to eager steps."""
+
+    def _step(self, xs: torch.Tensor, ys: torch.Tensor, first: int, last: int, batch: int) -> None:
+        if self.ctx.device.type != "cuda" or not torch.cuda.is_current_stream_capturing():
+            super()._step(xs, ys, first, last, batch)
+            return
+
+        def fail(*args: Any, **kwargs: Any) -> None:
+            raise RuntimeError("capture failure injected by the benchmark")
+
+        self.optimizer.step = fail  # type: ignore[method-assign]
+        try:
+            super()._step(xs, ys, first, last, batch)
+        finally:
+            del self.optimizer.step  # the class's method again
+
+
 def _ours(
     ctx: DistContext, config: Config, make_model: Callable[[], EmulatorMLP], shards: Shards,
-    warmup: int,
+    warmup: int, loop_class: type[Loop] = Loop,
 ) -> refloops.Timing:  # fmt: skip
     with tempfile.TemporaryDirectory(prefix="bench-run-") as run_dir:
-        loop = Loop(ctx, config, make_model(), shards, Path(run_dir), StopFlag())
+        loop = loop_class(ctx, config, make_model(), shards, Path(run_dir), StopFlag())
         refloops.settle(ctx)
         loop.run()
     history = loop.history
@@ -202,8 +224,10 @@ def time_to_target(ctx: DistContext, job: dict[str, Any], result: dict[str, Any]
                   batch_per_rank=config.training.batch_size, variants={})  # fmt: skip
     # ours (the default config), then each variant, from the same initial weights.
     for name, changes in {"ours": job.get("ours", {}), **job.get("variants", {})}.items():
+        changes = dict(changes)
+        loop_class = _TargetCaptureFails if changes.pop("fail_capture", False) else _TargetLoop
         run = _ttt_run(ctx, _with_training(config, **changes), copy.deepcopy(model), shards,
-                       job["targets"])  # fmt: skip
+                       job["targets"], loop_class)  # fmt: skip
         if name == "ours":
             result.update(run)
         else:
@@ -211,9 +235,14 @@ def time_to_target(ctx: DistContext, job: dict[str, Any], result: dict[str, Any]
         _write(ctx, job, result)
 
 
+class _TargetCaptureFails(_CaptureFails, _TargetLoop):
+    pass
+
+
 def _ttt_run(
-    ctx: DistContext, config: Config, model: EmulatorMLP, shards: Shards, targets: list[float]
-) -> dict[str, Any]:
+    ctx: DistContext, config: Config, model: EmulatorMLP, shards: Shards, targets: list[float],
+    loop_class: type[_TargetLoop] = _TargetLoop,
+) -> dict[str, Any]:  # fmt: skip
     # One-time costs (CUDA kernel loading, cuBLAS and communicator set-up) are not training:
     # a throwaway loop pays them first, two steps on a copy of the model.
     rows = 2 * config.training.batch_size
@@ -222,7 +251,7 @@ def _ttt_run(
         Loop(ctx, _with_training(config, epochs=1), copy.deepcopy(model), warm, Path(run_dir),
              StopFlag()).run()  # fmt: skip
     with tempfile.TemporaryDirectory(prefix="bench-ttt-") as run_dir:
-        loop = _TargetLoop(ctx, config, model, shards, Path(run_dir), StopFlag())
+        loop = loop_class(ctx, config, model, shards, Path(run_dir), StopFlag())
         refloops.settle(ctx)
         loop.begin(targets)
         status = loop.run()

@@ -249,10 +249,13 @@ class Loop:
         steps = math.ceil(n_batches / accum)
         tty = self.ctx.is_main and sys.stdout.isatty()
         progress = _Progress(steps, cfg.epochs) if tty else None
+        upcoming: tuple[int, torch.Tensor] | None = None  # the next epoch's order, prefetched
         while self.epoch < cfg.epochs:
             epoch_start = time.perf_counter()
-            generator = torch.Generator().manual_seed(cfg.seed * 1_000_003 + self.epoch)
-            perm = torch.randperm(n_local, generator=generator).to(x.device)
+            if upcoming is not None and upcoming[0] == self.epoch:
+                perm = upcoming[1]
+            else:
+                perm = self._order(self.epoch, n_local)
             xs, ys = x[perm], y[perm]  # one gather per epoch, then contiguous slices
             with self._step_stream():
                 for s in range(self.step_in_epoch, steps):
@@ -265,13 +268,18 @@ class Loop:
                     if progress is not None:
                         self._fold_rows()
                         progress.update(self.epoch, s + 1, self.partial)
-                    if self.step % self.config.preemption.check_every_steps == 0 and self._stop():
+                    # (Not at the epoch's last step: the epoch end checks anyway.)
+                    if (self.step % self.config.preemption.check_every_steps == 0
+                            and s + 1 < steps and self._stop()):  # fmt: skip
                         elapsed = time.perf_counter() - epoch_start
                         self.partial_time = [self.partial_time[0] + elapsed,
                                              self.partial_time[1] + elapsed]  # fmt: skip
                         self._save(checkpoint=True, best=False)
                         self._log_preempted()
                         return "preempted"
+            if self.epoch + 1 < cfg.epochs:
+                # While the device still works through the queued steps.
+                upcoming = (self.epoch + 1, self._order(self.epoch + 1, n_local))
             if self.ctx.device.type == "cuda":
                 # Kernels are still queued: the epoch's time is when they have run.
                 torch.cuda.synchronize(self.ctx.device)
@@ -282,6 +290,15 @@ class Loop:
             if status is not None:
                 return status
         return "completed"
+
+    def _order(self, epoch: int, n_local: int) -> torch.Tensor:
+        """The epoch's seeded permutation of this rank's rows, on the device (the copy
+        queued behind the work already there, not waited for)."""
+        generator = torch.Generator().manual_seed(self.config.training.seed * 1_000_003 + epoch)
+        perm = torch.randperm(n_local, generator=generator)
+        if self.ctx.device.type != "cuda":
+            return perm
+        return perm.pin_memory().to(self.ctx.device, non_blocking=True)
 
     @contextlib.contextmanager
     def _step_stream(self) -> Iterator[None]:
@@ -399,9 +416,13 @@ class Loop:
     def _end_epoch(self, epoch_start: float, train_time: float) -> Status | None:
         cfg = self.config.training
         self._fold_rows()
-        totals = self.partial.clone()
-        dist.all_reduce(totals)
-        val_loss, r2 = self._validate()
+        # One collective and one read for the epoch's training totals, the validation sums
+        # and the stop agreement (a stop request arriving after it waits for the next check).
+        local = torch.cat([self.partial, self._validation_sums(),
+                           self.partial.new_full((1,), float(self.flag.requested))])
+        dist.all_reduce(local)
+        loss_sum, rows, *val_sums, stop_votes = local.tolist()
+        val_loss, r2 = _val_metrics(val_sums)
         improved = val_loss < self.best_val  # False for NaN
         self.epoch += 1
         if improved:
@@ -409,13 +430,13 @@ class Loop:
         else:
             self.bad_epochs += 1
         early = 0 < cfg.early_stopping_patience <= self.bad_epochs
-        for key, value in (("train_loss", float(totals[0] / totals[1])), ("val_loss", val_loss),
+        for key, value in (("train_loss", loss_sum / rows), ("val_loss", val_loss),
                            ("val_r2", r2), ("train_time_s", train_time),
-                           ("samples", float(totals[1]))):  # fmt: skip
+                           ("samples", rows)):  # fmt: skip
             self.history[key].append(value)
         self.step_in_epoch = 0
         self.partial.zero_()
-        stop = self._stop()
+        stop = stop_votes > 0
         due = self.epoch % cfg.checkpoint_every == 0 or early or stop or self.epoch == cfg.epochs
         self.history["epoch_time_s"].append(
             time.perf_counter() - epoch_start + self.partial_time[0]
@@ -438,8 +459,9 @@ class Loop:
         return None
 
     @torch.no_grad()
-    def _validate(self) -> tuple[float, float]:
-        """(loss, R^2) over the whole validation set, the same on every rank."""
+    def _validation_sums(self) -> torch.Tensor:
+        """This rank's sums over its share of the validation set (float64, on the device):
+        loss, squared error, sum and sum of squares of the targets, count."""
         x, y = self.shards.x_val, self.shards.y_val
         world = self.ctx.env.world_size
         # Same chunk count on every rank: FSDP gathers weights in every forward call.
@@ -453,10 +475,7 @@ class Loop:
                 self.loss_fn(pred, yd, reduction="sum"), ((pred - yd) ** 2).sum(),
                 yd.sum(), (yd * yd).sum(), torch.tensor(float(yd.numel()), device=x.device),
             ])  # fmt: skip
-        dist.all_reduce(sums)
-        loss_sum, sse, s1, s2, count = sums.tolist()
-        spread = s2 - s1 * s1 / count
-        return loss_sum / count, 1.0 - sse / spread if spread > 0 else float("nan")
+        return sums
 
     def _stop(self) -> bool:
         """Whether any rank was asked to stop: every rank gets the same answer."""
@@ -472,6 +491,13 @@ class Loop:
             print(f"Stop requested: checkpoint at epoch {self.epoch + 1}, step "
                   f"{self.step_in_epoch} of the epoch ({self.step} steps) in {path}; "
                   "resume with --resume", flush=True)  # fmt: skip
+
+
+def _val_metrics(sums: list[float]) -> tuple[float, float]:
+    """(loss, R^2) of the whole validation set from the all-reduced sums."""
+    loss_sum, sse, s1, s2, count = sums
+    spread = s2 - s1 * s1 / count
+    return loss_sum / count, 1.0 - sse / spread if spread > 0 else float("nan")
 
 
 def full_model(model: nn.Module, config: ModelConfig) -> EmulatorMLP:
