@@ -106,6 +106,9 @@ def test_ours_config_changes_are_checked_like_the_config() -> None:
     assert _ours("cuda_graph=false") == {"cuda_graph": False}
     with pytest.raises(argparse.ArgumentTypeError):
         _ours("cuda_graph=maybe")
+    # The harness's own switch rides along, unchecked by the config.
+    assert _variant("capturefail:fail_capture=true,cuda_graph=true") == (
+        "capturefail", {"cuda_graph": True, "fail_capture": True})
 
 
 def test_graph_notes_compare_each_variant_with_ours() -> None:
