@@ -12,6 +12,7 @@ import sys
 import textwrap
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 import torch
@@ -427,45 +428,46 @@ def test_graph_bookkeeping_trains_like_eager_steps(
     the rows copied before each replay, the short last step of an epoch run eagerly and
     the host-side row count all give bitwise the training of the plain loop."""
     from ufsemulator import loop as loop_module
+    from ufsemulator import stepgraph
 
     captures: list[tuple[int, int]] = []
+    loops: list[loop_module.Loop] = []
 
     class ReplayEagerly:
-        def __init__(self, loop: loop_module.Loop, micro: int, batch: int) -> None:
-            self.loop, self.micro, self.batch = loop, micro, batch
-            self.static: loop_module._StepGraph | None = None
-            self.replays = 0
+        """Stands in for torch.cuda.CUDAGraph: a replay runs the captured step eagerly."""
+
+        def __init__(self, step: stepgraph.Step, x: torch.Tensor, y: torch.Tensor) -> None:
+            self.step, self.x, self.y, self.replays = step, x, y, 0
 
         def replay(self) -> None:
-            assert self.static is not None
-            rows = self.loop._rows  # a real replay does not touch the host's count
-            self.loop._step(self.static.x, self.static.y, 0, self.micro, self.batch)
-            self.loop._rows = rows
+            loop = loops[-1]
+            rows = loop._rows  # a real replay does not touch the host's count
+            self.step(self.x, self.y)
+            loop._rows = rows
             self.replays += 1
 
     fakes: list[ReplayEagerly] = []
 
-    def capture(self: loop_module.Loop, xs: torch.Tensor, ys: torch.Tensor, first: int,
-                micro: int, batch: int) -> loop_module._StepGraph:  # fmt: skip
-        captures.append((self._eager_steps, self.step))
-        start, rows = first * batch, micro * batch
-        fake = ReplayEagerly(self, micro, batch)
-        fakes.append(fake)
-        static = loop_module._StepGraph(fake, torch.full_like(xs[start : start + rows], 7.0),  # type: ignore[arg-type]
-                                        torch.full_like(ys[start : start + rows], 7.0))  # fmt: skip
-        fake.static = static
-        self.optimizer.zero_grad(set_to_none=True)
-        self._graph = static
-        return static
+    def capture(self: stepgraph.GraphedSteps, step: stepgraph.Step, x: torch.Tensor,
+                y: torch.Tensor) -> stepgraph.StepGraph:  # fmt: skip
+        captures.append((self.eager_steps, loops[-1].step))
+        static_x, static_y = torch.full_like(x, 7.0), torch.full_like(y, 7.0)
+        fakes.append(ReplayEagerly(step, static_x, static_y))
+        self.graph = stepgraph.StepGraph(fakes[-1], static_x, static_y)  # type: ignore[arg-type]
+        return self.graph
 
-    def plain_wrap(self: loop_module.Loop, model: torch.nn.Module) -> torch.nn.Module:
-        return loop_module.wrap(model, "ddp", None, self.ctx)  # type: ignore[arg-type]
+    real_capture = loop_module.Loop._capture
+
+    def recording_capture(self: loop_module.Loop, *args: Any) -> None:
+        loops.append(self)
+        real_capture(self, *args)
 
     monkeypatch.setattr(loop_module, "cuda_graph_blocker", lambda *args: None)
     monkeypatch.setattr(torch.cuda, "Stream", lambda *args, **kwargs: object())
-    monkeypatch.setattr(loop_module.Loop, "_wrap", plain_wrap)
-    monkeypatch.setattr(loop_module.Loop, "_step_stream", lambda self: contextlib.nullcontext())
-    monkeypatch.setattr(loop_module.Loop, "_capture", capture)
+    monkeypatch.setattr(stepgraph.GraphedSteps, "build", lambda self, make: make())
+    monkeypatch.setattr(stepgraph.GraphedSteps, "running", lambda self: contextlib.nullcontext())
+    monkeypatch.setattr(stepgraph.GraphedSteps, "capture", capture)
+    monkeypatch.setattr(loop_module.Loop, "_capture", recording_capture)
     # 40x32 grid: 154 training rows, batch 32: 4 full steps and one of 26 rows an epoch
     graphed = run_single(monkeypatch, smoke(epochs=6, batch_size=32), run_dir=tmp_path / "a")
     assert captures == [(11, 11)]  # after 11 eager steps: step 12, the 2nd of epoch 3
@@ -477,3 +479,40 @@ def test_graph_bookkeeping_trains_like_eager_steps(
     for key in ("train_loss", "val_loss", "val_r2"):
         assert a[key] == b[key], key
     assert fakes[0].replays == 15  # 24 full steps in 6 epochs, the first 9 eager
+
+
+def test_failed_capture_goes_on_eagerly_and_trains_like_the_plain_loop(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from ufsemulator import loop as loop_module
+    from ufsemulator import stepgraph
+
+    statuses: list[str] = []
+
+    def failing_capture(self: stepgraph.GraphedSteps, step: stepgraph.Step, x: torch.Tensor,
+                        y: torch.Tensor) -> stepgraph.StepGraph:  # fmt: skip
+        # A real capture records kernels without running them; on the CPU the stand-in
+        # cannot, so it fails before the step's first operation.
+        raise RuntimeError("operation not permitted when stream is capturing")
+
+    real_run = loop_module.Loop.run
+
+    def run(self: loop_module.Loop) -> str:
+        status = real_run(self)
+        statuses.append(self.cuda_graph_status)
+        return status
+
+    monkeypatch.setattr(loop_module, "cuda_graph_blocker", lambda *args: None)
+    monkeypatch.setattr(torch.cuda, "Stream", lambda *args, **kwargs: object())
+    monkeypatch.setattr(torch.cuda, "synchronize", lambda *args: None)
+    monkeypatch.setattr(stepgraph.GraphedSteps, "build", lambda self, make: make())
+    monkeypatch.setattr(stepgraph.GraphedSteps, "running", lambda self: contextlib.nullcontext())
+    monkeypatch.setattr(stepgraph.GraphedSteps, "capture", failing_capture)
+    monkeypatch.setattr(loop_module.Loop, "run", run)
+    failed = run_single(monkeypatch, smoke(epochs=6, batch_size=32), run_dir=tmp_path / "a")
+    assert statuses == ["capture failed (RuntimeError: operation not permitted when stream "
+                        "is capturing); eager"]  # fmt: skip
+    assert "training.cuda_graph: capture failed" in capsys.readouterr().out
+    plain = run_single(monkeypatch, smoke(epochs=6, batch_size=32, cuda_graph=False),
+                       run_dir=tmp_path / "b")  # fmt: skip
+    assert_same_weights(failed.model, plain.model)

@@ -9,29 +9,26 @@ from that step on.
 The step is launch-bound (a 9,345-parameter MLP), so nothing in it waits for the device:
 the loss is summed on the device and read at the epoch end, the stop agreement runs on
 the CPU, and checkpoint files are written by a background thread (all on disk before
-``run`` returns). On a GPU (``training.cuda_graph``) the whole step (forward, loss,
-backward with DDP's all-reduce, Adam, the loss sum) is captured once as a CUDA graph and
-replayed: one launch a step instead of dozens. docs/benchmarks.md measures it against
-plain DDP loops.
+``run`` returns). On a GPU (``training.cuda_graph``) the whole step is captured once as a
+CUDA graph and replayed (``ufsemulator.stepgraph``). docs/benchmarks.md measures it
+against plain DDP loops.
 """
 
 from __future__ import annotations
 
 import contextlib
-import functools
 import gc
 import math
 import sys
 import time
 import warnings
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
 
 import torch
 import torch.distributed as dist
-import torch.nn.functional as F
 from torch import nn
 from torch.distributed.checkpoint.state_dict import (
     StateDictOptions,
@@ -46,29 +43,17 @@ from ufsemulator.checkpoint import capture_rng
 from ufsemulator.ckptwriter import CheckpointWriter
 from ufsemulator.config import Config
 from ufsemulator.errors import CheckpointError
+from ufsemulator.metrics import loss_function, val_metrics, validation_sums
 from ufsemulator.model import EmulatorMLP, ModelConfig
 from ufsemulator.parallel import adam, compile_model, cuda_graph_blocker, no_sync, wrap
+from ufsemulator.progress import Progress
+from ufsemulator.stepgraph import GraphedSteps
 
 Status = Literal["completed", "early_stopped", "preempted"]
 HISTORY_KEYS = ("train_loss", "val_loss", "val_r2", "epoch_time_s", "train_time_s", "samples")
 _VAL_CHUNK = 65536
 # Full (unsharded) state on rank 0 only, in CPU memory: what a checkpoint file holds.
 _SAVE_OPTIONS = StateDictOptions(full_state_dict=True, cpu_offload=True)
-# Eager DDP iterations before a capture: DDP rebuilds its buckets after the first one and
-# times iterations 1-10 (and every 100th) with CUDA events that a graph cannot hold.
-_GRAPH_WARMUP_STEPS = 11
-_DDP_TIMED_EVERY = 100
-
-
-@dataclass(frozen=True, eq=False)
-class _StepGraph:
-    """A captured training step and the static buffers it reads its rows from."""
-
-    graph: torch.cuda.CUDAGraph
-    x: torch.Tensor
-    y: torch.Tensor
-
-
 class StopFlag:
     """Set asynchronously (a signal handler); read by the loop at step boundaries."""
 
@@ -109,28 +94,22 @@ class Loop:
         model = model.to(ctx.device)
         if cfg.compile:
             compile_model(model, cfg.strategy, ctx)
-        # CUDA graphs: the steps run (eagerly first, then captured and replayed) on a side
-        # stream of their own, which DDP is built on too (see _wrap).
-        self._stream: torch.cuda.Stream | None = None
-        self._graph: _StepGraph | None = None
-        self._graph_failed = False
-        self._eager_steps = 0  # DDP iterations this loop ran eagerly
-        self.cuda_graph_status = "off (training.cuda_graph: false)"
+        self._graphs: GraphedSteps | None = None
+        self._graphs_off = "off (training.cuda_graph: false)"
         if cfg.cuda_graph:
             blocker = cuda_graph_blocker(cfg.strategy, cfg.compile, ctx)
             if blocker is None:
-                self._stream = torch.cuda.Stream(ctx.device)
-                self.cuda_graph_status = "on, not captured yet"
+                self._graphs = GraphedSteps(ctx.device)
             else:
-                self.cuda_graph_status = f"off ({blocker})"
+                self._graphs_off = f"off ({blocker})"
                 if ctx.is_main and ctx.device.type == "cuda":
                     print(f"training.cuda_graph ignored: {blocker}; the steps run eagerly",
                           flush=True)  # fmt: skip
         self.model = self._wrap(model)
         scale = ctx.env.world_size if cfg.scale_lr_with_world_size else 1
         self.optimizer = adam(self.model, cfg.lr * scale, cfg.weight_decay, cfg.strategy,
-                              capturable=self._stream is not None)  # fmt: skip
-        self.loss_fn = _loss(cfg.loss, cfg.huber_delta)
+                              capturable=self._graphs is not None)  # fmt: skip
+        self.loss_fn = loss_function(cfg.loss, cfg.huber_delta)
         self.epoch = 0  # completed epochs
         self.step = 0  # optimiser steps, all epochs
         self.step_in_epoch = 0  # steps done in the epoch in progress
@@ -149,18 +128,18 @@ class Loop:
         self.bad_epochs = 0
         self.history: dict[str, list[float]] = {key: [] for key in HISTORY_KEYS}
 
+    @property
+    def cuda_graph_status(self) -> str:
+        """Whether the steps run as a CUDA graph, for logs and benchmarks."""
+        return self._graphs.status if self._graphs is not None else self._graphs_off
+
     def _wrap(self, model: nn.Module) -> nn.Module:
         cfg = self.config.training
-        if self._stream is None:
+
+        def make() -> nn.Module:
             return wrap(model, cfg.strategy, cfg.ddp_bucket_cap_mb, self.ctx)  # type: ignore[arg-type]
-        # DDP's gradient hooks belong to the stream current when it is built; a capture
-        # on another stream would fail, so it is built on the steps' stream.
-        main = torch.cuda.current_stream(self.ctx.device)
-        self._stream.wait_stream(main)
-        with torch.cuda.stream(self._stream):
-            wrapped = wrap(model, cfg.strategy, cfg.ddp_bucket_cap_mb, self.ctx)  # type: ignore[arg-type]
-        main.wait_stream(self._stream)
-        return wrapped
+
+        return make() if self._graphs is None else self._graphs.build(make)
 
     # ------------------------------------------------------------------ checkpoints
 
@@ -196,7 +175,7 @@ class Loop:
         """A loaded optimiser state brings the flags of the run that wrote it (a CPU run, or
         a GPU run with CUDA graphs): capturable only where this run captures, and then
         with its step counts on the device."""
-        capturable = self._stream is not None
+        capturable = self._graphs is not None
         for group in self.optimizer.param_groups:
             group["capturable"] = capturable
             if not capturable:
@@ -248,7 +227,7 @@ class Loop:
         n_batches = math.ceil(n_local / batch)
         steps = math.ceil(n_batches / accum)
         tty = self.ctx.is_main and sys.stdout.isatty()
-        progress = _Progress(steps, cfg.epochs) if tty else None
+        progress = Progress(steps, cfg.epochs) if tty else None
         upcoming: tuple[int, torch.Tensor] | None = None  # the next epoch's order, prefetched
         while self.epoch < cfg.epochs:
             epoch_start = time.perf_counter()
@@ -257,7 +236,7 @@ class Loop:
             else:
                 perm = self._order(self.epoch, n_local)
             xs, ys = x[perm], y[perm]  # one gather per epoch, then contiguous slices
-            with self._step_stream():
+            with self._graphs.running() if self._graphs else contextlib.nullcontext():
                 for s in range(self.step_in_epoch, steps):
                     lo = s * accum
                     self._train_step(xs, ys, lo, min(lo + accum, n_batches), batch)
@@ -300,91 +279,53 @@ class Loop:
             return perm
         return perm.pin_memory().to(self.ctx.device, non_blocking=True)
 
-    @contextlib.contextmanager
-    def _step_stream(self) -> Iterator[None]:
-        """With CUDA graphs, the steps run on their own stream, ordered after everything
-        queued before them (the epoch's gather, validation) and before everything after."""
-        if self._stream is None:
-            yield
-            return
-        main = torch.cuda.current_stream(self.ctx.device)
-        self._stream.wait_stream(main)
-        try:
-            with torch.cuda.stream(self._stream):
-                yield
-        finally:
-            main.wait_stream(self._stream)
-
     def _train_step(
         self, xs: torch.Tensor, ys: torch.Tensor, first: int, last: int, batch: int
     ) -> None:
         """One optimiser step: ``_step`` itself, or a replay of its CUDA graph."""
-        if self._stream is None:
+        graphs = self._graphs
+        if graphs is None:
             self._step(xs, ys, first, last, batch)
             return
-        rows = min(last * batch, xs.shape[0]) - first * batch
+        start = first * batch
+        rows = min(last * batch, xs.shape[0]) - start
         micro = last - first
         full = micro == self.config.training.grad_accum_steps and rows == micro * batch
-        graph = self._graph
-        if graph is None and full and self._may_capture():
-            graph = self._capture(xs, ys, first, micro, batch)
-        if graph is None or not full:
+        if graphs.graph is None and full and graphs.may_capture():
+            self._capture(graphs, xs[start : start + rows], ys[start : start + rows], micro,
+                          batch)  # fmt: skip
+        if graphs.graph is None or not full:
             # Warm-up, an epoch's short last step, or no graph: eagerly, same kernels.
             with warnings.catch_warnings():
                 warnings.filterwarnings("ignore", message=".*capturable=True.*")
                 self._step(xs, ys, first, last, batch)
-            self._eager_steps += 1
+            graphs.eager_steps += 1
             return
-        start = first * batch
-        graph.x.copy_(xs[start : start + rows])
-        graph.y.copy_(ys[start : start + rows])
-        graph.graph.replay()
+        graphs.graph.replay(xs[start : start + rows], ys[start : start + rows])
         self._rows += rows
 
-    def _may_capture(self) -> bool:
-        n = self._eager_steps  # DDP's iteration count; the capture is iteration n + 1
-        return (not self._graph_failed and n >= _GRAPH_WARMUP_STEPS
-                and n % _DDP_TIMED_EVERY != 0 and (n + 1) % _DDP_TIMED_EVERY != 0)  # fmt: skip
-
-    def _capture(
-        self, xs: torch.Tensor, ys: torch.Tensor, first: int, micro: int, batch: int
-    ) -> _StepGraph | None:
-        """Capture ``_step`` over ``micro`` full micro-batches into a graph that reads its
-        rows from static buffers (filled before each replay). Nothing runs here."""
-        assert self._stream is not None
-        start, rows = first * batch, micro * batch
-        static = _StepGraph(torch.cuda.CUDAGraph(), xs[start : start + rows].clone(),
-                            ys[start : start + rows].clone())  # fmt: skip
-        host_rows = self._rows
+    def _capture(self, graphs: GraphedSteps, x: torch.Tensor, y: torch.Tensor, micro: int,
+                 batch: int) -> None:  # fmt: skip
+        """Capture ``_step`` over ``micro`` full micro-batches of rows ``x``, ``y``."""
+        host_rows = self._rows  # each replay counts its rows on the host instead
         # Gradients must not exist yet: backward then allocates them in the graph's pool,
         # and every replay overwrites them instead of adding to them.
         self.optimizer.zero_grad(set_to_none=True)
         try:
-            # thread_local: the NCCL watchdog and the checkpoint writer may call CUDA in
-            # their threads meanwhile; only this thread's calls must be capturable.
-            with torch.cuda.graph(static.graph, stream=self._stream,
-                                  capture_error_mode="thread_local"):  # fmt: skip
-                self._step(static.x, static.y, 0, micro, batch)
+            graphs.capture(lambda xs, ys: self._step(xs, ys, 0, micro, batch), x, y)
         except Exception as exc:  # any capture error: run eagerly instead
+            reason = graphs.give_up(exc)
+            if self.ctx.is_main:
+                print(f"training.cuda_graph: capture failed ({reason}); the steps run eagerly",
+                      flush=True)  # fmt: skip
+            self._rewrap()
+        else:
+            graphs.status = f"captured at step {self.step + 1} of this run"
+        finally:
             self._rows = host_rows
-            self._give_up_graphs(exc)
-            return None
-        self._rows = host_rows  # counted by each replay
-        self._graph = static
-        self.cuda_graph_status = f"captured at step {self.step + 1} of this run"
-        return static
 
-    def _give_up_graphs(self, exc: Exception) -> None:
-        """A capture failed (on every rank alike): eager steps from here on, with a fresh
-        DDP wrapper, since the failed capture may have left DDP's reducer mid-iteration."""
-        text = str(exc).strip()
-        reason = f"{type(exc).__name__}: {text.splitlines()[0] if text else ''}"
-        self.cuda_graph_status = f"capture failed ({reason}); eager"
-        self._graph_failed = True
-        if self.ctx.is_main:
-            print(f"training.cuda_graph: capture failed ({reason}); the steps run eagerly",
-                  flush=True)  # fmt: skip
-        torch.cuda.synchronize(self.ctx.device)
+    def _rewrap(self) -> None:
+        """A fresh DDP wrapper: the failed capture may have left the reducer mid-iteration."""
         self.optimizer.zero_grad(set_to_none=True)
         module = self.model.module if isinstance(self.model, DistributedDataParallel) else None
         if module is not None:
@@ -422,7 +363,7 @@ class Loop:
                            self.partial.new_full((1,), float(self.flag.requested))])
         dist.all_reduce(local)
         loss_sum, rows, *val_sums, stop_votes = local.tolist()
-        val_loss, r2 = _val_metrics(val_sums)
+        val_loss, r2 = val_metrics(val_sums)
         improved = val_loss < self.best_val  # False for NaN
         self.epoch += 1
         if improved:
@@ -458,24 +399,12 @@ class Loop:
             return "preempted"
         return None
 
-    @torch.no_grad()
     def _validation_sums(self) -> torch.Tensor:
-        """This rank's sums over its share of the validation set (float64, on the device):
-        loss, squared error, sum and sum of squares of the targets, count."""
-        x, y = self.shards.x_val, self.shards.y_val
-        world = self.ctx.env.world_size
-        # Same chunk count on every rank: FSDP gathers weights in every forward call.
-        chunks = max(1, math.ceil(math.ceil(self.shards.n_val / world) / _VAL_CHUNK))
         net = self.model.module if isinstance(self.model, DistributedDataParallel) else self.model
-        sums = torch.zeros(5, dtype=torch.float64, device=x.device)
-        for xc, yc in zip(x.tensor_split(chunks), y.tensor_split(chunks), strict=True):
-            pred = net(xc).double()
-            yd = yc.double()
-            sums += torch.stack([
-                self.loss_fn(pred, yd, reduction="sum"), ((pred - yd) ** 2).sum(),
-                yd.sum(), (yd * yd).sum(), torch.tensor(float(yd.numel()), device=x.device),
-            ])  # fmt: skip
-        return sums
+        # Same chunk count on every rank: FSDP gathers weights in every forward call.
+        per_rank = math.ceil(self.shards.n_val / self.ctx.env.world_size)
+        return validation_sums(net, self.shards.x_val, self.shards.y_val, self.loss_fn,
+                               chunks=max(1, math.ceil(per_rank / _VAL_CHUNK)))  # fmt: skip
 
     def _stop(self) -> bool:
         """Whether any rank was asked to stop: every rank gets the same answer."""
@@ -493,47 +422,9 @@ class Loop:
                   "resume with --resume", flush=True)  # fmt: skip
 
 
-def _val_metrics(sums: list[float]) -> tuple[float, float]:
-    """(loss, R^2) of the whole validation set from the all-reduced sums."""
-    loss_sum, sse, s1, s2, count = sums
-    spread = s2 - s1 * s1 / count
-    return loss_sum / count, 1.0 - sse / spread if spread > 0 else float("nan")
-
-
 def full_model(model: nn.Module, config: ModelConfig) -> EmulatorMLP:
     """A plain CPU copy of the (possibly wrapped or sharded) model; collective."""
     state = get_model_state_dict(model, options=StateDictOptions(full_state_dict=True))
     plain = EmulatorMLP(config)
     plain.load_state_dict(state)
     return plain
-
-
-def _loss(name: str, delta: float) -> Callable[..., torch.Tensor]:
-    losses: dict[str, Callable[..., torch.Tensor]] = {
-        "mse": F.mse_loss,
-        "mae": F.l1_loss,
-        "huber": functools.partial(F.huber_loss, delta=delta),
-    }
-    return losses[name]
-
-
-class _Progress:
-    """A one-line progress bar for a person at a terminal (rank 0 only)."""
-
-    def __init__(self, steps: int, epochs: int) -> None:
-        self.steps, self.epochs, self.last = steps, epochs, 0.0
-
-    def update(self, epoch: int, step: int, partial: torch.Tensor) -> None:
-        now = time.monotonic()
-        if now - self.last < 0.2 and step < self.steps:
-            return
-        self.last = now
-        done = int(30 * step / self.steps)
-        loss = float(partial[0] / partial[1]) if float(partial[1]) else float("nan")
-        sys.stdout.write(f"\rEpoch {epoch + 1}/{self.epochs} [{'#' * done}{'.' * (30 - done)}] "
-                         f"{step}/{self.steps} loss {loss:.4g}")  # fmt: skip
-        sys.stdout.flush()
-
-    def clear(self) -> None:
-        sys.stdout.write("\r" + " " * 72 + "\r")
-        sys.stdout.flush()
