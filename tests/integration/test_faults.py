@@ -19,7 +19,14 @@ import torch
 
 from hpcdist.options import spec_from_options
 from hpcdist.render import render
-from tests.integration.conftest import FINAL_STATES, SlurmCluster, run_slurm, sbatch
+from tests.integration.conftest import (
+    FINAL_STATES,
+    SlurmCluster,
+    release_requeue_hold,
+    run_slurm,
+    sbatch,
+    squeue,
+)
 from ufsemulator.checkpoint import load_checkpoint
 
 # Small model, ocean mask (~30k training points per rank at 2 ranks): ~0.35 s per epoch
@@ -50,12 +57,6 @@ def _log(tmp_path: Path, name: str, job_id: int) -> str:
     return path.read_text(errors="replace") if path.exists() else ""
 
 
-def _squeue(job_id: int) -> tuple[str, str]:
-    proc = run_slurm("squeue", "-h", "-j", str(job_id), "-o", "%T|%r", check=False)
-    state, _, reason = proc.stdout.strip().partition("|")
-    return state, reason
-
-
 def _sacct_state(job_id: int) -> str:
     proc = run_slurm("sacct", "-X", "-n", "-P", "-j", str(job_id), "-o", "State", check=False)
     lines = proc.stdout.strip().splitlines()
@@ -72,12 +73,9 @@ def _follow(job_id: int, timeout: float, release: bool = True) -> str:
     deadline = time.monotonic() + timeout
     gone = 0
     while time.monotonic() < deadline:
-        state, reason = _squeue(job_id)
+        state = release_requeue_hold(job_id) if release else squeue(job_id)[0]
         if state:
             gone = 0
-            if release and state == "PENDING" and "BeginTime" in reason:
-                run_slurm("scontrol", "update", f"JobId={job_id}", "StartTime=now",
-                          check=False)
         else:
             gone += 1
             if gone >= 5 and _sacct_state(job_id) in FINAL_STATES:
@@ -157,10 +155,7 @@ def test_scontrol_requeue_resumes_and_scancel_leaves_the_checkpoint_intact(
     run_slurm("scontrol", "requeue", str(job.job_id))
 
     def resumed() -> bool:
-        state, reason = _squeue(job.job_id)
-        if state == "PENDING" and "BeginTime" in reason:
-            run_slurm("scontrol", "update", f"JobId={job.job_id}", "StartTime=now",
-                      check=False)
+        release_requeue_hold(job.job_id)
         return "Resuming from" in _log(tmp_path, "requeued", job.job_id)
 
     _wait_for(resumed, 240, "the requeued job to resume from its checkpoint")
@@ -254,9 +249,7 @@ def test_submitit_job_checkpoints_requeues_and_completes_through_its_time_limit(
     job_id = int(re.findall(r"Submitted job (\d+)", waiter.stdout.readline())[0])
     deadline = time.monotonic() + 600
     while waiter.poll() is None and time.monotonic() < deadline:
-        state, reason = _squeue(job_id)
-        if state == "PENDING" and "BeginTime" in reason:
-            run_slurm("scontrol", "update", f"JobId={job_id}", "StartTime=now", check=False)
+        release_requeue_hold(job_id)
         time.sleep(1)
     out, err = waiter.communicate(timeout=60)
     assert waiter.returncode == 0, out + err

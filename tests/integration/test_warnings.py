@@ -14,8 +14,14 @@ import sys
 import time
 from pathlib import Path
 
-from tests.integration.conftest import SlurmCluster, run_slurm, sbatch, slurm_env
-from tests.integration.test_faults import CONFIG, _follow, _log, _squeue, _training_job, _wait_for
+from tests.integration.conftest import (
+    SlurmCluster,
+    release_requeue_hold,
+    run_slurm,
+    sbatch,
+    slurm_env,
+)
+from tests.integration.test_faults import CONFIG, _follow, _log, _training_job, _wait_for
 
 EPOCHS = 40
 
@@ -32,11 +38,14 @@ def _assert_resumed_and_completed(tmp_path: Path, name: str, job_id: int) -> str
     log = _log(tmp_path, name, job_id)
     assert state == "COMPLETED", log
     assert "checkpoint written, requeueing" in log, log
-    assert re.search(r"Resuming from \S+ \(epoch \d+, restart 1\)", log), log
+    resumed = re.findall(r"Resuming from \S+ \(epoch (\d+), restart 1\)", log)
+    assert resumed, log
     assert log.count("Distributed training initialized: gloo backend, 2 processes") == 2, log
     results = json.loads((tmp_path / "runs" / str(job_id) / "training_results.json").read_text())
     assert results["world_size"] == 2
     assert results["epochs_run"] == EPOCHS
+    print(f"measured: {name}: warned after epoch 3, resumed from epoch {resumed[0]}, "
+          f"COMPLETED after {EPOCHS} epochs with 2 ranks")
     return log
 
 
@@ -90,9 +99,7 @@ def test_submit_with_torchrun_runs_every_rank_and_resumes_after_the_warning(
     run_slurm("scancel", "--signal=USR2", str(job_id))
     deadline = time.monotonic() + 300
     while waiter.poll() is None and time.monotonic() < deadline:
-        state, reason = _squeue(job_id)
-        if state == "PENDING" and "BeginTime" in reason:
-            run_slurm("scontrol", "update", f"JobId={job_id}", "StartTime=now", check=False)
+        release_requeue_hold(job_id)
         time.sleep(1)
     out, err = waiter.communicate(timeout=60)
     assert waiter.returncode == 0, out + err
@@ -101,3 +108,5 @@ def test_submit_with_torchrun_runs_every_rank_and_resumes_after_the_warning(
     assert text.count("Distributed training initialized: gloo backend, 2 processes") == 2, text
     assert re.search(r"Resuming from \S+ \(epoch \d+, restart 1\)", text), text
     assert f"Epoch {EPOCHS}/{EPOCHS}" in text, text
+    epoch = re.findall(r"Resuming from \S+ \(epoch (\d+)", text)[0]
+    print(f"measured: submit --launcher torchrun: resumed from epoch {epoch}, --wait exited 0")
