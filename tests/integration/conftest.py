@@ -8,7 +8,9 @@ that cannot start fails the tests: a skipped integration test would hide a broke
 from __future__ import annotations
 
 import os
+import re
 import subprocess
+import sys
 import time
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
@@ -115,6 +117,30 @@ def release_requeue_hold(job_id: int) -> str:
         time.sleep(2)
         run_slurm("scontrol", "update", f"JobId={job_id}", "StartTime=now", check=False)
     return state
+
+
+def submit_waiting(argv: list[str], cwd: Path) -> tuple[subprocess.Popen[str], int]:
+    """Start `hpcdist submit ... --wait` in the background; (its process, the job id)."""
+    waiter = subprocess.Popen([sys.executable, "-m", "hpcdist.cli", "submit", *argv], cwd=cwd,
+                              env=slurm_env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                              text=True)  # fmt: skip
+    assert waiter.stdout is not None
+    line = waiter.stdout.readline()
+    found = re.findall(r"Submitted job (\d+)", line)
+    assert found, line + (waiter.stderr.read() if waiter.stderr else "")
+    return waiter, int(found[0])
+
+
+def finish_waiting(waiter: subprocess.Popen[str], job_id: int, timeout: float) -> str:
+    """Let `submit --wait` run to its end, releasing requeue holds; assert it exited 0 and
+    return what it printed."""
+    deadline = time.monotonic() + timeout
+    while waiter.poll() is None and time.monotonic() < deadline:
+        release_requeue_hold(job_id)
+        time.sleep(1)
+    out, err = waiter.communicate(timeout=60)
+    assert waiter.returncode == 0, out + err
+    return out
 
 
 def sbatch(

@@ -22,10 +22,12 @@ from hpcdist.render import render
 from tests.integration.conftest import (
     FINAL_STATES,
     SlurmCluster,
+    finish_waiting,
     release_requeue_hold,
     run_slurm,
     sbatch,
     squeue,
+    submit_waiting,
 )
 from ufsemulator.checkpoint import load_checkpoint
 
@@ -230,29 +232,13 @@ def test_two_trainings_on_the_same_nodes_both_finish_apart(
 def test_submitit_job_checkpoints_requeues_and_completes_through_its_time_limit(
     slurm_cluster: SlurmCluster, tmp_path: Path, epoch_seconds: float
 ) -> None:
-    import subprocess
-    import sys
-
-    from tests.integration.conftest import slurm_env
-
     config = tmp_path / "submitit.yaml"
     config.write_text(CONFIG.format(epochs=_epochs_for(45, epoch_seconds)))
-    waiter = subprocess.Popen(
-        [sys.executable, "-m", "hpcdist.cli", "submit", "--nodes=2", "--backend=gloo",
-         "--cpus-per-task=1", "--time=1", "--signal=USR2@30", "--max-restarts=20",
-         "--job-name=submitit-preempt", "--wait",
-         "--command", f"python3 -m ufsemulator train --config {config}"],
-        cwd=tmp_path, env=slurm_env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-        text=True,
-    )
-    assert waiter.stdout is not None
-    job_id = int(re.findall(r"Submitted job (\d+)", waiter.stdout.readline())[0])
-    deadline = time.monotonic() + 600
-    while waiter.poll() is None and time.monotonic() < deadline:
-        release_requeue_hold(job_id)
-        time.sleep(1)
-    out, err = waiter.communicate(timeout=60)
-    assert waiter.returncode == 0, out + err
+    waiter, job_id = submit_waiting(
+        ["--nodes=2", "--backend=gloo", "--cpus-per-task=1", "--time=1", "--signal=USR2@30",
+         "--max-restarts=20", "--job-name=submitit-preempt", "--wait",
+         "--command", f"python3 -m ufsemulator train --config {config}"], tmp_path)
+    out = finish_waiting(waiter, job_id, timeout=600)
     assert f"Job {job_id} ended COMPLETED" in out
     log = (tmp_path / ".hpcdist" / "submitit" / str(job_id) / f"{job_id}_0_log.out").read_text()
     resumes = re.findall(r"Resuming from \S+ \(epoch \d+, restart (\d+)\)", log)

@@ -9,17 +9,14 @@ from __future__ import annotations
 
 import json
 import re
-import subprocess
-import sys
-import time
 from pathlib import Path
 
 from tests.integration.conftest import (
     SlurmCluster,
-    release_requeue_hold,
+    finish_waiting,
     run_slurm,
     sbatch,
-    slurm_env,
+    submit_waiting,
 )
 from tests.integration.test_faults import CONFIG, _follow, _log, _training_job, _wait_for
 
@@ -75,15 +72,10 @@ def test_submit_with_torchrun_runs_every_rank_and_resumes_after_the_warning(
 ) -> None:
     config = tmp_path / "torchrun.yaml"
     config.write_text(CONFIG.format(epochs=EPOCHS))
-    waiter = subprocess.Popen(
-        [sys.executable, "-m", "hpcdist.cli", "submit", "--nodes=2", "--backend=gloo",
-         "--launcher=torchrun", "--cpus-per-task=1", "--time=20", "--job-name=submit-torchrun",
-         "--wait", "--command", f"python3 -m ufsemulator train --config {config}"],
-        cwd=tmp_path, env=slurm_env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-        text=True,
-    )
-    assert waiter.stdout is not None
-    job_id = int(re.findall(r"Submitted job (\d+)", waiter.stdout.readline())[0])
+    waiter, job_id = submit_waiting(
+        ["--nodes=2", "--backend=gloo", "--launcher=torchrun", "--cpus-per-task=1", "--time=20",
+         "--job-name=submit-torchrun", "--wait",
+         "--command", f"python3 -m ufsemulator train --config {config}"], tmp_path)
     folder = tmp_path / ".hpcdist" / "submitit" / str(job_id)
 
     def logs() -> str:
@@ -97,12 +89,7 @@ def test_submit_with_torchrun_runs_every_rank_and_resumes_after_the_warning(
 
     _wait_for(trained, 180, "the submitted job to train 3 epochs")
     run_slurm("scancel", "--signal=USR2", str(job_id))
-    deadline = time.monotonic() + 300
-    while waiter.poll() is None and time.monotonic() < deadline:
-        release_requeue_hold(job_id)
-        time.sleep(1)
-    out, err = waiter.communicate(timeout=60)
-    assert waiter.returncode == 0, out + err
+    finish_waiting(waiter, job_id, timeout=300)
     text = logs()
     # One torchrun per node, each starting its rank: both ranks in one process group.
     assert text.count("Distributed training initialized: gloo backend, 2 processes") == 2, text
