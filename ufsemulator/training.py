@@ -10,6 +10,7 @@ weights as an uninterrupted one (CPU, same world size).
 from __future__ import annotations
 
 import contextlib
+import gc
 import os
 import signal
 import threading
@@ -90,6 +91,9 @@ def train(
             return _train(ctx, config, data_path, checkpoint, resume, run_dir, flag,
                           step_callback, started)  # fmt: skip
     finally:
+        # The DDP reducer and its pending work go while their process group still exists,
+        # not at interpreter teardown, where gloo's threads can abort a finished rank.
+        gc.collect()
         cleanup_distributed()
         for var, value in saved_env.items():
             if value is None:
