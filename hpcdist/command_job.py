@@ -52,9 +52,17 @@ class CommandJob(Checkpointable):
         if self.threads is not None:
             env["OMP_NUM_THREADS"] = env["MKL_NUM_THREADS"] = str(self.threads)
         env["PYTHONUNBUFFERED"] = "1"
+        marker: Path | None = None
         if self.torchrun_nproc is None:
             self._child = subprocess.Popen(list(self.argv), env=env)
         else:
+            # torchrun reports rank 0's exit 85 as its own failure (1): rank 0 says that it
+            # checkpointed for a requeue with this file instead, one name per restart.
+            restart = env.get("SLURM_RESTART_COUNT", "0")
+            marker = self._folder() / f"requeue-marker.{restart}"
+            env["HPCDIST_REQUEUE_MARKER"] = str(marker)
+            # torchrun's ranks get as long to checkpoint after its SIGTERM as we wait.
+            env.setdefault("TORCH_ELASTIC_SHUTDOWN_TIMEOUT", str(int(CHECKPOINT_GRACE_S)))
             # SLURM signals every process of the step: torchrun ignores the warning (its
             # ranks inherit that and set their own handler) instead of dying of it.
             self._child = subprocess.Popen(
@@ -62,7 +70,7 @@ class CommandJob(Checkpointable):
                 preexec_fn=lambda: signal.signal(signal.SIGUSR2, signal.SIG_IGN))
         code = self._child.wait()
         self._record(code)
-        if code == REQUEUE_EXIT_CODE:
+        if code == REQUEUE_EXIT_CODE or (marker is not None and marker.exists()):
             # The child checkpointed after the warning signal; submitit's handler requeues.
             time.sleep(CHECKPOINT_GRACE_S)
         if code != 0:
@@ -99,16 +107,19 @@ class CommandJob(Checkpointable):
         state["_child"] = None
         return state
 
+    def _folder(self) -> Path:
+        """The job's submitit folder (its logs), unless a record folder was given."""
+        if self.record_dir is not None:
+            return Path(self.record_dir)
+        from submitit import JobEnvironment
+
+        return Path(JobEnvironment().paths.folder)
+
     def _record(self, code: int) -> None:
         """Leave the exit code beside submitit's logs: how `hpcdist status` reads local jobs."""
-        folder = self.record_dir
-        if folder is None:
-            from submitit import JobEnvironment
-
-            folder = str(JobEnvironment().paths.folder)
         rank = _task_rank()
         record = {"rank": rank, "returncode": code, "finished": time.time()}
-        write_atomic(Path(folder) / f"exit_{rank}.json", json.dumps(record))
+        write_atomic(self._folder() / f"exit_{rank}.json", json.dumps(record))
 
 
 def _wait_exited(pid: int, timeout_s: float) -> bool:

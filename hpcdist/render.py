@@ -71,8 +71,11 @@ def torchrun_flags(nnodes: str, nproc: str, node_rank: str, endpoint: str,
 
 def torchrun_command(torchrun: list[str], command: list[str]) -> list[str]:
     """``torchrun FLAGS`` followed by the job's command."""
-    if command[0] in ("python", "python3"):
-        # torchrun is itself the Python interpreter: hand it the module or script directly.
+    if command[0] in ("python", "python3") and len(command) > 1 and (
+        command[1] == "-m" or not command[1].startswith("-")
+    ):
+        # torchrun is itself the Python interpreter: hand it the module or script directly
+        # (it knows no other interpreter option, such as -c).
         return torchrun + command[1:]
     return [*torchrun, "--no-python", *command]
 

@@ -2,8 +2,13 @@
 
 from __future__ import annotations
 
+import json
+import os
 import signal
 import sys
+from pathlib import Path
+
+import pytest
 
 from hpcdist.command_job import CommandJob
 from ufsemulator.earlysignal import job_signal
@@ -34,3 +39,44 @@ def test_job_signal_names() -> None:
     assert job_signal({"HPCDIST_SIGNAL": "sigterm"}) is signal.SIGTERM
     assert job_signal({}) is None
     assert job_signal({"HPCDIST_SIGNAL": "NOPE"}) is None
+
+
+def test_torchrun_task_waits_for_the_requeue_when_rank_zero_checkpointed(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """torchrun turns rank 0's exit 85 into its own 1; the marker file rank 0 leaves still
+    tells the task to wait for submitit's requeue instead of failing at once."""
+    from hpcdist import command_job
+
+    slept: list[float] = []
+    monkeypatch.setattr(command_job.time, "sleep", slept.append)
+    env = {
+        "SLURM_JOB_ID": "31337", "SLURM_STEP_ID": "0", "SLURM_PROCID": "0",
+        "SLURM_LOCALID": "0", "SLURM_NODEID": "0", "SLURM_STEP_NUM_TASKS": "1",
+        "SLURM_STEP_NODELIST": "localhost", "SLURM_STEP_TASKS_PER_NODE": "1",
+        "SLURM_JOB_NODELIST": "localhost", "SLURM_NTASKS": "1", "SLURM_RESTART_COUNT": "2",
+    }
+    for key in [k for k in os.environ if k.startswith(("SLURM_", "RANK", "WORLD_SIZE",
+                                                        "LOCAL_RANK", "MASTER_"))]:
+        monkeypatch.delenv(key)
+    for key, value in env.items():
+        monkeypatch.setenv(key, value)
+    leaves_marker = ("import os, pathlib; "
+                     "pathlib.Path(os.environ['HPCDIST_REQUEUE_MARKER']).write_text('ckpt'); "
+                     "raise SystemExit(85)")
+    job = CommandJob(("python3", "-c", leaves_marker), record_dir=str(tmp_path),
+                     torchrun_nproc=1)
+    with pytest.raises(command_job.CommandFailed):
+        job()
+    assert (tmp_path / "requeue-marker.2").read_text() == "ckpt"
+    assert slept == [command_job.CHECKPOINT_GRACE_S]
+    assert json.loads((tmp_path / "exit_0.json").read_text())["returncode"] != 0
+
+
+def test_torchrun_takes_modules_and_scripts_but_not_other_interpreter_options() -> None:
+    from hpcdist.render import torchrun_command
+
+    assert torchrun_command(["torchrun"], ["python3", "-m", "pkg"]) == ["torchrun", "-m", "pkg"]
+    assert torchrun_command(["torchrun"], ["python", "train.py"]) == ["torchrun", "train.py"]
+    assert torchrun_command(["torchrun"], ["python3", "-c", "x"]) == [
+        "torchrun", "--no-python", "python3", "-c", "x"]

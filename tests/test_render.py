@@ -4,8 +4,10 @@ from __future__ import annotations
 
 import os
 import shutil
+import signal
 import subprocess
 import sys
+import time
 from pathlib import Path
 from typing import Any
 
@@ -470,3 +472,42 @@ def test_batch_shell_signal_is_passed_on_to_srun(tmp_path: Path) -> None:
     assert _bash_n(script, tmp_path).returncode == 0
     plain = render(spec_from_options({"profile": None, "mode": "gloo", "nodes": 2}))
     assert "srun_pid" not in plain  # SLURM signals the tasks itself: nothing to pass on
+
+
+@pytest.mark.parametrize("early", [False, True], ids=["while-srun-runs", "before-srun-starts"])
+def test_batch_shell_passes_the_warning_to_srun_and_keeps_its_exit_status(
+    tmp_path: Path, early: bool
+) -> None:
+    """Under --signal=B:USR1 the shell traps the warning from its first line, passes it on
+    to srun (at once, or once srun has started) and still exits with srun's own status."""
+    flags: dict[str, Any] = {"profile": None, "mode": "gloo", "nodes": 2,
+                             "signal": "B:USR1@60", "requeue": False}
+    started, warned = tmp_path / "started", tmp_path / "warned"
+    ready = tmp_path / "ready"  # the shell has set its trap and is in the setup lines
+    flags["setup"] = (f"touch {quote(str(ready))}; sleep 2",) if early else ()
+    script = render(spec_from_options(flags))
+    bindir = tmp_path / "bin"
+    bindir.mkdir()
+    (bindir / "srun").write_text(
+        "#!/bin/bash\n"
+        f"trap 'touch {quote(str(warned))}' USR1\n"
+        f"touch {quote(str(started))}\n"
+        "for _ in 1 2 3 4 5 6; do sleep 0.5; done\n"
+        "exit 7\n"
+    )
+    (bindir / "srun").chmod(0o755)
+    job = tmp_path / "job.sh"
+    job.write_text(script)
+    env = {"PATH": f"{bindir}:{os.environ['PATH']}", "HOME": str(tmp_path),
+           "SLURM_JOB_ID": "77", "SLURM_JOB_NODELIST": "node[1-2]", "SLURM_CPUS_PER_TASK": "1"}
+    proc = subprocess.Popen(["bash", str(job)], cwd=tmp_path, env=env,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    marker = ready if early else started
+    deadline = time.monotonic() + 10
+    while not marker.exists() and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert marker.exists(), proc.communicate(timeout=10)
+    proc.send_signal(signal.SIGUSR1)
+    out, err = proc.communicate(timeout=30)
+    assert warned.exists(), out + err  # srun got the warning
+    assert proc.returncode == 7, out + err  # srun's status, not the trap's 138
