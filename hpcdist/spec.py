@@ -153,7 +153,7 @@ def build_spec(profile: Profile, flags: Mapping[str, Any]) -> JobSpec:
     tasks = merged.get("tasks_per_node")
     cpus = merged.get("cpus_per_task")
     if mode == "nccl":
-        gpus = _nccl_gpus(gpus, profile, flags.get("gpus_per_node"), tasks)
+        gpus = _nccl_gpus(gpus, profile, flags.get("gpus_per_node"))
     if cpus is not None and int(cpus) < 1:
         raise SpecError(f"--cpus-per-task must be >= 1, got {cpus}")
     # nccl and the communication check on GPUs run one task per GPU over NCCL.
@@ -206,21 +206,14 @@ def build_spec(profile: Profile, flags: Mapping[str, Any]) -> JobSpec:
     return spec
 
 
-def _nccl_gpus(gpus: int, profile: Profile, flag: object, tasks: object) -> int:
+def _nccl_gpus(gpus: int, profile: Profile, flag: object) -> int:
     """GPUs per node of an nccl job: the flag, else the profile's; 0 means count at run time."""
     if flag is not None and gpus < 1:
         raise SpecError(
             f"--gpus-per-node must be >= 1 for --mode nccl, got {gpus}; leave it out to use "
             "every GPU of each node, counted when the job starts"
         )
-    gpus = gpus or profile.gpus_per_node
-    if gpus == 0 and tasks is not None:
-        raise SpecError(
-            f"--tasks-per-node {tasks} with --mode nccl needs a GPU count: pass "
-            f"--gpus-per-node {tasks} (one task per GPU), or neither to use every GPU of each "
-            "node, counted when the job starts"
-        )
-    return gpus
+    return gpus or profile.gpus_per_node
 
 
 def _fair_cpus(profile: Profile, tasks_per_node: int) -> int:
@@ -305,7 +298,8 @@ def _check_gpus(spec: JobSpec, profile: Profile) -> None:
         if spec.tasks_per_node != 0:
             raise SpecError(
                 f"--tasks-per-node {spec.tasks_per_node} with --mode nccl needs a GPU count: "
-                f"pass --gpus-per-node {spec.tasks_per_node} (one task per GPU)"
+                f"pass --gpus-per-node {spec.tasks_per_node} (one task per GPU), or neither "
+                "to use every GPU of each node, counted when the job starts"
             )
         return
     if spec.gpus_per_node and spec.tasks_per_node != spec.gpus_per_node:
