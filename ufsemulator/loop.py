@@ -228,13 +228,10 @@ class Loop:
         steps = math.ceil(n_batches / accum)
         tty = self.ctx.is_main and sys.stdout.isatty()
         progress = Progress(steps, cfg.epochs) if tty else None
-        upcoming: tuple[int, torch.Tensor] | None = None  # the next epoch's order, prefetched
+        upcoming: torch.Tensor | None = None  # the next epoch's order, prepared early
         while self.epoch < cfg.epochs:
             epoch_start = time.perf_counter()
-            if upcoming is not None and upcoming[0] == self.epoch:
-                perm = upcoming[1]
-            else:
-                perm = self._order(self.epoch, n_local)
+            perm = upcoming if upcoming is not None else self._order(self.epoch, n_local)
             xs, ys = x[perm], y[perm]  # one gather per epoch, then contiguous slices
             with self._graphs.running() if self._graphs else contextlib.nullcontext():
                 for s in range(self.step_in_epoch, steps):
@@ -258,7 +255,7 @@ class Loop:
                         return "preempted"
             if self.epoch + 1 < cfg.epochs:
                 # While the device still works through the queued steps.
-                upcoming = (self.epoch + 1, self._order(self.epoch + 1, n_local))
+                upcoming = self._order(self.epoch + 1, n_local)
             if self.ctx.device.type == "cuda":
                 # Kernels are still queued: the epoch's time is when they have run.
                 torch.cuda.synchronize(self.ctx.device)
@@ -291,9 +288,9 @@ class Loop:
         rows = min(last * batch, xs.shape[0]) - start
         micro = last - first
         full = micro == self.config.training.grad_accum_steps and rows == micro * batch
+        x, y = xs[start : start + rows], ys[start : start + rows]
         if graphs.graph is None and full and graphs.may_capture():
-            self._capture(graphs, xs[start : start + rows], ys[start : start + rows], micro,
-                          batch)  # fmt: skip
+            self._capture(graphs, x, y, micro, batch)
         if graphs.graph is None or not full:
             # Warm-up, an epoch's short last step, or no graph: eagerly, same kernels.
             with warnings.catch_warnings():
@@ -301,7 +298,7 @@ class Loop:
                 self._step(xs, ys, first, last, batch)
             graphs.eager_steps += 1
             return
-        graphs.graph.replay(xs[start : start + rows], ys[start : start + rows])
+        graphs.graph.replay(x, y)
         self._rows += rows
 
     def _capture(self, graphs: GraphedSteps, x: torch.Tensor, y: torch.Tensor, micro: int,
