@@ -99,6 +99,8 @@ def _parser() -> argparse.ArgumentParser:
                    help="cpu: gloo; cuda: nccl, one GPU per rank (default cpu)")  # fmt: skip
     p.add_argument("--ranks", type=_ints, default=[1, 2, 4], help="world sizes (1,2,4)")
     p.add_argument("--threads-per-rank", type=int, default=4, help="OMP/torch threads (4)")
+    p.add_argument("--bind-cores", action="store_true",
+                   help="each rank on cores of its own (as srun --cpu-bind=cores)")
     p.add_argument("--batch", type=int, default=1000, help="rows per rank and step (1000)")
     p.add_argument("--steps", type=int, default=300, help="steps per epoch and rank (300)")
     p.add_argument("--epochs", type=int, default=2, help="timed epochs per loop (2)")
@@ -141,7 +143,8 @@ def main(argv: list[str] | None = None) -> int:
         import torch
 
         gpus = torch.cuda.device_count() if torch.cuda.is_available() else 0
-        wanted = max(args.ranks + (args.ttt_ranks if args.time_to_target else []))
+        wanted = max(([] if args.no_throughput else args.ranks)
+                     + (args.ttt_ranks if args.time_to_target else [1]))  # fmt: skip
         if gpus < wanted:
             print(f"error: --device cuda needs {wanted} GPUs (one per rank), "
                   f"this machine has {gpus}", file=sys.stderr)  # fmt: skip
@@ -192,7 +195,8 @@ def _throughput(
         start = time.perf_counter()
         try:
             results[world] = run_ranks({**job, "label": f"{world} ranks"}, world,
-                                       args.threads_per_rank, args.timeout, args.log)  # fmt: skip
+                                       args.threads_per_rank, args.timeout, args.log,
+                                       bind=args.bind_cores)  # fmt: skip
         except LaunchError as exc:
             failures[str(world)] = str(exc)
             print(f"  failed: {exc}", flush=True)
@@ -248,7 +252,8 @@ def _graph_notes(results: dict[int, dict[str, Any]], names: Sequence[str]) -> li
                 diff = abs(last["val_loss"] - base["val_loss"]) / abs(base["val_loss"] or 1.0)
                 same = (", bitwise the same as ours" if equal else
                         f", val loss {diff:.1e} relative from ours'")  # fmt: skip
-            lines.append(f"{name}, {world} rank(s): CUDA graph {last['cuda_graph']}; last "
+            lines.append(f"{name}, {world} rank(s): CUDA graph {last['cuda_graph']}; gradient "
+                         f"all-reduce {last.get('grad_allreduce', '?')}; last "
                          f"train / val loss {last['train_loss']:.6g} / {last['val_loss']:.6g}"
                          f"{same}")  # fmt: skip
     return lines
@@ -314,7 +319,8 @@ def _time_to_target(args: argparse.Namespace, work: Path, save: Save) -> dict[st
         print(f"Time to target: {world} rank(s), {args.device}...", flush=True)
         try:
             results[world] = run_ranks({**job, "label": f"{world} ranks"}, world,
-                                       args.threads_per_rank, args.timeout, args.log)  # fmt: skip
+                                       args.threads_per_rank, args.timeout, args.log,
+                                       bind=args.bind_cores)  # fmt: skip
         except LaunchError as exc:
             failures[str(world)] = str(exc)
             print(f"  failed: {exc}", flush=True)
@@ -349,7 +355,8 @@ def _time_to_target(args: argparse.Namespace, work: Path, save: Save) -> dict[st
     print()
     for name, res in loops.items():
         for world, r in sorted(res.items()):
-            print(f"{name}, {world} rank(s): CUDA graph {r.get('cuda_graph', '?')}; "
+            print(f"{name}, {world} rank(s): CUDA graph {r.get('cuda_graph', '?')}; gradient "
+                  f"all-reduce {r.get('grad_allreduce', '?')}; "
                   f"{_outside_steps(r)}")  # fmt: skip
     for r in rows:
         if r["speedup"] is not None and r["loop"] == "ours":

@@ -16,7 +16,7 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -62,10 +62,35 @@ def rank_env(
     return env
 
 
+def core_sets(world: int, threads: int) -> list[set[int]]:
+    """Rank r's CPUs when binding: ``threads`` CPUs of its own, one per physical core as
+    long as there are free cores (as ``srun --cpu-bind=cores`` gives each task its own
+    cores), from the CPUs this process may use."""
+    cpus = sorted(os.sched_getaffinity(0))
+    if world * threads > len(cpus):
+        raise LaunchError(f"cannot bind {world} ranks x {threads} threads to {len(cpus)} CPUs")
+    first_threads: list[int] = []
+    siblings: list[int] = []
+    seen: set[tuple[str, str]] = set()
+    for cpu in cpus:
+        topo = Path(f"/sys/devices/system/cpu/cpu{cpu}/topology")
+        try:
+            core = ((topo / "physical_package_id").read_text().strip(),
+                    (topo / "core_id").read_text().strip())  # fmt: skip
+        except OSError:
+            core = ("?", str(cpu))
+        (siblings if core in seen else first_threads).append(cpu)
+        seen.add(core)
+    order = first_threads + siblings
+    return [set(order[r * threads : (r + 1) * threads]) for r in range(world)]
+
+
 def run_ranks(
-    job: Mapping[str, Any], world: int, threads: int, timeout_s: float, log: Path | None = None
+    job: Mapping[str, Any], world: int, threads: int, timeout_s: float, log: Path | None = None,
+    bind: bool = False,
 ) -> dict[str, Any]:
-    """Run ``job`` on ``world`` ranks; return what rank 0 wrote (its result dict)."""
+    """Run ``job`` on ``world`` ranks; return what rank 0 wrote (its result dict).
+    ``bind``: each rank on cores of its own (``core_sets``)."""
     with tempfile.TemporaryDirectory(prefix="hpcdist-bench-") as tmp:
         folder = Path(tmp)
         job_file = folder / "job.json"
@@ -73,6 +98,7 @@ def run_ranks(
         job_file.write_text(json.dumps({**job, "result": str(result_file)}))
         port = free_port()
         procs: list[subprocess.Popen[bytes]] = []
+        cores = core_sets(world, threads) if bind else None
         outputs = [folder / f"rank{rank}.log" for rank in range(world)]
         for rank in range(world):
             with outputs[rank].open("wb") as out:
@@ -80,6 +106,7 @@ def run_ranks(
                     [sys.executable, "-m", "bench.worker", str(job_file)],
                     env=rank_env(os.environ, rank, world, port, threads), cwd=REPO,
                     stdout=out, stderr=subprocess.STDOUT,
+                    preexec_fn=None if cores is None else _bind_to(cores[rank]),
                 ))  # fmt: skip
         deadline = time.monotonic() + timeout_s
         failed = ""
@@ -109,3 +136,10 @@ def run_ranks(
             tail = "\n".join(text.splitlines()[-40:])
             raise LaunchError(f"{failed or 'rank 0 wrote no result'}; last output:\n{tail}", result)
         return result
+
+
+def _bind_to(cpus: set[int]) -> Callable[[], None]:
+    def bind() -> None:  # in the child, before it execs: its threads inherit the mask
+        os.sched_setaffinity(0, cpus)
+
+    return bind

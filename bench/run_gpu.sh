@@ -8,18 +8,21 @@
 # 6 minutes expected on 4 H100s):
 #   0. check: ours (CUDA graphs by default) and ours eager on all GPUs, briefly; if that
 #      fails, the later stages run ours with cuda_graph=false (and say so)
+#   collectives: one all-reduce of the gradients alone, NCCL (eager, in a CUDA graph)
+#      beside symmetric memory, gloo beside shared memory
 #   1. nccl, 1/2/4 ranks (one GPU each): DataLoader reference, resident reference, ours,
-#      ours without CUDA graphs (eager) and ours with small DDP buckets
-#   2. gloo on the CPU, 1/2/4 ranks x 4 threads: the same three, plus ours with small
-#      DDP buckets
-#   3. time to a target validation loss, 1 vs 4 GPUs (1440x1080 synthetic grid), ours and
-#      ours eager
+#      ours without CUDA graphs (eager) and ours with NCCL's all-reduce for the gradients
+#   2. gloo on the CPU, 1/2/4 ranks x 4 threads: the same three, plus ours with gloo's
+#      all-reduce for the gradients (ours: shared memory)
+#   3. time to a target validation loss, 1 vs 4 GPUs (1440x1080 synthetic grid), ours,
+#      ours eager and ours with NCCL's all-reduce
 #   fallback: on all GPUs, ours with its CUDA-graph capture made to fail after backward
 #      (the loop must go on eagerly), beside ours and eager
 #   4. ours with torch.compile beside ours, 1 and 4 GPUs (skipped when the budget is short)
 # Writes to $OUT: env.txt, run_gpu.log (this output), ranks.log (every rank's output),
-# check.json, nccl.json, gloo.json, ttt.json, fallback.json, compile.json. BENCH_STAGES picks stages
-# (default "check nccl gloo ttt fallback compile"). BENCH_ARGS is appended to every stage's
+# check.json, collectives_{gpu,cpu}.json, nccl.json, gloo.json, ttt.json, fallback.json,
+# compile.json. BENCH_STAGES picks stages (default "check collectives nccl gloo ttt
+# fallback compile"). BENCH_ARGS is appended to every stage's
 # arguments (a trial run on a CPU machine: BENCH_ARGS="--steps 10 --repeats 1").
 set -uo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
@@ -29,7 +32,7 @@ export PYTHONPATH="$PWD${PYTHONPATH:+:$PYTHONPATH}" PYTHONUNBUFFERED=1
 # NVLink multicast off in every process (the launcher sets them for each rank as well).
 export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
 BUDGET=${BENCH_BUDGET_S:-420}
-STAGES=" ${BENCH_STAGES:-check nccl gloo ttt fallback compile} "
+STAGES=" ${BENCH_STAGES:-check collectives nccl gloo ttt fallback compile} "
 read -r -a EXTRA <<<"${BENCH_ARGS:-}"
 START=$SECONDS
 WORK=$(mktemp -d /tmp/bench-work.XXXXXX)
@@ -89,19 +92,29 @@ main() {
             EXTRA+=(--ours cuda_graph=false)
         fi
     fi
+    if wanted collectives; then  # the gradients' all-reduce alone (bench/collectives.py)
+        echo "== collectives"
+        if ((GPUS > 0)); then
+            timeout 90 python3 -m bench.collectives --device cuda --ranks "$RANKS" \
+                --json "$OUT_DIR/collectives_gpu.json"
+        fi
+        timeout 60 python3 -m bench.collectives --device cpu --ranks 1,2,4 \
+            --json "$OUT_DIR/collectives_cpu.json"
+    fi
     if ((GPUS > 0)) && wanted nccl; then
         stage "nccl throughput" 170 --device cuda --ranks "$RANKS" --steps 300 --epochs 2 \
-            --repeats 3 "${EAGER[@]}" --variant buckets:ddp_bucket_cap_mb=0.016 \
+            --repeats 3 "${EAGER[@]}" --variant nccl:grad_allreduce=backend \
             --json "$OUT_DIR/nccl.json"
     fi
     if wanted gloo; then
-        stage "gloo throughput" 150 --device cpu --ranks 1,2,4 --threads-per-rank 4 --steps 200 \
-            --epochs 2 --repeats 3 --variant buckets:ddp_bucket_cap_mb=0.016 \
+        stage "gloo throughput" 170 --device cpu --ranks 1,2,4 --threads-per-rank 4 --steps 200 \
+            --epochs 2 --repeats 3 --variant gloo:grad_allreduce=backend \
             --json "$OUT_DIR/gloo.json"
     fi
     if ((GPUS > 0)) && wanted ttt; then
         stage "time to target" 120 --device cuda --no-throughput --time-to-target \
-            --ttt-ranks "$TTT_RANKS" "${EAGER[@]}" --json "$OUT_DIR/ttt.json"
+            --ttt-ranks "$TTT_RANKS" "${EAGER[@]}" --variant nccl:grad_allreduce=backend \
+            --json "$OUT_DIR/ttt.json"
     fi
     if ((GPUS > 0)) && wanted fallback; then
         # A capture made to fail (after backward) on purpose: the loop must go on eagerly.

@@ -33,7 +33,7 @@ from typing import Any
 
 import torch
 
-from bench import refloops
+from bench import collectives, refloops
 from bench.launch import NO_MULTICAST
 from bench.synthdata import load_arrays
 from hpcdist.distributed import DistContext, distributed
@@ -56,8 +56,10 @@ def main(argv: list[str] | None = None) -> int:
         result: dict[str, Any] = {"world": ctx.env.world_size, "backend": ctx.backend,
                                   "device": _device_name(ctx), "threads": torch.get_num_threads(),
                                   "torch": torch.__version__}  # fmt: skip
-        runner = throughput if job["kind"] == "throughput" else time_to_target
-        runner(ctx, job, result)
+        runners = {"throughput": throughput, "ttt": time_to_target,
+                   "collectives": collectives.measure}  # fmt: skip
+        runners[job["kind"]](ctx, job, result)
+        _write(ctx, job, result)
     return 0
 
 
@@ -175,7 +177,8 @@ def _ours(
     # checkpoint), so its epoch is the steps alone; the others' include their wait for it.
     seconds = sum(history["train_time_s"][e] for e in timed)
     rows = sum(history["samples"][e] for e in timed) / ctx.env.world_size
-    extra = {"cuda_graph": loop.cuda_graph_status, "train_loss": history["train_loss"][-1],
+    extra = {"cuda_graph": loop.cuda_graph_status,
+             "grad_allreduce": loop.grad_allreduce_status, "train_loss": history["train_loss"][-1],
              "val_loss": history["val_loss"][-1]}  # fmt: skip
     return refloops.Timing(int(rows), seconds, steps_per_epoch * len(timed), extra)
 
@@ -261,7 +264,8 @@ def _ttt_run(
         "total_s": total, "epochs_run": len(loop.history["val_loss"]),
         "val_loss": loop.history["val_loss"], "epoch_time_s": loop.history["epoch_time_s"],
         "train_time_s": loop.history["train_time_s"], "epoch_end_s": loop.epoch_end_s,
-        "cuda_graph": loop.cuda_graph_status, "lr": config.training.lr * ctx.env.world_size,
+        "cuda_graph": loop.cuda_graph_status, "grad_allreduce": loop.grad_allreduce_status,
+        "lr": config.training.lr * ctx.env.world_size,
     }  # fmt: skip
 
 

@@ -17,6 +17,7 @@ from typing import Any
 import pytest
 import torch
 
+from ufsemulator import gradreduce
 from ufsemulator.__main__ import EXIT_PREEMPTED, main
 from ufsemulator.checkpoint import load_checkpoint
 from ufsemulator.config import Config, load_config
@@ -203,11 +204,13 @@ def free_port() -> int:
 RankRun = list[tuple[str, dict]]  # (output, rank{r}.pt) per rank
 
 
-def run_ranks(tmp_path: Path, strategy: str, data_dir: Path, world: int = 2) -> RankRun:
+def run_ranks(
+    tmp_path: Path, strategy: str, data_dir: Path, world: int = 2, training: str = ""
+) -> RankRun:
     config = tmp_path / "config.yaml"
     config.parent.mkdir(parents=True, exist_ok=True)
     # smoke.yaml ends inside its training section
-    config.write_text(SMOKE.read_text() + f"  strategy: {strategy}\n")
+    config.write_text(SMOKE.read_text() + f"  strategy: {strategy}\n{training}")
     port = free_port()
     procs = []
     for rank in range(world):
@@ -266,6 +269,22 @@ def test_two_gloo_ranks_agree_and_only_rank_0_writes(ddp_ranks: tuple[Path, Rank
                                torch.tensor(stats.input_mean, dtype=torch.float32))  # fmt: skip
     torch.testing.assert_close(r0["state"]["output_std"],
                                torch.tensor(stats.output_std, dtype=torch.float32))  # fmt: skip
+
+
+def test_ranks_of_one_host_share_their_gradients_in_memory_with_gloos_result(
+    tmp_path: Path, data_dir: Path
+) -> None:
+    before = set(gradreduce.SHM_DIR.glob("hpcdist-grads-*"))
+    (out0, shared), _ = run_ranks(tmp_path / "shared", "ddp", data_dir)
+    assert "Gradient all-reduce: shared memory (this host)" in out0
+    assert set(gradreduce.SHM_DIR.glob("hpcdist-grads-*")) == before  # removed once mapped
+    (gloo_out, gloo), (_, gloo1) = run_ranks(tmp_path / "gloo", "ddp", data_dir,
+                                             training="  grad_allreduce: backend\n")  # fmt: skip
+    assert "Gradient all-reduce: backend" in gloo_out
+    # Two ranks: a/2 + b/2 in either order is the same sum, so the same bits.
+    for key in shared["state"]:
+        assert torch.equal(shared["state"][key], gloo["state"][key]), key
+    assert shared["val"] == gloo["val"] == gloo1["val"]
 
 
 def test_fsdp_on_two_gloo_ranks_matches_ddp(

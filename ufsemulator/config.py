@@ -66,10 +66,13 @@ class TrainingConfig:
     # Speed only, results unchanged: DDP's gradient bucket size (None: torch's 25 MiB, one
     # bucket for this model; smaller ones start all-reducing during the backward pass),
     # torch.compile of the model (on GPUs with Triton, ddp only; elsewhere ignored) and
-    # CUDA graphs of the whole training step (GPUs, ddp, no compile; ignored on the CPU).
+    # CUDA graphs of the whole training step (GPUs, ddp, no compile; ignored on the CPU);
+    # the gradient all-reduce (auto: symmetric-memory one-shot for DDP on the GPUs of one
+    # host where available, else the backend's; backend: always the backend's).
     ddp_bucket_cap_mb: float | None = None
     compile: bool = False
     cuda_graph: bool = True
+    grad_allreduce: Literal["auto", "backend"] = "auto"
 
     def __post_init__(self) -> None:
         if not 0.0 < self.val_fraction < 1.0:

@@ -43,6 +43,7 @@ from ufsemulator.checkpoint import capture_rng
 from ufsemulator.ckptwriter import CheckpointWriter
 from ufsemulator.config import Config
 from ufsemulator.errors import CheckpointError
+from ufsemulator.gradreduce import comm_hook, local_allreduce
 from ufsemulator.metrics import loss_function, val_metrics, validation_sums
 from ufsemulator.model import EmulatorMLP, ModelConfig
 from ufsemulator.parallel import adam, compile_model, cuda_graph_blocker, no_sync, wrap
@@ -105,6 +106,16 @@ class Loop:
                 if ctx.is_main and ctx.device.type == "cuda":
                     print(f"training.cuda_graph ignored: {blocker}; the steps run eagerly",
                           flush=True)  # fmt: skip
+        self._comm_hook: Any = None
+        self.grad_allreduce_status = "backend"
+        if cfg.grad_allreduce == "auto" and cfg.strategy == "ddp":
+            numel = sum(p.numel() for p in model.parameters() if p.requires_grad)
+            reducer, why = local_allreduce(numel, ctx)
+            if reducer is None:
+                self.grad_allreduce_status = f"backend ({why})"
+            else:
+                self._comm_hook = comm_hook(reducer)
+                self.grad_allreduce_status = reducer.name
         self.model = self._wrap(model)
         scale = ctx.env.world_size if cfg.scale_lr_with_world_size else 1
         self.optimizer = adam(self.model, cfg.lr * scale, cfg.weight_decay, cfg.strategy,
@@ -137,7 +148,8 @@ class Loop:
         cfg = self.config.training
 
         def make() -> nn.Module:
-            return wrap(model, cfg.strategy, cfg.ddp_bucket_cap_mb, self.ctx)  # type: ignore[arg-type]
+            return wrap(model, cfg.strategy, cfg.ddp_bucket_cap_mb, self.ctx,  # type: ignore[arg-type]
+                        self._comm_hook)  # fmt: skip
 
         return make() if self._graphs is None else self._graphs.build(make)
 

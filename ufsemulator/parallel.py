@@ -8,10 +8,11 @@ from __future__ import annotations
 
 import contextlib
 import inspect
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import torch
+import torch.distributed as dist
 from torch import nn
 from torch.nn.parallel import DistributedDataParallel
 
@@ -20,8 +21,10 @@ from ufsemulator.model import EmulatorMLP
 
 
 def wrap(
-    model: EmulatorMLP, strategy: str, bucket_cap_mb: float | None, ctx: DistContext
+    model: EmulatorMLP, strategy: str, bucket_cap_mb: float | None, ctx: DistContext,
+    comm_hook: Callable[[Any, dist.GradBucket], torch.futures.Future[torch.Tensor]] | None = None,
 ) -> nn.Module:
+    """DDP (with ``comm_hook`` as its gradient all-reduce, if given) or FSDP2."""
     if strategy == "fsdp":
         from torch.distributed.fsdp import fully_shard
 
@@ -37,11 +40,14 @@ def wrap(
     options: dict[str, Any] = {key: False}
     if bucket_cap_mb is not None:  # torch < 2.4 takes no None for its default
         options["bucket_cap_mb"] = bucket_cap_mb
-    return DistributedDataParallel(
+    ddp = DistributedDataParallel(
         model, device_ids=device_ids,
         gradient_as_bucket_view=True,  # the gradients live in the all-reduce buffer: no copies
         **options,
     )  # fmt: skip
+    if comm_hook is not None:
+        ddp.register_comm_hook(None, comm_hook)
+    return ddp
 
 
 _DDP_ARGS = frozenset(inspect.signature(DistributedDataParallel.__init__).parameters)

@@ -147,6 +147,8 @@ def _train(
         _load_weights(model, checkpoint, resume)
         restore_rng(checkpoint["rng"])
     loop = Loop(ctx, config, model, shards, run_dir, flag, step_callback)
+    if ctx.is_main and env.world_size > 1:
+        print(f"Gradient all-reduce: {loop.grad_allreduce_status}", flush=True)
     if checkpoint is not None:
         loop.restore(checkpoint, str(resume))
     status = loop.run()
@@ -268,6 +270,8 @@ def _write_outputs(
         "device": str(ctx.device),
         "threads": torch.get_num_threads(),
         "strategy": config.training.strategy,
+        "cuda_graph": loop.cuda_graph_status,
+        "grad_allreduce": loop.grad_allreduce_status,
         "target": config.data.target,
         "epochs_run": epochs,
         "n_train": loop.shards.n_train,
