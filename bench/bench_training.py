@@ -252,6 +252,10 @@ def _graph_notes(results: dict[int, dict[str, Any]], names: Sequence[str]) -> li
                 diff = abs(last["val_loss"] - base["val_loss"]) / abs(base["val_loss"] or 1.0)
                 same = (", bitwise the same as ours" if equal else
                         f", val loss {diff:.1e} relative from ours'")  # fmt: skip
+            waits = last.get("wait_ms") or []
+            if any(w is not None for w in waits):
+                same += ("; mean wait for the other ranks per step, by rank: "
+                         + ", ".join(f"{w:.3f}" for w in waits) + " ms")  # fmt: skip
             lines.append(f"{name}, {world} rank(s): CUDA graph {last['cuda_graph']}; gradient "
                          f"all-reduce {last.get('grad_allreduce', '?')}; last "
                          f"train / val loss {last['train_loss']:.6g} / {last['val_loss']:.6g}"

@@ -32,6 +32,7 @@ from pathlib import Path
 from typing import Any
 
 import torch
+import torch.distributed as dist
 
 from bench import collectives, refloops
 from bench.launch import NO_MULTICAST
@@ -177,7 +178,11 @@ def _ours(
     # checkpoint), so its epoch is the steps alone; the others' include their wait for it.
     seconds = sum(history["train_time_s"][e] for e in timed)
     rows = sum(history["samples"][e] for e in timed) / ctx.env.world_size
-    extra = {"cuda_graph": loop.cuda_graph_status,
+    # Each rank's mean wait for the others inside the shared-memory all-reduce (ms).
+    waited = getattr(loop.grad_reducer, "waited_s", None)
+    waits: list[Any] = [None] * ctx.env.world_size
+    dist.all_gather_object(waits, None if waited is None else 1e3 * waited / max(loop.step, 1))
+    extra = {"wait_ms": waits, "cuda_graph": loop.cuda_graph_status,
              "grad_allreduce": loop.grad_allreduce_status, "train_loss": history["train_loss"][-1],
              "val_loss": history["val_loss"][-1]}  # fmt: skip
     return refloops.Timing(int(rows), seconds, steps_per_epoch * len(timed), extra)

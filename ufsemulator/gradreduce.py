@@ -76,6 +76,8 @@ class SharedMemoryAllReduce:
         self.slots = segment[lines:].view(torch.float32).view(2, world, numel)
         self.rank, self.world = rank, world
         self.step = 0
+        self.waited_s = 0.0  # for benchmarks: time spent waiting for the other ranks
+
 
     def reduce_(self, grads: torch.Tensor) -> torch.Tensor:
         self.step += 1
@@ -84,7 +86,9 @@ class SharedMemoryAllReduce:
         # x86-64 keeps stores in order (hence _blocker): a peer that sees the counter
         # sees the gradients written before it.
         self.counters[self.rank] = self.step
+        start = time.perf_counter()
         self._wait(self.step)
+        self.waited_s += time.perf_counter() - start
         return torch.sum(slots, dim=0, out=grads)  # rank order, the same on every rank
 
     def _wait(self, step: int) -> None:

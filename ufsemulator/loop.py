@@ -43,7 +43,7 @@ from ufsemulator.checkpoint import capture_rng
 from ufsemulator.ckptwriter import CheckpointWriter
 from ufsemulator.config import Config
 from ufsemulator.errors import CheckpointError
-from ufsemulator.gradreduce import comm_hook, local_allreduce
+from ufsemulator.gradreduce import LocalAllReduce, comm_hook, local_allreduce
 from ufsemulator.metrics import loss_function, val_metrics, validation_sums
 from ufsemulator.model import EmulatorMLP, ModelConfig
 from ufsemulator.parallel import adam, compile_model, cuda_graph_blocker, no_sync, wrap
@@ -107,6 +107,7 @@ class Loop:
                     print(f"training.cuda_graph ignored: {blocker}; the steps run eagerly",
                           flush=True)  # fmt: skip
         self._comm_hook: Any = None
+        self.grad_reducer: LocalAllReduce | None = None  # None: the backend's all-reduce
         self.grad_allreduce_status = "backend"
         if cfg.grad_allreduce == "auto" and cfg.strategy == "ddp":
             numel = sum(p.numel() for p in model.parameters() if p.requires_grad)
@@ -114,7 +115,7 @@ class Loop:
             if reducer is None:
                 self.grad_allreduce_status = f"backend ({why})"
             else:
-                self._comm_hook = comm_hook(reducer)
+                self.grad_reducer, self._comm_hook = reducer, comm_hook(reducer)
                 self.grad_allreduce_status = reducer.name
         self.model = self._wrap(model)
         scale = ctx.env.world_size if cfg.scale_lr_with_world_size else 1
