@@ -99,3 +99,8 @@ def test_the_backend_keeps_the_gradients_where_ranks_cannot_share_memory(
 ) -> None:
     # Decided before any collective: every rank sees the same world and host layout.
     assert local_allreduce(9345, context(world, local_world, device)) == (None, reason)
+
+
+def test_large_gradients_keep_the_backend() -> None:
+    hook, reason = local_allreduce(50_000_000, context(4, 4))
+    assert hook is None and reason.startswith("191 MiB of gradients, more than the 16 MiB")

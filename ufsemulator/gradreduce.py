@@ -15,7 +15,8 @@ read each other's gradients directly instead of sending them through the backend
 
 Every rank gets the same bits (the same sum in the same order). Set-up is collective and
 every rank gets the same answer; where it cannot work on every rank (ranks on several
-hosts, no ``/dev/shm``, no peer access), DDP keeps the backend's all-reduce.
+hosts, no ``/dev/shm``, no peer access) or the gradients are large (over 16 MiB, where
+the backend's bandwidth is what counts), DDP keeps the backend's all-reduce.
 """
 
 from __future__ import annotations
@@ -36,6 +37,10 @@ SHM_DIR = Path("/dev/shm")
 # A rank that never arrives (it died) must not leave the others spinning for ever.
 ARRIVAL_TIMEOUT_S = 600.0
 _BUSY_SPINS = 50  # looks at the counters (about 1 us each) before yielding the core
+# Sharing memory wins where an all-reduce is latency, i.e. small. Larger gradients keep the
+# backend: its bandwidth is fine there, and /dev/shm (a tmpfs: a write beyond free memory
+# kills the process with SIGBUS) is never asked for much.
+MAX_BYTES = 16 * 2**20
 
 
 class LocalAllReduce(Protocol):
@@ -112,11 +117,15 @@ def _counter_bytes(world: int) -> int:
     return 64 * world
 
 
+def _segment_bytes(world: int, numel: int) -> int:
+    return _counter_bytes(world) + 2 * world * numel * 4
+
+
 def shared_memory_allreduce(numel: int, ctx: DistContext) -> SharedMemoryAllReduce:
     """Rank 0 creates the segment; every rank maps it; rank 0 then removes its name (the
     memory lives while mapped, so nothing is left behind if a rank dies). Collective."""
     rank, world = ctx.env.rank, ctx.env.world_size
-    size = _counter_bytes(world) + 2 * world * numel * 4
+    size = _segment_bytes(world, numel)
     name = [""]
     if rank == 0:
         path = SHM_DIR / f"hpcdist-grads-{uuid.uuid4().hex}"
@@ -176,7 +185,7 @@ def symmetric_allreduce(numel: int, ctx: DistContext) -> SymmetricAllReduce:
 def local_allreduce(numel: int, ctx: DistContext) -> tuple[LocalAllReduce | None, str]:
     """The host-local all-reduce for ``numel`` gradient elements, checked on every rank,
     or None and why not. Collective; every rank gets the same answer."""
-    reason = _blocker(ctx)
+    reason = _blocker(ctx, numel)
     if reason is not None:
         return None, reason
     reducer: LocalAllReduce | None = None
@@ -200,9 +209,12 @@ def local_allreduce(numel: int, ctx: DistContext) -> tuple[LocalAllReduce | None
     return reducer, ""
 
 
-def _blocker(ctx: DistContext) -> str | None:
+def _blocker(ctx: DistContext, numel: int) -> str | None:
     if ctx.env.world_size < 2:
         return "one rank"
+    if 4 * numel > MAX_BYTES:
+        return (f"{4 * numel / 2**20:.0f} MiB of gradients, more than the "
+                f"{MAX_BYTES // 2**20} MiB where sharing memory pays")  # fmt: skip
     if ctx.env.local_world_size != ctx.env.world_size:
         return "ranks on several hosts"
     if ctx.device.type == "cuda":
@@ -214,4 +226,8 @@ def _blocker(ctx: DistContext) -> str | None:
         return f"{platform.machine()}: the shared-memory all-reduce relies on x86-64 store order"
     elif not SHM_DIR.is_dir():
         return f"no {SHM_DIR}"
+    else:
+        stat = os.statvfs(SHM_DIR)
+        if stat.f_bavail * stat.f_frsize < 4 * _segment_bytes(ctx.env.world_size, numel):
+            return f"too little free space in {SHM_DIR}"
     return None
