@@ -1,6 +1,12 @@
 from __future__ import annotations
 
+import os
+import socket
+import subprocess
+import sys
 import threading
+import time
+from pathlib import Path
 
 import pytest
 import torch
@@ -8,6 +14,8 @@ import torch
 from hpcdist.distributed import DistContext, DistEnv
 from ufsemulator import gradreduce
 from ufsemulator.gradreduce import SharedMemoryAllReduce, local_allreduce
+
+REPO = Path(__file__).resolve().parents[1]
 
 
 def shared_segment(world: int, numel: int) -> torch.Tensor:
@@ -78,6 +86,18 @@ def test_a_rank_that_never_arrives_ends_the_wait_naming_it(
         lonely.reduce_(torch.ones(4))
 
 
+def test_a_rank_whose_process_is_gone_is_named_within_seconds() -> None:
+    segment = shared_segment(2, 4)
+    waiting = SharedMemoryAllReduce(segment, 4, 0, 2)
+    gone = subprocess.Popen([sys.executable, "-c", "pass"])
+    gone.wait()
+    segment[:128].view(torch.int64)[9] = gone.pid  # rank 1's line: counter, then its pid
+    start = time.monotonic()
+    with pytest.raises(RuntimeError, match=rf"rank 1 \(process {gone.pid}\) has exited"):
+        waiting.reduce_(torch.ones(4))
+    assert time.monotonic() - start < 10
+
+
 def context(world: int, local_world: int, device: str = "cpu") -> DistContext:
     env = DistEnv(rank=0, local_rank=0, world_size=world, local_world_size=local_world,
                   node_rank=0, master_addr="127.0.0.1", master_port=29500, num_threads=None,
@@ -86,21 +106,70 @@ def context(world: int, local_world: int, device: str = "cpu") -> DistContext:
     return DistContext(env=env, backend=backend, device=torch.device(device), is_main=True)
 
 
+def test_one_rank_has_nothing_to_share() -> None:
+    assert local_allreduce(9345, context(1, 1)) == (None, "one rank")
+
+
 @pytest.mark.parametrize(
-    ("world", "local_world", "device", "reason"),
+    ("numel", "local_world", "device", "reason"),
     [
-        (1, 1, "cpu", "one rank"),
-        (4, 2, "cpu", "ranks on several hosts"),
-        (8, 4, "cuda:0", "ranks on several hosts"),
+        (9345, 2, "cpu", "ranks on several hosts"),
+        (9345, 2, "cuda:0", "ranks on several hosts"),
+        (50_000_000, 4, "cpu",
+         "191 MiB of gradients, more than the 16 MiB where sharing memory pays"),
+        (9345, 4, "cpu", None),
     ],
 )
-def test_the_backend_keeps_the_gradients_where_ranks_cannot_share_memory(
-    world: int, local_world: int, device: str, reason: str
+def test_what_keeps_a_rank_on_the_backends_all_reduce(
+    numel: int, local_world: int, device: str, reason: str | None
 ) -> None:
-    # Decided before any collective: every rank sees the same world and host layout.
-    assert local_allreduce(9345, context(world, local_world, device)) == (None, reason)
+    assert gradreduce._blocker(context(4, local_world, device), numel) == reason
 
 
-def test_large_gradients_keep_the_backend() -> None:
-    hook, reason = local_allreduce(50_000_000, context(4, 4))
-    assert hook is None and reason.startswith("191 MiB of gradients, more than the 16 MiB")
+SETUP_SCRIPT = """
+import os, sys
+from pathlib import Path
+import torch, torch.distributed as dist
+from hpcdist.distributed import DistContext, DistEnv
+from ufsemulator import gradreduce
+rank, port, broken = int(sys.argv[1]), sys.argv[2], sys.argv[3]
+dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=2)
+if broken == "rank1-no-shm" and rank == 1:
+    gradreduce.SHM_DIR = Path("/nonexistent-shm")
+if broken == "rank0-cannot-create" and rank == 0:
+    def refuse(size):
+        raise OSError(28, "No space left on device")
+    gradreduce._create_segment = refuse
+env = DistEnv(rank=rank, local_rank=rank, world_size=2, local_world_size=2, node_rank=0,
+              master_addr="127.0.0.1", master_port=int(port), num_threads=None,
+              source="torchrun", hostname="localhost")
+ctx = DistContext(env=env, backend="gloo", device=torch.device("cpu"), is_main=rank == 0)
+reducer, reason = gradreduce.local_allreduce(100, ctx)
+print(f"rank {rank}={type(reducer).__name__}={reason}", flush=True)
+dist.destroy_process_group()
+"""
+
+
+@pytest.mark.parametrize("broken", ["none", "rank1-no-shm", "rank0-cannot-create"])
+def test_set_up_gives_every_rank_the_same_answer(broken: str) -> None:
+    # A rank that cannot take part must not leave the others waiting in a collective:
+    # every rank falls back to the backend together, promptly.
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port = str(sock.getsockname()[1])
+    env = {**os.environ, "PYTHONPATH": str(REPO), "OMP_NUM_THREADS": "1"}
+    procs = [subprocess.Popen([sys.executable, "-c", SETUP_SCRIPT, str(r), port, broken],
+                              env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                              text=True) for r in range(2)]  # fmt: skip
+    outputs = [p.communicate(timeout=60)[0] for p in procs]
+    assert [p.returncode for p in procs] == [0, 0], outputs
+    answers = [out.strip().splitlines()[-1].split("=", 2)[1:] for out in outputs]
+    if broken == "none":
+        assert answers == [["SharedMemoryAllReduce", ""]] * 2
+    else:
+        assert [kind for kind, _ in answers] == ["NoneType"] * 2, outputs
+    if broken == "rank1-no-shm":
+        assert answers[1][1] == "no /nonexistent-shm"
+        assert answers[0][1] == "not possible on another rank"
+    if broken == "rank0-cannot-create":
+        assert "No space left on device" in answers[0][1]

@@ -287,6 +287,22 @@ def test_ranks_of_one_host_share_their_gradients_in_memory_with_gloos_result(
     assert shared["val"] == gloo["val"] == gloo1["val"]
 
 
+def test_shared_memory_with_several_buckets_and_micro_batches_on_three_ranks(
+    tmp_path: Path, data_dir: Path
+) -> None:
+    # Several DDP buckets (one hook call each per step), accumulation (no hook call on the
+    # first micro-batch) and three ranks, where the order of the sum matters.
+    training = "  ddp_bucket_cap_mb: 0.005\n  grad_accum_steps: 2\n"
+    shared = run_ranks(tmp_path / "shared", "ddp", data_dir, world=3, training=training)
+    assert "Gradient all-reduce: shared memory (this host)" in shared[0][0]
+    gloo = run_ranks(tmp_path / "gloo", "ddp", data_dir, world=3,
+                     training=training + "  grad_allreduce: backend\n")  # fmt: skip
+    for key in shared[0][1]["state"]:
+        for _, rank in shared[1:]:  # every rank summed in the same order: the same bits
+            assert torch.equal(rank["state"][key], shared[0][1]["state"][key]), key
+        torch.testing.assert_close(shared[0][1]["state"][key], gloo[0][1]["state"][key])
+
+
 def test_fsdp_on_two_gloo_ranks_matches_ddp(
     tmp_path: Path, data_dir: Path, ddp_ranks: tuple[Path, RankRun]
 ) -> None:

@@ -34,7 +34,8 @@ import torch.distributed as dist
 from hpcdist.distributed import DistContext
 
 SHM_DIR = Path("/dev/shm")
-# A rank that never arrives (it died) must not leave the others spinning for ever.
+# A rank that is alive but never arrives (hung) must not leave the others spinning for
+# ever; one that has exited is noticed within a second (its process id is in the segment).
 ARRIVAL_TIMEOUT_S = 600.0
 _BUSY_SPINS = 50  # looks at the counters (about 1 us each) before yielding the core
 # Sharing memory wins where an all-reduce is latency, i.e. small. Larger gradients keep the
@@ -67,22 +68,24 @@ def comm_hook(reducer: LocalAllReduce) -> Any:
 class SharedMemoryAllReduce:
     """Mean over the ranks of one host through a shared-memory segment (CPU tensors).
 
-    Layout: one int64 counter per rank (each on its own 64-byte line), then two sets of
-    ``world`` slots of ``numel`` float32. Step k writes set k % 2: a rank reaches step k
-    + 2 only after every rank has reached k + 1, that is, after every rank has finished
-    reading step k's set."""
+    Layout: one 64-byte line per rank (its step counter, then its process id), then two
+    sets of ``world`` slots of ``numel`` float32. Step k writes set k % 2: a rank reaches
+    step k + 2 only after every rank has reached k + 1, that is, after every rank has
+    finished reading step k's set. A step is one call: DDP reduces its buckets in the
+    same order on every rank, one call each."""
 
     name = "shared memory (this host)"
 
     def __init__(self, segment: torch.Tensor, numel: int, rank: int, world: int) -> None:
-        lines = _counter_bytes(world)
-        self.counters = segment[:lines].view(torch.int64).view(world, 8)[:, 0]
+        lines = segment[: _counter_bytes(world)].view(torch.int64).view(world, 8)
+        self.counters = lines[:, 0]
         self._counters = self.counters.numpy()  # reading it is a plain memory read
-        self.slots = segment[lines:].view(torch.float32).view(2, world, numel)
+        self._pids = lines[:, 1].numpy()
+        self._pids[rank] = os.getpid()  # so that a waiting peer can tell we are gone
+        self.slots = segment[_counter_bytes(world) :].view(torch.float32).view(2, world, numel)
         self.rank, self.world = rank, world
         self.step = 0
         self.waited_s = 0.0  # for benchmarks: time spent waiting for the other ranks
-
 
     def reduce_(self, grads: torch.Tensor) -> torch.Tensor:
         self.step += 1
@@ -99,7 +102,8 @@ class SharedMemoryAllReduce:
     def _wait(self, step: int) -> None:
         counters = self._counters
         spins = 0
-        deadline = time.monotonic() + ARRIVAL_TIMEOUT_S
+        started = time.monotonic()
+        next_look = started + 1.0
         while (counters < step).any():
             spins += 1
             if spins < _BUSY_SPINS:
@@ -107,10 +111,32 @@ class SharedMemoryAllReduce:
             # Then give the core away at every look: on a host with more threads than
             # cores, the peer this rank waits for may need it to arrive at all.
             os.sched_yield()
-            if spins % 1024 == 0 and time.monotonic() > deadline:
-                late = [r for r in range(self.world) if counters[r] < step]
-                raise RuntimeError(f"shared-memory all-reduce: rank(s) {late} did not reach "
-                                   f"step {step} within {ARRIVAL_TIMEOUT_S:.0f} s")
+            if spins % 1024 == 0 and time.monotonic() > next_look:
+                next_look = time.monotonic() + 1.0
+                self._check_peers(step, time.monotonic() - started)
+
+    def _check_peers(self, step: int, waited: float) -> None:
+        """Raise if a late rank's process is gone (a crashed rank never arrives) or the
+        wait has lasted ARRIVAL_TIMEOUT_S."""
+        late = [r for r in range(self.world) if self._counters[r] < step]
+        for r in late:
+            pid = int(self._pids[r])
+            if pid > 0 and not _process_exists(pid):
+                raise RuntimeError(f"shared-memory all-reduce: rank {r} (process {pid}) has "
+                                   f"exited; step {step} cannot complete")  # fmt: skip
+        if waited > ARRIVAL_TIMEOUT_S:
+            raise RuntimeError(f"shared-memory all-reduce: rank(s) {late} did not reach "
+                               f"step {step} within {ARRIVAL_TIMEOUT_S:.0f} s")
+
+
+def _process_exists(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True  # someone else's: it exists
+    return True
 
 
 def _counter_bytes(world: int) -> int:
@@ -123,28 +149,54 @@ def _segment_bytes(world: int, numel: int) -> int:
 
 def shared_memory_allreduce(numel: int, ctx: DistContext) -> SharedMemoryAllReduce:
     """Rank 0 creates the segment; every rank maps it; rank 0 then removes its name (the
-    memory lives while mapped, so nothing is left behind if a rank dies). Collective."""
+    memory lives while mapped, so nothing is left behind if a rank dies). Collective:
+    every rank returns, or every rank raises."""
     rank, world = ctx.env.rank, ctx.env.world_size
     size = _segment_bytes(world, numel)
-    name = [""]
+    name, error = [""], ""
     if rank == 0:
-        path = SHM_DIR / f"hpcdist-grads-{uuid.uuid4().hex}"
-        with path.open("xb") as handle:
-            handle.truncate(size)  # zeros: every counter starts at step 0
-        name[0] = str(path)
-    dist.broadcast_object_list(name, src=0)
+        try:
+            name[0] = str(_create_segment(size))
+        except OSError as exc:
+            error = f"cannot create a segment of {size} bytes in {SHM_DIR}: {exc}"
+    dist.broadcast_object_list(name, src=0)  # "": every rank skips the mapping
+    segment = None
     try:
-        segment = torch.from_file(name[0], shared=True, size=size, dtype=torch.uint8)
-        error = ""
-    except Exception as exc:  # another host's /dev/shm: no such file here
-        segment, error = torch.empty(0, dtype=torch.uint8), f"{type(exc).__name__}: {exc}"
-    ok = torch.tensor([0 if error else 1], dtype=torch.int32)
-    dist.all_reduce(ok, op=dist.ReduceOp.MIN)  # everyone has mapped it (or failed)
-    if rank == 0:
-        Path(name[0]).unlink(missing_ok=True)
-    if int(ok.item()) == 0:
+        if name[0]:
+            try:
+                segment = torch.from_file(name[0], shared=True, size=size, dtype=torch.uint8)
+            except Exception as exc:  # another host's /dev/shm: no such file here
+                error = f"{type(exc).__name__}: {exc}"
+        everyone = _agree(segment is not None, ctx)
+    finally:
+        if rank == 0 and name[0]:
+            Path(name[0]).unlink(missing_ok=True)
+    if segment is None or not everyone:
         raise RuntimeError(error or "another rank could not map the segment")
     return SharedMemoryAllReduce(segment, numel, rank, world)
+
+
+def _create_segment(size: int) -> Path:
+    path = SHM_DIR / f"hpcdist-grads-{uuid.uuid4().hex}"
+    fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_EXCL, 0o600)
+    try:
+        # Zeros (every counter at step 0), and the memory taken now: a tmpfs file grown by
+        # truncate would get its pages at the first write, and with no memory left that
+        # write is SIGBUS in the middle of training.
+        os.posix_fallocate(fd, 0, size)
+    except OSError:
+        path.unlink(missing_ok=True)
+        raise
+    finally:
+        os.close(fd)
+    return path
+
+
+def _agree(ok: bool, ctx: DistContext) -> bool:
+    """Whether ``ok`` holds on every rank (one all-reduce); every rank gets the answer."""
+    flag = torch.tensor([1 if ok else 0], dtype=torch.int32, device=ctx.device)
+    dist.all_reduce(flag, op=dist.ReduceOp.MIN)
+    return bool(flag.item())
 
 
 class SymmetricAllReduce:
@@ -177,17 +229,27 @@ def symmetric_allreduce(numel: int, ctx: DistContext) -> SymmetricAllReduce:
 
     group = dist.group.WORLD
     assert group is not None
-    buffer = symm_mem.empty(numel, dtype=torch.float32, device=ctx.device)
+    try:
+        buffer: torch.Tensor | None = symm_mem.empty(numel, dtype=torch.float32,
+                                                     device=ctx.device)  # fmt: skip
+        error = ""
+    except Exception as exc:
+        buffer, error = None, f"{type(exc).__name__}: {exc}"
+    if buffer is None or not _agree(buffer is not None, ctx):  # before the exchange
+        raise RuntimeError(error or "another rank could not allocate symmetric memory")
     symm_mem.rendezvous(buffer, group)
     return SymmetricAllReduce(buffer, group.group_name, ctx.env.world_size)
 
 
 def local_allreduce(numel: int, ctx: DistContext) -> tuple[LocalAllReduce | None, str]:
-    """The host-local all-reduce for ``numel`` gradient elements, checked on every rank,
-    or None and why not. Collective; every rank gets the same answer."""
+    """The host-local all-reduce for ``numel`` gradient elements, or None and why not.
+    Collective (except with one rank): every rank gets the same answer, also where one
+    rank alone cannot take part (its /dev/shm, its GPU)."""
+    if ctx.env.world_size < 2:
+        return None, "one rank"
     reason = _blocker(ctx, numel)
-    if reason is not None:
-        return None, reason
+    if not _agree(reason is None, ctx):
+        return None, reason or "not possible on another rank"
     reducer: LocalAllReduce | None = None
     try:
         if ctx.device.type == "cuda":
@@ -202,16 +264,13 @@ def local_allreduce(numel: int, ctx: DistContext) -> tuple[LocalAllReduce | None
         reason = ""
     except Exception as exc:  # not possible here: the backend's all-reduce, on every rank
         reducer, reason = None, f"{type(exc).__name__}: {str(exc).strip().splitlines()[0]}"
-    ok = torch.tensor([0 if reducer is None else 1], dtype=torch.int32, device=ctx.device)
-    dist.all_reduce(ok, op=dist.ReduceOp.MIN)
-    if int(ok.item()) == 0:
-        return None, reason or "not possible on every rank"
+    if not _agree(reducer is not None, ctx):
+        return None, reason or "not possible on another rank"
     return reducer, ""
 
 
 def _blocker(ctx: DistContext, numel: int) -> str | None:
-    if ctx.env.world_size < 2:
-        return "one rank"
+    """Why this rank cannot take part (None: it can); the ranks then agree."""
     if 4 * numel > MAX_BYTES:
         return (f"{4 * numel / 2**20:.0f} MiB of gradients, more than the "
                 f"{MAX_BYTES // 2**20} MiB where sharing memory pays")  # fmt: skip
