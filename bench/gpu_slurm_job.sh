@@ -318,7 +318,8 @@ r = json.load(open(sys.argv[1]))
 print(f"results {sys.argv[1]}: status {r['status']}, world {r['world_size']}, backend "
       f"{r['backend']}, device {r['device']}, epochs {r['epochs_run']}, best val loss "
       f"{r['best_val_loss']:.5g}, R^2 {r['best_val_r2']}, {r['samples_per_second']:.0f} "
-      f"samples/s, wall {r['wall_time_s']:.1f} s")
+      f"samples/s, wall {r['wall_time_s']:.1f} s, gradient all-reduce "
+      f"{r.get('grad_allreduce', '?')}, CUDA graph {r.get('cuda_graph', '?')}")
 EOF
   mkdir -p "$LOGS/$(dirname "$results")" && cp "$results" "$LOGS/$results"
 done
