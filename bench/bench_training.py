@@ -225,8 +225,11 @@ def _throughput(
         top = max(ours, key=lambda r: r["ranks"])
         goal = 0.95 if args.device == "cuda" else 0.85
         if low is not None:
-            print(f"\nours/DataLoader per rank: at least {low:.2f}x (target 5x): "
-                  f"{'met' if low >= 5 else 'missed'}")  # fmt: skip
+            # Issue 7's 5x target is per GPU; on the CPU the ratio is for information.
+            verdict = "met" if low >= 5 else "missed"
+            if args.device != "cuda":
+                verdict = "no target on the CPU"
+            print(f"\nours/DataLoader per rank: at least {low:.2f}x (target 5x per GPU): {verdict}")
         if top["efficiency"] is not None and top["ranks"] > 1:
             print(f"ours weak-scaling efficiency at {top['ranks']} ranks: "
                   f"{100 * top['efficiency']:.0f}% (target {100 * goal:.0f}%): "

@@ -8,6 +8,7 @@ the functions that start or stop a process group: the CLI imports this module fr
 from __future__ import annotations
 
 import dataclasses
+import gc
 import inspect
 import os
 import socket
@@ -271,6 +272,11 @@ def cleanup_distributed() -> None:
     import torch.distributed as dist
 
     if dist.is_available() and dist.is_initialized():
+        # DDP reducers (and their pending work) left in reference cycles go while their
+        # process group still exists, not at interpreter teardown, where gloo's threads
+        # were seen to abort a finished rank ("terminate called without an active
+        # exception").
+        gc.collect()
         dist.destroy_process_group()
 
 

@@ -10,7 +10,6 @@ weights as an uninterrupted one (CPU, same world size).
 from __future__ import annotations
 
 import contextlib
-import gc
 import os
 import signal
 import threading
@@ -91,10 +90,7 @@ def train(
             return _train(ctx, config, data_path, checkpoint, resume, run_dir, flag,
                           step_callback, started)  # fmt: skip
     finally:
-        # The DDP reducer and its pending work go while their process group still exists,
-        # not at interpreter teardown, where gloo's threads can abort a finished rank.
-        gc.collect()
-        cleanup_distributed()
+        cleanup_distributed()  # collects the DDP reducer first (see there)
         for var, value in saved_env.items():
             if value is None:
                 os.environ.pop(var, None)
