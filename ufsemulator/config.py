@@ -67,8 +67,9 @@ class TrainingConfig:
     # bucket for this model; smaller ones start all-reducing during the backward pass),
     # torch.compile of the model (on GPUs with Triton, ddp only; elsewhere ignored) and
     # CUDA graphs of the whole training step (GPUs, ddp, no compile; ignored on the CPU);
-    # the gradient all-reduce (auto: symmetric-memory one-shot for DDP on the GPUs of one
-    # host where available, else the backend's; backend: always the backend's).
+    # the gradient all-reduce (auto: for DDP with every rank on one host, shared memory
+    # on the CPU and symmetric-memory one-shot on GPUs where available, else the
+    # backend's; backend: always the backend's).
     ddp_bucket_cap_mb: float | None = None
     compile: bool = False
     cuda_graph: bool = True

@@ -77,10 +77,10 @@ class SharedMemoryAllReduce:
     name = "shared memory (this host)"
 
     def __init__(self, segment: torch.Tensor, numel: int, rank: int, world: int) -> None:
-        lines = segment[: _counter_bytes(world)].view(torch.int64).view(world, 8)
+        # NumPy views: reading or writing an element is a plain memory access, no torch op.
+        lines = segment[: _counter_bytes(world)].view(torch.int64).view(world, 8).numpy()
         self.counters = lines[:, 0]
-        self._counters = self.counters.numpy()  # reading it is a plain memory read
-        self._pids = lines[:, 1].numpy()
+        self._pids = lines[:, 1]
         self._pids[rank] = os.getpid()  # so that a waiting peer can tell we are gone
         self.slots = segment[_counter_bytes(world) :].view(torch.float32).view(2, world, numel)
         self.rank, self.world = rank, world
@@ -100,7 +100,7 @@ class SharedMemoryAllReduce:
         return torch.sum(slots, dim=0, out=grads)  # rank order, the same on every rank
 
     def _wait(self, step: int) -> None:
-        counters = self._counters
+        counters = self.counters
         spins = 0
         started = time.monotonic()
         next_look = started + 1.0
@@ -111,14 +111,14 @@ class SharedMemoryAllReduce:
             # Then give the core away at every look: on a host with more threads than
             # cores, the peer this rank waits for may need it to arrive at all.
             os.sched_yield()
-            if spins % 1024 == 0 and time.monotonic() > next_look:
-                next_look = time.monotonic() + 1.0
-                self._check_peers(step, time.monotonic() - started)
+            if spins % 1024 == 0 and (now := time.monotonic()) > next_look:
+                next_look = now + 1.0
+                self._check_peers(step, now - started)
 
     def _check_peers(self, step: int, waited: float) -> None:
         """Raise if a late rank's process is gone (a crashed rank never arrives) or the
         wait has lasted ARRIVAL_TIMEOUT_S."""
-        late = [r for r in range(self.world) if self._counters[r] < step]
+        late = [r for r in range(self.world) if self.counters[r] < step]
         for r in late:
             pid = int(self._pids[r])
             if pid > 0 and not _process_exists(pid):

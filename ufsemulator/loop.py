@@ -106,7 +106,6 @@ class Loop:
                 if ctx.is_main and ctx.device.type == "cuda":
                     print(f"training.cuda_graph ignored: {blocker}; the steps run eagerly",
                           flush=True)  # fmt: skip
-        self._comm_hook: Any = None
         self.grad_reducer: LocalAllReduce | None = None  # None: the backend's all-reduce
         self.grad_allreduce_status = "backend"
         if cfg.grad_allreduce == "auto" and cfg.strategy == "ddp":
@@ -115,7 +114,7 @@ class Loop:
             if reducer is None:
                 self.grad_allreduce_status = f"backend ({why})"
             else:
-                self.grad_reducer, self._comm_hook = reducer, comm_hook(reducer)
+                self.grad_reducer = reducer
                 self.grad_allreduce_status = reducer.name
         self.model = self._wrap(model)
         scale = ctx.env.world_size if cfg.scale_lr_with_world_size else 1
@@ -148,9 +147,10 @@ class Loop:
     def _wrap(self, model: nn.Module) -> nn.Module:
         cfg = self.config.training
 
+        hook = None if self.grad_reducer is None else comm_hook(self.grad_reducer)
+
         def make() -> nn.Module:
-            return wrap(model, cfg.strategy, cfg.ddp_bucket_cap_mb, self.ctx,  # type: ignore[arg-type]
-                        self._comm_hook)  # fmt: skip
+            return wrap(model, cfg.strategy, cfg.ddp_bucket_cap_mb, self.ctx, hook)  # type: ignore[arg-type]
 
         return make() if self._graphs is None else self._graphs.build(make)
 
