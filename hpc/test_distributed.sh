@@ -9,6 +9,7 @@
 #SBATCH --time="00:30:00"
 #SBATCH --output="%x-%j.out"
 #SBATCH --partition="debug"
+#SBATCH --no-requeue
 
 set -euo pipefail
 
@@ -17,8 +18,6 @@ set -euo pipefail
 # One thread per allocated CPU: the numbers follow the allocation, never the node's core count.
 export OMP_NUM_THREADS="${SLURM_CPUS_PER_TASK:-1}"
 export MKL_NUM_THREADS="${SLURM_CPUS_PER_TASK:-1}"
-export HPCDIST_MODE=test
-export HPCDIST_MAX_RESTARTS=3
 export GLOO_SOCKET_IFNAME=lo
 # <<< environment
 

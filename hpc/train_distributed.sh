@@ -12,7 +12,7 @@
 #SBATCH --signal="USR2@90"
 #SBATCH --requeue
 # A requeued job keeps writing to the same log instead of truncating it.
-#SBATCH --open-mode=append
+#SBATCH --open-mode="append"
 
 set -euo pipefail
 
@@ -21,8 +21,6 @@ set -euo pipefail
 # One thread per allocated CPU: the numbers follow the allocation, never the node's core count.
 export OMP_NUM_THREADS="${SLURM_CPUS_PER_TASK:-1}"
 export MKL_NUM_THREADS="${SLURM_CPUS_PER_TASK:-1}"
-export HPCDIST_MODE=gloo
-export HPCDIST_MAX_RESTARTS=3
 # The training catches this warning signal (as well as USR2) to checkpoint in time.
 export HPCDIST_SIGNAL=USR2
 export GLOO_SOCKET_IFNAME=lo

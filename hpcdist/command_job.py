@@ -19,9 +19,9 @@ from typing import Any
 
 from submitit.helpers import Checkpointable, DelayedSubmission
 
-from hpcdist.exitcodes import REQUEUE_EXIT_CODE
 from hpcdist.fileutil import write_atomic
 from hpcdist.jobs import process_exited
+from hpcdist.protocol import MARKER_VAR, REQUEUE_EXIT_CODE, submitit_marker_name
 
 # How long the warning-signal handler waits for the child to write its checkpoint.
 CHECKPOINT_GRACE_S = 60.0
@@ -59,8 +59,8 @@ class CommandJob(Checkpointable):
             # torchrun reports rank 0's exit 85 as its own failure (1): rank 0 says that it
             # checkpointed for a requeue with this file instead, one name per restart.
             restart = env.get("SLURM_RESTART_COUNT", "0")
-            marker = self._folder() / f"requeue-marker.{restart}"
-            env["HPCDIST_REQUEUE_MARKER"] = str(marker)
+            marker = self._folder() / submitit_marker_name(restart)
+            env[MARKER_VAR] = str(marker)
             # torchrun's ranks get as long to checkpoint after its SIGTERM as we wait.
             env.setdefault("TORCH_ELASTIC_SHUTDOWN_TIMEOUT", str(int(CHECKPOINT_GRACE_S)))
             # SLURM signals every process of the step: torchrun ignores the warning (its
@@ -92,8 +92,8 @@ class CommandJob(Checkpointable):
     def torchrun_argv(self, env: Mapping[str, str]) -> list[str]:
         """torchrun for this task's node: the rendezvous is rank 0's host and port of the
         srun layout (one task per node), as DistEnv resolves them for any SLURM step."""
+        from hpcdist.directives import torchrun_command, torchrun_flags
         from hpcdist.distenv import DistEnv
-        from hpcdist.render import torchrun_command, torchrun_flags
 
         step = DistEnv.from_environ(env)
         flags = torchrun_flags(str(step.world_size), str(self.torchrun_nproc),

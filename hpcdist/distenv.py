@@ -13,11 +13,10 @@ from dataclasses import dataclass
 from typing import Literal
 
 from hpcdist.nodelist import MAX_HOSTS, hosts_cached
+from hpcdist.protocol import derive_port
 
 Source = Literal["torchrun", "slurm", "submitit-local", "single"]
 
-# Below the Linux ephemeral range (32768+), so an outgoing connection never holds it.
-PORT_LOW, PORT_HIGH = 20000, 32767
 _LAYOUT_ITEM = re.compile(r"(\d+)(?:\(x(\d+)\))?")
 
 
@@ -39,18 +38,6 @@ def expand_tasks_per_node(layout: str, what: str = "tasks-per-node") -> list[int
     if sum(counts) < 1:
         raise DistEnvError(f"{what} {layout!r} places no task at all")
     return counts
-
-
-def derive_port(job_id: int, step_id: int) -> int:
-    """A port in [PORT_LOW, PORT_HIGH] that differs between jobs and steps sharing a node.
-
-    101 is coprime with the span, so two jobs whose ids differ by less than the span
-    never collide at the same step id.
-    """
-    if job_id < 0 or step_id < 0:
-        raise ValueError(f"job id and step id must be >= 0, got {job_id} and {step_id}")
-    span = PORT_HIGH - PORT_LOW + 1
-    return PORT_LOW + (job_id * 101 + step_id) % span
 
 
 # ------------------------------------------------------------------------------ DistEnv

@@ -20,16 +20,9 @@ from dataclasses import dataclass
 from datetime import timedelta
 from typing import TYPE_CHECKING, Any
 
-from hpcdist.distenv import (
-    PORT_HIGH,
-    PORT_LOW,
-    DistEnv,
-    DistEnvError,
-    Source,
-    derive_port,
-    expand_tasks_per_node,
-)
+from hpcdist.distenv import DistEnv, DistEnvError, Source, expand_tasks_per_node
 from hpcdist.nodelist import NodeListError, expand_nodelist
+from hpcdist.protocol import PORT_HIGH, PORT_LOW, derive_port
 
 if TYPE_CHECKING:
     import torch

@@ -1,4 +1,9 @@
-"""The job flags shared by ``hpcdist render`` and ``hpcdist submit``, and their JobSpec."""
+"""The job flags shared by ``hpcdist render`` and ``hpcdist submit``, and their JobSpec.
+
+Every job flag is derived from the JobSpec field it sets (``hpcdist.spec.JOB_OPTIONS``): a
+new field declared with ``job_field`` is a new flag of both commands, with nothing to add
+here.
+"""
 
 from __future__ import annotations
 
@@ -10,47 +15,54 @@ from typing import Any, TypeVar
 import click
 
 from hpcdist.errors import SpecError
+from hpcdist.joboption import JobOption
 from hpcdist.profiles import DEFAULT_PROFILE, load_profile
-from hpcdist.spec import LAUNCHERS, MODES, JobSpec, build_spec
+from hpcdist.spec import AUTO, JOB_OPTIONS, JobSpec, build_spec
 
 F = TypeVar("F", bound=Callable[..., Any])
 
-_JOB_OPTIONS: tuple[Callable[[F], F], ...] = (
+
+class _GpuCount(click.ParamType):
+    """A GPU count (an integer) or ``auto``."""
+
+    name = "N|auto"
+
+    def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> Any:
+        if isinstance(value, int) or value == AUTO:
+            return value
+        try:
+            return int(value)
+        except ValueError:
+            self.fail(f"{value!r} is not an integer nor 'auto'", param, ctx)
+
+
+_TYPES: dict[str, Any] = {"str": None, "int": int, "bool": None, "count": _GpuCount()}
+
+
+def _click_option(option: JobOption) -> Callable[[F], F]:
+    names = [option.flag] + ([option.short] if option.short else [])
+    kwargs: dict[str, Any] = {"default": None, "help": option.help, "metavar": option.metavar}
+    if option.choices:
+        kwargs["type"] = click.Choice(option.choices)
+    elif _TYPES[option.value_type] is not None:
+        kwargs["type"] = _TYPES[option.value_type]
+    if option.multiple:
+        kwargs.update(multiple=True, default=())
+    return click.option(*names, option.name, **kwargs)
+
+
+# Options that are not fields of the JobSpec: where its values come from.
+_SOURCE_OPTIONS: tuple[Callable[[F], F], ...] = (
     click.option("--profile", default=None, metavar="NAME|PATH",
                  help=f"Cluster profile (default: $HPCDIST_PROFILE, else {DEFAULT_PROFILE})."),
-    click.option("--mode", type=click.Choice(MODES), default=None, help="Kind of job."),
     click.option("--backend", type=click.Choice(("gloo", "nccl")), default=None,
                  help="Spelling of --mode for the two DDP backends."),
-    click.option("--nodes", "-N", type=int, default=None, help="Number of nodes."),
-    click.option("--tasks-per-node", type=int, default=None,
-                 help="Ranks per node (default: 1, or the GPUs per node for nccl)."),
-    click.option("--cpus-per-task", "-c", type=int, default=None,
-                 help="CPUs (threads) per rank (default: the node's cores shared evenly)."),
-    click.option("--gpus-per-node", type=int, default=None, help="GPUs per node (nccl only)."),
-    click.option("--mem", "memory", default=None, help="Memory per node, e.g. 16G or 0 (all)."),
-    click.option("--time", "-t", default=None, help="Time limit, e.g. 30, 04:00:00, 1-12."),
-    click.option("--partition", "-p", default=None),
-    click.option("--account", "-A", default=None),
-    click.option("--qos", default=None),
-    click.option("--job-name", "-J", default=None),
-    click.option("--output", default=None, help="stdout path; SLURM patterns like %j allowed."),
-    click.option("--error", default=None, help="stderr path (default: with stdout)."),
-    click.option("--chdir", "workdir", default=None, help="Working directory of the job."),
-    click.option("--setup", multiple=True, help="A setup line (module load ...); repeatable."),
-    click.option("--env", "env", multiple=True, metavar="KEY=VALUE",
-                 help="Extra environment variable; repeatable."),
-    click.option("--launcher", type=click.Choice(LAUNCHERS), default=None,
-                 help="srun starts every rank, or one torchrun per node."),
-    click.option("--command", default=None,
-                 help="Command each rank runs (default: the ufsemulator training)."),
-    click.option("--signal", default=None, help="Warning signal before the limit, e.g. USR2@90."),
-    click.option("--requeue/--no-requeue", default=None, help="Requeue after preemption."),
-    click.option("--max-restarts", type=int, default=None),
 )
+_OPTIONS = (*_SOURCE_OPTIONS, *(_click_option(o) for o in JOB_OPTIONS))
 
 
 def job_options(func: F) -> F:
-    for option in reversed(_JOB_OPTIONS):
+    for option in reversed(_OPTIONS):
         func = option(func)
     return func
 
@@ -58,7 +70,7 @@ def job_options(func: F) -> F:
 def spec_from_options(options: dict[str, Any]) -> JobSpec:
     """defaults < profile < flags, validated; raises SpecError / ProfileError for the user."""
     flags = dict(options)
-    profile = load_profile(flags.pop("profile") or os.environ.get("HPCDIST_PROFILE")
+    profile = load_profile(flags.pop("profile", None) or os.environ.get("HPCDIST_PROFILE")
                            or DEFAULT_PROFILE)
     backend = flags.pop("backend", None)
     if backend and flags.get("mode") and flags["mode"] != backend:

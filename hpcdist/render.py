@@ -7,7 +7,14 @@ from pathlib import Path
 
 import jinja2
 
-from hpcdist.exitcodes import REQUEUE_EXIT_CODE
+from hpcdist import protocol
+from hpcdist.directives import (
+    CPUS_VAR,
+    launch_argv,
+    sbatch_directives,
+    srun_options,
+    torchrun_port_expression,
+)
 from hpcdist.spec import JobSpec
 
 VERSION = "0.1.0"
@@ -51,73 +58,37 @@ def _environment() -> jinja2.Environment:
     return env
 
 
-# Shell variables the nccl script sets when it counts the GPUs at run time (spec.gpus_auto).
-GPUS_VAR, CPUS_VAR = '"$gpus"', '"$cpus"'
-
-
-def torchrun_flags(nnodes: str, nproc: str, node_rank: str, endpoint: str,
-                   rdzv_id: str) -> list[str]:
-    """torchrun's flags for one agent per node meeting at ``endpoint`` (c10d rendezvous);
-    the values are words for the script (shell expressions) or for argv (plain values)."""
-    return [
-        f"--nnodes={nnodes}",
-        f"--nproc-per-node={nproc}",
-        f"--node-rank={node_rank}",
-        "--rdzv-backend=c10d",
-        f"--rdzv-endpoint={endpoint}",
-        f"--rdzv-id={rdzv_id}",
-    ]
-
-
-def torchrun_command(torchrun: list[str], command: list[str]) -> list[str]:
-    """``torchrun FLAGS`` followed by the job's command."""
-    if command[0] in ("python", "python3") and len(command) > 1 and (
-        command[1] == "-m" or not command[1].startswith("-")
-    ):
-        # torchrun is itself the Python interpreter: hand it the module or script directly
-        # (it knows no other interpreter option, such as -c).
-        return torchrun + command[1:]
-    return [*torchrun, "--no-python", *command]
-
-
-def launch_argv(spec: JobSpec) -> list[str]:
-    """The command srun starts on each node, already quoted word by word."""
-    command = [quote(word) for word in spec.command]
-    if spec.launcher != "torchrun":
-        return command
-    nproc = GPUS_VAR if spec.gpus_auto else str(spec.tasks_per_node)
-    torchrun = ["torchrun", *torchrun_flags(
-        '"${SLURM_JOB_NUM_NODES}"', nproc, '"${SLURM_NODEID}"',
-        '"${MASTER_ADDR}:${MASTER_PORT}"', '"${SLURM_JOB_ID}"')]
-    if spec.warning_signal:
-        # SLURM signals every process of the step: torchrun itself would die of the warning
-        # its ranks catch to checkpoint, so it ignores it (its ranks set their own handler).
-        script = f'trap "" {spec.warning_signal} && exec "$@"'
-        torchrun = ["bash", "-c", quote(script), "torchrun", *torchrun]
-    return torchrun_command(torchrun, command)
+def protocol_context() -> dict[str, object]:
+    """The requeue protocol's names and numbers, as the templates use them."""
+    return {
+        "requeue_exit": protocol.REQUEUE_EXIT_CODE,
+        "signal_var": protocol.SIGNAL_VAR,
+        "marker_var": protocol.MARKER_VAR,
+        "marker_dir": protocol.MARKER_DIR,
+        "run_dir_var": protocol.RUN_DIR_VAR,
+        "restarts_var": protocol.RESTARTS_VAR,
+        "inherited_patterns": "|".join(f"{p}*" for p in protocol.INHERITED_PREFIXES),
+        "inherited_kept": "|".join(protocol.INHERITED_KEPT),
+        "torchrun_port": torchrun_port_expression(),
+    }
 
 
 def render(spec: JobSpec) -> str:
     """The sbatch script text for a spec; pure, no file or process touched."""
     template = _environment().get_template(f"{spec.mode}.sh.j2")
-    torchrun = spec.launcher == "torchrun"
-    cpus_per_srun_task = spec.srun_cpus_per_task
     if spec.gpus_auto:
-        # Counted by the script itself; one torchrun per node takes all of its GPUs' CPUs.
-        srun_ntasks = "1" if torchrun else GPUS_VAR
-        srun_cpus = '"$(( cpus * gpus ))"' if torchrun else CPUS_VAR
         threads_expr = CPUS_VAR
-    else:
-        srun_ntasks, srun_cpus = str(spec.srun_tasks_per_node), str(cpus_per_srun_task)
+    elif spec.launcher == "torchrun":
         # Under torchrun SLURM_CPUS_PER_TASK counts the node's share; each rank gets its own.
-        threads_expr = str(spec.cpus_per_task) if torchrun else '"${SLURM_CPUS_PER_TASK:-1}"'
+        threads_expr = str(spec.cpus_per_task)
+    else:
+        threads_expr = '"${SLURM_CPUS_PER_TASK:-1}"'
     return template.render(
         spec=spec,
         version=VERSION,
-        cpus_per_srun_task=cpus_per_srun_task,
-        srun_ntasks=srun_ntasks,
-        srun_cpus=srun_cpus,
+        directives=sbatch_directives(spec),
+        srun_options=" ".join(srun_options(spec)),
         threads_expr=threads_expr,
         launch_argv=launch_argv(spec),
-        requeue_exit=REQUEUE_EXIT_CODE,
+        **protocol_context(),
     )

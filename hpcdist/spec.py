@@ -1,17 +1,20 @@
 """JobSpec: the one place a job's resources live, validated before anything is rendered.
 
-Both ``hpcdist render`` and ``hpcdist submit`` build a JobSpec from defaults < profile <
-flags (``build_spec``) and never look at the flags again.
+Each field is declared once, with its default, help text, flag and whether a profile may
+preset it (``job_field``); the CLI options, the built-in defaults and the profile's
+``defaults:`` keys are derived from these declarations. Both ``hpcdist render`` and
+``hpcdist submit`` build a JobSpec from defaults < profile < flags (``build_spec``) and never
+look at the flags again.
 """
 
 from __future__ import annotations
 
-import re
 from collections.abc import Mapping
-from dataclasses import dataclass, fields
+from dataclasses import dataclass
 from typing import Any, Literal
 
 from hpcdist.errors import SpecError
+from hpcdist.joboption import DERIVED, JobOption, job_field, job_options
 from hpcdist.profiles import Profile
 from hpcdist.slurmtime import time_limit_seconds
 
@@ -20,24 +23,14 @@ Launcher = Literal["srun", "torchrun"]
 MODES: tuple[str, ...] = ("threads", "gloo", "nccl", "test")
 LAUNCHERS: tuple[str, ...] = ("srun", "torchrun")
 
+# A count known when the job is rendered, or "auto": one task per GPU of each node, counted
+# by the script when the job starts (nccl with no GPU count anywhere).
+AUTO: Literal["auto"] = "auto"
+Count = int | Literal["auto"]
+
 # The default work of every job: the emulator training (or the communication check).
 TRAIN_COMMAND = ("python3", "-m", "ufsemulator", "train")
 COMMCHECK_COMMAND = ("python3", "-m", "hpcdist.commcheck", "--timeout", "60")
-
-_DEFAULTS: dict[str, Any] = {
-    "mode": "gloo",
-    "nodes": 1,
-    "gpus_per_node": 0,
-    "memory": None,
-    "time": "00:30:00",
-    "launcher": "srun",
-    "signal": "USR2@90",
-    "requeue": True,
-    "max_restarts": 3,
-    "output": "%x-%j.out",
-    "error": None,
-    "workdir": None,
-}
 
 # Every NCCL job starts with NVLink SHARP multicast off: on shared hosts a program that uses
 # it can take the GPUs out of service. A profile may turn it back on.
@@ -47,69 +40,80 @@ _NCCL_ENV: dict[str, str] = {
     "NVSHMEM_DISABLE_NVLS": "1",
 }
 
-_FLAG_NAMES = {"memory": "--mem", "workdir": "--chdir"}
-_ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
-_MEMORY = re.compile(r"\d+[KMGT]?")
-_SIGNAL = re.compile(r"(B:)?(USR1|USR2|TERM|INT|HUP|URG|CONT)(@\d+)?")
 
-
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class JobSpec:
-    """A validated job request.
+    """A validated job request; ``build_spec`` makes one from defaults < profile < flags."""
 
-    In nccl mode ``gpus_per_node == 0`` means that no GPU count was given anywhere: the job
-    takes whole nodes and its script counts the GPUs when it starts (``gpus_auto``). Then
-    ``tasks_per_node`` is 0 too (one task per GPU, known only at run time), and so is
-    ``cpus_per_task`` unless it was given (the node's CPUs shared by its GPUs' tasks).
-    """
-
-    mode: Mode
-    nodes: int
-    tasks_per_node: int
-    cpus_per_task: int
-    gpus_per_node: int
-    time: str
-    job_name: str
-    output: str
-    command: tuple[str, ...]
-    launcher: Launcher = "srun"
-    memory: str | None = None
-    partition: str | None = None
-    account: str | None = None
-    qos: str | None = None
-    error: str | None = None
-    workdir: str | None = None
-    setup: tuple[str, ...] = ()
-    env: tuple[tuple[str, str], ...] = ()
-    signal: str | None = "USR2@90"
-    requeue: bool = True
-    max_restarts: int = 3
+    mode: Mode = job_field("gloo", "Kind of job.", choices=MODES)
+    nodes: int = job_field(1, "Number of nodes.", short="-N", value_type="int")
+    tasks_per_node: Count = job_field(
+        DERIVED, "Ranks per node (default: 1, or one per GPU for nccl).", value_type="int",
+        profile=False)
+    cpus_per_task: Count = job_field(
+        DERIVED, "CPUs (threads) per rank (default: the node's cores shared evenly).",
+        short="-c", value_type="int")
+    gpus_per_node: Count = job_field(
+        0, "GPUs per node (nccl, test), or 'auto': every GPU of each node, counted when the "
+        "job starts (nccl's default where the profile names no count).", value_type="count")
+    memory: str | None = job_field(None, "Memory per node, e.g. 16G or 0 (all).", flag="--mem")
+    time: str = job_field("00:30:00", "Time limit, e.g. 30, 04:00:00, 1-12.", short="-t")
+    partition: str | None = job_field(
+        None, "Partition (default: the profile's).", short="-p", profile=False)
+    account: str | None = job_field(
+        None, "Account to charge (default: the profile's).", short="-A", profile=False)
+    qos: str | None = job_field(None, "Quality of service (default: the profile's).",
+                                profile=False)
+    job_name: str = job_field(DERIVED, "Job name (default: ufsemulator-MODE).", short="-J",
+                              profile=False)
+    output: str = job_field("%x-%j.out", "stdout path of the job; SLURM patterns like %j.")
+    error: str | None = job_field(None, "stderr path of the job (default: with stdout).")
+    workdir: str | None = job_field(None, "Working directory of the job.", flag="--chdir")
+    setup: tuple[str, ...] = job_field(
+        DERIVED, "A setup line such as 'module load cuda' (default: the profile's); "
+        "repeatable.", multiple=True, profile=False)
+    env: tuple[tuple[str, str], ...] = job_field(
+        (), "Extra environment variable, merged over the profile's; repeatable.",
+        multiple=True, profile=False, metavar="KEY=VALUE")
+    launcher: Launcher = job_field(
+        "srun", "srun starts every rank, or one torchrun per node.", choices=LAUNCHERS)
+    command: tuple[str, ...] = job_field(
+        DERIVED, "Command each rank runs (default: the ufsemulator training).", profile=False)
+    signal: str | None = job_field(
+        "USR2@90", "Warning signal before the time limit, e.g. USR2@90 or B:USR1@120.")
+    requeue: bool = job_field(True, "Requeue after a preemption or the warning signal.",
+                              flag="--requeue/--no-requeue", value_type="bool")
+    max_restarts: int = job_field(3, "Requeue at most this many times.", value_type="int")
     profile: str = "local"
 
     @property
     def gpus_auto(self) -> bool:
         """nccl with no GPU count: whole nodes, one task per GPU counted at run time."""
-        return self.mode == "nccl" and self.gpus_per_node == 0
+        return self.gpus_per_node == AUTO
 
     @property
     def cpus_auto(self) -> bool:
         """CPUs per task computed at run time: the node's CPUs over its GPUs."""
-        return self.gpus_auto and self.cpus_per_task == 0
+        return self.cpus_per_task == AUTO
 
     @property
-    def world_size(self) -> int:
-        """Ranks of the job; 0 when the GPUs are counted at run time (``gpus_auto``)."""
-        return self.nodes * self.tasks_per_node
+    def world_size(self) -> int | None:
+        """Ranks of the job; None when the GPUs are counted at run time (``gpus_auto``)."""
+        tasks = self.tasks_per_node
+        return self.nodes * tasks if isinstance(tasks, int) else None
 
     @property
-    def srun_tasks_per_node(self) -> int:
+    def srun_tasks_per_node(self) -> Count:
         """Tasks srun starts on each node: one torchrun per node, else one per rank."""
         return 1 if self.launcher == "torchrun" else self.tasks_per_node
 
     @property
-    def srun_cpus_per_task(self) -> int:
+    def srun_cpus_per_task(self) -> Count:
         """CPUs of each srun task: a torchrun per node holds the CPUs of all its ranks."""
-        return self.cpus_per_task * (self.tasks_per_node if self.launcher == "torchrun" else 1)
+        if self.launcher != "torchrun":
+            return self.cpus_per_task
+        cpus, tasks = self.cpus_per_task, self.tasks_per_node
+        return cpus * tasks if isinstance(cpus, int) and isinstance(tasks, int) else AUTO
 
     @property
     def warning_signal(self) -> str | None:
@@ -129,39 +133,38 @@ class JobSpec:
         return time_limit_seconds(self.time)
 
 
+JOB_OPTIONS: tuple[JobOption, ...] = tuple(job_options(JobSpec))
+DEFAULTS: dict[str, Any] = {o.name: o.default for o in JOB_OPTIONS if o.has_default}
+# Keys of a profile's ``defaults:`` section.
+PROFILE_DEFAULTABLE: tuple[str, ...] = tuple(o.name for o in JOB_OPTIONS if o.profile)
+
+
 def default_job_name(mode: str) -> str:
     return {"test": "hpcdist-commcheck"}.get(mode, f"ufsemulator-{mode}")
 
 
 def build_spec(profile: Profile, flags: Mapping[str, Any]) -> JobSpec:
     """Merge defaults < profile < flags (flags that are None are unset) and validate."""
-    merged: dict[str, Any] = dict(_DEFAULTS)
+    from hpcdist.validate import validate
+
+    merged: dict[str, Any] = dict(DEFAULTS)
     merged.update(profile.defaults)
-    merged.update(
-        {k: v for k, v in {
-            "partition": profile.partition,
-            "account": profile.account,
-            "qos": profile.qos,
-        }.items() if v is not None}
-    )
+    site = {"partition": profile.partition, "account": profile.account, "qos": profile.qos}
+    merged.update({k: v for k, v in site.items() if v is not None})
     merged.update({k: v for k, v in flags.items() if v is not None and v != ()})
 
     mode = str(merged["mode"])
     if mode not in MODES:
         raise SpecError(f"--mode {mode!r} is not a mode; expected one of {', '.join(MODES)}")
-    gpus = int(merged["gpus_per_node"])
-    tasks = merged.get("tasks_per_node")
-    cpus = merged.get("cpus_per_task")
-    if mode == "nccl":
-        gpus = _nccl_gpus(gpus, profile, flags.get("gpus_per_node"))
-    if cpus is not None and int(cpus) < 1:
-        raise SpecError(f"--cpus-per-task must be >= 1, got {cpus}")
+    gpus = _gpus(mode, merged["gpus_per_node"], profile, flags.get("gpus_per_node"))
     # nccl and the communication check on GPUs run one task per GPU over NCCL.
-    on_gpus = mode == "nccl" or (mode == "test" and gpus > 0)
+    on_gpus = mode == "nccl" or (mode == "test" and gpus != 0)
+    tasks = merged.get("tasks_per_node")
     if tasks is None:
-        tasks = gpus if on_gpus else 1  # 0 in nccl mode: one per GPU counted at run time
+        tasks = gpus if on_gpus else 1
+    cpus = merged.get("cpus_per_task")
     if cpus is None:
-        cpus = 0 if mode == "nccl" and gpus == 0 else _fair_cpus(profile, int(tasks))
+        cpus = AUTO if gpus == AUTO else _fair_cpus(profile, tasks)
 
     env = dict(profile.env)
     if on_gpus:
@@ -181,8 +184,8 @@ def build_spec(profile: Profile, flags: Mapping[str, Any]) -> JobSpec:
     spec = JobSpec(
         mode=mode,  # type: ignore[arg-type]  # checked against MODES above
         nodes=int(merged["nodes"]),
-        tasks_per_node=int(tasks),
-        cpus_per_task=int(cpus),
+        tasks_per_node=tasks,
+        cpus_per_task=cpus,
         gpus_per_node=gpus,
         time=str(merged["time"]),
         job_name=str(merged.get("job_name") or default_job_name(mode)),
@@ -206,126 +209,20 @@ def build_spec(profile: Profile, flags: Mapping[str, Any]) -> JobSpec:
     return spec
 
 
-def _nccl_gpus(gpus: int, profile: Profile, flag: object) -> int:
-    """GPUs per node of an nccl job: the flag, else the profile's; 0 means count at run time."""
-    if flag is not None and gpus < 1:
+def _gpus(mode: str, value: Count, profile: Profile, flag: object) -> Count:
+    """GPUs per node: the flag, else the profile's; an nccl job with neither counts them."""
+    if mode != "nccl":
+        return value
+    if isinstance(flag, int) and flag < 1:
         raise SpecError(
-            f"--gpus-per-node must be >= 1 for --mode nccl, got {gpus}; leave it out to use "
-            "every GPU of each node, counted when the job starts"
+            f"--gpus-per-node must be >= 1 for --mode nccl, got {flag}; leave it out (or pass "
+            "'auto') to use every GPU of each node, counted when the job starts"
         )
-    return gpus or profile.gpus_per_node
+    return value or profile.gpus_per_node or AUTO
 
 
-def _fair_cpus(profile: Profile, tasks_per_node: int) -> int:
+def _fair_cpus(profile: Profile, tasks_per_node: Count) -> int:
     """All of a node's cores, shared evenly by the tasks on it."""
     cores = profile.cores_per_node or 1
-    return max(1, cores // max(1, tasks_per_node))
-
-
-def validate(spec: JobSpec, profile: Profile) -> None:
-    """Raise SpecError naming the first bad value and what was expected."""
-    _check_text_values(spec)
-    if spec.nodes < 1:
-        raise SpecError(f"--nodes must be >= 1, got {spec.nodes}")
-    if profile.max_nodes is not None and spec.nodes > profile.max_nodes:
-        raise SpecError(
-            f"--nodes {spec.nodes} exceeds profile {profile.name!r} limit of "
-            f"{profile.max_nodes} nodes"
-        )
-    if spec.mode == "threads" and spec.nodes != 1:
-        raise SpecError(f"--mode threads runs on exactly 1 node, got --nodes {spec.nodes}")
-    if spec.mode == "threads" and spec.tasks_per_node != 1:
-        raise SpecError(f"--mode threads runs 1 task, got --tasks-per-node {spec.tasks_per_node}")
-    _check_gpus(spec, profile)
-    if spec.tasks_per_node < 1 and not spec.gpus_auto:
-        raise SpecError(f"--tasks-per-node must be >= 1, got {spec.tasks_per_node}")
-    if spec.cpus_per_task < 1 and not spec.cpus_auto:
-        raise SpecError(f"--cpus-per-task must be >= 1, got {spec.cpus_per_task}")
-    cores = profile.cores_per_node
-    if cores is not None and spec.gpus_auto and spec.cpus_per_task > cores:
-        raise SpecError(
-            f"--cpus-per-task {spec.cpus_per_task} exceeds profile {profile.name!r} limit of "
-            f"{cores} cores per node"
-        )
-    if cores is not None and spec.tasks_per_node * spec.cpus_per_task > cores:
-        raise SpecError(
-            f"{spec.tasks_per_node} tasks x --cpus-per-task {spec.cpus_per_task} = "
-            f"{spec.tasks_per_node * spec.cpus_per_task} CPUs per node exceeds profile "
-            f"{profile.name!r} limit of {cores} cores per node"
-        )
-    seconds = time_limit_seconds(spec.time)
-    if profile.max_time is not None and seconds > time_limit_seconds(profile.max_time):
-        raise SpecError(
-            f"--time {spec.time!r} exceeds profile {profile.name!r} limit of {profile.max_time}"
-        )
-    if profile.partitions and spec.partition not in profile.partitions:
-        raise SpecError(
-            f"--partition {spec.partition!r} is not in profile {profile.name!r}; "
-            f"expected one of {', '.join(profile.partitions)}"
-        )
-    if spec.launcher not in LAUNCHERS:
-        raise SpecError(f"--launcher {spec.launcher!r}; expected one of {', '.join(LAUNCHERS)}")
-    if spec.memory is not None and not _MEMORY.fullmatch(spec.memory):
-        raise SpecError(f"--mem {spec.memory!r}; expected a size such as 4000M, 16G or 0")
-    if spec.signal is not None and not _SIGNAL.fullmatch(spec.signal):
-        raise SpecError(f"--signal {spec.signal!r}; expected [B:]SIGNAL[@SECONDS], e.g. USR2@90")
-    if spec.max_restarts < 0:
-        raise SpecError(f"--max-restarts must be >= 0, got {spec.max_restarts}")
-    for key, _ in spec.env:
-        if not _ENV_NAME.fullmatch(key):
-            raise SpecError(
-                f"--env {key!r} is not a variable name; expected [A-Za-z_][A-Za-z0-9_]*"
-            )
-    if not spec.job_name.strip():
-        raise SpecError("--job-name must not be empty")
-
-
-def _check_gpus(spec: JobSpec, profile: Profile) -> None:
-    if spec.gpus_per_node < 0:
-        raise SpecError(f"--gpus-per-node must be >= 0, got {spec.gpus_per_node}")
-    if spec.mode not in ("nccl", "test") and spec.gpus_per_node:
-        raise SpecError(
-            f"--gpus-per-node {spec.gpus_per_node} needs --mode nccl or --mode test, "
-            f"got --mode {spec.mode}"
-        )
-    # A profile without a GPU count (0) does not know the nodes' GPUs: nothing to check against.
-    if profile.gpus_per_node and spec.gpus_per_node > profile.gpus_per_node:
-        raise SpecError(
-            f"--gpus-per-node {spec.gpus_per_node} exceeds profile {profile.name!r} limit of "
-            f"{profile.gpus_per_node} GPUs per node"
-        )
-    if spec.gpus_auto:
-        if spec.tasks_per_node != 0:
-            raise SpecError(
-                f"--tasks-per-node {spec.tasks_per_node} with --mode nccl needs a GPU count: "
-                f"pass --gpus-per-node {spec.tasks_per_node} (one task per GPU), or neither "
-                "to use every GPU of each node, counted when the job starts"
-            )
-        return
-    if spec.gpus_per_node and spec.tasks_per_node != spec.gpus_per_node:
-        raise SpecError(
-            f"--mode {spec.mode} runs one task per GPU: --tasks-per-node {spec.tasks_per_node} "
-            f"!= --gpus-per-node {spec.gpus_per_node}"
-        )
-
-
-def _check_text_values(spec: JobSpec) -> None:
-    """Newlines and NULs would end a directive or a quoted word: refuse them outright."""
-    for name, value in _text_values(spec):
-        if "\n" in value or "\r" in value or "\x00" in value:
-            shown = value.encode("unicode_escape").decode("ascii")
-            raise SpecError(f"{name} {shown!r} contains a newline or NUL; expected one line")
-
-
-def _text_values(spec: JobSpec) -> list[tuple[str, str]]:
-    out: list[tuple[str, str]] = []
-    for f in fields(spec):
-        value = getattr(spec, f.name)
-        flag = _FLAG_NAMES.get(f.name, "--" + f.name.replace("_", "-"))
-        if isinstance(value, str):
-            out.append((flag, value))
-        elif f.name == "env":
-            out.extend((f"--env {k}", f"{k}={v}") for k, v in value)
-        elif isinstance(value, tuple):
-            out.extend((flag, str(v)) for v in value)
-    return out
+    tasks = tasks_per_node if isinstance(tasks_per_node, int) else 1
+    return max(1, cores // max(1, tasks))

@@ -17,8 +17,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from hpcdist.directives import sbatch_directives, srun_options
 from hpcdist.errors import SpecError, UserError
 from hpcdist.jobs import JobRecord, jobs_root, save_record
+from hpcdist.protocol import SIGNAL_VAR, is_inherited
 from hpcdist.render import render
 from hpcdist.slurmtime import time_limit_minutes
 from hpcdist.spec import JobSpec
@@ -56,36 +58,52 @@ def _slurm_reachable() -> bool:
     return proc.returncode == 0
 
 
-def refuse_auto_gpus(spec: JobSpec) -> None:
+@dataclass(frozen=True)
+class Shape:
+    """The task counts of a job whose GPUs are counted when it is submitted."""
+
+    tasks_per_node: int
+    cpus_per_task: int
+
+    def world_size(self, nodes: int) -> int:
+        return nodes * self.tasks_per_node
+
+
+def refuse_auto_gpus(spec: JobSpec) -> Shape:
     """submit needs a GPU count: raise SpecError for a spec that counts them at run time."""
-    if spec.gpus_auto:
+    tasks, cpus = spec.tasks_per_node, spec.cpus_per_task
+    if spec.gpus_auto or not isinstance(tasks, int) or not isinstance(cpus, int):
         raise SpecError(AUTO_GPUS_REFUSED)
+    return Shape(tasks, cpus)
+
+
+# Directives that submitit writes itself: its logs (which it reads back), its append mode,
+# and the warning signal, which must be USR2 because its handler catches that one.
+SUBMITIT_OWNS = ("output", "error", "open-mode", "signal")
 
 
 def slurm_parameters(spec: JobSpec) -> dict[str, Any]:
-    """submitit SlurmExecutor parameters asking SLURM for exactly what render() asks for."""
+    """submitit SlurmExecutor parameters: the rendered script's directives and srun options."""
     refuse_auto_gpus(spec)
+    directives = {d.option: d.value for d in sbatch_directives(spec)}
+    # submitit counts a job's tasks from these two, so they are named as well as passed on.
     params: dict[str, Any] = {
-        "slurm_job_name": spec.job_name,
-        "nodes": spec.nodes,
-        "tasks_per_node": spec.srun_tasks_per_node,
-        "cpus_per_task": spec.srun_cpus_per_task,
-        "timeout_min": time_limit_minutes(spec.time),
-        # srun in SLURM >= 22.05 no longer inherits --cpus-per-task; one dead rank ends all.
-        "slurm_srun_args": [f"--cpus-per-task={spec.srun_cpus_per_task}", "--kill-on-bad-exit=1"],
-        "slurm_setup": list(spec.setup),
+        "nodes": directives["nodes"],
+        "ntasks_per_node": directives["ntasks-per-node"],
+        "srun_args": srun_options(spec),
+        "setup": list(spec.setup),
+        # Written after submitit's own parameters, so these win wherever both name an option.
+        "additional_parameters": {
+            option.replace("-", "_"): True if value is None else value
+            for option, value in directives.items() if option not in SUBMITIT_OWNS
+        },
     }
-    if spec.gpus_per_node:
-        params["gpus_per_node"] = spec.gpus_per_node
-    optional = {"slurm_partition": spec.partition, "slurm_account": spec.account,
-                "slurm_qos": spec.qos, "slurm_mem": spec.memory}
-    params.update({k: v for k, v in optional.items() if v is not None})
     if spec.signal is not None:
         signal_name, _, delay = spec.signal.removeprefix("B:").partition("@")
         if signal_name != "USR2":
             raise SpecError(f"--signal {spec.signal!r}: submitit jobs warn with USR2; "
                             "expected USR2@SECONDS (plain sbatch scripts take any signal)")
-        params["slurm_signal_delay_s"] = int(delay or 60)
+        params["signal_delay_s"] = int(delay or 60)
     return params
 
 
@@ -96,9 +114,7 @@ def clean_slurm_environment() -> Iterator[None]:
     sbatch reads SBATCH_* as options and exports the whole environment into the new job, so
     a submit from inside a running job would otherwise inherit its node list and ranks.
     """
-    keep = {"SLURM_CONF"}
-    hidden = {k: v for k, v in os.environ.items()
-              if (k.startswith(("SLURM_", "SBATCH_", "SRUN_", "SALLOC_")) and k not in keep)}
+    hidden = {k: v for k, v in os.environ.items() if is_inherited(k)}
     for key in hidden:
         del os.environ[key]
     try:
@@ -134,10 +150,10 @@ def _sbatch_reason(stderr: str) -> str:
     return lines[-1] if lines else "sbatch --test-only failed without a message"
 
 
-def _local_threads(spec: JobSpec) -> int:
+def _local_threads(spec: JobSpec, shape: Shape) -> int:
     """Local ranks share this machine's cores instead of each taking a cluster node's."""
     cores = os.cpu_count() or 1
-    return max(1, min(spec.cpus_per_task, cores // max(1, spec.world_size)))
+    return max(1, min(shape.cpus_per_task, cores // max(1, shape.world_size(spec.nodes))))
 
 
 def submit(spec: JobSpec, executor: str = "auto", project_dir: Path | None = None,
@@ -146,36 +162,34 @@ def submit(spec: JobSpec, executor: str = "auto", project_dir: Path | None = Non
 
     from hpcdist.command_job import CommandJob
 
-    refuse_auto_gpus(spec)
+    shape = refuse_auto_gpus(spec)
     kind = choose_executor(executor)
     root = jobs_root(project_dir)
     folder = root / "submitit" / "%j"
     extra_env = dict(spec.env)
-    extra_env["HPCDIST_MODE"] = spec.mode
-    extra_env["HPCDIST_MAX_RESTARTS"] = str(spec.max_restarts)
     if spec.warning_signal:
-        extra_env["HPCDIST_SIGNAL"] = spec.warning_signal
+        extra_env[SIGNAL_VAR] = spec.warning_signal
 
     ex: Any
     if kind == "slurm":
         if preflight_check:
             preflight(spec)
-        ex = submitit.AutoExecutor(folder=folder, cluster="slurm",
-                                   slurm_max_num_timeout=spec.max_restarts)
+        ex = submitit.SlurmExecutor(folder=folder, max_num_timeout=spec.max_restarts)
         ex.update_parameters(**slurm_parameters(spec))
-        nproc = spec.tasks_per_node if spec.launcher == "torchrun" else None
+        nproc = shape.tasks_per_node if spec.launcher == "torchrun" else None
         job_command = CommandJob(spec.command, extra_env, record_dir=None, torchrun_nproc=nproc)
     else:
         ex = submitit.LocalExecutor(folder=folder)
-        ex.update_parameters(tasks_per_node=spec.world_size,
+        ex.update_parameters(tasks_per_node=shape.world_size(spec.nodes),
                              timeout_min=time_limit_minutes(spec.time))
         job_command = CommandJob(spec.command, extra_env, record_dir=None,
-                                 threads=_local_threads(spec))
+                                 threads=_local_threads(spec, shape))
     with clean_slurm_environment():
         job = ex.submit(job_command)
     job_folder = Path(str(job.paths.folder))
     # submitit's tasks, each with its log: under torchrun one per node, holding its ranks.
-    tasks = spec.nodes * spec.srun_tasks_per_node if kind == "slurm" else spec.world_size
+    srun_tasks = 1 if spec.launcher == "torchrun" else shape.tasks_per_node
+    tasks = spec.nodes * srun_tasks if kind == "slurm" else shape.world_size(spec.nodes)
     record = JobRecord(
         job_id=str(job.job_id), executor=kind, name=spec.job_name, mode=spec.mode,
         nodes=spec.nodes, tasks=tasks, folder=str(job_folder),
@@ -187,9 +201,10 @@ def submit(spec: JobSpec, executor: str = "auto", project_dir: Path | None = Non
 
 def describe(spec: JobSpec, executor: str) -> Mapping[str, Any]:
     """What ``--dry-run`` shows: the executor and the exact parameters it would be given."""
-    refuse_auto_gpus(spec)
+    shape = refuse_auto_gpus(spec)
     kind = choose_executor(executor)
     if kind == "slurm":
         return {"executor": kind, "parameters": slurm_parameters(spec), "command": spec.command}
-    return {"executor": kind, "tasks": spec.world_size, "threads_per_task": _local_threads(spec),
+    return {"executor": kind, "tasks": shape.world_size(spec.nodes),
+            "threads_per_task": _local_threads(spec, shape),
             "timeout_min": time_limit_minutes(spec.time), "command": spec.command}

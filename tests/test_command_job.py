@@ -74,7 +74,7 @@ def test_torchrun_task_waits_for_the_requeue_when_rank_zero_checkpointed(
 
 
 def test_torchrun_takes_modules_and_scripts_but_not_other_interpreter_options() -> None:
-    from hpcdist.render import torchrun_command
+    from hpcdist.directives import torchrun_command
 
     assert torchrun_command(["torchrun"], ["python3", "-m", "pkg"]) == ["torchrun", "-m", "pkg"]
     assert torchrun_command(["torchrun"], ["python", "train.py"]) == ["torchrun", "train.py"]

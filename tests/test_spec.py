@@ -140,8 +140,8 @@ def test_tasks_per_node_follow_the_mode(mode: str, gpus: int, tasks: int) -> Non
 def test_nccl_without_a_gpu_count_anywhere_counts_them_at_run_time(profile: str) -> None:
     spec = spec_from_options(_flags(profile=profile, mode="nccl", nodes=2))
     assert spec.gpus_auto and spec.cpus_auto
-    assert (spec.gpus_per_node, spec.tasks_per_node, spec.cpus_per_task) == (0, 0, 0)
-    assert spec.world_size == 0  # known only when the job starts
+    assert (spec.gpus_per_node, spec.tasks_per_node, spec.cpus_per_task) == ("auto", "auto", "auto")
+    assert spec.world_size is None
     env = dict(spec.env)
     assert (env["NCCL_NVLS_ENABLE"], env["TORCH_SYMM_MEM_DISABLE_MULTICAST"],
             env["NVSHMEM_DISABLE_NVLS"]) == ("0", "1", "1")
@@ -150,7 +150,7 @@ def test_nccl_without_a_gpu_count_anywhere_counts_them_at_run_time(profile: str)
 def test_nccl_auto_keeps_an_explicit_cpus_per_task() -> None:
     spec = spec_from_options(_flags(mode="nccl", cpus_per_task=2))
     assert spec.gpus_auto and not spec.cpus_auto
-    assert (spec.tasks_per_node, spec.cpus_per_task) == (0, 2)
+    assert (spec.tasks_per_node, spec.cpus_per_task) == ("auto", 2)
 
 
 def test_a_gpu_count_from_the_flag_or_profile_is_not_auto(tmp_path: Path) -> None:

@@ -13,6 +13,7 @@ import pytest
 from click.testing import CliRunner
 
 from hpcdist.cli import cli
+from hpcdist.directives import srun_options
 from hpcdist.errors import SpecError
 from hpcdist.jobs import load_record, wait_for_final_state
 from hpcdist.options import spec_from_options
@@ -21,6 +22,7 @@ from hpcdist.slurmtime import time_limit_seconds
 from hpcdist.spec import JobSpec
 from hpcdist.submit import (
     AUTO_GPUS_REFUSED,
+    SUBMITIT_OWNS,
     clean_slurm_environment,
     describe,
     slurm_parameters,
@@ -30,9 +32,6 @@ from hpcdist.submit import (
 REPO = Path(__file__).resolve().parents[1]
 _DIRECTIVE = re.compile(r"^#SBATCH --([a-z-]+)(?:=(.*))?$")
 
-# Directives both paths must agree on (submitit adds its own output/error/open-mode/wckey).
-COMPARED = ("job-name", "nodes", "ntasks-per-node", "cpus-per-task", "gpus-per-node",
-            "partition", "account", "qos", "mem", "time", "signal")
 
 
 def _directives(script: str) -> dict[str, str]:
@@ -48,7 +47,8 @@ def _directives(script: str) -> dict[str, str]:
 
 
 def _normalise(directives: dict[str, str]) -> dict[str, str]:
-    out = {k: v for k, v in directives.items() if k in COMPARED}
+    """Every directive but those submitit writes itself (its logs, append mode, wckey)."""
+    out = {k: v for k, v in directives.items() if k not in (*SUBMITIT_OWNS, "wckey")}
     if "time" in out:
         out["time"] = str(time_limit_seconds(out["time"]))
     return out
@@ -59,10 +59,9 @@ def _submitit_script(spec: JobSpec, tmp_path: Path, monkeypatch: pytest.MonkeyPa
 
     # The executor only checks that srun exists; the script text needs no cluster.
     monkeypatch.setattr(submitit.SlurmExecutor, "affinity", classmethod(lambda cls: 2))
-    executor = submitit.AutoExecutor(folder=tmp_path, cluster="slurm")
+    executor: Any = submitit.SlurmExecutor(folder=tmp_path)
     executor.update_parameters(**slurm_parameters(spec))
-    slurm_executor: Any = executor._executor
-    return str(slurm_executor._make_submission_file_text("true", "uid"))
+    return str(executor._make_submission_file_text("true", "uid"))
 
 
 @pytest.mark.parametrize(
@@ -75,6 +74,8 @@ def _submitit_script(spec: JobSpec, tmp_path: Path, monkeypatch: pytest.MonkeyPa
         {"mode": "nccl", "profile": "gpu-cluster", "nodes": 2, "time": "90"},
         {"mode": "nccl", "profile": "gpu-cluster", "nodes": 2, "launcher": "torchrun"},
         {"mode": "test", "profile": "gpu-cluster", "nodes": 2, "gpus_per_node": 2},
+        {"mode": "gloo", "nodes": 2, "requeue": False, "workdir": "/scratch/me",
+         "memory": "1500M", "max_restarts": 0},
     ],
 )
 def test_render_and_submit_ask_slurm_for_the_same_resources(
@@ -83,10 +84,22 @@ def test_render_and_submit_ask_slurm_for_the_same_resources(
     spec = spec_from_options({"profile": None, **flags})
     rendered = _normalise(_directives(render(spec)))
     submitted = _normalise(_directives(_submitit_script(spec, tmp_path, monkeypatch)))
-    if spec.signal is None:
-        # submitit always asks for its warning signal; a script without one only lacks the line.
-        submitted.pop("signal")
     assert rendered == submitted
+    # Not only equal to each other: each holds the values the user gave.
+    given = {"nodes": "nodes", "job_name": "job-name", "account": "account", "qos": "qos",
+             "memory": "mem", "workdir": "chdir"}
+    for flag, directive in given.items():
+        if flag in flags:
+            assert submitted[directive] == str(flags[flag])
+    assert ("no-requeue" in submitted) == (flags.get("requeue") is False or spec.mode == "test")
+    assert ("requeue" in submitted) == spec.requeue
+    srun = _srun_line(_submitit_script(spec, tmp_path, monkeypatch))
+    for option in srun_options(spec):
+        assert option in srun
+
+
+def _srun_line(script: str) -> str:
+    return next(line for line in script.splitlines() if line.startswith("srun "))
 
 
 AUTO_MESSAGE = ("--mode nccl with no GPU count is supported by render/sbatch only; "
@@ -122,8 +135,8 @@ def test_submit_functions_refuse_auto_before_anything_else(tmp_path: Path) -> No
 def test_submit_takes_the_gpu_count_when_given() -> None:
     spec = spec_from_options({"profile": None, "mode": "nccl", "gpus_per_node": 2,
                               "cpus_per_task": 1})
-    params = slurm_parameters(spec)
-    assert (params["tasks_per_node"], params["gpus_per_node"], params["cpus_per_task"]) == (
+    params = slurm_parameters(spec)["additional_parameters"]
+    assert (params["ntasks_per_node"], params["gpus_per_node"], params["cpus_per_task"]) == (
         2, 2, 1)
 
 
@@ -158,13 +171,13 @@ def _local(flags: dict[str, Any], project: Path) -> tuple[str, str]:
 
 def test_local_executor_runs_every_rank_and_completes(tmp_path: Path) -> None:
     probe = ("import os; print('rank', os.environ['SUBMITIT_LOCAL_GLOBALID'], "
-             "'of', os.environ['SUBMITIT_LOCAL_NTASKS'], 'mode', os.environ['HPCDIST_MODE'])")
+             "'of', os.environ['SUBMITIT_LOCAL_NTASKS'], 'signal', os.environ['HPCDIST_SIGNAL'])")
     job_id, state = _local({"nodes": 2, "command": f"{sys.executable} -c \"{probe}\""}, tmp_path)
     assert state == "COMPLETED"
     record = load_record(job_id, tmp_path)
     logs = [record.log_path(r).read_text() for r in range(2)]
-    assert "rank 0 of 2 mode gloo" in logs[0]
-    assert "rank 1 of 2 mode gloo" in logs[1]
+    assert "rank 0 of 2 signal USR2" in logs[0]
+    assert "rank 1 of 2 signal USR2" in logs[1]
 
 
 def test_local_job_that_raises_is_failed_with_its_traceback(tmp_path: Path) -> None:

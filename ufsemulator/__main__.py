@@ -2,7 +2,7 @@
 
 User mistakes (a bad config, a missing or broken file) end with one line on stderr and
 exit code 2; a training stopped by the preemption signal exits with 85
-(hpcdist.exitcodes.REQUEUE_EXIT_CODE) after its checkpoint is written, so a job script
+(hpcdist.protocol.REQUEUE_EXIT_CODE) after its checkpoint is written, so a job script
 can requeue it.
 """
 
@@ -14,7 +14,7 @@ import sys
 from pathlib import Path
 
 from hpcdist.distributed import DistEnvError, DistributedInitError
-from hpcdist.exitcodes import REQUEUE_EXIT_CODE
+from hpcdist.protocol import MARKER_VAR, REQUEUE_EXIT_CODE
 from ufsemulator import earlysignal
 from ufsemulator.config import ConfigError
 from ufsemulator.errors import CheckpointError, DataError
@@ -96,7 +96,7 @@ def _train(args: argparse.Namespace) -> int:
         return 0
     # Rank 0 alone reports the preemption, by exit code and, for the rendered job scripts,
     # by a marker file: srun reports the status of whichever rank it killed last.
-    marker = os.environ.get("HPCDIST_REQUEUE_MARKER")
+    marker = os.environ.get(MARKER_VAR)
     if marker:
         Path(marker).parent.mkdir(parents=True, exist_ok=True)
         Path(marker).write_text(f"{result.run_dir}\n", encoding="utf-8")

@@ -94,7 +94,6 @@ class PreemptionConfig:
     # Ranks agree on a stop request every this many optimiser steps (one tiny all_reduce,
     # on the CPU; 50 steps are well under a second, the warning comes 90 s ahead).
     check_every_steps: int = 50
-    max_restarts: int = 3
 
     def __post_init__(self) -> None:
         name = self.signal if self.signal.startswith("SIG") else f"SIG{self.signal}"

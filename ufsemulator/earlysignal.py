@@ -16,12 +16,14 @@ import signal
 import threading
 from collections.abc import Mapping
 
+from hpcdist.protocol import SIGNAL_VAR
+
 _received: set[int] = set()
 
 
 def job_signal(env: Mapping[str, str] = os.environ) -> signal.Signals | None:
     """The job's warning signal from ``$HPCDIST_SIGNAL`` (``USR1`` or ``SIGUSR1``), if any."""
-    name = env.get("HPCDIST_SIGNAL", "").strip().upper()
+    name = env.get(SIGNAL_VAR, "").strip().upper()
     if not name:
         return None
     name = name if name.startswith("SIG") else f"SIG{name}"

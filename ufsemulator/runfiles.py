@@ -24,6 +24,7 @@ import torch.distributed as dist
 
 from hpcdist.distributed import DistContext
 from hpcdist.fileutil import write_atomic
+from hpcdist.protocol import RUN_DIR_VAR
 from ufsemulator.config import Config
 from ufsemulator.errors import DataError
 from ufsemulator.synthetic import make_synthetic
@@ -49,8 +50,8 @@ def default_run_dir(environ: Mapping[str, str] | None = None, base: Path | None 
     ``HPCDIST_RUN_DIR`` wins: a job script resubmitted as a new job (no scontrol on the
     compute node) sets it to the first job's folder, so the new job resumes there."""
     env = os.environ if environ is None else environ
-    if env.get("HPCDIST_RUN_DIR", "").strip():
-        return (base if base is not None else Path.cwd()) / env["HPCDIST_RUN_DIR"].strip()
+    if env.get(RUN_DIR_VAR, "").strip():
+        return (base if base is not None else Path.cwd()) / env[RUN_DIR_VAR].strip()
     name = next((env[var].strip() for var in _JOB_ID_VARS if env.get(var, "").strip()), None)
     if name is None:
         name = time.strftime("%Y%m%d-%H%M%S")

@@ -18,24 +18,6 @@ from hpcdist.errors import ProfileError
 PROFILE_DIR = Path(__file__).resolve().parent
 DEFAULT_PROFILE = "local"
 
-# Keys of the `defaults:` section: JobSpec fields a profile may preset.
-DEFAULTABLE = (
-    "mode",
-    "nodes",
-    "cpus_per_task",
-    "gpus_per_node",
-    "memory",
-    "time",
-    "launcher",
-    "signal",
-    "requeue",
-    "max_restarts",
-    "output",
-    "error",
-    "workdir",
-)
-
-
 @dataclass(frozen=True)
 class Profile:
     name: str
@@ -148,12 +130,33 @@ def _expect_env(source: str, key: str, value: object) -> dict[str, str]:
 
 
 def _expect_defaults(source: str, value: object) -> dict[str, Any]:
+    # The JobSpec declares which of its fields a profile may preset, and their types.
+    from hpcdist.spec import JOB_OPTIONS
+
     if not isinstance(value, Mapping):
         raise ProfileError(f"profile {source!r}: defaults must be a mapping, got {_kind(value)}")
-    unknown = sorted(set(value) - set(DEFAULTABLE))
+    options = {o.name: o for o in JOB_OPTIONS if o.profile}
+    unknown = sorted(set(value) - set(options), key=str)
     if unknown:
         raise ProfileError(
             f"profile {source!r} has unknown key 'defaults.{unknown[0]}'; "
-            f"allowed: {', '.join(DEFAULTABLE)}"
+            f"allowed: {', '.join(options)}"
         )
-    return {k: v for k, v in value.items() if v is not None}
+    out: dict[str, Any] = {}
+    for key, item in value.items():
+        if item is None:
+            continue
+        kind = options[key].value_type
+        if kind == "int" or (kind == "count" and item != "auto"):
+            out[key] = _expect_int(source, f"defaults.{key}", item)
+        elif kind == "bool":
+            if not isinstance(item, bool):
+                raise ProfileError(f"profile {source!r}: defaults.{key} must be true or false, "
+                                   f"got {item!r}")
+            out[key] = item
+        else:
+            out[key] = _expect_str(source, f"defaults.{key}", item)
+        if options[key].choices and out[key] not in options[key].choices:
+            raise ProfileError(f"profile {source!r}: defaults.{key} {item!r}; expected one of "
+                               f"{', '.join(options[key].choices)}")
+    return out

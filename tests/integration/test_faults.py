@@ -36,7 +36,7 @@ from ufsemulator.checkpoint import load_checkpoint
 CONFIG = """\
 data: {{mask: ocean}}
 training: {{epochs: {epochs}, lr: 1.0e-3, early_stopping_patience: 0, checkpoint_every: 10}}
-preemption: {{check_every_steps: 5, max_restarts: 8}}
+preemption: {{check_every_steps: 5}}
 """
 
 

@@ -1,0 +1,85 @@
+"""How a JobSpec field is declared: its default, its help, its flag and whether a profile may
+preset it, all in one place (the field itself), so the CLI options, the built-in defaults and
+the profile's ``defaults:`` keys are derived rather than listed again.
+
+    nodes: int = job_field(1, "Number of nodes.", short="-N")
+
+declares ``--nodes/-N`` (an integer option), the default 1, and the profile key
+``defaults.nodes``. A field with ``default=DERIVED`` has no fixed default: ``build_spec``
+computes it from the others when neither a flag nor the profile sets it.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Iterator
+from dataclasses import dataclass
+from typing import Any
+
+OPTION_KEY = "hpcdist.option"
+
+
+class _Derived:
+    def __repr__(self) -> str:
+        return "DERIVED"
+
+
+DERIVED: Any = _Derived()
+
+
+@dataclass(frozen=True)
+class JobOption:
+    """What the command line and profiles know of one JobSpec field."""
+
+    name: str  # the JobSpec field
+    default: Any  # DERIVED: computed by build_spec
+    help: str
+    flag: str  # the long option, e.g. "--mem"
+    short: str | None = None
+    value_type: str = "str"  # str | int | bool | count (int or "auto")
+    choices: tuple[str, ...] = ()
+    multiple: bool = False  # repeatable flag, a tuple in the spec
+    profile: bool = True  # a profile's ``defaults:`` may preset it
+    metavar: str | None = None
+
+    @property
+    def has_default(self) -> bool:
+        return self.default is not DERIVED
+
+
+def job_field(
+    default: Any,
+    help: str,
+    *,
+    flag: str | None = None,
+    short: str | None = None,
+    value_type: str = "str",
+    choices: tuple[str, ...] = (),
+    multiple: bool = False,
+    profile: bool = True,
+    metavar: str | None = None,
+) -> Any:
+    """A dataclass field of JobSpec that is also a job option (see the module doc)."""
+    info = {
+        "default": default,
+        "help": help,
+        "flag": flag,
+        "short": short,
+        "value_type": value_type,
+        "choices": choices,
+        "multiple": multiple,
+        "profile": profile,
+        "metavar": metavar,
+    }
+    # The JobSpec itself is always built complete by build_spec: no dataclass default.
+    return dataclasses.field(metadata={OPTION_KEY: info})
+
+
+def job_options(spec_class: type) -> Iterator[JobOption]:
+    """The job options of a dataclass, in field order."""
+    for f in dataclasses.fields(spec_class):
+        info = f.metadata.get(OPTION_KEY)
+        if info is None:
+            continue
+        flag = info["flag"] or "--" + f.name.replace("_", "-")
+        yield JobOption(name=f.name, **{**info, "flag": flag})

@@ -1,0 +1,138 @@
+"""Validation of a JobSpec against its profile: the first bad value, named, with what was
+expected, as a SpecError that the CLI prints as one line."""
+
+from __future__ import annotations
+
+import re
+from dataclasses import fields
+
+from hpcdist.errors import SpecError
+from hpcdist.profiles import Profile
+from hpcdist.slurmtime import time_limit_seconds
+from hpcdist.spec import AUTO, JOB_OPTIONS, LAUNCHERS, JobSpec
+
+_FLAG_NAMES = {o.name: o.flag.partition("/")[0] for o in JOB_OPTIONS}
+_ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
+_MEMORY = re.compile(r"\d+[KMGT]?")
+_SIGNAL = re.compile(r"(B:)?(USR1|USR2|TERM|INT|HUP|URG|CONT)(@\d+)?")
+
+
+def validate(spec: JobSpec, profile: Profile) -> None:
+    """Raise SpecError naming the first bad value and what was expected."""
+    _check_text_values(spec)
+    if spec.nodes < 1:
+        raise SpecError(f"--nodes must be >= 1, got {spec.nodes}")
+    if profile.max_nodes is not None and spec.nodes > profile.max_nodes:
+        raise SpecError(
+            f"--nodes {spec.nodes} exceeds profile {profile.name!r} limit of "
+            f"{profile.max_nodes} nodes"
+        )
+    if spec.mode == "threads" and spec.nodes != 1:
+        raise SpecError(f"--mode threads runs on exactly 1 node, got --nodes {spec.nodes}")
+    if spec.mode == "threads" and spec.tasks_per_node != 1:
+        raise SpecError(f"--mode threads runs 1 task, got --tasks-per-node {spec.tasks_per_node}")
+    _check_gpus(spec, profile)
+    _check_cpus(spec, profile)
+    seconds = time_limit_seconds(spec.time)
+    if profile.max_time is not None and seconds > time_limit_seconds(profile.max_time):
+        raise SpecError(
+            f"--time {spec.time!r} exceeds profile {profile.name!r} limit of {profile.max_time}"
+        )
+    if profile.partitions and spec.partition not in profile.partitions:
+        raise SpecError(
+            f"--partition {spec.partition!r} is not in profile {profile.name!r}; "
+            f"expected one of {', '.join(profile.partitions)}"
+        )
+    if spec.launcher not in LAUNCHERS:
+        raise SpecError(f"--launcher {spec.launcher!r}; expected one of {', '.join(LAUNCHERS)}")
+    if spec.memory is not None and not _MEMORY.fullmatch(spec.memory):
+        raise SpecError(f"--mem {spec.memory!r}; expected a size such as 4000M, 16G or 0")
+    if spec.signal is not None and not _SIGNAL.fullmatch(spec.signal):
+        raise SpecError(f"--signal {spec.signal!r}; expected [B:]SIGNAL[@SECONDS], e.g. USR2@90")
+    if spec.max_restarts < 0:
+        raise SpecError(f"--max-restarts must be >= 0, got {spec.max_restarts}")
+    for key, _ in spec.env:
+        if not _ENV_NAME.fullmatch(key):
+            raise SpecError(
+                f"--env {key!r} is not a variable name; expected [A-Za-z_][A-Za-z0-9_]*"
+            )
+    if not spec.job_name.strip():
+        raise SpecError("--job-name must not be empty")
+
+
+def _check_gpus(spec: JobSpec, profile: Profile) -> None:
+    gpus = spec.gpus_per_node
+    if not isinstance(gpus, int):
+        if spec.mode != "nccl":
+            raise SpecError(
+                f"--gpus-per-node auto needs --mode nccl, got --mode {spec.mode}; "
+                "expected a GPU count"
+            )
+        if spec.tasks_per_node != AUTO:
+            raise SpecError(
+                f"--tasks-per-node {spec.tasks_per_node} with --mode nccl needs a GPU count: "
+                f"pass --gpus-per-node {spec.tasks_per_node} (one task per GPU), or neither "
+                "to use every GPU of each node, counted when the job starts"
+            )
+        return
+    if gpus < 0:
+        raise SpecError(f"--gpus-per-node must be >= 0, got {gpus}")
+    if spec.mode not in ("nccl", "test") and gpus:
+        raise SpecError(
+            f"--gpus-per-node {gpus} needs --mode nccl or --mode test, got --mode {spec.mode}"
+        )
+    # A profile without a GPU count (0) does not know the nodes' GPUs: nothing to check against.
+    if profile.gpus_per_node and gpus > profile.gpus_per_node:
+        raise SpecError(
+            f"--gpus-per-node {gpus} exceeds profile {profile.name!r} limit of "
+            f"{profile.gpus_per_node} GPUs per node"
+        )
+    if gpus and spec.tasks_per_node != gpus:
+        raise SpecError(
+            f"--mode {spec.mode} runs one task per GPU: --tasks-per-node {spec.tasks_per_node} "
+            f"!= --gpus-per-node {gpus}"
+        )
+
+
+def _check_cpus(spec: JobSpec, profile: Profile) -> None:
+    tasks, cpus, cores = spec.tasks_per_node, spec.cpus_per_task, profile.cores_per_node
+    if isinstance(tasks, int) and tasks < 1:
+        raise SpecError(f"--tasks-per-node must be >= 1, got {tasks}")
+    if not isinstance(cpus, int):
+        return
+    if cpus < 1:
+        raise SpecError(f"--cpus-per-task must be >= 1, got {cpus}")
+    if cores is None:
+        return
+    if not isinstance(tasks, int) and cpus > cores:
+        raise SpecError(
+            f"--cpus-per-task {cpus} exceeds profile {profile.name!r} limit of "
+            f"{cores} cores per node"
+        )
+    if isinstance(tasks, int) and tasks * cpus > cores:
+        raise SpecError(
+            f"{tasks} tasks x --cpus-per-task {cpus} = {tasks * cpus} CPUs per node exceeds "
+            f"profile {profile.name!r} limit of {cores} cores per node"
+        )
+
+
+def _check_text_values(spec: JobSpec) -> None:
+    """Newlines and NULs would end a directive or a quoted word: refuse them outright."""
+    for name, value in _text_values(spec):
+        if "\n" in value or "\r" in value or "\x00" in value:
+            shown = value.encode("unicode_escape").decode("ascii")
+            raise SpecError(f"{name} {shown!r} contains a newline or NUL; expected one line")
+
+
+def _text_values(spec: JobSpec) -> list[tuple[str, str]]:
+    out: list[tuple[str, str]] = []
+    for f in fields(spec):
+        value = getattr(spec, f.name)
+        flag = _FLAG_NAMES.get(f.name, "--" + f.name.replace("_", "-"))
+        if isinstance(value, str):
+            out.append((flag, value))
+        elif f.name == "env":
+            out.extend((f"--env {k}", f"{k}={v}") for k, v in value)
+        elif isinstance(value, tuple):
+            out.extend((flag, str(v)) for v in value)
+    return out
