@@ -49,7 +49,8 @@ def test_rendered_script_uses_the_protocol_values() -> None:
     script = render(spec_from_options({"profile": "local", "mode": "gloo", "nodes": 2,
                                        "signal": "USR1@60", "launcher": "torchrun"}))
     assert f"export {protocol.SIGNAL_VAR}=USR1\n" in script
-    assert f'export {protocol.MARKER_VAR}="${{SLURM_SUBMIT_DIR:-$PWD}}/{protocol.MARKER_DIR}/' in script
+    marker = f'{protocol.MARKER_VAR}="${{SLURM_SUBMIT_DIR:-$PWD}}/{protocol.MARKER_DIR}/'
+    assert f"export {marker}" in script
     assert f'[ "$status" -eq {protocol.REQUEUE_EXIT_CODE} ]' in script
     assert f"MASTER_PORT={protocol.port_shell_expression('SLURM_JOB_ID', '0')}\n" in script
 
