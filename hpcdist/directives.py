@@ -12,7 +12,7 @@ import shlex
 from dataclasses import dataclass
 
 from hpcdist.protocol import port_shell_expression
-from hpcdist.spec import Count, JobSpec
+from hpcdist.spec import JOB_OPTIONS, Count, JobSpec
 
 # Shell variables the nccl script sets when it counts the GPUs at run time (spec.gpus_auto).
 GPUS_VAR, CPUS_VAR = '"$gpus"', '"$cpus"'
@@ -37,9 +37,11 @@ def sbatch_directives(spec: JobSpec) -> list[Directive]:
         rows += [Directive("ntasks-per-node", _known(spec.srun_tasks_per_node)),
                  Directive("cpus-per-task", _known(spec.srun_cpus_per_task))]
     rows += [Directive("time", spec.time), Directive("output", spec.output)]
-    optional = (("error", spec.error), ("mem", spec.memory), ("partition", spec.partition),
-                ("account", spec.account), ("qos", spec.qos), ("chdir", spec.workdir))
-    rows += [Directive(option, value) for option, value in optional if value is not None]
+    # The options a field passes to sbatch as they are, declared on the field (job_field).
+    for option in JOB_OPTIONS:
+        value = getattr(spec, option.name)
+        if option.sbatch is not None and value is not None:
+            rows.append(Directive(option.sbatch, value))
     if isinstance(spec.gpus_per_node, int) and spec.gpus_per_node > 0:
         rows.append(Directive("gpus-per-node", spec.gpus_per_node))
     if spec.signal is not None:

@@ -5,7 +5,8 @@ the profile's ``defaults:`` keys are derived rather than listed again.
     nodes: int = job_field(1, "Number of nodes.", short="-N")
 
 declares ``--nodes/-N`` (an integer option), the default 1, and the profile key
-``defaults.nodes``. A field with ``default=DERIVED`` has no fixed default: ``build_spec``
+``defaults.nodes``. With ``sbatch="mem"`` a set value is also passed to sbatch as it is
+(``#SBATCH --mem=VALUE``, and the same to submitit): a new sbatch option is one field. A field with ``default=DERIVED`` has no fixed default: ``build_spec``
 computes it from the others when neither a flag nor the profile sets it.
 """
 
@@ -41,6 +42,7 @@ class JobOption:
     multiple: bool = False  # repeatable flag, a tuple in the spec
     profile: bool = True  # a profile's ``defaults:`` may preset it
     metavar: str | None = None
+    sbatch: str | None = None  # the #SBATCH option this value is passed to as it is
 
     @property
     def has_default(self) -> bool:
@@ -58,6 +60,7 @@ def job_field(
     multiple: bool = False,
     profile: bool = True,
     metavar: str | None = None,
+    sbatch: str | None = None,
 ) -> Any:
     """A dataclass field of JobSpec that is also a job option (see the module doc)."""
     info = {
@@ -70,6 +73,7 @@ def job_field(
         "multiple": multiple,
         "profile": profile,
         "metavar": metavar,
+        "sbatch": sbatch,
     }
     # The JobSpec itself is always built complete by build_spec: no dataclass default.
     return dataclasses.field(metadata={OPTION_KEY: info})

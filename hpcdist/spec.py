@@ -56,19 +56,24 @@ class JobSpec:
     gpus_per_node: Count = job_field(
         0, "GPUs per node (nccl, test), or 'auto': every GPU of each node, counted when the "
         "job starts (nccl's default where the profile names no count).", value_type="count")
-    memory: str | None = job_field(None, "Memory per node, e.g. 16G or 0 (all).", flag="--mem")
+    memory: str | None = job_field(None, "Memory per node, e.g. 16G or 0 (all).", flag="--mem",
+                                   sbatch="mem")
     time: str = job_field("00:30:00", "Time limit, e.g. 30, 04:00:00, 1-12.", short="-t")
     partition: str | None = job_field(
-        None, "Partition (default: the profile's).", short="-p", profile=False)
+        None, "Partition (default: the profile's).", short="-p", profile=False,
+        sbatch="partition")
     account: str | None = job_field(
-        None, "Account to charge (default: the profile's).", short="-A", profile=False)
+        None, "Account to charge (default: the profile's).", short="-A", profile=False,
+        sbatch="account")
     qos: str | None = job_field(None, "Quality of service (default: the profile's).",
-                                profile=False)
+                                profile=False, sbatch="qos")
     job_name: str = job_field(DERIVED, "Job name (default: ufsemulator-MODE).", short="-J",
                               profile=False)
     output: str = job_field("%x-%j.out", "stdout path of the job; SLURM patterns like %j.")
-    error: str | None = job_field(None, "stderr path of the job (default: with stdout).")
-    workdir: str | None = job_field(None, "Working directory of the job.", flag="--chdir")
+    error: str | None = job_field(None, "stderr path of the job (default: with stdout).",
+                                  sbatch="error")
+    workdir: str | None = job_field(None, "Working directory of the job.", flag="--chdir",
+                                    sbatch="chdir")
     setup: tuple[str, ...] = job_field(
         DERIVED, "A setup line such as 'module load cuda' (default: the profile's); "
         "repeatable.", multiple=True, profile=False)

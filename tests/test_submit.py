@@ -15,11 +15,12 @@ from click.testing import CliRunner
 from hpcdist.cli import cli
 from hpcdist.directives import srun_options
 from hpcdist.errors import SpecError
+from hpcdist.joboption import JobOption
 from hpcdist.jobs import load_record, wait_for_final_state
 from hpcdist.options import spec_from_options
 from hpcdist.render import render
 from hpcdist.slurmtime import time_limit_seconds
-from hpcdist.spec import JobSpec
+from hpcdist.spec import JOB_OPTIONS, JobSpec
 from hpcdist.submit import (
     AUTO_GPUS_REFUSED,
     SUBMITIT_OWNS,
@@ -229,3 +230,18 @@ def test_status_of_unknown_job_is_a_user_error(tmp_path: Path) -> None:
     result = CliRunner().invoke(cli, ["status", "424242"])
     assert result.exit_code == 2
     assert "job '424242' was not submitted from this folder" in result.stderr
+
+
+@pytest.mark.parametrize(
+    "option", [o for o in JOB_OPTIONS if o.sbatch is not None], ids=lambda o: o.name)
+def test_every_pass_through_option_reaches_render_and_submit_with_its_value(
+    option: JobOption, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    value = {"memory": "1500M", "partition": "debug"}.get(option.name, "site-value-7")
+    spec = spec_from_options({"profile": None, "mode": "gloo", option.name: value})
+    assert _directives(render(spec))[option.sbatch] == value
+    if option.sbatch not in SUBMITIT_OWNS:  # submitit writes its own logs' paths
+        assert _directives(_submitit_script(spec, tmp_path, monkeypatch))[option.sbatch] == value
+    unset = spec_from_options({"profile": None, "mode": "gloo", "partition": None})
+    if option.name != "partition":  # the profile names one
+        assert option.sbatch not in _directives(render(unset))
