@@ -6,8 +6,9 @@ the profile's ``defaults:`` keys are derived rather than listed again.
 
 declares ``--nodes/-N`` (an integer option), the default 1, and the profile key
 ``defaults.nodes``. With ``sbatch="mem"`` a set value is also passed to sbatch as it is
-(``#SBATCH --mem=VALUE``, and the same to submitit): a new sbatch option is one field. A field with ``default=DERIVED`` has no fixed default: ``build_spec``
-computes it from the others when neither a flag nor the profile sets it.
+(``#SBATCH --mem=VALUE``, and the same to submitit): a new sbatch option is one field.
+A field with ``default=DERIVED`` has no fixed default: ``build_spec`` computes it from the
+others when neither a flag nor the profile sets it.
 """
 
 from __future__ import annotations
