@@ -74,7 +74,7 @@ def follow(record: JobRecord, rank: int, poll_s: float = 1.0) -> str:
 @click.argument("job_id", required=False)
 def status(job_id: str | None) -> int:
     """State of a job (default: the newest submitted from this folder)."""
-    record = load_record(job_id) if job_id else _newest()
+    record = load_record(job_id) if job_id is not None else _newest()
     click.echo(f"{record.job_id} {job_state(record)}")
     return 0
 
@@ -91,8 +91,13 @@ def logs(job_id: str, rank: int, follow_: bool) -> int:
                                  f"{record.tasks - 1}", param_hint="--rank")
     if follow_:
         follow(record, rank)
-    else:
-        click.echo(read_log(record, rank), nl=False)
+        return 0
+    text = read_log(record, rank)
+    if not text and not record.log_path(rank).is_file():
+        click.echo(f"hpcdist: no log yet for rank {rank} of job {job_id} "
+                   f"({job_state(record)}); expected {record.log_path(rank)}", err=True)
+        return 1
+    click.echo(text, nl=False)
     return 0
 
 
@@ -101,8 +106,11 @@ def logs(job_id: str, rank: int, follow_: bool) -> int:
 def cancel_command(job_id: str) -> int:
     """Cancel a job."""
     record = load_record(job_id)
-    cancel(record)
-    click.echo(f"Cancelled job {job_id}")
+    state = cancel(record)
+    if state in FINAL_STATES:
+        click.echo(f"Job {job_id} had already ended ({state}); nothing to cancel")
+    else:
+        click.echo(f"Cancelled job {job_id} (was {state})")
     return 0
 
 

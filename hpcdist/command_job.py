@@ -20,7 +20,7 @@ from typing import Any
 from submitit.helpers import Checkpointable, DelayedSubmission
 
 from hpcdist.fileutil import write_atomic
-from hpcdist.jobs import process_exited
+from hpcdist.localjob import process_exited
 from hpcdist.protocol import MARKER_VAR, REQUEUE_EXIT_CODE, submitit_marker_name
 
 # How long the warning-signal handler waits for the child to write its checkpoint.

@@ -6,17 +6,18 @@ commands running at once never corrupt each other's records.
 
 from __future__ import annotations
 
-import contextlib
 import json
 import os
-import signal
+import re
 import subprocess
 import time
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, fields
 from pathlib import Path
+from typing import Any
 
 from hpcdist.errors import UserError
 from hpcdist.fileutil import write_atomic
+from hpcdist.localjob import ProcessIdentity, stop_tree
 
 # States after which a job never runs again (sacct may add "by <uid>" to CANCELLED).
 FINAL_STATES = frozenset({"COMPLETED", "FAILED", "CANCELLED", "TIMEOUT", "OUT_OF_MEMORY",
@@ -34,6 +35,14 @@ class JobRecord:
     folder: str
     submitted: float
     command: list[str]
+    # A local job's controller start time: with the pid (job_id), its identity (localjob).
+    start_ticks: int | None = None
+
+    @property
+    def local_process(self) -> ProcessIdentity | None:
+        if self.executor != "local" or self.start_ticks is None:
+            return None
+        return ProcessIdentity(int(self.job_id), self.start_ticks)
 
     def log_path(self, rank: int, stream: str = "out") -> Path:
         return Path(self.folder) / f"{self.job_id}_{rank}_log.{stream}"
@@ -50,23 +59,85 @@ def save_record(record: JobRecord, project_dir: Path | None = None) -> Path:
     return path
 
 
+# A SLURM job id, an array task (123_4) or a local job's process id: never a path.
+_JOB_ID = re.compile(r"[1-9][0-9]{0,17}(_[0-9]{1,9})?")
+_EXECUTORS = ("slurm", "local")
+
+
+def check_job_id(job_id: str) -> str:
+    if not _JOB_ID.fullmatch(job_id):
+        raise UserError(f"job id {job_id!r} is not a job id; expected digits such as 1234 "
+                        "(or 1234_5 for an array task)")
+    return job_id
+
+
 def load_record(job_id: str, project_dir: Path | None = None) -> JobRecord:
-    path = jobs_root(project_dir) / "jobs" / f"{job_id}.json"
+    path = jobs_root(project_dir) / "jobs" / f"{check_job_id(job_id)}.json"
     if not path.is_file():
         raise UserError(f"job {job_id!r} was not submitted from this folder; "
                         "expected an id from `hpcdist list`")
-    return JobRecord(**json.loads(path.read_text(encoding="utf-8")))
+    return read_record(path)
+
+
+def read_record(path: Path) -> JobRecord:
+    """A record file, checked field by field: one bad file is one line, never a traceback."""
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, ValueError) as exc:
+        raise UserError(f"job record {str(path)!r} cannot be read ({_reason(exc)}); "
+                        "remove it or submit the job again") from exc
+    problem = _record_problem(data)
+    if problem:
+        raise UserError(f"job record {str(path)!r} is corrupt: {problem}; remove it")
+    return JobRecord(**data)
+
+
+def _reason(exc: Exception) -> str:
+    return getattr(exc, "strerror", None) or type(exc).__name__
+
+
+_FIELD_TYPES: dict[str, tuple[type, ...]] = {
+    "job_id": (str,), "executor": (str,), "name": (str,), "mode": (str,), "nodes": (int,),
+    "tasks": (int,), "folder": (str,), "submitted": (int, float), "command": (list,),
+    "start_ticks": (int, type(None)),
+}
+
+
+def _record_problem(data: Any) -> str:
+    if not isinstance(data, dict):
+        return f"expected a JSON object, got {type(data).__name__}"
+    names = {f.name for f in fields(JobRecord)}
+    missing = sorted(names - set(data) - {"start_ticks"})
+    if missing:
+        return f"missing {missing[0]!r}"
+    unknown = sorted(set(data) - names)
+    if unknown:
+        return f"unknown key {unknown[0]!r}"
+    for key, types in _FIELD_TYPES.items():
+        value = data.get(key)
+        if not isinstance(value, types) or (isinstance(value, bool) and bool not in types):
+            return f"{key} is {value!r}"
+    if not _JOB_ID.fullmatch(data["job_id"]) or data["executor"] not in _EXECUTORS:
+        return f"job {data['job_id']!r} of executor {data['executor']!r}"
+    if data["tasks"] < 1 or data["nodes"] < 1:
+        return f"{data['nodes']} nodes, {data['tasks']} tasks"
+    return ""
+
+
+def scan_records(project_dir: Path | None = None) -> tuple[list[JobRecord], list[str]]:
+    """Every readable record, newest first, and one line for each file that is not."""
+    folder = jobs_root(project_dir) / "jobs"
+    records, problems = [], []
+    for path in folder.glob("*.json"):
+        try:
+            records.append(read_record(path))
+        except UserError as exc:
+            problems.append(str(exc))
+    return sorted(records, key=lambda r: r.submitted, reverse=True), problems
 
 
 def list_records(project_dir: Path | None = None) -> list[JobRecord]:
-    folder = jobs_root(project_dir) / "jobs"
-    records = []
-    for path in folder.glob("*.json"):
-        try:
-            records.append(JobRecord(**json.loads(path.read_text(encoding="utf-8"))))
-        except (OSError, ValueError, TypeError):
-            continue  # a record being replaced right now; the next call sees it
-    return sorted(records, key=lambda r: r.submitted, reverse=True)
+    return scan_records(project_dir)[0]
 
 
 def job_state(record: JobRecord) -> str:
@@ -75,17 +146,26 @@ def job_state(record: JobRecord) -> str:
     return _local_state(record)
 
 
+def slurm_tool(argv: list[str]) -> subprocess.CompletedProcess[str]:
+    """Run a SLURM client command; a missing tool or a silent controller is one line."""
+    try:
+        return subprocess.run(argv, capture_output=True, text=True, timeout=30)
+    except FileNotFoundError as exc:
+        raise UserError(f"{argv[0]} is not on PATH; expected SLURM's client tools "
+                        "(module load slurm, or run on a login node)") from exc
+    except subprocess.TimeoutExpired as exc:
+        raise UserError(f"{argv[0]} got no answer from the SLURM controller in 30 s") from exc
+
+
 def _slurm_state(job_id: str) -> str:
     """The controller's view first: sacct lags it and, while a job is being requeued, can
     briefly report the ending attempt as FAILED. sacct answers once the controller has
     forgotten the job (MinJobAge after it ended)."""
-    queue = subprocess.run(["squeue", "-t", "all", "-h", "-j", job_id, "-o", "%T"],
-                           capture_output=True, text=True, timeout=30)
+    queue = slurm_tool(["squeue", "-t", "all", "-h", "-j", job_id, "-o", "%T"])
     live = queue.stdout.strip().upper()
     if queue.returncode == 0 and live:
         return live
-    proc = subprocess.run(["sacct", "-j", job_id, "-X", "-n", "-P", "-o", "State"],
-                          capture_output=True, text=True, timeout=30)
+    proc = slurm_tool(["sacct", "-j", job_id, "-X", "-n", "-P", "-o", "State"])
     states = [line.split()[0] for line in proc.stdout.splitlines() if line.strip()]
     # "CANCELLED by 0" -> CANCELLED; a requeued job lists its latest attempt last.
     return states[-1].upper() if states else "UNKNOWN"
@@ -95,40 +175,40 @@ def _local_state(record: JobRecord) -> str:
     folder = Path(record.folder)
     if (folder / "cancelled").exists():
         return "CANCELLED"
-    if not process_exited(int(record.job_id)):
+    process = record.local_process
+    # Only the controller that was started for this job counts, never a reused pid.
+    if process is not None and process.is_running():
         return "RUNNING"
     codes = []
     for rank in range(record.tasks):
         exit_file = folder / f"exit_{rank}.json"
-        if exit_file.is_file():
+        try:
             codes.append(int(json.loads(exit_file.read_text())["returncode"]))
+        except (OSError, ValueError, KeyError, TypeError):
+            continue  # no exit record: that rank did not finish
     if len(codes) == record.tasks and all(code == 0 for code in codes):
         return "COMPLETED"
     return "FAILED"
 
 
-def process_exited(pid: int) -> bool:
-    """Whether a process is gone or a zombie nobody has reaped yet (finished, not alive).
-
-    Read from /proc rather than Popen.poll: the caller may not own the process, or may be a
-    signal handler that interrupted Popen.wait, which holds the lock poll needs."""
-    try:
-        stat = Path(f"/proc/{pid}/stat").read_text()
-    except OSError:
-        return True
-    return stat.rsplit(")", 1)[-1].split()[0] in ("Z", "X")
-
-
-def cancel(record: JobRecord) -> None:
+def cancel(record: JobRecord) -> str:
+    """Stop a job that has not ended; returns the state it had. A job that has ended is
+    left as it is (its record and state are never rewritten)."""
+    state = job_state(record)
+    if state in FINAL_STATES:
+        return state
     if record.executor == "slurm":
-        proc = subprocess.run(["scancel", record.job_id], capture_output=True, text=True)
+        proc = slurm_tool(["scancel", record.job_id])
         if proc.returncode != 0:
             raise UserError(f"scancel {record.job_id} failed: {proc.stderr.strip()}")
-        return
+        return state
+    process = record.local_process
+    if process is None or not process.is_running():
+        return job_state(record)
     write_atomic(Path(record.folder) / "cancelled", f"{time.time()}\n")
-    # submitit's local controller forwards SIGTERM to every task it started.
-    with contextlib.suppress(ProcessLookupError):
-        os.kill(int(record.job_id), signal.SIGTERM)
+    # The controller, each rank's submitit task (which ignores SIGTERM) and its command.
+    stop_tree(process)
+    return state
 
 
 def read_log(record: JobRecord, rank: int) -> str:

@@ -20,6 +20,7 @@ from typing import Any
 from hpcdist.directives import sbatch_directives, srun_options
 from hpcdist.errors import SpecError, UserError
 from hpcdist.jobs import JobRecord, jobs_root, save_record
+from hpcdist.localjob import identify
 from hpcdist.protocol import SIGNAL_VAR, is_inherited
 from hpcdist.render import render
 from hpcdist.slurmtime import time_limit_minutes
@@ -190,10 +191,13 @@ def submit(spec: JobSpec, executor: str = "auto", project_dir: Path | None = Non
     # submitit's tasks, each with its log: under torchrun one per node, holding its ranks.
     srun_tasks = 1 if spec.launcher == "torchrun" else shape.tasks_per_node
     tasks = spec.nodes * srun_tasks if kind == "slurm" else shape.world_size(spec.nodes)
+    # A local job is a process: its start time tells it apart from a later reuse of its pid.
+    process = identify(int(job.job_id)) if kind == "local" else None
     record = JobRecord(
         job_id=str(job.job_id), executor=kind, name=spec.job_name, mode=spec.mode,
         nodes=spec.nodes, tasks=tasks, folder=str(job_folder),
         submitted=time.time(), command=list(spec.command),
+        start_ticks=None if process is None else process.start_ticks,
     )
     save_record(record, project_dir)
     return Submission(record=record, executor=kind)
