@@ -41,7 +41,8 @@ def submit(executor: str, dry_run: bool, wait: bool, no_preflight: bool, **optio
                f"{spec.nodes} nodes x {spec.tasks_per_node} tasks)")
     click.echo(f"  state: {job_state(record)}")
     click.echo(f"  rank 0 log: {record.log_path(0)}")
-    click.echo(f"  rank 0 err: {record.log_path(0, 'err')}")
+    if spec.error is not None or result.executor == "local":
+        click.echo(f"  rank 0 err: {record.log_path(0, 'err')}")
     if not wait:
         return 0
     state = follow(record, rank=0)

@@ -44,6 +44,7 @@ class CommandJob(Checkpointable):
     record_dir: str | None = None
     threads: int | None = None
     torchrun_nproc: int | None = None
+    requeue: bool = True  # --no-requeue: the user's word; a warned job ends instead
     _child: subprocess.Popen[bytes] | None = field(default=None, repr=False, compare=False)
 
     def __call__(self) -> int:
@@ -70,23 +71,35 @@ class CommandJob(Checkpointable):
                 preexec_fn=lambda: signal.signal(signal.SIGUSR2, signal.SIG_IGN))
         code = self._child.wait()
         self._record(code)
-        if code == REQUEUE_EXIT_CODE or (marker is not None and marker.exists()):
+        checkpointed = code == REQUEUE_EXIT_CODE or (marker is not None and marker.exists())
+        if checkpointed and not self.requeue:
+            raise CommandFailed(f"{' '.join(self.argv)} checkpointed after the warning signal; "
+                                "not requeued (--no-requeue)")
+        if checkpointed:
             # The child checkpointed after the warning signal; submitit's handler requeues.
             time.sleep(CHECKPOINT_GRACE_S)
         if code != 0:
             raise CommandFailed(f"{' '.join(self.argv)} exited with code {code}")
         return code
 
-    def checkpoint(self, *args: Any, **kwargs: Any) -> DelayedSubmission:
-        """Called by submitit on the warning signal: let the child checkpoint, then requeue."""
+    # submitit reads a None from checkpoint() as "do not requeue" (its _checkpoint helper),
+    # although Checkpointable's annotation names DelayedSubmission only.
+    def checkpoint(  # type: ignore[override]
+        self, *args: Any, **kwargs: Any
+    ) -> DelayedSubmission | None:
+        """Called by submitit on the warning signal: let the child checkpoint, then requeue
+        (None: submitit does not requeue)."""
         child = self._child
         if child is not None and not process_exited(child.pid):
             # torchrun passes SIGTERM on to its ranks, which checkpoint on it as on USR2.
             child.send_signal(signal.SIGUSR2 if self.torchrun_nproc is None else signal.SIGTERM)
             if not _wait_exited(child.pid, CHECKPOINT_GRACE_S):
                 print("hpcdist: child did not exit after the warning signal", file=sys.stderr)
+        if not self.requeue:
+            print("hpcdist: warned, not requeued (--no-requeue)", file=sys.stderr, flush=True)
+            return None
         fresh = CommandJob(self.argv, self.env, self.record_dir, self.threads,
-                           self.torchrun_nproc)
+                           self.torchrun_nproc, self.requeue)
         return DelayedSubmission(fresh)
 
     def torchrun_argv(self, env: Mapping[str, str]) -> list[str]:

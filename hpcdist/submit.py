@@ -40,23 +40,46 @@ class Submission:
 
 
 def choose_executor(kind: str) -> str:
+    """``auto``: SLURM wherever a cluster is configured, else this machine. A configured
+    controller that does not answer is an error, never a silent run on the login node."""
     if kind == "auto":
-        return "slurm" if _slurm_reachable() else "local"
+        config = slurm_config()
+        if config is None:
+            return "local"
+        _require_controller(config)
+        return "slurm"
     if kind == "slurm" and not shutil.which("sbatch"):
         raise UserError("--executor slurm: no sbatch on PATH; expected a SLURM login node")
     return kind
 
 
-def _slurm_reachable() -> bool:
-    """sbatch on PATH and a controller answering: a laptop with SLURM's client alone is local."""
+# Where SLURM's tools find the cluster's configuration when SLURM_CONF is not set; the last
+# is slurmd's cache on a configless cluster.
+_SLURM_CONFIGS = ("/etc/slurm/slurm.conf", "/etc/slurm-llnl/slurm.conf",
+                  "/usr/local/etc/slurm.conf", "/var/spool/slurmd/conf-cache/slurm.conf",
+                  "/run/slurm/conf/slurm.conf")
+
+
+def slurm_config() -> str | None:
+    """The SLURM configuration this machine's tools would use, or None: no cluster here."""
     if shutil.which("sbatch") is None:
-        return False
+        return None
+    if os.environ.get("SLURM_CONF"):
+        return f"SLURM_CONF={os.environ['SLURM_CONF']}"
+    return next((path for path in _SLURM_CONFIGS if os.path.isfile(path)), None)
+
+
+def _require_controller(config: str) -> None:
     try:
         proc = subprocess.run(["sinfo", "--noheader", "--format=%P"], capture_output=True,
-                              timeout=15)
-    except (OSError, subprocess.TimeoutExpired):
-        return False
-    return proc.returncode == 0
+                              text=True, timeout=20)
+    except (OSError, subprocess.TimeoutExpired) as exc:
+        proc = subprocess.CompletedProcess(["sinfo"], 1, "", str(exc))
+    if proc.returncode != 0:
+        reason = (proc.stderr.strip().splitlines() or ["no answer"])[-1]
+        raise UserError(f"SLURM is configured here ({config}) but its controller does not "
+                        f"answer (sinfo: {reason}); pass --executor local to run on this "
+                        "machine instead")
 
 
 @dataclass(frozen=True)
@@ -78,9 +101,9 @@ def refuse_auto_gpus(spec: JobSpec) -> Shape:
     return Shape(tasks, cpus)
 
 
-# Directives that submitit writes itself: its logs (which it reads back), its append mode,
-# and the warning signal, which must be USR2 because its handler catches that one.
-SUBMITIT_OWNS = ("output", "error", "open-mode", "signal")
+# Directives that submitit writes itself: its append mode, and the warning signal, which
+# must be USR2 because its handler catches that one.
+SUBMITIT_OWNS = ("open-mode", "signal")
 
 
 def slurm_parameters(spec: JobSpec) -> dict[str, Any]:
@@ -93,9 +116,13 @@ def slurm_parameters(spec: JobSpec) -> dict[str, Any]:
         "ntasks_per_node": directives["ntasks-per-node"],
         "srun_args": srun_options(spec),
         "setup": list(spec.setup),
+        # Without --error a rendered script keeps stderr with stdout: so does each rank here.
+        "stderr_to_stdout": spec.error is None,
         # Written after submitit's own parameters, so these win wherever both name an option.
+        # The job's own --output/--error take the batch shell's log (as in a rendered
+        # script); each rank's log stays in submitit's folder, where `hpcdist logs` reads it.
         "additional_parameters": {
-            option.replace("-", "_"): True if value is None else value
+            option.replace("-", "_"): _submitit_value(value)
             for option, value in directives.items() if option not in SUBMITIT_OWNS
         },
     }
@@ -106,6 +133,15 @@ def slurm_parameters(spec: JobSpec) -> dict[str, Any]:
                             "expected USR2@SECONDS (plain sbatch scripts take any signal)")
         params["signal_delay_s"] = int(delay or 60)
     return params
+
+
+def _submitit_value(value: str | int | None) -> str | int | bool:
+    """A directive's value as submitit writes it: shell-quoted, which sbatch's own parser
+    reads like a shell except that a backslash escapes the next character even inside
+    single quotes, so backslashes are doubled here to reach sbatch as they were given."""
+    if value is None:
+        return True  # a flag such as --requeue
+    return value.replace("\\", "\\\\") if isinstance(value, str) else value
 
 
 @contextmanager
@@ -178,13 +214,14 @@ def submit(spec: JobSpec, executor: str = "auto", project_dir: Path | None = Non
         ex = submitit.SlurmExecutor(folder=folder, max_num_timeout=spec.max_restarts)
         ex.update_parameters(**slurm_parameters(spec))
         nproc = shape.tasks_per_node if spec.launcher == "torchrun" else None
-        job_command = CommandJob(spec.command, extra_env, record_dir=None, torchrun_nproc=nproc)
+        job_command = CommandJob(spec.command, extra_env, record_dir=None, torchrun_nproc=nproc,
+                                 requeue=spec.requeue)
     else:
         ex = submitit.LocalExecutor(folder=folder)
         ex.update_parameters(tasks_per_node=shape.world_size(spec.nodes),
                              timeout_min=time_limit_minutes(spec.time))
         job_command = CommandJob(spec.command, extra_env, record_dir=None,
-                                 threads=_local_threads(spec, shape))
+                                 threads=_local_threads(spec, shape), requeue=spec.requeue)
     with clean_slurm_environment():
         job = ex.submit(job_command)
     job_folder = Path(str(job.paths.folder))

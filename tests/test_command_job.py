@@ -80,3 +80,35 @@ def test_torchrun_takes_modules_and_scripts_but_not_other_interpreter_options() 
     assert torchrun_command(["torchrun"], ["python", "train.py"]) == ["torchrun", "train.py"]
     assert torchrun_command(["torchrun"], ["python3", "-c", "x"]) == [
         "torchrun", "--no-python", "python3", "-c", "x"]
+
+
+def test_no_requeue_job_that_checkpointed_ends_without_waiting(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from hpcdist import command_job
+
+    slept: list[float] = []
+    monkeypatch.setattr(command_job.time, "sleep", slept.append)
+    monkeypatch.setenv("SLURM_PROCID", "0")
+    job = CommandJob((sys.executable, "-c", "raise SystemExit(85)"), record_dir=str(tmp_path),
+                     requeue=False)
+    with pytest.raises(command_job.CommandFailed, match=r"not requeued \(--no-requeue\)$"):
+        job()
+    assert slept == []
+    assert job.checkpoint() is None  # submitit then ends the job instead of requeueing it
+
+
+def test_requeue_job_that_checkpointed_waits_and_is_requeued(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from hpcdist import command_job
+
+    slept: list[float] = []
+    monkeypatch.setattr(command_job.time, "sleep", slept.append)
+    monkeypatch.setenv("SLURM_PROCID", "0")
+    job = CommandJob((sys.executable, "-c", "raise SystemExit(85)"), record_dir=str(tmp_path))
+    with pytest.raises(command_job.CommandFailed, match="exited with code 85"):
+        job()
+    assert slept == [command_job.CHECKPOINT_GRACE_S]
+    fresh = job.checkpoint()
+    assert fresh is not None and fresh.function.requeue is True
