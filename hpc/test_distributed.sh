@@ -7,8 +7,8 @@
 #SBATCH --ntasks-per-node=1
 #SBATCH --cpus-per-task=2
 #SBATCH --time="00:30:00"
-#SBATCH --output="%x-%j.out"
 #SBATCH --partition="debug"
+#SBATCH --output="%x-%j.out"
 #SBATCH --no-requeue
 
 set -euo pipefail

@@ -7,9 +7,9 @@
 #SBATCH --ntasks-per-node=1
 #SBATCH --cpus-per-task=40
 #SBATCH --time="04:00:00"
-#SBATCH --output="%x-%j.out"
 #SBATCH --mem="0"
 #SBATCH --partition="compute"
+#SBATCH --output="%x-%j.out"
 #SBATCH --signal="USR2@90"
 #SBATCH --requeue
 # A requeued job keeps writing to the same log instead of truncating it.

@@ -7,8 +7,8 @@
 #SBATCH --ntasks-per-node=1
 #SBATCH --cpus-per-task=2
 #SBATCH --time="00:30:00"
-#SBATCH --output="%x-%j.out"
 #SBATCH --partition="debug"
+#SBATCH --output="%x-%j.out"
 #SBATCH --signal="USR2@90"
 #SBATCH --requeue
 # A requeued job keeps writing to the same log instead of truncating it.

@@ -7,9 +7,9 @@
 #SBATCH --ntasks-per-node=4
 #SBATCH --cpus-per-task=16
 #SBATCH --time="04:00:00"
-#SBATCH --output="%x-%j.out"
 #SBATCH --mem="0"
 #SBATCH --partition="gpu"
+#SBATCH --output="%x-%j.out"
 #SBATCH --gpus-per-node=4
 #SBATCH --signal="USR2@90"
 #SBATCH --requeue

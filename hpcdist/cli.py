@@ -47,9 +47,9 @@ def cli() -> None:
 
 @cli.command()
 @job_options
-@click.option("--out", "-o", "out", type=click.Path(dir_okay=False, path_type=Path),
-              default=None, help="Write the script here instead of stdout.")
-@click.option("--force", is_flag=True, help="Overwrite --out if it exists.")
+@click.option("--script", "out", type=click.Path(dir_okay=False, path_type=Path),
+              default=None, help="Write the script to this file instead of stdout.")
+@click.option("--force", is_flag=True, help="Overwrite --script if it exists.")
 def render(out: Path | None, force: bool, **options: Any) -> int:
     """Print the sbatch script for a job; change nothing."""
     from hpcdist.render import render as render_spec
@@ -59,7 +59,7 @@ def render(out: Path | None, force: bool, **options: Any) -> int:
         click.echo(script, nl=False)
         return 0
     if out.exists() and not force:
-        raise UserError(f"--out {str(out)!r} exists; pass --force to overwrite it")
+        raise UserError(f"--script {str(out)!r} exists; pass --force to overwrite it")
     write_atomic(out, script, mode=0o755)
     click.echo(f"wrote {out}", err=True)
     return 0

@@ -36,7 +36,7 @@ def sbatch_directives(spec: JobSpec) -> list[Directive]:
     else:
         rows += [Directive("ntasks-per-node", _known(spec.srun_tasks_per_node)),
                  Directive("cpus-per-task", _known(spec.srun_cpus_per_task))]
-    rows += [Directive("time", spec.time), Directive("output", spec.output)]
+    rows.append(Directive("time", spec.time))
     # The options a field passes to sbatch as they are, declared on the field (job_field).
     for option in JOB_OPTIONS:
         value = getattr(spec, option.name)

@@ -83,6 +83,9 @@ def spec_from_options(options: dict[str, Any]) -> JobSpec:
             flags["command"] = tuple(shlex.split(command))
         except ValueError as exc:
             raise SpecError(f"--command {command!r} cannot be split into words: {exc}") from exc
+        if not flags["command"]:
+            raise SpecError(f"--command {command!r} is empty; expected the command each rank "
+                            "runs (leave the flag out for the emulator training)")
     return build_spec(profile, flags)
 
 

@@ -6,14 +6,15 @@ import re
 
 from hpcdist.errors import SpecError
 
-# The formats `sbatch --time` accepts (man sbatch), each with the fields it carries.
+# The formats `sbatch --time` accepts (man sbatch), each with the fields it carries. ASCII
+# digits only, no spaces: sbatch refuses other digits, and a padded value is not one word.
 _FORMATS: tuple[tuple[re.Pattern[str], tuple[str, ...]], ...] = (
-    (re.compile(r"(\d+)"), ("minutes",)),
-    (re.compile(r"(\d+):(\d+)"), ("minutes", "seconds")),
-    (re.compile(r"(\d+):(\d+):(\d+)"), ("hours", "minutes", "seconds")),
-    (re.compile(r"(\d+)-(\d+)"), ("days", "hours")),
-    (re.compile(r"(\d+)-(\d+):(\d+)"), ("days", "hours", "minutes")),
-    (re.compile(r"(\d+)-(\d+):(\d+):(\d+)"), ("days", "hours", "minutes", "seconds")),
+    (re.compile(r"([0-9]+)"), ("minutes",)),
+    (re.compile(r"([0-9]+):([0-9]+)"), ("minutes", "seconds")),
+    (re.compile(r"([0-9]+):([0-9]+):([0-9]+)"), ("hours", "minutes", "seconds")),
+    (re.compile(r"([0-9]+)-([0-9]+)"), ("days", "hours")),
+    (re.compile(r"([0-9]+)-([0-9]+):([0-9]+)"), ("days", "hours", "minutes")),
+    (re.compile(r"([0-9]+)-([0-9]+):([0-9]+):([0-9]+)"), ("days", "hours", "minutes", "seconds")),
 )
 
 _EXPECTED = "one of MM, MM:SS, HH:MM:SS, D-HH, D-HH:MM, D-HH:MM:SS"
@@ -22,7 +23,7 @@ _EXPECTED = "one of MM, MM:SS, HH:MM:SS, D-HH, D-HH:MM, D-HH:MM:SS"
 def time_limit_seconds(value: str) -> int:
     """Seconds in a SLURM time limit such as ``"1-12:00:00"``; SpecError when malformed."""
     for pattern, fields in _FORMATS:
-        match = pattern.fullmatch(value.strip())
+        match = pattern.fullmatch(value)
         if match is None:
             continue
         parts = dict(zip(fields, (int(g) for g in match.groups()), strict=True))

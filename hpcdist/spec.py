@@ -69,13 +69,14 @@ class JobSpec:
                                 profile=False, sbatch="qos")
     job_name: str = job_field(DERIVED, "Job name (default: ufsemulator-MODE).", short="-J",
                               profile=False)
-    output: str = job_field("%x-%j.out", "stdout path of the job; SLURM patterns like %j.")
-    error: str | None = job_field(None, "stderr path of the job (default: with stdout).",
-                                  sbatch="error")
+    output: str = job_field("%x-%j.out", "The job's log (stdout), as sbatch's --output; "
+                            "SLURM patterns like %j.", short="-o", sbatch="output")
+    error: str | None = job_field(None, "The job's stderr, as sbatch's --error (default: "
+                                  "with stdout).", short="-e", sbatch="error")
     workdir: str | None = job_field(None, "Working directory of the job.", flag="--chdir",
                                     sbatch="chdir")
     setup: tuple[str, ...] = job_field(
-        DERIVED, "A setup line such as 'module load cuda' (default: the profile's); "
+        DERIVED, "A setup line such as 'module load cuda', run after the profile's; "
         "repeatable.", multiple=True, profile=False)
     env: tuple[tuple[str, str], ...] = job_field(
         (), "Extra environment variable, merged over the profile's; repeatable.",
@@ -203,7 +204,9 @@ def build_spec(profile: Profile, flags: Mapping[str, Any]) -> JobSpec:
         qos=merged.get("qos"),
         error=merged.get("error"),
         workdir=merged.get("workdir"),
-        setup=tuple(merged.get("setup") or profile.setup),
+        # The profile's setup (module loads, the environment's activation) comes first, then
+        # the flag's lines: --setup adds to the site's setup as --env adds to its variables.
+        setup=(*profile.setup, *merged.get("setup", ())),
         env=tuple(env.items()),
         signal=merged.get("signal") or None,
         requeue=bool(merged["requeue"]),

@@ -13,13 +13,18 @@ from hpcdist.spec import AUTO, JOB_OPTIONS, LAUNCHERS, JobSpec
 
 _FLAG_NAMES = {o.name: o.flag.partition("/")[0] for o in JOB_OPTIONS}
 _ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
-_MEMORY = re.compile(r"\d+[KMGT]?")
-_SIGNAL = re.compile(r"(B:)?(USR1|USR2|TERM|INT|HUP|URG|CONT)(@\d+)?")
+_MEMORY = re.compile(r"[0-9]+[KMGT]?")
+_SIGNAL = re.compile(r"(B:)?(USR1|USR2|TERM|INT|HUP|URG|CONT)(@[0-9]+)?")
+# The longest values the testbed's SLURM 22.05 accepted (one more character: "Pathname of a
+# file, directory or other parameter too long").
+MAX_NAME, MAX_PATH = 1024, 4096
+_PATH_FIELDS = ("output", "error", "workdir")
 
 
 def validate(spec: JobSpec, profile: Profile) -> None:
     """Raise SpecError naming the first bad value and what was expected."""
     _check_text_values(spec)
+    _check_lengths(spec)
     if spec.nodes < 1:
         raise SpecError(f"--nodes must be >= 1, got {spec.nodes}")
     if profile.max_nodes is not None and spec.nodes > profile.max_nodes:
@@ -58,6 +63,9 @@ def validate(spec: JobSpec, profile: Profile) -> None:
             )
     if not spec.job_name.strip():
         raise SpecError("--job-name must not be empty")
+    if spec.output.endswith(".sh"):
+        raise SpecError(f"--output {spec.output!r} names the job's log, as in sbatch; expected "
+                        "a log name such as %x-%j.out (render writes the script with --script)")
 
 
 def _check_gpus(spec: JobSpec, profile: Profile) -> None:
@@ -114,6 +122,17 @@ def _check_cpus(spec: JobSpec, profile: Profile) -> None:
             f"{tasks} tasks x --cpus-per-task {cpus} = {tasks * cpus} CPUs per node exceeds "
             f"profile {profile.name!r} limit of {cores} cores per node"
         )
+
+
+def _check_lengths(spec: JobSpec) -> None:
+    for option in JOB_OPTIONS:
+        value = getattr(spec, option.name)
+        if option.name != "job_name" and option.sbatch is None:
+            continue
+        limit = MAX_PATH if option.name in _PATH_FIELDS else MAX_NAME
+        if isinstance(value, str) and len(value) > limit:
+            raise SpecError(f"{_FLAG_NAMES[option.name]} is {len(value)} characters long; "
+                            f"expected at most {limit}")
 
 
 def _check_text_values(spec: JobSpec) -> None:

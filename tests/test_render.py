@@ -341,15 +341,15 @@ def test_hpc_scripts_check_command_reports_drift(tmp_path: Path) -> None:
 def test_render_to_file_is_atomic_and_refuses_to_overwrite(tmp_path: Path) -> None:
     out = tmp_path / "job.sh"
     runner = CliRunner()
-    first = runner.invoke(cli, ["render", "--nodes", "2", "-o", str(out)])
+    first = runner.invoke(cli, ["render", "--nodes", "2", "--script", str(out)])
     assert first.exit_code == 0, first.output
     text = out.read_text()
     assert "#SBATCH --nodes=2" in text
-    again = runner.invoke(cli, ["render", "--nodes", "3", "-o", str(out)])
+    again = runner.invoke(cli, ["render", "--nodes", "3", "--script", str(out)])
     assert again.exit_code == 2
     assert "exists; pass --force" in again.stderr
     assert out.read_text() == text
-    forced = runner.invoke(cli, ["render", "--nodes", "3", "-o", str(out), "--force"])
+    forced = runner.invoke(cli, ["render", "--nodes", "3", "--script", str(out), "--force"])
     assert forced.exit_code == 0
     assert "#SBATCH --nodes=3" in out.read_text()
     assert sorted(p.name for p in tmp_path.iterdir()) == ["job.sh"]

@@ -256,6 +256,7 @@ def test_every_pass_through_option_reaches_render_and_submit_with_its_value(
     spec = spec_from_options({"profile": None, "mode": "gloo", option.name: value})
     assert _directives(render(spec))[option.sbatch] == value
     assert _directives(_submitit_script(spec, tmp_path, monkeypatch))[option.sbatch] == value
-    unset = spec_from_options({"profile": None, "mode": "gloo", "partition": None})
-    if option.name != "partition":  # the profile names one
-        assert option.sbatch not in _directives(render(unset))
+    unset = spec_from_options({"profile": None, "mode": "gloo"})
+    # Unset: no directive, unless a default or the profile (its partition) gives a value.
+    assert (option.sbatch in _directives(render(unset))) == (
+        getattr(unset, option.name) is not None)
