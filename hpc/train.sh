@@ -17,7 +17,7 @@
 
 set -euo pipefail
 
-# Site setup from the profile: module loads and environment activation, as written there.
+# Site setup (the profile's lines, then --setup's): module loads, environment activation.
 if command -v module >/dev/null 2>&1; then module load python/3.11; fi
 if [ -n "${HPCDIST_VENV:-}" ]; then source "${HPCDIST_VENV}/bin/activate"; fi
 

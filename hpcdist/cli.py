@@ -23,6 +23,10 @@ class _Cli(click.Group):
         self, args: Any = None, prog_name: str | None = None, **extra: Any
     ) -> Any:
         extra["standalone_mode"] = False
+        if not (sys.argv[1:] if args is None else args):
+            # No command at all: the help is the answer, not an error.
+            click.echo(self.get_help(click.Context(self, info_name=prog_name or "hpcdist")))
+            sys.exit(0)
         try:
             result = super().main(args, prog_name or "hpcdist", **extra)
         except click.exceptions.Exit as exc:
@@ -60,7 +64,12 @@ def render(out: Path | None, force: bool, **options: Any) -> int:
         return 0
     if out.exists() and not force:
         raise UserError(f"--script {str(out)!r} exists; pass --force to overwrite it")
-    write_atomic(out, script, mode=0o755)
+    if not out.parent.is_dir():
+        raise UserError(f"--script {str(out)!r}: folder {str(out.parent)!r} does not exist")
+    try:
+        write_atomic(out, script, mode=0o755)
+    except OSError as exc:
+        raise UserError(f"--script {str(out)!r} cannot be written: {exc.strerror}") from exc
     click.echo(f"wrote {out}", err=True)
     return 0
 

@@ -223,7 +223,11 @@ def submit(spec: JobSpec, executor: str = "auto", project_dir: Path | None = Non
         job_command = CommandJob(spec.command, extra_env, record_dir=None,
                                  threads=_local_threads(spec, shape), requeue=spec.requeue)
     with clean_slurm_environment():
-        job = ex.submit(job_command)
+        try:
+            job = ex.submit(job_command)
+        except (OSError, RuntimeError) as exc:  # sbatch missing, refused, or no controller
+            reason = (str(exc).strip().splitlines() or [type(exc).__name__])[-1]
+            raise UserError(f"the {kind} executor could not submit the job: {reason}") from exc
     job_folder = Path(str(job.paths.folder))
     # submitit's tasks, each with its log: under torchrun one per node, holding its ranks.
     srun_tasks = 1 if spec.launcher == "torchrun" else shape.tasks_per_node

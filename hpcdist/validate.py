@@ -4,6 +4,8 @@ expected, as a SpecError that the CLI prints as one line."""
 from __future__ import annotations
 
 import re
+import shlex
+import subprocess
 from dataclasses import fields
 
 from hpcdist.errors import SpecError
@@ -56,6 +58,8 @@ def validate(spec: JobSpec, profile: Profile) -> None:
         raise SpecError(f"--signal {spec.signal!r}; expected [B:]SIGNAL[@SECONDS], e.g. USR2@90")
     if spec.max_restarts < 0:
         raise SpecError(f"--max-restarts must be >= 0, got {spec.max_restarts}")
+    for line in spec.setup:
+        _check_setup_line(line)
     for key, _ in spec.env:
         if not _ENV_NAME.fullmatch(key):
             raise SpecError(
@@ -122,6 +126,26 @@ def _check_cpus(spec: JobSpec, profile: Profile) -> None:
             f"{tasks} tasks x --cpus-per-task {cpus} = {tasks * cpus} CPUs per node exceeds "
             f"profile {profile.name!r} limit of {cores} cores per node"
         )
+
+
+def _check_setup_line(line: str) -> None:
+    """A setup line is shell code, written as it is: it must be one complete line of bash
+    (closed quotes, brackets and blocks), or the rest of the script would be read as part
+    of it. bash itself is the judge (``bash -n``, which runs nothing)."""
+    try:
+        proc = subprocess.run(["bash", "-n", "-c", line], capture_output=True, text=True,
+                              timeout=10)
+    except (OSError, subprocess.TimeoutExpired):
+        try:  # no bash here: quotes at least must close
+            shlex.split(line, comments=True)
+            return
+        except ValueError as exc:
+            proc = subprocess.CompletedProcess([], 2, "", str(exc))
+    if proc.returncode != 0:
+        reason = (proc.stderr.strip().splitlines() or ["syntax error"])[-1]
+        reason = reason.split(": ", 1)[-1] if reason.startswith("bash:") else reason
+        raise SpecError(f"--setup {line!r} is not a complete shell line ({reason}); expected "
+                        "e.g. 'module load cuda'")
 
 
 def _check_lengths(spec: JobSpec) -> None:

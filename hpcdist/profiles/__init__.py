@@ -68,6 +68,9 @@ def load_profile(name_or_path: str = DEFAULT_PROFILE) -> Profile:
         raw = yaml.safe_load(path.read_text(encoding="utf-8"))
     except OSError as exc:
         raise ProfileError(f"profile {str(path)!r} cannot be read: {exc.strerror}") from exc
+    except UnicodeDecodeError as exc:
+        raise ProfileError(f"profile {str(path)!r} is not UTF-8 text (byte {exc.start}); "
+                           "expected a YAML file") from exc
     except yaml.YAMLError as exc:
         where = getattr(exc, "problem_mark", None)
         line = f" at line {where.line + 1}" if where is not None else ""
