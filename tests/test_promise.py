@@ -176,7 +176,7 @@ def test_job_commands_keep_the_promise_on_any_record(
     _assert_promise(result, before, folder)
 
 
-class _chdir:  # noqa: N801  (a context manager used like contextlib.chdir, Python 3.11+)
+class _chdir:
     def __init__(self, path: Path) -> None:
         self.path, self.old = path, ""
 
