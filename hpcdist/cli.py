@@ -66,9 +66,10 @@ def render(out: Path | None, force: bool, **options: Any) -> int:
 
 
 def _register_commands() -> None:
+    from hpcdist.cli_follow import FOLLOW_COMMANDS
     from hpcdist.cli_jobs import JOB_COMMANDS
 
-    for command in JOB_COMMANDS:
+    for command in (*JOB_COMMANDS, *FOLLOW_COMMANDS):
         cli.add_command(command)
     from hpcdist.cli_env import env_command
 

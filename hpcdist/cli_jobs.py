@@ -1,4 +1,4 @@
-"""``hpcdist submit``, ``status``, ``logs``, ``cancel`` and ``list``."""
+"""``hpcdist submit`` and ``cancel``; ``status``, ``logs`` and ``list`` are in cli_follow."""
 
 from __future__ import annotations
 
@@ -13,9 +13,7 @@ from hpcdist.jobs import (
     JobRecord,
     cancel,
     job_state,
-    list_records,
     load_record,
-    read_log,
 )
 from hpcdist.options import job_options, spec_from_options
 
@@ -70,32 +68,6 @@ def follow(record: JobRecord, rank: int, poll_s: float = 1.0) -> str:
         state = job_state(record)
 
 
-@click.command()
-@click.argument("job_id", required=False)
-def status(job_id: str | None) -> int:
-    """State of a job (default: the newest submitted from this folder)."""
-    record = load_record(job_id) if job_id else _newest()
-    click.echo(f"{record.job_id} {job_state(record)}")
-    return 0
-
-
-@click.command()
-@click.argument("job_id")
-@click.option("--rank", type=int, default=0, show_default=True)
-@click.option("--follow", "follow_", is_flag=True, help="Keep printing until the job ends.")
-def logs(job_id: str, rank: int, follow_: bool) -> int:
-    """Print one rank's log (stdout, then stderr)."""
-    record = load_record(job_id)
-    if not 0 <= rank < record.tasks:
-        raise click.BadParameter(f"{rank} is not a rank of job {job_id}; expected 0.."
-                                 f"{record.tasks - 1}", param_hint="--rank")
-    if follow_:
-        follow(record, rank)
-    else:
-        click.echo(read_log(record, rank), nl=False)
-    return 0
-
-
 @click.command(name="cancel")
 @click.argument("job_id")
 def cancel_command(job_id: str) -> int:
@@ -106,28 +78,4 @@ def cancel_command(job_id: str) -> int:
     return 0
 
 
-@click.command(name="list")
-def list_command() -> int:
-    """Jobs submitted from this folder, newest first, with state and elapsed time."""
-    now = time.time()
-    click.echo(f"{'JOB':>10}  {'STATE':<11} {'ELAPSED':>9}  {'EXECUTOR':<8} NAME")
-    for record in list_records():
-        elapsed = _hms(now - record.submitted)
-        click.echo(f"{record.job_id:>10}  {job_state(record):<11} {elapsed:>9}  "
-                   f"{record.executor:<8} {record.name}")
-    return 0
-
-
-def _newest() -> JobRecord:
-    records = list_records()
-    if not records:
-        raise click.UsageError("no jobs submitted from this folder yet")
-    return records[0]
-
-
-def _hms(seconds: float) -> str:
-    s = int(seconds)
-    return f"{s // 3600}:{s % 3600 // 60:02d}:{s % 60:02d}"
-
-
-JOB_COMMANDS = (submit, status, logs, cancel_command, list_command)
+JOB_COMMANDS = (submit, cancel_command)
