@@ -72,8 +72,10 @@ def _register_commands() -> None:
     for command in (*JOB_COMMANDS, *FOLLOW_COMMANDS):
         cli.add_command(command)
     from hpcdist.cli_env import env_command
+    from hpcdist.cli_run import run
 
     cli.add_command(env_command)
+    cli.add_command(run)
 
 
 _register_commands()
