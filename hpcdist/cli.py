@@ -71,11 +71,13 @@ def _register_commands() -> None:
 
     for command in (*JOB_COMMANDS, *FOLLOW_COMMANDS):
         cli.add_command(command)
+    from hpcdist.cli_completion import completion
     from hpcdist.cli_env import env_command
     from hpcdist.cli_run import run
 
     cli.add_command(env_command)
     cli.add_command(run)
+    cli.add_command(completion)
 
 
 _register_commands()

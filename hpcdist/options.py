@@ -46,6 +46,9 @@ _JOB_OPTIONS: tuple[Callable[[F], F], ...] = (
     click.option("--signal", default=None, help="Warning signal before the limit, e.g. USR2@90."),
     click.option("--requeue/--no-requeue", default=None, help="Requeue after preemption."),
     click.option("--max-restarts", type=int, default=None),
+    click.option("--collective-timeout", type=int, default=None, metavar="SECONDS",
+                 help="Limit for joining the process group and for every collective: a hung "
+                      "peer fails the job after it (default 120; the check's 60)."),
 )
 
 

@@ -12,6 +12,7 @@ from dataclasses import dataclass, fields
 from typing import Any, Literal
 
 from hpcdist.errors import SpecError
+from hpcdist.hangs import COLLECTIVE_TIMEOUT_ENV
 from hpcdist.profiles import Profile
 from hpcdist.slurmtime import time_limit_seconds
 
@@ -37,6 +38,7 @@ _DEFAULTS: dict[str, Any] = {
     "output": "%x-%j.out",
     "error": None,
     "workdir": None,
+    "collective_timeout": None,
 }
 
 # Every NCCL job starts with NVLink SHARP multicast off: on shared hosts a program that uses
@@ -85,6 +87,7 @@ class JobSpec:
     requeue: bool = True
     max_restarts: int = 3
     profile: str = "local"
+    collective_timeout: int | None = None  # seconds; reaches the ranks as an env variable
 
     @property
     def gpus_auto(self) -> bool:
@@ -171,12 +174,19 @@ def build_spec(profile: Profile, flags: Mapping[str, Any]) -> JobSpec:
     else:
         env.update(profile.gloo_env)
     env.update(dict(merged.get("env", ())))
+    timeout = merged.get("collective_timeout")
+    if timeout is not None:
+        if int(timeout) < 1:
+            raise SpecError(f"--collective-timeout must be >= 1 second, got {timeout}")
+        env[COLLECTIVE_TIMEOUT_ENV] = str(int(timeout))
     if mode == "test":
         # A smoke test has nothing to checkpoint: no warning signal, no requeue.
         merged["signal"], merged["requeue"] = None, False
     command = tuple(merged.get("command") or ())
     if not command:
         command = COMMCHECK_COMMAND if mode == "test" else TRAIN_COMMAND
+        if mode == "test" and timeout is not None:
+            command = (*COMMCHECK_COMMAND[:-1], str(int(timeout)))
 
     spec = JobSpec(
         mode=mode,  # type: ignore[arg-type]  # checked against MODES above
@@ -201,6 +211,7 @@ def build_spec(profile: Profile, flags: Mapping[str, Any]) -> JobSpec:
         requeue=bool(merged["requeue"]),
         max_restarts=int(merged["max_restarts"]),
         profile=profile.name,
+        collective_timeout=None if timeout is None else int(timeout),
     )
     validate(spec, profile)
     return spec

@@ -1,0 +1,62 @@
+"""Diagnosing hangs: the collective timeout a job carries into its ranks, where NCCL's
+flight recorder dumps, and which network variables to set when ranks cannot meet.
+
+Pure functions of an environment mapping; ``hpcdist.distributed`` applies them.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping
+
+# The job's --collective-timeout, carried into every rank by the script (or submitit).
+COLLECTIVE_TIMEOUT_ENV = "HPCDIST_COLLECTIVE_TIMEOUT"
+DEFAULT_TIMEOUT_S = 120.0
+# What decides where ranks meet: named, with the values this rank sees, in failure messages.
+NETWORK_VARS = ("GLOO_SOCKET_IFNAME", "NCCL_SOCKET_IFNAME", "MASTER_ADDR")
+# PyTorch's NCCL flight recorder: the ring of recent collectives, and where it is dumped.
+_TRACE_BUFFER_ENV = "TORCH_NCCL_TRACE_BUFFER_SIZE"
+_TRACE_FILE_ENVS = ("TORCH_FR_DUMP_TEMP_FILE", "TORCH_NCCL_DEBUG_INFO_TEMP_FILE")
+
+
+def network_hint(env: Mapping[str, str]) -> str:
+    """Which variables to set when ranks cannot reach each other, and what they are now."""
+    now = ", ".join(f"{var}={env[var]}" if env.get(var) else f"{var} unset"
+                    for var in NETWORK_VARS)  # fmt: skip
+    return (
+        "on nodes with several networks set GLOO_SOCKET_IFNAME (gloo) or NCCL_SOCKET_IFNAME "
+        "(nccl) to the interface that reaches the master, e.g. ib0 or eth0, and MASTER_ADDR "
+        f"to the master's address on that network (now: {now})"
+    )
+
+
+def collective_timeout_s(env: Mapping[str, str], default: float = DEFAULT_TIMEOUT_S) -> float:
+    """Seconds a rank waits to join the group or for any collective: the job's
+    ``--collective-timeout`` (``HPCDIST_COLLECTIVE_TIMEOUT``), else ``default``."""
+    text = env.get(COLLECTIVE_TIMEOUT_ENV, "").strip()
+    if not text:
+        return default
+    try:
+        value = float(text)
+    except ValueError:
+        value = float("nan")
+    if not 0 < value < float("inf"):
+        raise ValueError(f"{COLLECTIVE_TIMEOUT_ENV}={text!r}; expected a number of seconds > 0")
+    return value
+
+
+def flight_recorder_files(env: Mapping[str, str]) -> dict[str, str]:
+    """Where NCCL's flight recorder dumps (one file per rank, torch appends the rank):
+    into the run folder, for a job whose profile turned the recorder on and named no file.
+    Pure: the variables to set; {} when there is nothing to add."""
+    try:
+        entries = int(env.get(_TRACE_BUFFER_ENV, "0") or 0)
+    except ValueError:
+        return {}
+    if entries <= 0 or any(env.get(var) for var in _TRACE_FILE_ENVS):
+        return {}
+    # The folder the training writes to (ufsemulator's runs/<job id>), or the one named.
+    run_dir = env.get("HPCDIST_RUN_DIR", "").strip() or os.path.join(
+        "runs", env.get("SLURM_JOB_ID") or env.get("TORCHELASTIC_RUN_ID") or "local")
+    prefix = os.path.join(os.path.abspath(run_dir), "nccl_trace_rank_")
+    return dict.fromkeys(_TRACE_FILE_ENVS, prefix)
