@@ -15,7 +15,8 @@ DEFAULT_TIMEOUT_S = 120.0
 # What decides where ranks meet: named, with the values this rank sees, in failure messages.
 NETWORK_VARS = ("GLOO_SOCKET_IFNAME", "NCCL_SOCKET_IFNAME", "MASTER_ADDR")
 # PyTorch's NCCL flight recorder: the ring of recent collectives, and where it is dumped.
-_TRACE_BUFFER_ENV = "TORCH_NCCL_TRACE_BUFFER_SIZE"
+# (torch >= 2.5 reads the TORCH_FR_* spellings too).
+_TRACE_BUFFER_ENVS = ("TORCH_NCCL_TRACE_BUFFER_SIZE", "TORCH_FR_BUFFER_SIZE")
 _TRACE_FILE_ENVS = ("TORCH_FR_DUMP_TEMP_FILE", "TORCH_NCCL_DEBUG_INFO_TEMP_FILE")
 
 
@@ -49,10 +50,10 @@ def flight_recorder_files(env: Mapping[str, str]) -> dict[str, str]:
     """Where NCCL's flight recorder dumps (one file per rank, torch appends the rank):
     into the run folder, for a job whose profile turned the recorder on and named no file.
     Pure: the variables to set; {} when there is nothing to add."""
-    try:
-        entries = int(env.get(_TRACE_BUFFER_ENV, "0") or 0)
-    except ValueError:
-        return {}
+    entries = 0
+    for var in _TRACE_BUFFER_ENVS:
+        text = env.get(var, "").strip()
+        entries = max(entries, int(text) if text.isdigit() else 0)
     if entries <= 0 or any(env.get(var) for var in _TRACE_FILE_ENVS):
         return {}
     # The folder the training writes to (ufsemulator's runs/<job id>), or the one named.

@@ -81,6 +81,7 @@ def test_gpu_profile_turns_the_flight_recorder_on_for_nccl_only() -> None:
         ({"TORCH_NCCL_TRACE_BUFFER_SIZE": "2000", "SLURM_JOB_ID": "42",
           "HPCDIST_RUN_DIR": "runs/7"}, "runs/7"),
         ({"TORCH_NCCL_TRACE_BUFFER_SIZE": "2000"}, "runs/local"),
+        ({"TORCH_FR_BUFFER_SIZE": "100", "SLURM_JOB_ID": "9"}, "runs/9"),
     ],
 )
 def test_flight_recorder_dumps_into_the_run_folder(env: dict[str, str],
