@@ -220,12 +220,18 @@ def list_command() -> int:
 
     now = time.time()
     records = {record.job_id: record for record in list_records()}
+    # One sacct call reaches back to the oldest SLURM record too: no query per record.
+    since = min([now - 86400] + [r.submitted for r in records.values() if r.executor == "slurm"])
     click.echo(f"{'JOB':>12}  {'STATE':<11} {'ELAPSED':>10}  {'EXECUTOR':<8} NAME")
-    slurm = {job.job_id: job for job in recent_jobs()}
+    slurm = {job.job_id: job for job in recent_jobs(
+        time.strftime("%Y-%m-%dT%H:%M:%S", time.localtime(since - 60)))}
     rows: list[tuple[str, str, str, str, str]] = []
     for record in records.values():
         job = slurm.pop(record.job_id, None) if record.executor == "slurm" else None
-        state = job.state if job is not None else job_state(record)
+        if record.executor == "slurm":
+            state = job.state if job is not None else "UNKNOWN"
+        else:
+            state = job_state(record)  # a local process: no SLURM query
         elapsed = (job.elapsed_s if job is not None and job.elapsed_s is not None
                    else now - record.submitted)
         rows.append((record.job_id, state, format_duration(elapsed), record.executor,

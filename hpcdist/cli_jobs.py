@@ -3,13 +3,11 @@
 from __future__ import annotations
 
 import json
-import time
 from typing import Any
 
 import click
 
 from hpcdist.jobs import (
-    FINAL_STATES,
     JobRecord,
     cancel,
     job_state,
@@ -49,23 +47,11 @@ def submit(executor: str, dry_run: bool, wait: bool, no_preflight: bool, **optio
 
 def follow(record: JobRecord, rank: int, poll_s: float = 1.0) -> str:
     """Print a rank's log as it grows until the job reaches a final state; return it."""
-    offsets = {"out": 0, "err": 0}
-    state = job_state(record)
-    while True:
-        for stream in offsets:
-            path = record.log_path(rank, stream)
-            if path.is_file():
-                with path.open("rb") as handle:
-                    handle.seek(offsets[stream])
-                    chunk = handle.read()
-                offsets[stream] += len(chunk)
-                if chunk:
-                    click.echo(chunk.decode(errors="replace"), nl=False,
-                               err=(stream == "err"))
-        if state in FINAL_STATES:
-            return state
-        time.sleep(poll_s)
-        state = job_state(record)
+    from hpcdist.cli_follow import follow_files
+
+    return follow_files([(record.log_path(rank, "out"), False),
+                         (record.log_path(rank, "err"), True)],
+                        lambda: job_state(record), lambda line: True, poll_s)
 
 
 @click.command(name="cancel")

@@ -224,8 +224,9 @@ def merge_summaries(live: Sequence[JobSummary], accounted: Sequence[JobSummary]
 
 
 def recent_jobs(since: str = "now-1days") -> list[JobSummary]:
-    """This user's jobs in the queue and those accounted for since ``since``: one squeue
-    and one sacct call for all of them."""
+    """This user's jobs in the queue and those accounted for since ``since`` (sacct's
+    ``--starttime``: ``now-1days``, ``2026-11-26T09:00:00``): one squeue and one sacct
+    call for all of them."""
     fields = "--format=JobID,State,Elapsed,JobName"
     live = _run(["squeue", "--me", "-h", "-o", "%i|%T|%M|%j"])
     accounted = _run(["sacct", "-X", "-P", "-n", "-S", since, fields])
