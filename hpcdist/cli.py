@@ -23,10 +23,6 @@ class _Cli(click.Group):
         self, args: Any = None, prog_name: str | None = None, **extra: Any
     ) -> Any:
         extra["standalone_mode"] = False
-        if not (sys.argv[1:] if args is None else args):
-            # No command at all: the help is the answer, not an error.
-            click.echo(self.get_help(click.Context(self, info_name=prog_name or "hpcdist")))
-            sys.exit(0)
         try:
             result = super().main(args, prog_name or "hpcdist", **extra)
         except click.exceptions.Exit as exc:
@@ -35,6 +31,11 @@ class _Cli(click.Group):
             click.echo("hpcdist: aborted", err=True)
             sys.exit(130)
         except click.ClickException as exc:
+            help_ctx = getattr(exc, "ctx", None)
+            if type(exc).__name__ == "NoArgsIsHelpError" and help_ctx is not None:
+                # `hpcdist` alone: the help is the answer, not an error (click >= 8.2).
+                click.echo(help_ctx.get_help())
+                sys.exit(0)
             click.echo(f"hpcdist: error: {exc.format_message()}", err=True)
             sys.exit(2 if isinstance(exc, click.UsageError) else exc.exit_code)
         except UserError as exc:
@@ -75,13 +76,18 @@ def render(out: Path | None, force: bool, **options: Any) -> int:
 
 
 def _register_commands() -> None:
+    from hpcdist.cli_follow import FOLLOW_COMMANDS
     from hpcdist.cli_jobs import JOB_COMMANDS
 
-    for command in JOB_COMMANDS:
+    for command in (*JOB_COMMANDS, *FOLLOW_COMMANDS):
         cli.add_command(command)
+    from hpcdist.cli_completion import completion
     from hpcdist.cli_env import env_command
+    from hpcdist.cli_run import run
 
     cli.add_command(env_command)
+    cli.add_command(run)
+    cli.add_command(completion)
 
 
 _register_commands()

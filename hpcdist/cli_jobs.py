@@ -1,9 +1,8 @@
-"""``hpcdist submit``, ``status``, ``logs``, ``cancel`` and ``list``."""
+"""``hpcdist submit`` and ``cancel``; ``status``, ``logs`` and ``list`` are in cli_follow."""
 
 from __future__ import annotations
 
 import json
-import time
 from typing import Any
 
 import click
@@ -13,9 +12,7 @@ from hpcdist.jobs import (
     JobRecord,
     cancel,
     job_state,
-    list_records,
     load_record,
-    read_log,
 )
 from hpcdist.options import job_options, spec_from_options
 
@@ -52,54 +49,11 @@ def submit(executor: str, dry_run: bool, wait: bool, no_preflight: bool, **optio
 
 def follow(record: JobRecord, rank: int, poll_s: float = 1.0) -> str:
     """Print a rank's log as it grows until the job reaches a final state; return it."""
-    offsets = {"out": 0, "err": 0}
-    state = job_state(record)
-    while True:
-        for stream in offsets:
-            path = record.log_path(rank, stream)
-            if path.is_file():
-                with path.open("rb") as handle:
-                    handle.seek(offsets[stream])
-                    chunk = handle.read()
-                offsets[stream] += len(chunk)
-                if chunk:
-                    click.echo(chunk.decode(errors="replace"), nl=False,
-                               err=(stream == "err"))
-        if state in FINAL_STATES:
-            return state
-        time.sleep(poll_s)
-        state = job_state(record)
+    from hpcdist.cli_follow import follow_files
 
-
-@click.command()
-@click.argument("job_id", required=False)
-def status(job_id: str | None) -> int:
-    """State of a job (default: the newest submitted from this folder)."""
-    record = load_record(job_id) if job_id is not None else _newest()
-    click.echo(f"{record.job_id} {job_state(record)}")
-    return 0
-
-
-@click.command()
-@click.argument("job_id")
-@click.option("--rank", type=int, default=0, show_default=True)
-@click.option("--follow", "follow_", is_flag=True, help="Keep printing until the job ends.")
-def logs(job_id: str, rank: int, follow_: bool) -> int:
-    """Print one rank's log (stdout, then stderr)."""
-    record = load_record(job_id)
-    if not 0 <= rank < record.tasks:
-        raise click.BadParameter(f"{rank} is not a rank of job {job_id}; expected 0.."
-                                 f"{record.tasks - 1}", param_hint="--rank")
-    if follow_:
-        follow(record, rank)
-        return 0
-    text = read_log(record, rank)
-    if not text and not record.log_path(rank).is_file():
-        click.echo(f"hpcdist: no log yet for rank {rank} of job {job_id} "
-                   f"({job_state(record)}); expected {record.log_path(rank)}", err=True)
-        return 1
-    click.echo(text, nl=False)
-    return 0
+    return follow_files([(record.log_path(rank, "out"), False),
+                         (record.log_path(rank, "err"), True)],
+                        lambda: job_state(record), lambda line: True, poll_s)
 
 
 @click.command(name="cancel")
@@ -115,28 +69,4 @@ def cancel_command(job_id: str) -> int:
     return 0
 
 
-@click.command(name="list")
-def list_command() -> int:
-    """Jobs submitted from this folder, newest first, with state and elapsed time."""
-    now = time.time()
-    click.echo(f"{'JOB':>10}  {'STATE':<11} {'ELAPSED':>9}  {'EXECUTOR':<8} NAME")
-    for record in list_records():
-        elapsed = _hms(now - record.submitted)
-        click.echo(f"{record.job_id:>10}  {job_state(record):<11} {elapsed:>9}  "
-                   f"{record.executor:<8} {record.name}")
-    return 0
-
-
-def _newest() -> JobRecord:
-    records = list_records()
-    if not records:
-        raise click.UsageError("no jobs submitted from this folder yet")
-    return records[0]
-
-
-def _hms(seconds: float) -> str:
-    s = int(seconds)
-    return f"{s // 3600}:{s % 3600 // 60:02d}:{s % 60:02d}"
-
-
-JOB_COMMANDS = (submit, status, logs, cancel_command, list_command)
+JOB_COMMANDS = (submit, cancel_command)

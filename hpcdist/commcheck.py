@@ -21,13 +21,15 @@ from hpcdist.distributed import (
     DistEnv,
     DistributedInitError,
     cleanup_distributed,
+    collective_timeout_s,
+    network_hint,
     setup_distributed,
 )
 
-_HINT = (
-    "is every rank running and the master reachable? on nodes with several networks "
-    "set GLOO_SOCKET_IFNAME (gloo) or NCCL_SOCKET_IFNAME (nccl)"
-)
+
+def _hint() -> str:
+    return f"is every rank running and the master reachable? {network_hint(os.environ)}"
+
 # init and gloo collectives have their own timeouts and better messages; the watchdog only
 # catches what hangs past them (a stuck NCCL kernel, a TCPStore retry that overshoots)
 _INIT_GRACE_S = 15.0
@@ -70,7 +72,7 @@ class _Watchdog:
             if overdue:
                 print(
                     f"FAIL: {step} did not finish within {budget:g} s ({self._describe()}); "
-                    f"{_HINT}",
+                    f"{_hint()}",
                     flush=True,
                 )
                 os._exit(EXIT_FAIL)  # the hung call holds the main thread; nothing else ends it
@@ -125,11 +127,17 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--timeout",
         type=float,
-        default=60.0,
+        default=None,
         metavar="SECONDS",
-        help="limit for joining the group and for each collective (default: 60)",
+        help="limit for joining the group and for each collective (default: the job's "
+        "--collective-timeout, else 60)",
     )
     args = parser.parse_args(argv)
+    if args.timeout is None:
+        try:
+            args.timeout = collective_timeout_s(os.environ, default=60.0)
+        except ValueError as exc:
+            parser.error(str(exc))
     if args.timeout <= 0:
         parser.error(f"--timeout must be > 0, got {args.timeout:g}")
 
@@ -164,7 +172,7 @@ def main(argv: list[str] | None = None) -> int:
         return EXIT_FAIL
     except Exception as exc:  # a collective that timed out or lost a peer
         reason = (str(exc).strip().splitlines() or [type(exc).__name__])[0][:300]
-        print(f"FAIL: {type(exc).__name__}: {reason} ({describe()}); {_HINT}", flush=True)
+        print(f"FAIL: {type(exc).__name__}: {reason} ({describe()}); {_hint()}", flush=True)
         return EXIT_FAIL
     finally:
         with watchdog.step("cleanup", args.timeout):

@@ -21,6 +21,12 @@ from datetime import timedelta
 from typing import TYPE_CHECKING, Any
 
 from hpcdist.distenv import DistEnv, DistEnvError, Source, expand_tasks_per_node
+from hpcdist.hangs import (
+    COLLECTIVE_TIMEOUT_ENV,
+    collective_timeout_s,
+    flight_recorder_files,
+    network_hint,
+)
 from hpcdist.nodelist import NodeListError, expand_nodelist
 from hpcdist.protocol import PORT_HIGH, PORT_LOW, derive_port
 
@@ -28,6 +34,7 @@ if TYPE_CHECKING:
     import torch
 
 __all__ = [
+    "COLLECTIVE_TIMEOUT_ENV",
     "PORT_HIGH",
     "PORT_LOW",
     "DistContext",
@@ -38,20 +45,17 @@ __all__ = [
     "Source",
     "allocated_gpus",
     "cleanup_distributed",
+    "collective_timeout_s",
     "derive_port",
     "distributed",
     "expand_nodelist",
     "expand_tasks_per_node",
+    "flight_recorder_files",
+    "network_hint",
     "select_device",
     "setup_distributed",
     "task_device",
 ]
-
-_IFNAME_HINT = (
-    "on nodes with several networks set GLOO_SOCKET_IFNAME (gloo) or NCCL_SOCKET_IFNAME "
-    "(nccl) to the interface that reaches the master, e.g. ib0 or eth0"
-)
-
 
 class DistributedInitError(RuntimeError):
     """The process group could not be formed; the message names master address and port."""
@@ -142,26 +146,34 @@ def process_group_options(init: Any, backend: str, device: torch.device) -> dict
 
 
 def setup_distributed(
-    timeout_s: float = 120.0,
+    timeout_s: float | None = None,
     environ: Mapping[str, str] | None = None,
     *,
     backend: str | None = None,
 ) -> DistContext:
-    """Join (or, alone, form) the process group; always initialises one, even for 1 rank."""
+    """Join (or, alone, form) the process group; always initialises one, even for 1 rank.
+
+    ``timeout_s`` bounds the join and every collective of the group (a hung peer fails the
+    job instead of holding it to its time limit); None: the job's --collective-timeout,
+    else 120 s."""
     import torch
     import torch.distributed as dist
 
+    source_env = os.environ if environ is None else environ
+    if timeout_s is None:
+        timeout_s = collective_timeout_s(source_env)
     if timeout_s <= 0:
         raise ValueError(f"timeout_s must be > 0, got {timeout_s}")
     if dist.is_initialized():
         raise RuntimeError("a process group is already initialised; call cleanup_distributed()")
-    source_env = os.environ if environ is None else environ
     env = DistEnv.from_environ(source_env)
     visible = torch.cuda.device_count() if torch.cuda.is_available() else 0
     backend, device_name = task_device(source_env, env.local_rank, visible, backend)
     device = torch.device(device_name)
     if device.type == "cuda":
         torch.cuda.set_device(device)
+    if backend == "nccl":
+        _prepare_flight_recorder(source_env)
     if env.num_threads is not None:
         torch.set_num_threads(env.num_threads)
     timeout = timedelta(seconds=timeout_s)
@@ -197,7 +209,7 @@ def setup_distributed(
         )
     except Exception as exc:
         cleanup_distributed()
-        message = _init_failure(env, backend, timeout_s, exc)
+        message = _init_failure(env, backend, timeout_s, exc, source_env)
         raise DistributedInitError(message, env.master_addr, env.master_port) from exc
     print(
         f"[Rank {env.rank}] host {env.hostname}, local rank {env.local_rank}/"
@@ -247,14 +259,24 @@ def _export_missing(env: DistEnv) -> None:
         os.environ.setdefault(var, value)
 
 
-def _init_failure(env: DistEnv, backend: str, timeout_s: float, exc: BaseException) -> str:
+def _prepare_flight_recorder(env: Mapping[str, str]) -> None:
+    # ProcessGroupNCCL reads these when it is created: set them before init_process_group.
+    files = flight_recorder_files(env)
+    for var, value in files.items():
+        os.environ.setdefault(var, value)
+    if files:
+        os.makedirs(os.path.dirname(next(iter(files.values()))), exist_ok=True)
+
+
+def _init_failure(env: DistEnv, backend: str, timeout_s: float, exc: BaseException,
+                  source_env: Mapping[str, str]) -> str:
     reason = (str(exc).strip().splitlines() or [type(exc).__name__])[0][:300]
     return (
         f"rank {env.rank}/{env.world_size} on {env.hostname} could not join the {backend} "
         f"process group at master {env.master_addr}:{env.master_port} within {timeout_s:g} s "
         f"({reason}). Check that {env.master_addr} is reachable from {env.hostname}, that port "
         f"{env.master_port} is free there and that all {env.world_size} ranks were started; "
-        f"{_IFNAME_HINT}"
+        f"{network_hint(source_env)}"
     )
 
 
@@ -275,7 +297,7 @@ def cleanup_distributed() -> None:
 
 @contextmanager
 def distributed(
-    timeout_s: float = 120.0,
+    timeout_s: float | None = None,
     environ: Mapping[str, str] | None = None,
     *,
     backend: str | None = None,

@@ -72,11 +72,17 @@ def check_job_id(job_id: str) -> str:
 
 
 def load_record(job_id: str, project_dir: Path | None = None) -> JobRecord:
-    path = jobs_root(project_dir) / "jobs" / f"{check_job_id(job_id)}.json"
-    if not path.is_file():
+    record = find_record(job_id, project_dir)
+    if record is None:
         raise UserError(f"job {job_id!r} was not submitted from this folder; "
                         "expected an id from `hpcdist list`")
-    return read_record(path)
+    return record
+
+
+def find_record(job_id: str, project_dir: Path | None = None) -> JobRecord | None:
+    """This folder's record of a job, None if it has none; a corrupt one is a UserError."""
+    path = jobs_root(project_dir) / "jobs" / f"{check_job_id(job_id)}.json"
+    return read_record(path) if path.is_file() else None
 
 
 def read_record(path: Path) -> JobRecord:
@@ -189,6 +195,22 @@ def _local_state(record: JobRecord) -> str:
     if len(codes) == record.tasks and all(code == 0 for code in codes):
         return "COMPLETED"
     return "FAILED"
+
+
+def local_elapsed(record: JobRecord) -> float | None:
+    """Seconds a local job has run (so far), from its submission to its last rank's exit;
+    None when that is not known."""
+    process = record.local_process
+    if process is not None and process.is_running():
+        return time.time() - record.submitted
+    finished = []
+    for rank in range(record.tasks):
+        try:
+            data = json.loads((Path(record.folder) / f"exit_{rank}.json").read_text())
+            finished.append(float(data["finished"]))
+        except (OSError, ValueError, KeyError, TypeError):
+            continue
+    return max(finished) - record.submitted if finished else None
 
 
 def cancel(record: JobRecord) -> str:

@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from typing import Any, Literal
 
 from hpcdist.errors import SpecError
+from hpcdist.hangs import COLLECTIVE_TIMEOUT_ENV
 from hpcdist.joboption import DERIVED, JobOption, job_field, job_options
 from hpcdist.profiles import Profile
 from hpcdist.slurmtime import time_limit_seconds
@@ -90,6 +91,10 @@ class JobSpec:
     requeue: bool = job_field(True, "Requeue after a preemption or the warning signal.",
                               flag="--requeue/--no-requeue", value_type="bool")
     max_restarts: int = job_field(3, "Requeue at most this many times.", value_type="int")
+    collective_timeout: int | None = job_field(
+        None, "Limit for joining the process group and for every collective: a hung peer "
+        "fails the job after it (default 120; the communication check's 60).",
+        value_type="int", metavar="SECONDS")
     profile: str = "local"
 
     @property
@@ -180,12 +185,17 @@ def build_spec(profile: Profile, flags: Mapping[str, Any]) -> JobSpec:
     else:
         env.update(profile.gloo_env)
     env.update(dict(merged.get("env", ())))
+    timeout = merged.get("collective_timeout")
+    if timeout is not None:
+        env[COLLECTIVE_TIMEOUT_ENV] = str(int(timeout))
     if mode == "test":
         # A smoke test has nothing to checkpoint: no warning signal, no requeue.
         merged["signal"], merged["requeue"] = None, False
     command = tuple(merged.get("command") or ())
     if not command:
         command = COMMCHECK_COMMAND if mode == "test" else TRAIN_COMMAND
+        if mode == "test" and timeout is not None:
+            command = (*COMMCHECK_COMMAND[:-1], str(int(timeout)))
 
     spec = JobSpec(
         mode=mode,  # type: ignore[arg-type]  # checked against MODES above
@@ -212,6 +222,7 @@ def build_spec(profile: Profile, flags: Mapping[str, Any]) -> JobSpec:
         requeue=bool(merged["requeue"]),
         max_restarts=int(merged["max_restarts"]),
         profile=profile.name,
+        collective_timeout=None if timeout is None else int(timeout),
     )
     validate(spec, profile)
     return spec

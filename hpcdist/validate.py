@@ -56,6 +56,9 @@ def validate(spec: JobSpec, profile: Profile) -> None:
         raise SpecError(f"--mem {spec.memory!r}; expected a size such as 4000M, 16G or 0")
     if spec.signal is not None and not _SIGNAL.fullmatch(spec.signal):
         raise SpecError(f"--signal {spec.signal!r}; expected [B:]SIGNAL[@SECONDS], e.g. USR2@90")
+    if spec.collective_timeout is not None and spec.collective_timeout < 1:
+        raise SpecError(
+            f"--collective-timeout must be >= 1 second, got {spec.collective_timeout}")
     if spec.max_restarts < 0:
         raise SpecError(f"--max-restarts must be >= 0, got {spec.max_restarts}")
     for line in spec.setup:

@@ -218,7 +218,7 @@ def test_cli_local_submit_wait_status_logs_list(tmp_path: Path) -> None:
     job_id = re.search(r"Submitted job (\d+)", run.stdout).group(1)  # type: ignore[union-attr]
     status = subprocess.run([*hpcdist, "status", job_id], cwd=tmp_path, env=env,
                             capture_output=True, text=True)
-    assert status.stdout.strip() == f"{job_id} COMPLETED"
+    assert status.stdout.splitlines()[0] == f"{job_id} COMPLETED"
     logs = subprocess.run([*hpcdist, "logs", job_id, "--rank", "1"], cwd=tmp_path, env=env,
                           capture_output=True, text=True)
     assert "hello from the job" in logs.stdout

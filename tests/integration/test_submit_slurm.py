@@ -33,7 +33,7 @@ def test_submit_four_nodes_gloo_wait_completes(slurm_cluster: SlurmCluster, tmp_
     assert "PASS" in run.stdout
     job_id = _job_id(run.stdout)
     status = hpcdist("status", job_id, cwd=tmp_path)
-    assert status.stdout.strip() == f"{job_id} COMPLETED"
+    assert status.stdout.splitlines()[0] == f"{job_id} COMPLETED"
     listing = hpcdist("list", cwd=tmp_path)
     assert re.search(rf"{job_id}\s+COMPLETED\s+\S+\s+slurm", listing.stdout)
 
@@ -46,7 +46,7 @@ def test_failing_job_is_failed_and_logs_show_the_traceback(
                   cwd=tmp_path)
     assert run.returncode == 1
     job_id = _job_id(run.stdout)
-    assert hpcdist("status", job_id, cwd=tmp_path).stdout.strip() == f"{job_id} FAILED"
+    assert hpcdist("status", job_id, cwd=tmp_path).stdout.splitlines()[0] == f"{job_id} FAILED"
     logs = hpcdist("logs", job_id, cwd=tmp_path)
     assert "RuntimeError: emulator diverged at step 7" in logs.stdout
 
@@ -67,7 +67,7 @@ def test_cancelled_job_shows_cancelled_and_wait_fails(
     rest, _ = waiter.communicate(timeout=180)
     assert waiter.returncode != 0
     assert f"Job {job_id} ended CANCELLED" in rest
-    assert hpcdist("status", job_id, cwd=tmp_path).stdout.strip() == f"{job_id} CANCELLED"
+    assert hpcdist("status", job_id, cwd=tmp_path).stdout.splitlines()[0] == f"{job_id} CANCELLED"
 
 
 def test_preflight_rejection_is_one_line(slurm_cluster: SlurmCluster, tmp_path: Path) -> None:
