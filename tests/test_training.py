@@ -552,3 +552,28 @@ def test_failed_capture_goes_on_eagerly_and_trains_like_the_plain_loop(
     plain = run_single(monkeypatch, smoke(epochs=6, batch_size=32, cuda_graph=False),
                        run_dir=tmp_path / "b")  # fmt: skip
     assert_same_weights(failed.model, plain.model)
+
+
+def test_loop_hooks_watch_every_step_and_may_end_the_run(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    from ufsemulator import training
+    from ufsemulator.loop import LoopHooks
+    from ufsemulator.state import RunProgress
+
+    updates: list[int] = []
+    epochs: list[tuple[int, int]] = []
+
+    def after_epoch(progress: RunProgress) -> bool:
+        epochs.append((progress.epoch, progress.step))
+        return progress.epoch == 2
+
+    def hooks(after_step: Any) -> LoopHooks:
+        return LoopHooks(after_step=after_step, after_epoch=after_epoch,
+                         before_update=lambda: updates.append(1))  # fmt: skip
+
+    monkeypatch.setattr(training, "LoopHooks", hooks)
+    steps: list[int] = []
+    result = run_single(monkeypatch, smoke(epochs=5), run_dir=tmp_path, step_callback=steps.append)
+    assert (result.status, result.epochs_run) == ("completed", 2)
+    assert epochs == [(1, 2), (2, 4)] and steps == [1, 2, 3, 4] and len(updates) == 4
