@@ -557,7 +557,6 @@ def test_failed_capture_goes_on_eagerly_and_trains_like_the_plain_loop(
 def test_loop_hooks_watch_every_step_and_may_end_the_run(
     monkeypatch: pytest.MonkeyPatch, tmp_path: Path
 ) -> None:
-    from ufsemulator import training
     from ufsemulator.loop import LoopHooks
     from ufsemulator.state import RunProgress
 
@@ -568,12 +567,12 @@ def test_loop_hooks_watch_every_step_and_may_end_the_run(
         epochs.append((progress.epoch, progress.step))
         return progress.epoch == 2
 
-    def hooks(after_step: Any) -> LoopHooks:
-        return LoopHooks(after_step=after_step, after_epoch=after_epoch,
-                         before_update=lambda: updates.append(1))  # fmt: skip
-
-    monkeypatch.setattr(training, "LoopHooks", hooks)
+    hooks = LoopHooks(after_epoch=after_epoch, before_update=lambda: updates.append(1))
     steps: list[int] = []
-    result = run_single(monkeypatch, smoke(epochs=5), run_dir=tmp_path, step_callback=steps.append)
+    result = run_single(monkeypatch, smoke(epochs=5), run_dir=tmp_path / "a", hooks=hooks,
+                        step_callback=steps.append)  # fmt: skip
     assert (result.status, result.epochs_run) == ("completed", 2)
     assert epochs == [(1, 2), (2, 4)] and steps == [1, 2, 3, 4] and len(updates) == 4
+    with pytest.raises(ValueError, match="not both"):
+        train(smoke(), run_dir=tmp_path / "b", step_callback=steps.append,
+              hooks=LoopHooks(after_step=steps.append))  # fmt: skip

@@ -10,6 +10,7 @@ weights as an uninterrupted one (CPU, same world size).
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import os
 import signal
 import threading
@@ -86,15 +87,23 @@ def train(
     *,
     stop_flag: StopFlag | None = None,
     step_callback: Callable[[int], None] | None = None,
+    hooks: LoopHooks | None = None,
 ) -> TrainResult:
     """Train the emulator in the process group started here (torchrun, SLURM, submitit
     or one process) and return the outcome; rank 0 writes the run folder.
 
     ``stop_flag`` is set by the preemption signal (``config.preemption.signal``); at the
     next agreed step boundary rank 0 checkpoints and the status is ``"preempted"``.
-    ``step_callback(global_step)`` runs after each optimiser step (tests, progress hooks).
+    ``step_callback(global_step)`` runs after each optimiser step (tests, progress hooks);
+    it is short for ``hooks=LoopHooks(after_step=...)``. ``hooks`` watch or steer the loop
+    (``ufsemulator.loop.LoopHooks``).
     """
     started = time.perf_counter()
+    hooks = hooks if hooks is not None else LoopHooks()
+    if step_callback is not None:
+        if hooks.after_step is not None:
+            raise ValueError("give step_callback or hooks.after_step, not both")
+        hooks = dataclasses.replace(hooks, after_step=step_callback)
     flag = stop_flag if stop_flag is not None else StopFlag()
     if earlysignal.received():
         flag.set()  # the warning came while the process was still starting
@@ -109,7 +118,6 @@ def train(
         names = (config.preemption.signal, "SIGTERM", *([job_signal.name] if job_signal else []))
         with _stop_on_signal(names, flag):
             ctx = setup_distributed()
-            hooks = LoopHooks(after_step=step_callback)
             return _train(ctx, config, data_path, checkpoint, resume, run_dir, flag, hooks,
                           started)  # fmt: skip
     finally:
