@@ -324,9 +324,10 @@ class Loop:
         micro = last - first
         full = micro == self.config.training.grad_accum_steps and rows == micro * batch
         x, y = xs[start : start + rows], ys[start : start + rows]
-        if full and graphs.may_capture():
-            self._capture(graphs, x, y, micro, batch, done + 1)
         graph = graphs.graph
+        if graph is None and full and graphs.may_capture():
+            self._capture(graphs, x, y, micro, batch, done + 1)
+            graph = graphs.graph
         if graph is None or not full:
             # Warm-up, an epoch's short last step, or no graph: eagerly, same kernels.
             with warnings.catch_warnings():
