@@ -44,8 +44,15 @@ def test_contract_document_lists_the_history_keys() -> None:
 
 
 def record(val_loss: float, step: int = 4) -> EpochRecord:
-    return EpochRecord(step=step, train_loss=0.5, val_loss=val_loss, val_r2=0.9,
-                       epoch_time_s=2.0, train_time_s=1.5, samples=100.0)  # fmt: skip
+    return EpochRecord(
+        step=step,
+        train_loss=0.5,
+        val_loss=val_loss,
+        val_r2=0.9,
+        epoch_time_s=2.0,
+        train_time_s=1.5,
+        samples=100.0,
+    )
 
 
 def state(progress: RunProgress) -> TrainingState:
@@ -66,7 +73,10 @@ def test_state_round_trips_through_a_checkpoint_file(tmp_path: Path) -> None:
     read = read_state(path)
     assert read.progress == progress
     assert (read.progress.step, read.progress.step_in_epoch, read.progress.partial) == (
-        7, 3, (12.5, 300.0))  # fmt: skip
+        7,
+        3,
+        (12.5, 300.0),
+    )
     assert torch.equal(read.model["w"], torch.arange(6.0).reshape(2, 3))
     assert read.model_config == ModelConfig(hidden=(8,))
     assert read.config == load_config(None)
@@ -116,7 +126,10 @@ def test_after_epoch_tracks_the_best_epoch(
         progress = progress.after_epoch(record(loss, step=4 * (i + 1)))
     assert (progress.best_val, progress.best_epoch, progress.bad_epochs) == (best, best_epoch, bad)
     assert (progress.epoch, progress.step, progress.step_in_epoch) == (
-        len(losses), 4 * len(losses), 0)  # fmt: skip
+        len(losses),
+        4 * len(losses),
+        0,
+    )
     assert progress.improved == (best_epoch == len(losses))
     assert len(progress.history["val_loss"]) == len(losses)
 
@@ -129,29 +142,55 @@ def test_a_stop_keeps_the_epoch_time_so_far_and_the_epoch_end_clears_it() -> Non
 
 
 def summary(progress: RunProgress, status: str = "completed") -> RunSummary:
-    return RunSummary(status=status, progress=progress, n_train=100, n_val=20,  # type: ignore[arg-type]
-                      cuda_graph="off", grad_allreduce="backend")  # fmt: skip
+    return RunSummary(
+        status=status,
+        progress=progress,
+        n_train=100,
+        n_val=20,  # type: ignore[arg-type]
+        cuda_graph="off",
+        grad_allreduce="backend",
+    )
 
 
 def test_summary_of_a_run_without_a_finished_epoch() -> None:
     empty = summary(RunProgress().stopped_at(1, 1, [0.5, 10.0], 0.1), "preempted")
     results = empty.to_json()
     assert (results["epochs_run"], results["samples_per_second"]) == (0, 0.0)
-    for key in ("final_train_loss", "final_val_loss", "final_val_r2", "best_val_loss",
-                "best_val_r2"):  # fmt: skip
+    for key in (
+        "final_train_loss",
+        "final_val_loss",
+        "final_val_r2",
+        "best_val_loss",
+        "best_val_r2",
+    ):
         assert results[key] is None, key
     assert math.isnan(empty.final("val_loss")) and empty.best_val_loss == math.inf
 
 
 def test_summary_numbers_come_from_the_history() -> None:
-    progress = RunProgress().after_epoch(record(0.3)).after_epoch(
-        EpochRecord(step=8, train_loss=0.2, val_loss=0.4, val_r2=0.7, epoch_time_s=3.0,
-                    train_time_s=2.5, samples=300.0))  # fmt: skip
+    progress = (
+        RunProgress()
+        .after_epoch(record(0.3))
+        .after_epoch(
+            EpochRecord(
+                step=8,
+                train_loss=0.2,
+                val_loss=0.4,
+                val_r2=0.7,
+                epoch_time_s=3.0,
+                train_time_s=2.5,
+                samples=300.0,
+            )
+        )
+    )
     results = summary(progress).to_json()
     assert results["epochs_run"] == 2 and results["train_time_s"] == 4.0
     assert results["samples_per_second"] == 100.0  # 400 rows in 4 s
     assert results["epoch_samples_per_second"] == [100 / 1.5, 120.0]
     assert (results["best_epoch"], results["best_val_loss"], results["best_val_r2"]) == (
-        1, 0.3, 0.9)  # fmt: skip
+        1,
+        0.3,
+        0.9,
+    )
     assert (results["final_val_loss"], results["final_val_r2"]) == (0.4, 0.7)
     assert results["history"]["val_loss"] == [0.3, 0.4]

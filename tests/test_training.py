@@ -569,10 +569,12 @@ def test_loop_hooks_watch_every_step_and_may_end_the_run(
 
     hooks = LoopHooks(after_epoch=after_epoch, before_update=lambda: updates.append(1))
     steps: list[int] = []
-    result = run_single(monkeypatch, smoke(epochs=5), run_dir=tmp_path / "a", hooks=hooks,
-                        step_callback=steps.append)  # fmt: skip
+    config = smoke(epochs=5)
+    result = run_single(
+        monkeypatch, config, run_dir=tmp_path / "a", hooks=hooks, step_callback=steps.append
+    )
     assert (result.status, result.epochs_run) == ("completed", 2)
     assert epochs == [(1, 2), (2, 4)] and steps == [1, 2, 3, 4] and len(updates) == 4
     with pytest.raises(ValueError, match="not both"):
-        train(smoke(), run_dir=tmp_path / "b", step_callback=steps.append,
-              hooks=LoopHooks(after_step=steps.append))  # fmt: skip
+        both = LoopHooks(after_step=steps.append)
+        train(smoke(), run_dir=tmp_path / "b", step_callback=steps.append, hooks=both)

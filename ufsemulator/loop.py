@@ -389,8 +389,8 @@ class Loop:
         # One collective and one read for the epoch's training totals, the validation sums
         # and the stop agreement (a stop request arriving after it waits for the next check).
         sums = self._sums.fold()
-        local = torch.cat([sums, self._validation_sums(),
-                           sums.new_full((1,), float(self.flag.requested))])  # fmt: skip
+        vote = sums.new_full((1,), float(self.flag.requested))
+        local = torch.cat([sums, self._validation_sums(), vote])
         dist.all_reduce(local)
         loss_sum, rows, *val_sums, stop_votes = local.tolist()
         val_loss, r2 = val_metrics(val_sums)
@@ -407,8 +407,8 @@ class Loop:
         progress = self.progress = self.progress.after_epoch(record)
         early = 0 < cfg.early_stopping_patience <= progress.bad_epochs
         stop = stop_votes > 0
-        due = (progress.epoch % cfg.checkpoint_every == 0 or early or stop
-               or progress.epoch == cfg.epochs)  # fmt: skip
+        last = progress.epoch == cfg.epochs
+        due = progress.epoch % cfg.checkpoint_every == 0 or early or stop or last
         if due or progress.improved:
             self._save(checkpoint=due, best=progress.improved)
         if self.ctx.is_main:

@@ -60,9 +60,13 @@ class TrainResult:
 
     @classmethod
     def of(
-        cls, summary: RunSummary, run_dir: Path, wall_time_s: float, model: EmulatorMLP,
+        cls,
+        summary: RunSummary,
+        run_dir: Path,
+        wall_time_s: float,
+        model: EmulatorMLP,
         is_main: bool,
-    ) -> TrainResult:  # fmt: skip
+    ) -> TrainResult:
         return cls(
             status=summary.status,
             run_dir=run_dir,
