@@ -1,4 +1,4 @@
-"""Benchmarks of the emulator's training and of the CLI (issue 7); run as ``python3 -m bench.X``.
+"""Benchmarks of the emulator's training and of the CLI; run as ``python3 -m bench.X``.
 
 ufsemulator.data and ufsemulator.synthetic import netCDF4 at module level although the
 benchmarks never read or write a file (they make the arrays in memory). The GPU machines

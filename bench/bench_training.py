@@ -220,7 +220,7 @@ def _throughput(
         print(line)
     ours = [r for r in rows if r["loop"] == "ours"]
     if ours:
-        # The targets of issue 7, read off this run.
+        # The targets (docs/benchmarks.md), read off this run.
         low = min((r["vs_dataloader"] for r in ours if r["vs_dataloader"]), default=None)
         top = max(ours, key=lambda r: r["ranks"])
         goal = 0.95 if args.device == "cuda" else 0.85

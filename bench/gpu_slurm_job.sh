@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # hpc/train_gpu.sh-style NCCL jobs (one task per GPU) through a REAL SLURM on one machine with
-# 4 GPUs and no SLURM installed: issue 7, item 4. Run from the repository root:
+# 4 GPUs and no SLURM installed (docs/gpu-slurm.md). Run from the repository root:
 #
 #     bench/gpu_slurm_job.sh [OUT_DIR]          # default: $OUT, else /tmp/gpu-slurm-out
 #

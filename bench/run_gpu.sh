@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The GPU benchmarks of issue 7 in one command, on one machine with 4 GPUs (no netCDF4, no
+# The GPU benchmarks in one command, on one machine with 4 GPUs (no netCDF4, no
 # submitit needed). From the repository root:
 #
 #     PYTHONPATH=$PWD bash bench/run_gpu.sh            # results in $OUT (else /tmp/bench-gpu)

@@ -8,7 +8,7 @@ Two kinds of job, both in a process group formed by hpcdist's ``setup_distribute
   time is the per-epoch training time it records (``train_time_s``: the steps and the
   epoch's shuffle, the device synchronised at the end; validation and checkpoints not
   counted, as the references have none).
-- ``ttt``: time to a target validation loss: the project's split (``training._split``)
+- ``ttt``: time to a target validation loss: the project's split (``training.split``)
   and ``Loop.run()`` from its first step until the epoch whose validation loss reaches
   the smallest target.
 
@@ -39,10 +39,11 @@ from bench.launch import NO_MULTICAST
 from bench.synthdata import load_arrays
 from hpcdist.distributed import DistContext, distributed
 from ufsemulator.config import Config, load_config
-from ufsemulator.loop import Loop, Shards, Status, StopFlag
+from ufsemulator.loop import Loop, LoopHooks, Shards, StopFlag
 from ufsemulator.model import EmulatorMLP, ModelConfig
 from ufsemulator.normalization import stats_from_shard
-from ufsemulator.training import _split
+from ufsemulator.state import RunProgress
+from ufsemulator.training import split
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -121,10 +122,9 @@ def throughput(ctx: DistContext, job: dict[str, Any], result: dict[str, Any]) ->
     variants: dict[str, dict[str, Any]] = {"ours": job.get("ours", {}), **job.get("variants", {})}
     for name, changes in variants.items():
         changes = dict(changes)
-        loop_class = _CaptureFails if changes.pop("fail_capture", False) else Loop
+        hooks = _capture_hooks(changes.pop("fail_capture", False))
         config = _with_training(base, **changes)
-        loops[name] = functools.partial(_ours, ctx, config, fresh_model, shards, warmup,
-                                        loop_class)
+        loops[name] = functools.partial(_ours, ctx, config, fresh_model, shards, warmup, hooks)
     for repeat in range(job["repeats"]):
         for name in job["loops"] + [v for v in variants if v != "ours"]:
             if name in result["errors"]:
@@ -144,34 +144,26 @@ def throughput(ctx: DistContext, job: dict[str, Any], result: dict[str, Any]) ->
             _write(ctx, job, result)
 
 
-class _CaptureFails(Loop):
-    """The project's loop with its CUDA-graph capture failing on purpose after backward
-    (DDP's all-reduce recorded, the optimiser step not): the fallback to eager steps."""
+def _fail_capture() -> None:
+    """A ``before_update`` hook that makes the CUDA-graph capture fail after backward (DDP's
+    all-reduce recorded, the optimiser step not): the fallback to eager steps is measured."""
+    if torch.cuda.is_available() and torch.cuda.is_current_stream_capturing():
+        raise RuntimeError("capture failure injected by the benchmark")
 
-    def _step(self, xs: torch.Tensor, ys: torch.Tensor, first: int, last: int, batch: int) -> None:
-        if self.ctx.device.type != "cuda" or not torch.cuda.is_current_stream_capturing():
-            super()._step(xs, ys, first, last, batch)
-            return
 
-        def fail(*args: Any, **kwargs: Any) -> None:
-            raise RuntimeError("capture failure injected by the benchmark")
-
-        self.optimizer.step = fail  # type: ignore[method-assign]
-        try:
-            super()._step(xs, ys, first, last, batch)
-        finally:
-            del self.optimizer.step  # the class's method again
+def _capture_hooks(fail_capture: bool) -> LoopHooks:
+    return LoopHooks(before_update=_fail_capture if fail_capture else None)
 
 
 def _ours(
     ctx: DistContext, config: Config, make_model: Callable[[], EmulatorMLP], shards: Shards,
-    warmup: int, loop_class: type[Loop] = Loop,
+    warmup: int, hooks: LoopHooks,
 ) -> refloops.Timing:  # fmt: skip
     with tempfile.TemporaryDirectory(prefix="bench-run-") as run_dir:
-        loop = loop_class(ctx, config, make_model(), shards, Path(run_dir), StopFlag())
+        loop = Loop(ctx, config, make_model(), shards, Path(run_dir), StopFlag(), hooks)
         refloops.settle(ctx)
-        loop.run()
-    history = loop.history
+        summary = loop.run()
+    history = summary.progress.history
     steps_per_epoch = -(-shards.x_train.shape[0] // config.training.batch_size)
     timed = range(warmup, len(history["train_time_s"]))
     # Rank 0's clock is the one reported: it enters each epoch last (it snapshots the
@@ -181,9 +173,10 @@ def _ours(
     # Each rank's mean wait for the others inside the shared-memory all-reduce (ms).
     waited = getattr(loop.grad_reducer, "waited_s", None)
     waits: list[Any] = [None] * ctx.env.world_size
-    dist.all_gather_object(waits, None if waited is None else 1e3 * waited / max(loop.step, 1))
-    extra = {"wait_ms": waits, "cuda_graph": loop.cuda_graph_status,
-             "grad_allreduce": loop.grad_allreduce_status, "train_loss": history["train_loss"][-1],
+    steps = max(summary.progress.step, 1)
+    dist.all_gather_object(waits, None if waited is None else 1e3 * waited / steps)
+    extra = {"wait_ms": waits, "cuda_graph": summary.cuda_graph,
+             "grad_allreduce": summary.grad_allreduce, "train_loss": history["train_loss"][-1],
              "val_loss": history["val_loss"][-1]}  # fmt: skip
     return refloops.Timing(int(rows), seconds, steps_per_epoch * len(timed), extra)
 
@@ -191,30 +184,28 @@ def _ours(
 # --------------------------------------------------------------------------- time to target
 
 
-class _TargetLoop(Loop):
-    """The project's loop, told to stop once the validation loss reaches ``target``."""
+class _Targets:
+    """Clocks a run until its validation loss reaches each target; its ``after_epoch``
+    (a ``LoopHooks`` hook) ends the run once all are reached."""
 
-    targets: list[float]
-    started = 0.0
-
-    def begin(self, targets: list[float]) -> None:
+    def __init__(self, targets: list[float]) -> None:
         self.targets = sorted(targets, reverse=True)
         self.reached: dict[float, dict[str, float]] = {}
         self.epoch_end_s: list[float] = []  # clock at each epoch's end (after its checkpoint)
+        self.started = 0.0
+
+    def start(self) -> None:
         self.started = time.perf_counter()
 
-    def _end_epoch(self, epoch_start: float, train_time: float) -> Status | None:
-        status = super()._end_epoch(epoch_start, train_time)
+    def after_epoch(self, progress: RunProgress) -> bool:
         self.epoch_end_s.append(time.perf_counter() - self.started)
-        val = self.history["val_loss"][-1]
+        val = progress.history["val_loss"][-1]
         for target in self.targets:
             if target not in self.reached and val <= target:
                 self.reached[target] = {"seconds": time.perf_counter() - self.started,
-                                        "epoch": self.epoch, "step": self.step,
+                                        "epoch": progress.epoch, "step": progress.step,
                                         "val_loss": val}  # fmt: skip
-        if len(self.reached) == len(self.targets):
-            return "completed"
-        return status
+        return len(self.reached) == len(self.targets)
 
 
 def time_to_target(ctx: DistContext, job: dict[str, Any], result: dict[str, Any]) -> None:
@@ -225,7 +216,7 @@ def time_to_target(ctx: DistContext, job: dict[str, Any], result: dict[str, Any]
     torch.manual_seed(config.training.seed)  # as training._train: same weights on every rank
     model = EmulatorMLP(ModelConfig(hidden=config.model.hidden_sizes,
                                     activation=config.model.activation))  # fmt: skip
-    shards = _split(ctx, config, inputs, targets, model)
+    shards = split(ctx, config, inputs, targets, model)
     steps_per_epoch = -(-shards.x_train.shape[0] // config.training.batch_size)
     result.update(targets=job["targets"], steps_per_epoch=steps_per_epoch, n_train=shards.n_train,
                   n_val=shards.n_val, lr=config.training.lr * ctx.env.world_size,
@@ -233,9 +224,9 @@ def time_to_target(ctx: DistContext, job: dict[str, Any], result: dict[str, Any]
     # ours (the default config), then each variant, from the same initial weights.
     for name, changes in {"ours": job.get("ours", {}), **job.get("variants", {})}.items():
         changes = dict(changes)
-        loop_class = _TargetCaptureFails if changes.pop("fail_capture", False) else _TargetLoop
+        fail_capture = changes.pop("fail_capture", False)
         run = _ttt_run(ctx, _with_training(config, **changes), copy.deepcopy(model), shards,
-                       job["targets"], loop_class)  # fmt: skip
+                       job["targets"], fail_capture)  # fmt: skip
         if name == "ours":
             result.update(run)
         else:
@@ -243,13 +234,9 @@ def time_to_target(ctx: DistContext, job: dict[str, Any], result: dict[str, Any]
         _write(ctx, job, result)
 
 
-class _TargetCaptureFails(_CaptureFails, _TargetLoop):
-    pass
-
-
 def _ttt_run(
     ctx: DistContext, config: Config, model: EmulatorMLP, shards: Shards, targets: list[float],
-    loop_class: type[_TargetLoop] = _TargetLoop,
+    fail_capture: bool = False,
 ) -> dict[str, Any]:  # fmt: skip
     # One-time costs (CUDA kernel loading, cuBLAS and communicator set-up) are not training:
     # a throwaway loop pays them first, two steps on a copy of the model.
@@ -258,18 +245,21 @@ def _ttt_run(
     with tempfile.TemporaryDirectory(prefix="bench-warm-") as run_dir:
         Loop(ctx, _with_training(config, epochs=1), copy.deepcopy(model), warm, Path(run_dir),
              StopFlag()).run()  # fmt: skip
+    watch = _Targets(targets)
+    hooks = dataclasses.replace(_capture_hooks(fail_capture), after_epoch=watch.after_epoch)
     with tempfile.TemporaryDirectory(prefix="bench-ttt-") as run_dir:
-        loop = loop_class(ctx, config, model, shards, Path(run_dir), StopFlag())
+        loop = Loop(ctx, config, model, shards, Path(run_dir), StopFlag(), hooks)
         refloops.settle(ctx)
-        loop.begin(targets)
-        status = loop.run()
-        total = time.perf_counter() - loop.started
+        watch.start()
+        summary = loop.run()
+        total = time.perf_counter() - watch.started
+    history = summary.progress.history
     return {
-        "status": status, "reached": {str(k): v for k, v in loop.reached.items()},
-        "total_s": total, "epochs_run": len(loop.history["val_loss"]),
-        "val_loss": loop.history["val_loss"], "epoch_time_s": loop.history["epoch_time_s"],
-        "train_time_s": loop.history["train_time_s"], "epoch_end_s": loop.epoch_end_s,
-        "cuda_graph": loop.cuda_graph_status, "grad_allreduce": loop.grad_allreduce_status,
+        "status": summary.status, "reached": {str(k): v for k, v in watch.reached.items()},
+        "total_s": total, "epochs_run": summary.epochs_run,
+        "val_loss": list(history["val_loss"]), "epoch_time_s": list(history["epoch_time_s"]),
+        "train_time_s": list(history["train_time_s"]), "epoch_end_s": watch.epoch_end_s,
+        "cuda_graph": summary.cuda_graph, "grad_allreduce": summary.grad_allreduce,
         "lr": config.training.lr * ctx.env.world_size,
     }  # fmt: skip
 

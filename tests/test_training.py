@@ -425,7 +425,7 @@ def test_cuda_graph_is_on_by_default_and_ignored_on_the_cpu(
     statuses: list[str] = []
     original = loop_module.Loop.run
 
-    def run(self: loop_module.Loop) -> str:
+    def run(self: loop_module.Loop) -> loop_module.RunSummary:
         statuses.append(self.cuda_graph_status)
         return original(self)
 
@@ -476,20 +476,21 @@ def test_graph_bookkeeping_trains_like_eager_steps(
 
         def replay(self) -> None:
             loop = loops[-1]
-            rows = loop._rows  # a real replay does not touch the host's count
+            rows = loop._sums.rows  # a real replay does not touch the host's count
             self.step(self.x, self.y)
-            loop._rows = rows
+            loop._sums.rows = rows
             self.replays += 1
 
     fakes: list[ReplayEagerly] = []
 
     def capture(self: stepgraph.GraphedSteps, step: stepgraph.Step, x: torch.Tensor,
-                y: torch.Tensor) -> stepgraph.StepGraph:  # fmt: skip
-        captures.append((self.eager_steps, loops[-1].step))
+                y: torch.Tensor, at_step: int) -> stepgraph.StepGraph:  # fmt: skip
+        captures.append((self.eager_steps, at_step))
         static_x, static_y = torch.full_like(x, 7.0), torch.full_like(y, 7.0)
         fakes.append(ReplayEagerly(step, static_x, static_y))
-        self.graph = stepgraph.StepGraph(fakes[-1], static_x, static_y)  # type: ignore[arg-type]
-        return self.graph
+        # Stands in for GraphedSteps.capture, so it sets what that method sets.
+        self._graph = stepgraph.StepGraph(fakes[-1], static_x, static_y)  # type: ignore[arg-type]
+        return self._graph
 
     real_capture = loop_module.Loop._capture
 
@@ -505,7 +506,7 @@ def test_graph_bookkeeping_trains_like_eager_steps(
     monkeypatch.setattr(loop_module.Loop, "_capture", recording_capture)
     # 40x32 grid: 154 training rows, batch 32: 4 full steps and one of 26 rows an epoch
     graphed = run_single(monkeypatch, smoke(epochs=6, batch_size=32), run_dir=tmp_path / "a")
-    assert captures == [(11, 11)]  # after 11 eager steps: step 12, the 2nd of epoch 3
+    assert captures == [(11, 12)]  # after 11 eager steps: step 12, the 2nd of epoch 3
     plain = run_single(monkeypatch, smoke(epochs=6, batch_size=32, cuda_graph=False),
                        run_dir=tmp_path / "b")  # fmt: skip
     assert_same_weights(graphed.model, plain.model)
@@ -525,14 +526,14 @@ def test_failed_capture_goes_on_eagerly_and_trains_like_the_plain_loop(
     statuses: list[str] = []
 
     def failing_capture(self: stepgraph.GraphedSteps, step: stepgraph.Step, x: torch.Tensor,
-                        y: torch.Tensor) -> stepgraph.StepGraph:  # fmt: skip
+                        y: torch.Tensor, at_step: int) -> stepgraph.StepGraph:  # fmt: skip
         # A real capture records kernels without running them; on the CPU the stand-in
         # cannot, so it fails before the step's first operation.
         raise RuntimeError("operation not permitted when stream is capturing")
 
     real_run = loop_module.Loop.run
 
-    def run(self: loop_module.Loop) -> str:
+    def run(self: loop_module.Loop) -> loop_module.RunSummary:
         status = real_run(self)
         statuses.append(self.cuda_graph_status)
         return status
@@ -551,3 +552,29 @@ def test_failed_capture_goes_on_eagerly_and_trains_like_the_plain_loop(
     plain = run_single(monkeypatch, smoke(epochs=6, batch_size=32, cuda_graph=False),
                        run_dir=tmp_path / "b")  # fmt: skip
     assert_same_weights(failed.model, plain.model)
+
+
+def test_loop_hooks_watch_every_step_and_may_end_the_run(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    from ufsemulator.loop import LoopHooks
+    from ufsemulator.state import RunProgress
+
+    updates: list[int] = []
+    epochs: list[tuple[int, int]] = []
+
+    def after_epoch(progress: RunProgress) -> bool:
+        epochs.append((progress.epoch, progress.step))
+        return progress.epoch == 2
+
+    hooks = LoopHooks(after_epoch=after_epoch, before_update=lambda: updates.append(1))
+    steps: list[int] = []
+    config = smoke(epochs=5)
+    result = run_single(
+        monkeypatch, config, run_dir=tmp_path / "a", hooks=hooks, step_callback=steps.append
+    )
+    assert (result.status, result.epochs_run) == ("completed", 2)
+    assert epochs == [(1, 2), (2, 4)] and steps == [1, 2, 3, 4] and len(updates) == 4
+    with pytest.raises(ValueError, match="not both"):
+        both = LoopHooks(after_step=steps.append)
+        train(smoke(), run_dir=tmp_path / "b", step_callback=steps.append, hooks=both)

@@ -76,13 +76,13 @@ def _make_data(args: argparse.Namespace) -> int:
 
 
 def _train(args: argparse.Namespace) -> int:
-    from ufsemulator.checkpoint import load_checkpoint
-    from ufsemulator.config import Config, load_config
+    from ufsemulator.config import load_config
+    from ufsemulator.state import read_state
     from ufsemulator.training import train
 
     if args.resume is not None and args.config is None:
         # Resuming without --config continues the run exactly as it was configured.
-        config = Config.from_dict(load_checkpoint(args.resume)["config"])
+        config = read_state(args.resume).config
     else:
         config = load_config(args.config)
     if args.epochs is not None:

@@ -1,10 +1,9 @@
-"""Checkpoints: atomic writes, safe loads, RNG state as plain tensors.
+"""Checkpoint files: atomic writes, safe loads, RNG state as plain tensors.
 
 A checkpoint is a dict of tensors and primitives only, so ``torch.load(weights_only=True)``
-reads it without unpickling arbitrary objects:
-
-    {"model", "model_config", "optimizer", "epoch", "step", "step_in_epoch", "rng",
-     "config", "best_val", "history", ...}
+reads it without unpickling arbitrary objects. This module moves such dicts to and from
+disk; what the dict holds is ``ufsemulator.state.TrainingState`` (its ``to_dict`` and
+``from_dict``), listed in docs/CONTRACTS.md.
 """
 
 from __future__ import annotations

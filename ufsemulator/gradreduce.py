@@ -8,7 +8,7 @@ read each other's gradients directly instead of sending them through the backend
   Each rank writes its gradients and a step counter, waits until every counter has
   reached the step, and sums all slots in rank order. gloo instead sends the 37 KB over
   loopback TCP in 2 (N-1) exchanges, each through its worker threads: about 0.6 ms at 4
-  ranks on a 32-core host, against a 1.4 ms step (docs/benchmarks.md).
+  ranks on a 64-core host, against a 1.4 ms step (docs/benchmarks.md).
 - GPU ranks (NCCL): PyTorch's symmetric memory maps every rank's buffer into every GPU of
   the host; its one-shot all-reduce is one kernel (signal, read all copies, sum in rank
   order, signal), which a CUDA graph can hold.

@@ -25,7 +25,6 @@ import warnings
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Literal
 
 import torch
 import torch.distributed as dist
@@ -44,17 +43,21 @@ from ufsemulator.ckptwriter import CheckpointWriter
 from ufsemulator.config import Config
 from ufsemulator.errors import CheckpointError
 from ufsemulator.gradreduce import LocalAllReduce, comm_hook, local_allreduce
-from ufsemulator.metrics import loss_function, val_metrics, validation_sums
+from ufsemulator.metrics import TrainSums, loss_function, val_metrics, validation_sums
 from ufsemulator.model import EmulatorMLP, ModelConfig
 from ufsemulator.parallel import adam, compile_model, cuda_graph_blocker, no_sync, wrap
 from ufsemulator.progress import Progress
+from ufsemulator.state import EpochRecord, RunProgress, TrainingState
 from ufsemulator.stepgraph import GraphedSteps
+from ufsemulator.summary import RunSummary, Status
 
-Status = Literal["completed", "early_stopped", "preempted"]
-HISTORY_KEYS = ("train_loss", "val_loss", "val_r2", "epoch_time_s", "train_time_s", "samples")
+__all__ = ["Loop", "LoopHooks", "RunSummary", "Shards", "Status", "StopFlag", "full_model"]
+
 _VAL_CHUNK = 65536
 # Full (unsharded) state on rank 0 only, in CPU memory: what a checkpoint file holds.
 _SAVE_OPTIONS = StateDictOptions(full_state_dict=True, cpu_offload=True)
+
+
 class StopFlag:
     """Set asynchronously (a signal handler); read by the loop at step boundaries."""
 
@@ -77,7 +80,31 @@ class Shards:
     n_val: int
 
 
+@dataclass(frozen=True)
+class LoopHooks:
+    """Where a caller (a test, a benchmark, a progress report) watches or steers the loop
+    without subclassing it. Every rank calls them; a hook that steers must answer the
+    same on every rank."""
+
+    # After each optimiser step, with the number of steps done (all epochs).
+    after_step: Callable[[int], None] | None = None
+    # After each epoch's end (validation done, its checkpoint handed to the writer), with
+    # the run's progress; returning True ends the run there, as "completed".
+    after_epoch: Callable[[RunProgress], bool] | None = None
+    # Inside each step, after backward (gradients all-reduced), before the optimiser
+    # update. A CUDA graph replays the captured step without calling it again; raising in
+    # it while the graph is captured makes the capture fail (the eager fallback follows).
+    before_update: Callable[[], None] | None = None
+
+
 class Loop:
+    """One run's training. Set once here: the context, configuration, shards, hooks, the
+    wrapped model, optimiser and gradient all-reduce. What changes as it trains:
+    ``progress`` (a frozen ``RunProgress``, replaced at every epoch end and stop: the
+    checkpoint's counters and history), the running epoch's loss sums (``TrainSums``),
+    the CUDA graph (``GraphedSteps``, which keeps its own state) and, after a failed
+    capture, the DDP wrapper."""
+
     def __init__(
         self,
         ctx: DistContext,
@@ -86,10 +113,10 @@ class Loop:
         shards: Shards,
         run_dir: Path,
         flag: StopFlag,
-        step_callback: Callable[[int], None] | None = None,
+        hooks: LoopHooks | None = None,
     ) -> None:
         self.ctx, self.config, self.shards, self.run_dir = ctx, config, shards, run_dir
-        self.flag, self.step_callback = flag, step_callback
+        self.flag, self.hooks = flag, hooks if hooks is not None else LoopHooks()
         self.model_config = model.config
         cfg = config.training
         model = model.to(ctx.device)
@@ -121,23 +148,12 @@ class Loop:
         self.optimizer = adam(self.model, cfg.lr * scale, cfg.weight_decay, cfg.strategy,
                               capturable=self._graphs is not None)  # fmt: skip
         self.loss_fn = loss_function(cfg.loss, cfg.huber_delta)
-        self.epoch = 0  # completed epochs
-        self.step = 0  # optimiser steps, all epochs
-        self.step_in_epoch = 0  # steps done in the epoch in progress
-        self.partial = torch.zeros(2, dtype=torch.float64, device=ctx.device)  # loss sum, rows
-        # The step adds its loss into a view made once (no indexing op per step) and counts
-        # its rows on the host (no kernel per step); _fold_rows() moves them into partial.
-        self._loss_sum = self.partial[0]
-        self._rows = 0
+        self.progress = RunProgress()
+        self._sums = TrainSums(ctx.device)
         # On a GPU the stop check would copy the flag to the device and back, a host sync;
         # a CPU (gloo) group agrees on it without touching the GPU.
         self._flag_group = dist.new_group(backend="gloo") if ctx.device.type == "cuda" else None
         self._writer = CheckpointWriter() if ctx.is_main else None
-        self.partial_time = [0.0, 0.0]  # epoch and training seconds before a preemption
-        self.best_val = math.inf
-        self.best_epoch = 0
-        self.bad_epochs = 0
-        self.history: dict[str, list[float]] = {key: [] for key in HISTORY_KEYS}
 
     @property
     def cuda_graph_status(self) -> str:
@@ -156,33 +172,29 @@ class Loop:
 
     # ------------------------------------------------------------------ checkpoints
 
-    def restore(self, ckpt: dict[str, Any], source: str) -> None:
-        """Optimiser, counters and history of ``ckpt`` (the weights are already loaded)."""
+    def restore(self, state: TrainingState, source: str) -> None:
+        """Optimiser and progress of ``state`` (the weights are already loaded)."""
         try:
             with warnings.catch_warnings():  # a capturable Adam's first, uncaptured step
                 warnings.filterwarnings("ignore", message=".*capturable=True.*")
                 set_optimizer_state_dict(
-                    self.model, self.optimizer, ckpt["optimizer"],
+                    self.model, self.optimizer, state.optimizer,
                     options=StateDictOptions(full_state_dict=True),
                 )  # fmt: skip
-            self.epoch, self.step = int(ckpt["epoch"]), int(ckpt["step"])
-            self.step_in_epoch = int(ckpt["step_in_epoch"])
-            self.partial.copy_(ckpt["partial"].to(self.partial))
-            self.partial_time = [float(v) for v in ckpt["partial_time"]]
-            self.best_val, self.best_epoch = float(ckpt["best_val"]), int(ckpt["best_epoch"])
-            self.bad_epochs = int(ckpt["bad_epochs"])
-            self.history = {key: [float(v) for v in ckpt["history"][key]] for key in HISTORY_KEYS}
         except (KeyError, TypeError, ValueError, RuntimeError) as exc:
             raise CheckpointError(f"checkpoint '{source}' cannot resume training: {exc}") from exc
+        self.progress = state.progress
+        self._sums.reset(state.progress.partial)
         self._fit_optimizer_flags()
         world = self.ctx.env.world_size
-        if self.ctx.is_main and int(ckpt.get("world_size", world)) != world:
-            print(f"Warning: '{source}' was written by {ckpt['world_size']} ranks, resuming "
+        if self.ctx.is_main and state.world_size != world:
+            print(f"Warning: '{source}' was written by {state.world_size} ranks, resuming "
                   f"with {world}: the shards differ, so the result is not bitwise that of an "
                   "uninterrupted run", flush=True)  # fmt: skip
         if self.ctx.is_main:
-            print(f"Resumed from {source}: epoch {self.epoch + 1}, step {self.step_in_epoch} "
-                  f"of the epoch, {self.step} steps done", flush=True)  # fmt: skip
+            p = self.progress
+            print(f"Resumed from {source}: epoch {p.epoch + 1}, step {p.step_in_epoch} "
+                  f"of the epoch, {p.step} steps done", flush=True)  # fmt: skip
 
     def _fit_optimizer_flags(self) -> None:
         """A loaded optimiser state brings the flags of the run that wrote it (a CPU run, or
@@ -202,25 +214,24 @@ class Loop:
     def _save(self, checkpoint: bool, best: bool) -> None:
         """Collective (FSDP gathers the full state); rank 0 writes, in the background."""
         model_sd, optim_sd = get_state_dict(self.model, self.optimizer, options=_SAVE_OPTIONS)
-        self._fold_rows()
         if self._writer is None:
             return
-        state = {
-            "model": model_sd, "model_config": self.model_config.to_dict(),
-            "optimizer": optim_sd, "epoch": self.epoch, "step": self.step,
-            "step_in_epoch": self.step_in_epoch, "partial": self.partial.cpu(),
-            "partial_time": list(self.partial_time), "rng": capture_rng(),
-            "config": self.config.to_dict(), "best_val": self.best_val,
-            "best_epoch": self.best_epoch, "bad_epochs": self.bad_epochs,
-            "history": self.history, "world_size": self.ctx.env.world_size,
-        }  # fmt: skip
+        state = TrainingState(
+            model=model_sd,
+            model_config=self.model_config,
+            optimizer=optim_sd,
+            config=self.config,
+            rng=capture_rng(),
+            world_size=self.ctx.env.world_size,
+            progress=self.progress,
+        )
         paths = [self.run_dir / name for name, wanted in
                  (("checkpoint.pt", checkpoint), ("best_model.pt", best)) if wanted]  # fmt: skip
-        self._writer.submit(state, paths)
+        self._writer.submit(state.to_dict(), paths)
 
     # ------------------------------------------------------------------------ loop
 
-    def run(self) -> Status:
+    def run(self) -> RunSummary:
         """Train to the end, an early stop or an agreed stop request; every checkpoint is
         on disk when this returns."""
         try:
@@ -231,7 +242,14 @@ class Loop:
             raise
         if self._writer is not None:
             self._writer.close()
-        return status
+        return RunSummary(
+            status=status,
+            progress=self.progress,
+            n_train=self.shards.n_train,
+            n_val=self.shards.n_val,
+            cuda_graph=self.cuda_graph_status,
+            grad_allreduce=self.grad_allreduce_status,
+        )
 
     def _run(self) -> Status:
         cfg = self.config.training
@@ -239,43 +257,46 @@ class Loop:
         n_local, batch, accum = x.shape[0], cfg.batch_size, cfg.grad_accum_steps
         n_batches = math.ceil(n_local / batch)
         steps = math.ceil(n_batches / accum)
-        tty = self.ctx.is_main and sys.stdout.isatty()
-        progress = Progress(steps, cfg.epochs) if tty else None
+        check_every = self.config.preemption.check_every_steps
+        after_step, after_epoch = self.hooks.after_step, self.hooks.after_epoch
+        bar = Progress(steps, cfg.epochs) if self.ctx.is_main and sys.stdout.isatty() else None
         upcoming: torch.Tensor | None = None  # the next epoch's order, prepared early
-        while self.epoch < cfg.epochs:
+        while self.progress.epoch < cfg.epochs:
             epoch_start = time.perf_counter()
-            perm = upcoming if upcoming is not None else self._order(self.epoch, n_local)
+            # The step counters live in locals while the epoch runs; self.progress takes
+            # them at the epoch's end or at a stop.
+            epoch, step = self.progress.epoch, self.progress.step
+            perm = upcoming if upcoming is not None else self._order(epoch, n_local)
             xs, ys = x[perm], y[perm]  # one gather per epoch, then contiguous slices
             with self._graphs.running() if self._graphs else contextlib.nullcontext():
-                for s in range(self.step_in_epoch, steps):
+                for s in range(self.progress.step_in_epoch, steps):
                     lo = s * accum
-                    self._train_step(xs, ys, lo, min(lo + accum, n_batches), batch)
-                    self.step += 1
-                    self.step_in_epoch = s + 1
-                    if self.step_callback is not None:
-                        self.step_callback(self.step)
-                    if progress is not None:
-                        self._fold_rows()
-                        progress.update(self.epoch, s + 1, self.partial)
+                    self._train_step(xs, ys, lo, min(lo + accum, n_batches), batch, step)
+                    step += 1
+                    if after_step is not None:
+                        after_step(step)
+                    if bar is not None:
+                        bar.update(epoch, s + 1, self._sums.fold())
                     # (Not at the epoch's last step: the epoch end checks anyway.)
-                    if (self.step % self.config.preemption.check_every_steps == 0
-                            and s + 1 < steps and self._stop()):  # fmt: skip
+                    if step % check_every == 0 and s + 1 < steps and self._stop():
                         elapsed = time.perf_counter() - epoch_start
-                        self.partial_time = [self.partial_time[0] + elapsed,
-                                             self.partial_time[1] + elapsed]  # fmt: skip
+                        partial = self._sums.fold().tolist()
+                        self.progress = self.progress.stopped_at(step, s + 1, partial, elapsed)
                         self._save(checkpoint=True, best=False)
                         self._log_preempted()
                         return "preempted"
-            if self.epoch + 1 < cfg.epochs:
+            if epoch + 1 < cfg.epochs:
                 # While the device still works through the queued steps.
-                upcoming = self._order(self.epoch + 1, n_local)
+                upcoming = self._order(epoch + 1, n_local)
             if self.ctx.device.type == "cuda":
                 # Kernels are still queued: the epoch's time is when they have run.
                 torch.cuda.synchronize(self.ctx.device)
-            train_time = time.perf_counter() - epoch_start + self.partial_time[1]
-            if progress is not None:
-                progress.clear()
-            status = self._end_epoch(epoch_start, train_time)
+            train_time = time.perf_counter() - epoch_start + self.progress.partial_time[1]
+            if bar is not None:
+                bar.clear()
+            status = self._end_epoch(epoch_start, train_time, step)
+            if after_epoch is not None and after_epoch(self.progress):
+                status = "completed"
             if status is not None:
                 return status
         return "completed"
@@ -290,9 +311,10 @@ class Loop:
         return perm.pin_memory().to(self.ctx.device, non_blocking=True)
 
     def _train_step(
-        self, xs: torch.Tensor, ys: torch.Tensor, first: int, last: int, batch: int
+        self, xs: torch.Tensor, ys: torch.Tensor, first: int, last: int, batch: int, done: int
     ) -> None:
-        """One optimiser step: ``_step`` itself, or a replay of its CUDA graph."""
+        """One optimiser step (``done`` steps before it): ``_step`` itself, or a replay of
+        its CUDA graph."""
         graphs = self._graphs
         if graphs is None:
             self._step(xs, ys, first, last, batch)
@@ -302,37 +324,37 @@ class Loop:
         micro = last - first
         full = micro == self.config.training.grad_accum_steps and rows == micro * batch
         x, y = xs[start : start + rows], ys[start : start + rows]
-        if graphs.graph is None and full and graphs.may_capture():
-            self._capture(graphs, x, y, micro, batch)
-        if graphs.graph is None or not full:
+        graph = graphs.graph
+        if graph is None and full and graphs.may_capture():
+            self._capture(graphs, x, y, micro, batch, done + 1)
+            graph = graphs.graph
+        if graph is None or not full:
             # Warm-up, an epoch's short last step, or no graph: eagerly, same kernels.
             with warnings.catch_warnings():
                 warnings.filterwarnings("ignore", message=".*capturable=True.*")
                 self._step(xs, ys, first, last, batch)
-            graphs.eager_steps += 1
+            graphs.ran_eagerly()
             return
-        graphs.graph.replay(x, y)
-        self._rows += rows
+        graph.replay(x, y)
+        self._sums.rows += rows
 
     def _capture(self, graphs: GraphedSteps, x: torch.Tensor, y: torch.Tensor, micro: int,
-                 batch: int) -> None:  # fmt: skip
+                 batch: int, at_step: int) -> None:  # fmt: skip
         """Capture ``_step`` over ``micro`` full micro-batches of rows ``x``, ``y``."""
-        host_rows = self._rows  # each replay counts its rows on the host instead
+        host_rows = self._sums.rows  # each replay counts its rows on the host instead
         # Gradients must not exist yet: backward then allocates them in the graph's pool,
         # and every replay overwrites them instead of adding to them.
         self.optimizer.zero_grad(set_to_none=True)
         try:
-            graphs.capture(lambda xs, ys: self._step(xs, ys, 0, micro, batch), x, y)
+            graphs.capture(lambda xs, ys: self._step(xs, ys, 0, micro, batch), x, y, at_step)
         except Exception as exc:  # any capture error: run eagerly instead
             reason = graphs.give_up(exc)
             if self.ctx.is_main:
                 print(f"training.cuda_graph: capture failed ({reason}); the steps run eagerly",
                       flush=True)  # fmt: skip
             self._rewrap()
-        else:
-            graphs.status = f"captured at step {self.step + 1} of this run"
         finally:
-            self._rows = host_rows
+            self._sums.rows = host_rows
 
     def _rewrap(self) -> None:
         """A fresh DDP wrapper: the failed capture may have left the reducer mid-iteration."""
@@ -348,63 +370,59 @@ class Loop:
         mean over all their rows, all-reduced once (``no_sync`` on the others)."""
         n_local = xs.shape[0]
         total = min(last * batch, n_local) - first * batch
+        sums, before_update = self._sums, self.hooks.before_update
         for b in range(first, last):
             xb, yb = xs[b * batch : (b + 1) * batch], ys[b * batch : (b + 1) * batch]
             sync = contextlib.nullcontext() if b == last - 1 else no_sync(self.model)
             with sync:
                 raw = self.loss_fn(self.model(xb), yb)
                 (raw * (xb.shape[0] / total) if last - first > 1 else raw).backward()
-            self._loss_sum.add_(raw.detach(), alpha=xb.shape[0])
-            self._rows += xb.shape[0]
+            sums.loss.add_(raw.detach(), alpha=xb.shape[0])
+            sums.rows += xb.shape[0]
+        if before_update is not None:
+            before_update()
         self.optimizer.step()
         self.optimizer.zero_grad(set_to_none=True)
 
-    def _fold_rows(self) -> None:
-        if self._rows:
-            self.partial[1].add_(self._rows)  # integers: exact in float64, in any grouping
-            self._rows = 0
-
-    def _end_epoch(self, epoch_start: float, train_time: float) -> Status | None:
+    def _end_epoch(self, epoch_start: float, train_time: float, step: int) -> Status | None:
         cfg = self.config.training
-        self._fold_rows()
         # One collective and one read for the epoch's training totals, the validation sums
         # and the stop agreement (a stop request arriving after it waits for the next check).
-        local = torch.cat([self.partial, self._validation_sums(),
-                           self.partial.new_full((1,), float(self.flag.requested))])
+        sums = self._sums.fold()
+        vote = sums.new_full((1,), float(self.flag.requested))
+        local = torch.cat([sums, self._validation_sums(), vote])
         dist.all_reduce(local)
         loss_sum, rows, *val_sums, stop_votes = local.tolist()
         val_loss, r2 = val_metrics(val_sums)
-        improved = val_loss < self.best_val  # False for NaN
-        self.epoch += 1
-        if improved:
-            self.best_val, self.best_epoch, self.bad_epochs = val_loss, self.epoch, 0
-        else:
-            self.bad_epochs += 1
-        early = 0 < cfg.early_stopping_patience <= self.bad_epochs
-        for key, value in (("train_loss", loss_sum / rows), ("val_loss", val_loss),
-                           ("val_r2", r2), ("train_time_s", train_time),
-                           ("samples", rows)):  # fmt: skip
-            self.history[key].append(value)
-        self.step_in_epoch = 0
-        self.partial.zero_()
-        stop = stop_votes > 0
-        due = self.epoch % cfg.checkpoint_every == 0 or early or stop or self.epoch == cfg.epochs
-        self.history["epoch_time_s"].append(
-            time.perf_counter() - epoch_start + self.partial_time[0]
+        self._sums.reset()
+        record = EpochRecord(
+            step=step,
+            train_loss=loss_sum / rows,
+            val_loss=val_loss,
+            val_r2=r2,
+            epoch_time_s=time.perf_counter() - epoch_start + self.progress.partial_time[0],
+            train_time_s=train_time,
+            samples=rows,
         )
-        self.partial_time = [0.0, 0.0]
-        if due or improved:
-            self._save(checkpoint=due, best=improved)
+        progress = self.progress = self.progress.after_epoch(record)
+        early = 0 < cfg.early_stopping_patience <= progress.bad_epochs
+        stop = stop_votes > 0
+        last = progress.epoch == cfg.epochs
+        due = progress.epoch % cfg.checkpoint_every == 0 or early or stop or last
+        if due or progress.improved:
+            self._save(checkpoint=due, best=progress.improved)
         if self.ctx.is_main:
-            train_loss = self.history["train_loss"][-1]
-            print(f"Epoch {self.epoch}/{cfg.epochs} - Train: {train_loss:.5g}, "
+            print(f"Epoch {progress.epoch}/{cfg.epochs} - Train: {record.train_loss:.5g}, "
                   f"Val: {val_loss:.5g}", flush=True)  # fmt: skip
         if early:  # finished: a stop request that came with it needs no resume
             if self.ctx.is_main:
-                print(f"Early stopping: no improvement for {self.bad_epochs} epochs (best "
-                      f"{self.best_val:.5g} at epoch {self.best_epoch})", flush=True)  # fmt: skip
+                print(
+                    f"Early stopping: no improvement for {progress.bad_epochs} epochs (best "
+                    f"{progress.best_val:.5g} at epoch {progress.best_epoch})",
+                    flush=True,
+                )
             return "early_stopped"
-        if stop and self.epoch < cfg.epochs:
+        if stop and progress.epoch < cfg.epochs:
             self._log_preempted()
             return "preempted"
         return None
@@ -426,9 +444,9 @@ class Loop:
         if self._writer is not None:
             self._writer.wait()  # the message promises a checkpoint on disk
         if self.ctx.is_main:
-            path = self.run_dir / "checkpoint.pt"
-            print(f"Stop requested: checkpoint at epoch {self.epoch + 1}, step "
-                  f"{self.step_in_epoch} of the epoch ({self.step} steps) in {path}; "
+            path, p = self.run_dir / "checkpoint.pt", self.progress
+            print(f"Stop requested: checkpoint at epoch {p.epoch + 1}, step "
+                  f"{p.step_in_epoch} of the epoch ({p.step} steps) in {path}; "
                   "resume with --resume", flush=True)  # fmt: skip
 
 

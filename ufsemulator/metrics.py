@@ -45,3 +45,31 @@ def val_metrics(sums: list[float]) -> tuple[float, float]:
     loss_sum, sse, s1, s2, count = sums
     spread = s2 - s1 * s1 / count
     return loss_sum / count, 1.0 - sse / spread if spread > 0 else float("nan")
+
+
+class TrainSums:
+    """The epoch's training loss sum and row count so far, this rank's.
+
+    The step adds its loss into a view of a device tensor made once (no indexing op and no
+    host sync per step) and counts its rows on the host (no kernel per step); ``fold``
+    moves the rows into the tensor when someone reads it."""
+
+    def __init__(self, device: torch.device) -> None:
+        self.sums = torch.zeros(2, dtype=torch.float64, device=device)  # loss sum, rows
+        self.loss = self.sums[0]
+        self.rows = 0
+
+    def fold(self) -> torch.Tensor:
+        """The sums, rows included (integers: exact in float64, in any grouping)."""
+        if self.rows:
+            self.sums[1].add_(self.rows)
+            self.rows = 0
+        return self.sums
+
+    def reset(self, values: tuple[float, float] = (0.0, 0.0)) -> None:
+        """Start from ``values`` (a resumed epoch's sums, or nothing)."""
+        self.rows = 0
+        if values == (0.0, 0.0):
+            self.sums.zero_()
+        else:
+            self.sums.copy_(torch.tensor(values, dtype=torch.float64))

@@ -43,15 +43,30 @@ class StepGraph:
 
 
 class GraphedSteps:
-    """The steps' stream, the graph once captured, and whether a capture failed."""
+    """The steps' stream, the graph once captured, and whether a capture failed. Its state
+    changes only through its methods: ``ran_eagerly``, ``capture`` and ``give_up``."""
 
     def __init__(self, device: torch.device) -> None:
         self.device = device
         self.stream = torch.cuda.Stream(device)
-        self.graph: StepGraph | None = None
-        self.failed = False
-        self.eager_steps = 0  # DDP iterations run eagerly so far
-        self.status = "on, not captured yet"
+        self._graph: StepGraph | None = None
+        self._failed = False
+        self._eager_steps = 0  # DDP iterations run eagerly so far
+        self._status = "on, not captured yet"
+
+    @property
+    def graph(self) -> StepGraph | None:
+        """The captured step; None before the capture and after a failed one."""
+        return self._graph
+
+    @property
+    def eager_steps(self) -> int:
+        return self._eager_steps
+
+    @property
+    def status(self) -> str:
+        """For logs and benchmarks: not captured yet, captured at which step, or why not."""
+        return self._status
 
     def build(self, make: Callable[[], nn.Module]) -> nn.Module:
         """``make()`` (the DDP wrapper) on the steps' stream, ordered with the main one."""
@@ -74,28 +89,35 @@ class GraphedSteps:
         finally:
             main.wait_stream(self.stream)
 
+    def ran_eagerly(self) -> None:
+        """Count a step run without the graph (DDP counts it as an iteration too)."""
+        self._eager_steps += 1
+
     def may_capture(self) -> bool:
-        n = self.eager_steps  # DDP's iteration count; the capture is iteration n + 1
-        return (not self.failed and n >= WARMUP_STEPS
+        n = self._eager_steps  # DDP's iteration count; the capture is iteration n + 1
+        return (not self._failed and self._graph is None and n >= WARMUP_STEPS
                 and n % DDP_TIMED_EVERY != 0 and (n + 1) % DDP_TIMED_EVERY != 0)  # fmt: skip
 
-    def capture(self, step: Step, x: torch.Tensor, y: torch.Tensor) -> StepGraph:
+    def capture(self, step: Step, x: torch.Tensor, y: torch.Tensor, at_step: int) -> StepGraph:
         """Capture ``step`` reading static copies of ``x`` and ``y``; nothing runs here.
-        Raises whatever the capture raised; the caller falls back to eager steps."""
+        ``at_step`` (the run's step number) goes into the status. Raises whatever the
+        capture raised; the caller then calls ``give_up`` and goes on eagerly."""
         static = StepGraph(torch.cuda.CUDAGraph(), x.clone(), y.clone())
         # thread_local: the NCCL watchdog and the checkpoint writer may call CUDA in their
         # threads meanwhile; only this thread's calls must be capturable.
         with torch.cuda.graph(static.graph, stream=self.stream,
                               capture_error_mode="thread_local"):  # fmt: skip
             step(static.x, static.y)
-        self.graph = static
+        self._graph = static
+        self._status = f"captured at step {at_step} of this run"
         return static
 
     def give_up(self, exc: Exception) -> str:
         """Record a failed capture; eager steps from here on. Returns the reason."""
         text = str(exc).strip()
         reason = f"{type(exc).__name__}: {text.splitlines()[0] if text else ''}"
-        self.status = f"capture failed ({reason}); eager"
-        self.failed = True
+        self._status = f"capture failed ({reason}); eager"
+        self._failed = True
+        self._graph = None
         torch.cuda.synchronize(self.device)
         return reason

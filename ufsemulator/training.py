@@ -10,6 +10,7 @@ weights as an uninterrupted one (CPU, same world size).
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import os
 import signal
 import threading
@@ -25,16 +26,18 @@ from torch import nn
 
 from hpcdist.distributed import DistContext, cleanup_distributed, setup_distributed
 from ufsemulator import earlysignal, runfiles
-from ufsemulator.checkpoint import load_checkpoint, restore_rng
+from ufsemulator.checkpoint import restore_rng
 from ufsemulator.config import Config
 from ufsemulator.data import DataOptions, load_dataset
 from ufsemulator.errors import CheckpointError, DataError
 from ufsemulator.export import export_checkpoint
-from ufsemulator.loop import Loop, Shards, Status, StopFlag, full_model
+from ufsemulator.loop import Loop, LoopHooks, Shards, StopFlag, full_model
 from ufsemulator.model import EmulatorMLP, ModelConfig
 from ufsemulator.normalization import stats_from_shard, torch_all_reduce
+from ufsemulator.state import TrainingState, read_state
+from ufsemulator.summary import RunSummary, Status
 
-__all__ = ["StopFlag", "TrainResult", "train"]
+__all__ = ["StopFlag", "TrainResult", "split", "train"]
 
 _EXPORTED_VARS = ("MASTER_ADDR", "MASTER_PORT", "RANK", "WORLD_SIZE", "LOCAL_RANK",
                   "LOCAL_WORLD_SIZE")  # fmt: skip
@@ -55,6 +58,30 @@ class TrainResult:
     model: EmulatorMLP = field(repr=False, compare=False)  # full weights, on every rank
     is_main: bool = True  # rank 0: the one that reports the status with its exit code
 
+    @classmethod
+    def of(
+        cls,
+        summary: RunSummary,
+        run_dir: Path,
+        wall_time_s: float,
+        model: EmulatorMLP,
+        is_main: bool,
+    ) -> TrainResult:
+        return cls(
+            status=summary.status,
+            run_dir=run_dir,
+            epochs_run=summary.epochs_run,
+            best_epoch=summary.best_epoch,
+            best_val_loss=summary.best_val_loss,
+            final_train_loss=summary.final("train_loss"),
+            final_val_loss=summary.final("val_loss"),
+            val_r2=summary.final("val_r2"),
+            samples_per_second=summary.samples_per_second,
+            wall_time_s=wall_time_s,
+            model=model,
+            is_main=is_main,
+        )
+
 
 def train(
     config: Config,
@@ -64,19 +91,27 @@ def train(
     *,
     stop_flag: StopFlag | None = None,
     step_callback: Callable[[int], None] | None = None,
+    hooks: LoopHooks | None = None,
 ) -> TrainResult:
     """Train the emulator in the process group started here (torchrun, SLURM, submitit
     or one process) and return the outcome; rank 0 writes the run folder.
 
     ``stop_flag`` is set by the preemption signal (``config.preemption.signal``); at the
     next agreed step boundary rank 0 checkpoints and the status is ``"preempted"``.
-    ``step_callback(global_step)`` runs after each optimiser step (tests, progress hooks).
+    ``step_callback(global_step)`` runs after each optimiser step (tests, progress hooks);
+    it is short for ``hooks=LoopHooks(after_step=...)``. ``hooks`` watch or steer the loop
+    (``ufsemulator.loop.LoopHooks``).
     """
     started = time.perf_counter()
+    hooks = hooks if hooks is not None else LoopHooks()
+    if step_callback is not None:
+        if hooks.after_step is not None:
+            raise ValueError("give step_callback or hooks.after_step, not both")
+        hooks = dataclasses.replace(hooks, after_step=step_callback)
     flag = stop_flag if stop_flag is not None else StopFlag()
     if earlysignal.received():
         flag.set()  # the warning came while the process was still starting
-    checkpoint = load_checkpoint(resume) if resume is not None else None
+    checkpoint = read_state(resume) if resume is not None else None
     # setup_distributed exports MASTER_PORT, RANK, ... for the code below it; a later
     # train() in this process must not mistake them for a launcher's (stale port).
     saved_env = {var: os.environ.get(var) for var in _EXPORTED_VARS}
@@ -87,8 +122,8 @@ def train(
         names = (config.preemption.signal, "SIGTERM", *([job_signal.name] if job_signal else []))
         with _stop_on_signal(names, flag):
             ctx = setup_distributed()
-            return _train(ctx, config, data_path, checkpoint, resume, run_dir, flag,
-                          step_callback, started)  # fmt: skip
+            return _train(ctx, config, data_path, checkpoint, resume, run_dir, flag, hooks,
+                          started)  # fmt: skip
     finally:
         cleanup_distributed()  # collects the DDP reducer first (see there)
         for var, value in saved_env.items():
@@ -102,11 +137,11 @@ def _train(
     ctx: DistContext,
     config: Config,
     data_path: str | Path | None,
-    checkpoint: dict[str, Any] | None,
+    checkpoint: TrainingState | None,
     resume: str | Path | None,
     run_dir_arg: str | Path | None,
     flag: StopFlag,
-    step_callback: Callable[[int], None] | None,
+    hooks: LoopHooks,
     started: float,
 ) -> TrainResult:
     env = ctx.env
@@ -114,10 +149,10 @@ def _train(
     if checkpoint is None and (run_dir / "checkpoint.pt").is_file():
         # A requeued job (same job id, same run folder) picks up where it was stopped.
         resume = run_dir / "checkpoint.pt"
-        checkpoint = load_checkpoint(resume)
+        checkpoint = read_state(resume)
         if ctx.is_main:
             restarts = os.environ.get("SLURM_RESTART_COUNT", "0")
-            print(f"Resuming from {resume} (epoch {checkpoint['epoch']}, "
+            print(f"Resuming from {resume} (epoch {checkpoint.progress.epoch}, "
                   f"restart {restarts})", flush=True)
     path = runfiles.ensure_data(ctx, config, data_path)
     options = DataOptions(mask=config.data.mask, thin=config.data.thin,
@@ -130,7 +165,7 @@ def _train(
         output_names=(config.data.target,),
     )
     model = EmulatorMLP(model_config)
-    shards = _split(ctx, config, dataset.inputs, dataset.targets, model)
+    shards = split(ctx, config, dataset.inputs, dataset.targets, model)
     print(f"[Rank {env.rank}] Training samples: {shards.x_train.shape[0]}", flush=True)
     if ctx.is_main:
         print(
@@ -141,36 +176,21 @@ def _train(
         )
     if checkpoint is not None:
         _load_weights(model, checkpoint, resume)
-        restore_rng(checkpoint["rng"])
-    loop = Loop(ctx, config, model, shards, run_dir, flag, step_callback)
+        restore_rng(checkpoint.rng)
+    loop = Loop(ctx, config, model, shards, run_dir, flag, hooks)
     if ctx.is_main and env.world_size > 1:
         print(f"Gradient all-reduce: {loop.grad_allreduce_status}", flush=True)
     if checkpoint is not None:
         loop.restore(checkpoint, str(resume))
-    status = loop.run()
+    summary = loop.run()
     final = full_model(loop.model, model.config)
+    wall_time = time.perf_counter() - started  # this process, from train() on
     if ctx.is_main:
-        _write_outputs(ctx, config, loop, status, run_dir, started)
+        _write_outputs(ctx, config, summary, run_dir, wall_time)
     # No rank leaves before rank 0 has written everything: under srun --kill-on-bad-exit
     # the first rank to exit non-zero takes the others down with it.
     dist.barrier()
-    history = loop.history
-    epochs_run = len(history["train_loss"])
-    train_time = sum(history["train_time_s"])
-    return TrainResult(
-        status=status,
-        run_dir=run_dir,
-        epochs_run=epochs_run,
-        best_epoch=loop.best_epoch,
-        best_val_loss=loop.best_val,
-        final_train_loss=history["train_loss"][-1] if epochs_run else float("nan"),
-        final_val_loss=history["val_loss"][-1] if epochs_run else float("nan"),
-        val_r2=history["val_r2"][-1] if epochs_run else float("nan"),
-        samples_per_second=sum(history["samples"]) / train_time if train_time else 0.0,
-        wall_time_s=time.perf_counter() - started,
-        model=final,
-        is_main=ctx.is_main,
-    )
+    return TrainResult.of(summary, run_dir, wall_time, final, ctx.is_main)
 
 
 @contextlib.contextmanager
@@ -192,10 +212,11 @@ def _stop_on_signal(names: tuple[str, ...], flag: StopFlag) -> Iterator[None]:
             signal.signal(signum, old)
 
 
-def _split(
+def split(
     ctx: DistContext, config: Config, inputs: Any, targets: Any, model: EmulatorMLP
 ) -> Shards:
-    """Seeded split (identical on every rank), this rank's shards, global statistics.
+    """Seeded split (identical on every rank), this rank's shards, global statistics (set
+    on ``model``); collective. What ``train`` trains on, for benchmarks and tests too.
 
     The training set is cut into ``world_size`` equal shards (a remainder of fewer than
     world_size samples is left out) so every rank runs the same number of steps."""
@@ -231,9 +252,9 @@ def _split(
         )
 
 
-def _load_weights(model: nn.Module, checkpoint: dict[str, Any], source: object) -> None:
+def _load_weights(model: nn.Module, checkpoint: TrainingState, source: object) -> None:
     try:
-        model.load_state_dict(checkpoint["model"])
+        model.load_state_dict(checkpoint.model)
     except (RuntimeError, KeyError, TypeError) as exc:
         reason = str(exc).strip().splitlines()[0]
         raise CheckpointError(
@@ -242,57 +263,38 @@ def _load_weights(model: nn.Module, checkpoint: dict[str, Any], source: object) 
 
 
 def _write_outputs(
-    ctx: DistContext, config: Config, loop: Loop, status: Status, run_dir: Path, started: float
+    ctx: DistContext, config: Config, summary: RunSummary, run_dir: Path, wall_time: float
 ) -> None:
-    history = loop.history
-    epochs = len(history["train_loss"])
-    train_time = sum(history["train_time_s"])
-    samples = sum(history["samples"])
+    status, history = summary.status, summary.progress.history
     best = run_dir / "best_model.pt"
     if status != "preempted":
         source = best if best.is_file() else run_dir / "checkpoint.pt"
         if source.is_file():
             export_checkpoint(source, run_dir / "model.pt")
-    if epochs:
+    if summary.epochs_run:
         runfiles.plot_loss_curves(
             run_dir / "loss_curves.png", history["train_loss"], history["val_loss"],
-            loop.best_epoch or None,
+            summary.best_epoch or None,
             f"ufsemulator {config.data.target}: {ctx.env.world_size} x {ctx.backend}",
         )  # fmt: skip
+    run = summary.to_json()
     results = {
-        "status": status,
+        "status": run.pop("status"),
         "world_size": ctx.env.world_size,
         "backend": ctx.backend,
         "device": str(ctx.device),
         "threads": torch.get_num_threads(),
         "strategy": config.training.strategy,
-        "cuda_graph": loop.cuda_graph_status,
-        "grad_allreduce": loop.grad_allreduce_status,
         "target": config.data.target,
-        "epochs_run": epochs,
-        "n_train": loop.shards.n_train,
-        "n_val": loop.shards.n_val,
-        "epoch_times_s": history["epoch_time_s"],
-        "samples_per_second": samples / train_time if train_time else 0.0,
-        "epoch_samples_per_second": [
-            s / t if t else 0.0
-            for s, t in zip(history["samples"], history["train_time_s"], strict=True)
-        ],
-        "train_time_s": train_time,
-        "wall_time_s": time.perf_counter() - started,  # this process, from train() on
-        "final_train_loss": history["train_loss"][-1] if epochs else None,
-        "final_val_loss": history["val_loss"][-1] if epochs else None,
-        "final_val_r2": history["val_r2"][-1] if epochs else None,
-        "best_epoch": loop.best_epoch,
-        "best_val_loss": loop.best_val if epochs else None,
-        "best_val_r2": history["val_r2"][loop.best_epoch - 1] if loop.best_epoch else None,
-        "history": {key: history[key] for key in ("train_loss", "val_loss", "val_r2")},
+        **run,
+        "wall_time_s": wall_time,  # this process, from train() on
         "config": config.to_dict(),
     }
     runfiles.write_results(run_dir / "training_results.json", results)
     line = (
-        f"Training {status}: {epochs} epochs, best validation loss {loop.best_val:.5g} "
-        f"(epoch {loop.best_epoch}), R^2 {results['best_val_r2'] or float('nan'):.4f}, "
-        f"{results['samples_per_second']:.0f} samples/s, {results['wall_time_s']:.1f} s"
+        f"Training {status}: {summary.epochs_run} epochs, best validation loss "
+        f"{summary.best_val_loss:.5g} (epoch {summary.best_epoch}), R^2 "
+        f"{summary.best_val_r2:.4f}, "
+        f"{summary.samples_per_second:.0f} samples/s, {wall_time:.1f} s"
     )
     print(f"{line}\nRun folder: {run_dir}", flush=True)
