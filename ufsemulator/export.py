@@ -64,10 +64,11 @@ def prepare_export(model: EmulatorMLP, options: ExportConfig) -> EmulatorMLP:
         param.requires_grad_(False)
     config = model.config
     try:
-        model.input_names = exported_names(config.input_names, options.names)
-        model.output_names = exported_names(config.output_names, options.names)
-        input_units = exported_units(config.input_names, options.units)
-        output_units = exported_units(config.output_names, options.units)
+        ins, outs = config.input_names, config.output_names
+        model.input_names = exported_names(ins, options.names, outs)
+        model.output_names = exported_names(outs, options.names, ins)
+        input_units = exported_units(ins, options.units, outs)
+        output_units = exported_units(outs, options.units, ins)
     except ValueError as exc:
         raise ConfigError(str(exc)) from None
     chosen_levels = (("input_levels", options.input_levels, config.n_in),

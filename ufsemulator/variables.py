@@ -148,17 +148,20 @@ def conversion(source: str, target: str) -> tuple[float, float] | None:
     return CONVERSIONS.get((src, dst))
 
 
-def exported_names(names: tuple[str, ...], choice: str | Mapping[str, str]) -> list[str]:
+def exported_names(
+    names: tuple[str, ...], choice: str | Mapping[str, str], known: tuple[str, ...] = ()
+) -> list[str]:
     """Names to put in an export: ``short`` (ours), ``jedi``, or a mapping from ours.
 
-    A mapping renames the names it lists and keeps the others; a name it lists that the
-    model does not have is an error, so a typo does not go unnoticed."""
+    A mapping renames the names it lists and keeps the others; a name it lists that is
+    neither in ``names`` nor in ``known`` (the model's other names) is an error, so a
+    typo does not go unnoticed."""
     if isinstance(choice, Mapping):
-        unknown = [key for key in choice if key not in names]
+        unknown = [key for key in choice if key not in (*names, *known)]
         if unknown:
             raise ValueError(
                 f"export name mapping names {unknown[0]!r}, which the model does not have; "
-                f"its variables: {', '.join(names)}"
+                f"its variables: {', '.join((*names, *known))}"
             )
         return [str(choice.get(name, name)) for name in names]
     if choice == "short":
@@ -168,14 +171,16 @@ def exported_names(names: tuple[str, ...], choice: str | Mapping[str, str]) -> l
     raise ValueError(f"export names must be 'short', 'jedi' or a mapping, got {choice!r}")
 
 
-def exported_units(names: tuple[str, ...], choice: str | Mapping[str, str]) -> list[str]:
+def exported_units(
+    names: tuple[str, ...], choice: str | Mapping[str, str], known: tuple[str, ...] = ()
+) -> list[str]:
     """Units the export takes and gives: ``native`` (as trained), ``jedi``, or a mapping."""
     if isinstance(choice, Mapping):
-        unknown = [key for key in choice if key not in names]
+        unknown = [key for key in choice if key not in (*names, *known)]
         if unknown:
             raise ValueError(
                 f"export unit mapping names {unknown[0]!r}, which the model does not have; "
-                f"its variables: {', '.join(names)}"
+                f"its variables: {', '.join((*names, *known))}"
             )
         return [str(choice.get(name, UNITS.get(name, ""))) for name in names]
     if choice == "native":

@@ -19,6 +19,7 @@
 #include <cmath>
 #include <cstdint>
 #include <fstream>
+#include <iomanip>
 #include <iostream>
 #include <sstream>
 #include <stdexcept>
@@ -203,7 +204,7 @@ int run(const Options& opt) {
   if (!opt.jacobian_out.empty()) write_floats(opt.jacobian_out, jac);
   if (!opt.predict_out.empty()) write_floats(opt.predict_out, prediction);
 
-  std::cout << "{\"input_names\": " << json_list(input_names)
+  std::cout << std::setprecision(10) << "{\"input_names\": " << json_list(input_names)
             << ", \"input_levels\": " << json_list(input_levels)
             << ", \"input_units\": " << json_list(input_units)
             << ", \"output_names\": " << json_list(output_names)
