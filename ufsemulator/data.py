@@ -137,7 +137,8 @@ def load_dataset(
     files = expand_paths(path)
     atm_files = expand_paths(atmosphere, "atmosphere file") if atmosphere is not None else None
     groups = pair_groups(files, atm_files)
-    source = str(files[0]) if len(files) == 1 else f"{files[0]} .. {files[-1]} ({len(files)} files)"
+    first, last = (" + ".join(map(str, group)) for group in (groups[0], groups[-1]))
+    source = first if len(groups) == 1 else f"{first} .. {last} ({len(groups)} files)"
     cache_file = _cache_path(groups, options) if options.cache_dir is not None else None
     if cache_file is not None:
         cached = _load_cache(cache_file)

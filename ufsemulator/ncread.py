@@ -36,6 +36,7 @@ from ufsemulator.variables import (
     CF_NAMES,
     CICE_NAMES,
     CICE_SUFFIXES,
+    INPUT_NAMES,
     OTHER_NAMES,
     UNITS,
     canonical_unit,
@@ -145,8 +146,13 @@ class GroupReader:
             else:
                 found[name] = hit
         if missing:
-            raise DataError(f"{self.where} lack{'s' if len(self.files) == 1 else ''} "
-                            f"{len(missing)} needed field(s): {'; '.join(missing)}")  # fmt: skip
+            # A model can be trained without an input the files lack; not without aice.
+            lacking = [name for name in self.names if name not in found]
+            hint = ("; inputs can be left out with data.inputs"
+                    if any(name in INPUT_NAMES for name in lacking) else "")  # fmt: skip
+            verb = "lacks" if len(self.files) == 1 else "lack"
+            raise DataError(f"{self.where} {verb} {len(missing)} needed field(s): "
+                            f"{'; '.join(missing)}{hint}")  # fmt: skip
         return found
 
     def _find(self, name: str, suffixes: Sequence[str | None]) -> Found | None:
