@@ -260,3 +260,40 @@ def test_smoke_config_trains_on_each_layout(
     loaded = torch.jit.load(str(tmp_path / "run" / "model.pt"))
     assert loaded.output_names == ["sea_ice_area_fraction"]
     assert loaded.input_names[0] == "sea_water_potential_temperature"
+
+
+@pytest.mark.filterwarnings("ignore:`torch.jit.load` is deprecated:DeprecationWarning")
+def test_model_normalisation_and_export_follow_data_inputs(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A background without atmospheric forcing: the CF ocean/ice file alone, 8 inputs."""
+    import torch
+
+    from ufsemulator.__main__ import main
+    from ufsemulator.config import Config, load_config
+    from ufsemulator.training import train
+
+    from .test_training import LAUNCH_VARS, SMOKE
+
+    monkeypatch.setenv("HPCDIST_DATA_DIR", str(tmp_path / "cache"))
+    for var in LAUNCH_VARS:
+        monkeypatch.delenv(var, raising=False)
+    ocean, _ = write_layout(tmp_path / "ocn.nc", "cf", 40, 32)
+    inputs = ["hi", "sst", "sss", "tsfc", "hs", "sice", "uocn", "vocn"]  # any order
+    merged = load_config(SMOKE).to_dict()
+    merged["data"].update({"path": str(ocean), "inputs": inputs})
+    result = train(Config.from_dict(merged), run_dir=tmp_path / "run")
+    assert result.model.input_names == inputs and result.model.input_mean.shape == (8,)
+    assert result.model.input_mean[0] == pytest.approx(
+        float(load_dataset(ocean, DataOptions(inputs=tuple(inputs))).inputs[:, 0].mean()), rel=0.2
+    )
+    assert main(["export", "--checkpoint", str(tmp_path / "run" / "best_model.pt"),
+                 "--out", str(tmp_path / "m.pt"), "--names", "jedi"]) == 0  # fmt: skip
+    loaded = torch.jit.load(str(tmp_path / "m.pt"))
+    assert list(loaded.input_names) == ["sea_ice_volume", "sea_water_potential_temperature",
+                                        "sea_water_salinity", "snow_ice_surface_temperature",
+                                        "sea_ice_snow_volume", "sea_ice_salinity",
+                                        "eastward_sea_water_velocity",
+                                        "northward_sea_water_velocity"]  # fmt: skip
+    assert list(loaded.input_levels) == [0] * 8
+    assert loaded.jac_physical(torch.ones(3, 8), torch.ones(3, 1)).shape == (3, 1, 8)
