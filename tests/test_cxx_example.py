@@ -39,7 +39,7 @@ def binary(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFact
     import torch.utils
 
     key = hashlib.sha256()
-    for path in sorted(EXAMPLE.glob("*")):
+    for path in (EXAMPLE / "CMakeLists.txt", *sorted(EXAMPLE.glob("*.cpp"))):
         key.update(path.name.encode() + path.read_bytes())
     key.update(f"{torch.__version__} {Path(compiler).resolve()}".encode())
     cache = request.config.cache
