@@ -105,3 +105,41 @@ def test_config_choices_match_the_data_and_model_modules() -> None:
     assert set(typing.get_args(hints["target"])) == set(TARGET_NAMES)
     activations = typing.get_args(typing.get_type_hints(ModelSection)["activation"])
     assert set(activations) == set(ACTIVATIONS)
+
+
+@pytest.mark.parametrize(
+    ("section", "field", "value", "expected"),
+    [
+        ("data", "path", "iceh.*.nc", "iceh.*.nc"),
+        ("data", "path", ["a.nc", "b.nc"], ("a.nc", "b.nc")),
+        ("data", "time", -1, -1),
+        ("data", "time", "2:5", "2:5"),
+        ("data", "inputs", ["hi", "sst"], ("hi", "sst")),
+        ("data", "atmosphere", ["atm1.nc", "atm2.nc"], ("atm1.nc", "atm2.nc")),
+        ("export", "names", {"sst": "sea_surface_temperature"}, {"sst": "sea_surface_temperature"}),
+        ("export", "units", "jedi", "jedi"),
+        ("export", "input_levels", [0] * 14, (0,) * 14),
+    ],
+)  # fmt: skip
+def test_data_and_export_options_are_read(
+    section: str, field: str, value: object, expected: object
+) -> None:
+    data = {section: {field: value, **({"path": "x.nc"} if field == "atmosphere" else {})}}
+    # (an atmosphere file pairs with a data.path: one is given with it)
+    assert getattr(getattr(Config.from_dict(data), section), field) == expected
+
+
+@pytest.mark.parametrize(
+    ("data", "message"),
+    [
+        ({"data": {"path": 3}}, "'data.path' must be a string or a list, got 3"),
+        ({"data": {"time": "last"}}, "data.time must be all, INDEX or START:STOP, got 'last'"),
+        ({"data": {"inputs": ["sst", "ssh"]}}, "'ssh' is not one"),
+        ({"data": {"atmosphere": "atm.nc"}}, "'data.atmosphere' pairs with 'data.path'"),
+        ({"export": {"names": "cf"}}, "'export.names' must be short or jedi or a mapping"),
+        ({"export": {"units": {"tair": 273}}}, "'export.units' must be a string or a mapping"),
+    ],
+)
+def test_bad_data_and_export_options_are_named(data: dict[str, object], message: str) -> None:
+    with pytest.raises(ConfigError, match=message.replace("(", r"\(").replace(")", r"\)")):
+        Config.from_dict(data)

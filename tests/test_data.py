@@ -31,9 +31,9 @@ def synthetic(tmp_path_factory: pytest.TempPathFactory) -> Path:
 def fields(synthetic: Path) -> dict[str, np.ndarray]:
     """Ocean points of every variable, as float64, plus lat."""
     with netCDF4.Dataset(synthetic) as nc:
-        ocean = nc["umask"][:] == 1
+        ocean = nc["tmask"][:] == 1
         out = {name: np.asarray(nc[name][0][ocean], dtype=np.float64) for name in UNITS}
-        out["lat"] = np.asarray(nc["ULAT"][:][ocean], dtype=np.float64)
+        out["lat"] = np.asarray(nc["TLAT"][:][ocean], dtype=np.float64)
     return out
 
 
@@ -43,10 +43,10 @@ def test_synthetic_has_cice_variables_units_and_fill(synthetic: Path) -> None:
         assert (len(nc.dimensions["time"]), len(nc.dimensions["nj"]), len(nc.dimensions["ni"])) \
             == (1, NJ, NI)  # fmt: skip
         assert set(UNITS) == set(VARIABLES)
-        land = nc["umask"][:] == 0
+        land = nc["tmask"][:] == 0
         assert 0.1 < land.mean() < 0.6
-        assert set(np.unique(nc["umask"][:])) == {0.0, 1.0}
-        assert nc["ULAT"].units == "degrees_north" and nc["ULON"].units == "degrees_east"
+        assert set(np.unique(nc["tmask"][:])) == {0.0, 1.0}
+        assert nc["TLAT"].units == "degrees_north" and nc["ULON"].units == "degrees_east"
         for name, units in UNITS.items():
             var = nc[name]
             assert var.dimensions == ("time", "nj", "ni")
@@ -126,8 +126,8 @@ def test_reader_rows_follow_design_order(synthetic: Path) -> None:
             np.testing.assert_array_equal(ds.inputs[:, column], grid[ds.index], err_msg=name)
         aice = np.asarray(nc["aice_h"][0]).ravel()
         np.testing.assert_array_equal(ds.targets[:, 0], aice[ds.index])
-        np.testing.assert_array_equal(ds.lat, np.asarray(nc["ULAT"][:]).ravel()[ds.index])
-        assert len(ds) == int((nc["umask"][:] == 1).sum())
+        np.testing.assert_array_equal(ds.lat, np.asarray(nc["TLAT"][:]).ravel()[ds.index])
+        assert len(ds) == int((nc["tmask"][:] == 1).sum())
 
 
 def test_mask_modes_select_ice_ocean_or_a_balanced_mix(synthetic: Path) -> None:

@@ -9,6 +9,7 @@ can requeue it.
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import os
 import sys
 from pathlib import Path
@@ -29,15 +30,27 @@ def _parser() -> argparse.ArgumentParser:
     )
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
 
-    data = sub.add_parser("make-data", help="write a synthetic CICE-style history file")
+    data = sub.add_parser("make-data", help="write synthetic CICE-style data in any layout")
     data.add_argument("--out", type=Path, required=True, help="netCDF file to write")
     data.add_argument("--ni", type=int, default=384, help="grid points along x (384)")
     data.add_argument("--nj", type=int, default=320, help="grid points along y (320)")
     data.add_argument("--seed", type=int, default=0)
+    data.add_argument(
+        "--layout", choices=["hourly", "daily", "monthly", "cf"], default="hourly",
+        help="CICE stream (fields aice_h, aice_d, aice) or the CF-named ocean/ice + "
+        "atmosphere pair (OUT and OUT_atm); default hourly",
+    )  # fmt: skip
+    data.add_argument("--records", type=int, default=1, help="records per file (1)")
+    data.add_argument("--files", type=int, default=1,
+                      help="files of a time series, OUT.0001.nc, ... (1: just OUT)")  # fmt: skip
 
     train = sub.add_parser("train", help="train (under torchrun, srun or alone)")
     train.add_argument("--config", type=Path, help="YAML merged over the default config")
-    train.add_argument("--data", type=Path, help="CICE history file (default: synthetic)")
+    train.add_argument("--data", nargs="+", metavar="FILE",
+                       help="CICE history or ocean/ice files, or a quoted glob, in time "
+                       "order (default: data.path, else synthetic)")  # fmt: skip
+    train.add_argument("--atmosphere", nargs="+", metavar="FILE",
+                       help="the atmosphere file paired with each --data file (CF pair)")
     train.add_argument("--resume", type=Path, metavar="CKPT", help="checkpoint to resume")
     train.add_argument("--run-dir", type=Path, help="output folder (default runs/<job id>)")
     train.add_argument("--epochs", type=int, help="override training.epochs")
@@ -45,6 +58,10 @@ def _parser() -> argparse.ArgumentParser:
     export = sub.add_parser("export", help="TorchScript export of a checkpoint")
     export.add_argument("--checkpoint", type=Path, required=True)
     export.add_argument("--out", type=Path, required=True)
+    export.add_argument("--names", choices=["short", "jedi"],
+                        help="input/output names (default: the checkpoint's export.names)")
+    export.add_argument("--units", choices=["native", "jedi"],
+                        help="units the module takes (default: the checkpoint's export.units)")
     return parser
 
 
@@ -66,12 +83,17 @@ def main(argv: list[str] | None = None) -> int:
 
 def _make_data(args: argparse.Namespace) -> int:
     # Imported here: `--help` and argument errors should not wait for torch or netCDF.
-    from ufsemulator.synthetic import make_synthetic
+    from ufsemulator.synthfiles import write_layout
 
     if args.ni < 4 or args.nj < 4:
         raise ConfigError(f"--ni and --nj must be >= 4, got {args.ni} and {args.nj}")
-    path = make_synthetic(args.out, ni=args.ni, nj=args.nj, seed=args.seed)
-    print(f"Wrote synthetic CICE history {args.ni}x{args.nj} (seed {args.seed}) to {path}")
+    if args.records < 1 or args.files < 1:
+        raise ConfigError(f"--records and --files must be >= 1, got {args.records} and "
+                          f"{args.files}")  # fmt: skip
+    paths = write_layout(args.out, args.layout, args.ni, args.nj, args.seed, args.records,
+                         args.files)  # fmt: skip
+    print(f"Wrote synthetic {args.layout} data {args.ni}x{args.nj} (seed {args.seed}, "
+          f"{args.records} record(s) per file) to {', '.join(map(str, paths))}")  # fmt: skip
     return 0
 
 
@@ -89,9 +111,15 @@ def _train(args: argparse.Namespace) -> int:
         if args.epochs < 1:
             raise ConfigError(f"--epochs must be >= 1, got {args.epochs}")
         config = config.with_epochs(args.epochs)
-    if args.data is not None and not args.data.is_file():
-        raise DataError(f"data file '{args.data}' does not exist")
-    result = train(config, data_path=args.data, resume=args.resume, run_dir=args.run_dir)
+    if args.data is not None or args.atmosphere is not None:
+        # Through the config: the checkpoint then records what the model was trained on.
+        data = dataclasses.replace(
+            config.data,
+            path=tuple(args.data) if args.data is not None else config.data.path,
+            atmosphere=tuple(args.atmosphere) if args.atmosphere else config.data.atmosphere,
+        )
+        config = dataclasses.replace(config, data=data)
+    result = train(config, resume=args.resume, run_dir=args.run_dir)
     if result.status != "preempted" or not result.is_main:
         return 0
     # Rank 0 alone reports the preemption, by exit code and, for the rendered job scripts,
@@ -104,10 +132,16 @@ def _train(args: argparse.Namespace) -> int:
 
 
 def _export(args: argparse.Namespace) -> int:
-    from ufsemulator.export import export_checkpoint
+    from ufsemulator.export import checkpoint_export_config, export_checkpoint
 
-    path = export_checkpoint(args.checkpoint, args.out)
-    print(f"Exported {args.checkpoint} to {path} (TorchScript: forward, predict, jac_physical)")
+    options = checkpoint_export_config(args.checkpoint)
+    overrides = {key: value for key in ("names", "units")
+                 if (value := getattr(args, key)) is not None}  # fmt: skip
+    options = dataclasses.replace(options, **overrides)
+    path = export_checkpoint(args.checkpoint, args.out, options)
+    print(f"Exported {args.checkpoint} to {path} (TorchScript: predict, jac_physical, tlm, "
+          f"adjoint in physical units; forward normalised; names {options.names}, units "
+          f"{options.units})")
     return 0
 
 

@@ -7,6 +7,7 @@ ones instead of a silently ignored setting.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import importlib.resources
 import signal
@@ -18,6 +19,9 @@ from pathlib import Path
 from typing import Any, Literal, Union
 
 import yaml
+
+from ufsemulator.sources import parse_time
+from ufsemulator.variables import INPUT_NAMES, check_inputs
 
 
 class ConfigError(ValueError):
@@ -35,11 +39,42 @@ class SyntheticConfig:
 
 @dataclass(frozen=True)
 class DataConfig:
-    path: str | None = None
+    # A file, a glob or a list of them, in time order; None: the synthetic file.
+    path: str | tuple[str, ...] | None = None
+    # The atmosphere file paired with each file of `path` (the CF-named pair).
+    atmosphere: str | tuple[str, ...] | None = None
+    time: int | str = "all"  # all | INDEX | START:STOP over the records of all files
+    inputs: tuple[str, ...] = INPUT_NAMES
     mask: Literal["sea_ice", "ocean", "both"] = "sea_ice"
     thin: int = 1
     target: Literal["aice", "sst", "tair"] = "aice"
     synthetic: SyntheticConfig = field(default_factory=SyntheticConfig)
+
+    def __post_init__(self) -> None:
+        try:
+            parse_time(self.time)
+            object.__setattr__(self, "inputs", check_inputs(self.inputs))
+        except ValueError as exc:
+            raise ConfigError(f"'data': {exc}") from None
+        if self.atmosphere is not None and self.path is None:
+            raise ConfigError("'data.atmosphere' pairs with 'data.path', which is not set")
+
+
+@dataclass(frozen=True)
+class ExportConfig:
+    """What the TorchScript export tells its caller (a DA system looks names up)."""
+
+    names: str | dict[str, str] = "short"  # short | jedi | {our name: exported name}
+    units: str | dict[str, str] = "native"  # native | jedi (K, kg/kg) | {name: unit}
+    input_levels: tuple[int, ...] | None = None  # None: the model's (0, the surface)
+    output_levels: tuple[int, ...] | None = None
+
+    def __post_init__(self) -> None:
+        for key, words in (("names", ("short", "jedi")), ("units", ("native", "jedi"))):
+            value = getattr(self, key)
+            if isinstance(value, str) and value not in words:
+                raise ConfigError(f"'export.{key}' must be {' or '.join(words)} or a mapping, "
+                                  f"got {value!r}")  # fmt: skip
 
 
 @dataclass(frozen=True)
@@ -109,6 +144,7 @@ class Config:
     training: TrainingConfig = field(default_factory=TrainingConfig)
     output: OutputConfig = field(default_factory=OutputConfig)
     preemption: PreemptionConfig = field(default_factory=PreemptionConfig)
+    export: ExportConfig = field(default_factory=ExportConfig)
 
     def to_dict(self) -> dict[str, Any]:
         """Plain dict (lists, no tuples) that YAML and ``torch.load(weights_only)`` accept."""
@@ -131,6 +167,11 @@ _POSITIVE = {
     "training.checkpoint_every", "data.thin", "data.synthetic.ni", "data.synthetic.nj",
     "preemption.check_every_steps", "model.hidden_sizes",
 }  # fmt: skip
+
+
+# Integers that may be negative (a record counted from the end).
+_SIGNED = {"data.time"}
+_KIND_WORDS = {str: "a string", int: "an integer", tuple: "a list", dict: "a mapping"}
 
 
 def default_config_path() -> Path:
@@ -205,8 +246,21 @@ def _convert(hint: Any, value: Any, name: str) -> Any:
     if origin in (Union, types.UnionType):
         if value is None and type(None) in args:
             return None
-        (inner,) = [a for a in args if a is not type(None)]
-        return _convert(inner, value, name)
+        inner = [a for a in args if a is not type(None)]
+        if len(inner) == 1:
+            return _convert(inner[0], value, name)
+        # Several kinds (a file or a list of files): the first that takes the value.
+        for kind in inner:
+            with contextlib.suppress(ConfigError):
+                return _convert(kind, value, name)
+        kinds = " or ".join(_KIND_WORDS.get(typing.get_origin(k) or k, str(k)) for k in inner)
+        raise ConfigError(f"'{name}' must be {kinds}, got {value!r}")
+    if origin is dict:
+        if not isinstance(value, Mapping) or not all(
+            isinstance(k, str) and isinstance(v, str) for k, v in value.items()
+        ):
+            raise ConfigError(f"'{name}' must be a mapping of names to names, got {value!r}")
+        return dict(value)
     if origin is Literal:
         if value not in args:
             allowed = ", ".join(repr(a) for a in args)
@@ -226,7 +280,7 @@ def _convert(hint: Any, value: Any, name: str) -> Any:
     if hint is int:
         if isinstance(value, bool) or not isinstance(value, int):
             raise ConfigError(f"'{name}' must be an integer, got {value!r}")
-        if (name in _POSITIVE and value < 1) or value < 0:
+        if (name in _POSITIVE and value < 1) or (value < 0 and name not in _SIGNED):
             bound = 1 if name in _POSITIVE else 0
             raise ConfigError(f"'{name}' must be >= {bound}, got {value}")
         return value

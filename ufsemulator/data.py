@@ -1,11 +1,13 @@
 """Read CICE history files (real or synthetic) into per-point training arrays.
 
-One reader for both: variables are looked up by their CICE history names first
-(``sst_h``), then by common alternatives (``sst``). Selected points become rows of
-``inputs [N, 14]`` (order of ``INPUT_NAMES``) and ``targets [N, 1]``.
+One reader for every layout (see ``ufsemulator.ncread`` for how a field is found): CICE
+history streams with any suffix, the CF-named ocean/ice + atmosphere pair, one record or
+many, one file or a time series of them (``ufsemulator.sources``). Selected points of each
+selected record become rows of ``inputs [N, n_in]`` (columns in the order of
+``options.inputs``, by default the 14 of ``INPUT_NAMES``) and ``targets [N, 1]``.
 
-Mask modes (all of them only ever select ocean points, i.e. ``umask`` > 0.5 when the file
-has a mask, and drop points where an input or the target is not finite):
+Mask modes (all of them only ever select ocean points, i.e. ``tmask`` > 0.5 when the file
+has a mask, and drop points where an input or the target is missing):
 
 - ``sea_ice``: points with ice, ``aice > 0``.
 - ``ocean``: every ocean point.
@@ -13,11 +15,12 @@ has a mask, and drop points where an input or the target is not finite):
   as many as there are ice points. The model sees the ice edge from both sides without
   the open ocean (three quarters of a global grid) swamping the loss.
 
-Thinning (``thin=k``) then keeps every k-th selected point in grid order. ``aice`` is
-read whatever the target, since every mask mode needs it.
+Thinning (``thin=k``) then keeps every k-th selected point of a record in grid order.
+``aice`` is read whatever the target, since every mask mode needs it.
 
 With ``cache_dir`` set, the selected arrays are kept in an ``.npz`` named by a hash of
-the source file (resolved path, size, mtime) and the options, so a rerun skips netCDF.
+every source file (resolved path, size, mtime, in order) and the options, so a rerun
+skips netCDF.
 """
 
 from __future__ import annotations
@@ -28,17 +31,26 @@ import json
 import os
 import uuid
 import zipfile
-from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-import netCDF4
 import numpy as np
 import numpy.typing as npt
 
 from ufsemulator.errors import DataError
+from ufsemulator.ncread import GroupReader
+from ufsemulator.sources import PathSpec, expand_paths, pair_groups, parse_time
 from ufsemulator.synthetic import make_synthetic
+from ufsemulator.variables import (
+    CICE_NAMES,
+    CICE_SUFFIXES,
+    INPUT_NAMES,
+    MASK_MODES,
+    OTHER_NAMES,
+    TARGET_NAMES,
+    check_inputs,
+)  # fmt: skip
 
 __all__ = [
     "INPUT_NAMES",
@@ -51,38 +63,12 @@ __all__ = [
     "make_synthetic",
 ]
 
-INPUT_NAMES: tuple[str, ...] = (
-    "sst", "sss", "tair", "tsfc", "hi", "hs", "sice",
-    "uocn", "vocn", "uatm", "vatm", "qref", "flwdn", "fswdn",
-)  # fmt: skip
-TARGET_NAMES: tuple[str, ...] = ("aice", "sst", "tair")
-MASK_MODES: tuple[str, ...] = ("sea_ice", "ocean", "both")
-
-# Names tried in order; the first is what CICE writes to its history files.
+# Plain names of each field, the hourly stream's first (what make_synthetic writes).
 VARIABLE_NAMES: dict[str, tuple[str, ...]] = {
-    "aice": ("aice_h", "aice", "siconc"),
-    "sst": ("sst_h", "sst", "SST"),
-    "sss": ("sss_h", "sss", "SSS"),
-    "tair": ("Tair_h", "Tair", "tair"),
-    "tsfc": ("Tsfc_h", "Tsfc", "tsfc"),
-    "hi": ("hi_h", "hi"),
-    "hs": ("hs_h", "hs"),
-    "sice": ("sice_h", "sice"),
-    "uocn": ("uocn_h", "uocn"),
-    "vocn": ("vocn_h", "vocn"),
-    "uatm": ("uatm_h", "uatm"),
-    "vatm": ("vatm_h", "vatm"),
-    "qref": ("Qref_h", "Qref", "qref"),
-    "flwdn": ("flwdn_h", "flwdn", "flw"),
-    "fswdn": ("fswdn_h", "fswdn", "fsw"),
-    "lat": ("ULAT", "TLAT", "lat", "latitude"),
-    "lon": ("ULON", "TLON", "lon", "longitude"),
-    "mask": ("umask", "tmask", "mask"),
+    name: tuple(base + s for s in CICE_SUFFIXES) + OTHER_NAMES.get(name, ())
+    for name, base in CICE_NAMES.items()
 }
-
-# Magnitudes this large are fill values even where a file forgot to declare them.
-_FILL_THRESHOLD = 1.0e20
-_CACHE_VERSION = 1
+_CACHE_VERSION = 2
 
 FloatArray = npt.NDArray[np.float64]
 
@@ -93,7 +79,8 @@ class DataOptions:
     thin: int = 1
     target: str = "aice"
     cache_dir: Path | None = None
-    time_index: int = 0  # record of the time axis to read
+    time: str | int = "all"  # all | INDEX | START:STOP over the records of all files
+    inputs: tuple[str, ...] = INPUT_NAMES
 
     def __post_init__(self) -> None:
         if self.mask not in MASK_MODES:
@@ -104,22 +91,22 @@ class DataOptions:
             )
         if isinstance(self.thin, bool) or not isinstance(self.thin, int) or self.thin < 1:
             raise ValueError(f"thin must be an integer >= 1, got {self.thin!r}")
-        if self.time_index < 0:
-            raise ValueError(f"time_index must be >= 0, got {self.time_index}")
+        parse_time(self.time)  # raises on a malformed selection
+        object.__setattr__(self, "inputs", check_inputs(self.inputs))
         if self.cache_dir is not None and not isinstance(self.cache_dir, Path):
             object.__setattr__(self, "cache_dir", Path(self.cache_dir))
 
     def cache_key_fields(self) -> dict[str, Any]:
         """The options that change the arrays (not where they are cached)."""
         return {"mask": self.mask, "thin": self.thin, "target": self.target,
-                "time_index": self.time_index}  # fmt: skip
+                "time": str(self.time), "inputs": list(self.inputs)}  # fmt: skip
 
 
 @dataclass(frozen=True, eq=False)
 class Dataset:
-    """Selected points of one history file; rows of all arrays correspond."""
+    """Selected points of the selected records; rows of all arrays correspond."""
 
-    inputs: npt.NDArray[np.float32]  # [N, 14], columns in INPUT_NAMES order, physical units
+    inputs: npt.NDArray[np.float32]  # [N, n_in], columns in input_names order, our units
     targets: npt.NDArray[np.float32]  # [N, 1]
     lat: npt.NDArray[np.float32]  # [N] degrees north
     lon: npt.NDArray[np.float32]  # [N] degrees east
@@ -128,83 +115,116 @@ class Dataset:
     target_names: tuple[str, ...]
     source: str
     input_names: tuple[str, ...] = INPUT_NAMES
+    record: npt.NDArray[np.int64] = field(
+        default_factory=lambda: np.zeros(0, dtype=np.int64)
+    )  # [N] record number, counted over all files in order
+    notes: tuple[str, ...] = ()  # what the reader decided that a user should know
 
     def __len__(self) -> int:
         return int(self.inputs.shape[0])
 
 
-def load_dataset(path: str | Path, options: DataOptions | None = None) -> Dataset:
-    """Select and flatten the points of the history file at ``path``.
+def load_dataset(
+    path: PathSpec, options: DataOptions | None = None, atmosphere: PathSpec | None = None
+) -> Dataset:
+    """Select and flatten the points of the files named by ``path`` (a file, a glob or a
+    list, in time order), each paired with the same-numbered ``atmosphere`` file if given.
 
-    Raises ``DataError`` (naming the file, and the variable where one is missing) when
-    the file cannot be read or holds no selected point.
+    Raises ``DataError`` (naming the file, and every variable that is missing) when a file
+    cannot be read or no point is selected.
     """
     options = options or DataOptions()
-    source = Path(path)
-    try:
-        stat = source.stat()
-    except OSError as exc:
-        raise DataError(f"cannot read data file '{source}': {exc.strerror}") from exc
-    cache_file = None
-    if options.cache_dir is not None:
-        cache_file = _cache_path(source, stat, options)
+    files = expand_paths(path)
+    atm_files = expand_paths(atmosphere, "atmosphere file") if atmosphere is not None else None
+    groups = pair_groups(files, atm_files)
+    first, last = (" + ".join(map(str, group)) for group in (groups[0], groups[-1]))
+    source = first if len(groups) == 1 else f"{first} .. {last} ({len(groups)} files)"
+    cache_file = _cache_path(groups, options) if options.cache_dir is not None else None
+    if cache_file is not None:
         cached = _load_cache(cache_file)
         if cached is not None:
-            return dataclasses.replace(cached, source=str(source))
-    dataset = _read(source, options)
+            return dataclasses.replace(cached, source=source)
+    dataset = dataclasses.replace(_read(groups, options), source=source)
     if cache_file is not None:
         _save_cache(cache_file, dataset)
     return dataset
 
 
-def _read(path: Path, options: DataOptions) -> Dataset:
-    try:
-        nc = netCDF4.Dataset(path, "r")
-    except OSError as exc:
-        raise DataError(f"cannot open '{path}' as netCDF: {exc}") from exc
-    with nc:
-        fields = {name: _field(nc, path, name, options.time_index) for name in INPUT_NAMES}
-        aice = _field(nc, path, "aice", options.time_index)
-        target = aice if options.target == "aice" else fields[options.target]
-        shape = aice.shape
-        lat = _coordinate(nc, path, "lat", shape)
-        lon = _coordinate(nc, path, "lon", shape)
-        mask_name = _find(nc, "mask")
-        ocean = (
-            _to_float(nc.variables[mask_name], options.time_index, path) > 0.5
-            if mask_name is not None
-            else np.ones(shape, dtype=bool)
+def _read(groups: list[tuple[Path, ...]], options: DataOptions) -> Dataset:
+    names = list(dict.fromkeys((*options.inputs, "aice", options.target)))
+    with_readers = []
+    notes: dict[str, int] = {}
+    offset = 0
+    for group in groups:  # one file open at a time: a long series may be hundreds of files
+        with GroupReader(group, names) as reader:
+            with_readers.append((group, offset, reader.n_records))
+            offset += reader.n_records
+    picked = parse_time(options.time).pick(offset)
+    parts: list[dict[str, npt.NDArray[Any]]] = []
+    shape: tuple[int, ...] | None = None
+    for group, first, count in with_readers:
+        mine = [r for r in picked if first <= r < first + count]
+        if not mine:
+            continue
+        with GroupReader(group, names) as reader:
+            for note in dict.fromkeys(reader.notes):
+                notes[note] = notes.get(note, 0) + 1
+            if shape is not None and reader.lat.shape != shape:
+                raise DataError(f"{reader.where} is on a {reader.lat.shape} grid, the files "
+                                f"before it on {shape}")  # fmt: skip
+            shape = reader.lat.shape
+            for r in mine:
+                parts.append(_select_record(reader.fields(r - first), reader, options, r))
+    assert shape is not None
+    where = " + ".join(map(str, groups[0])) + (" ..." if len(groups) > 1 else "")
+    total = sum(part["index"].size for part in parts)
+    if total == 0:
+        ocean = int(sum(part["n_ocean"] for part in parts))
+        valid = int(sum(part["n_valid"] for part in parts))
+        raise DataError(
+            f"no points selected from '{where}' with mask '{options.mask}' "
+            f"(ocean points: {ocean}, valid: {valid}, records: {len(picked)})"
         )
-    for name, values in fields.items():
-        if values.shape != shape:
-            raise DataError(
-                f"variable for '{name}' in '{path}' has shape {values.shape}, "
-                f"expected {shape} like aice"
-            )
-    if ocean.shape != shape:
-        raise DataError(f"mask '{mask_name}' in '{path}' has shape {ocean.shape}, expected {shape}")
+    n_groups = sum(1 for _, first, count in with_readers
+                   if any(first <= r < first + count for r in picked))  # fmt: skip
+    summary = tuple(note if count == n_groups else f"{note} ({count} of {n_groups} files)"
+                    for note, count in notes.items())  # fmt: skip
+    return Dataset(
+        inputs=np.concatenate([p["inputs"] for p in parts]),
+        targets=np.concatenate([p["targets"] for p in parts]),
+        lat=np.concatenate([p["lat"] for p in parts]),
+        lon=np.concatenate([p["lon"] for p in parts]),
+        index=np.concatenate([p["index"] for p in parts]),
+        record=np.concatenate([p["record"] for p in parts]),
+        grid_shape=(int(shape[0]), int(shape[1])),
+        target_names=(options.target,),
+        source=where,
+        input_names=options.inputs,
+        notes=summary,
+    )
 
-    stacked = np.stack([fields[name] for name in INPUT_NAMES], axis=-1)
-    valid = ocean & np.isfinite(stacked).all(axis=-1) & np.isfinite(target)
-    valid &= np.isfinite(lat) & np.isfinite(lon)
+
+def _select_record(
+    fields: dict[str, FloatArray], reader: GroupReader, options: DataOptions, record: int
+) -> dict[str, npt.NDArray[Any]]:
+    aice = fields["aice"]
+    target = fields[options.target]
+    stacked = np.stack([fields[name] for name in options.inputs], axis=-1)
+    valid = reader.ocean & np.isfinite(stacked).all(axis=-1) & np.isfinite(target)
+    valid &= np.isfinite(reader.lat) & np.isfinite(reader.lon)
     # Every mode looks at aice to tell ice from open water; a missing aice is no point.
     valid &= np.isfinite(aice)
     index = _select(valid.ravel(), aice.ravel(), options)
-    if index.size == 0:
-        raise DataError(
-            f"no points selected from '{path}' with mask '{options.mask}' "
-            f"(ocean points: {int(ocean.sum())}, valid: {int(valid.sum())})"
-        )
-    return Dataset(
-        inputs=stacked.reshape(-1, len(INPUT_NAMES))[index].astype(np.float32),
-        targets=target.ravel()[index].astype(np.float32)[:, None],
-        lat=lat.ravel()[index].astype(np.float32),
-        lon=lon.ravel()[index].astype(np.float32),
-        index=index.astype(np.int64),
-        grid_shape=(int(shape[0]), int(shape[1])),
-        target_names=(options.target,),
-        source=str(path),
-    )
+    return {
+        "inputs": stacked.reshape(-1, len(options.inputs))[index].astype(np.float32),
+        "targets": target.ravel()[index].astype(np.float32)[:, None],
+        "lat": reader.lat.ravel()[index].astype(np.float32),
+        "lon": reader.lon.ravel()[index].astype(np.float32),
+        "index": index.astype(np.int64),
+        "record": np.full(index.size, record, dtype=np.int64),
+        "n_ocean": np.asarray(int(reader.ocean.sum())),
+        "n_valid": np.asarray(int(valid.sum())),
+    }
 
 
 def _select(
@@ -223,72 +243,27 @@ def _select(
     return index[:: options.thin]
 
 
-def _find(nc: Any, name: str) -> str | None:
-    return next((cand for cand in VARIABLE_NAMES[name] if cand in nc.variables), None)
-
-
-def _field(nc: Any, path: Path, name: str, time_index: int) -> FloatArray:
-    found = _find(nc, name)
-    if found is None:
-        tried = ", ".join(VARIABLE_NAMES[name])
-        raise DataError(f"'{path}' has no variable for '{name}' (tried: {tried})")
-    values = _to_float(nc.variables[found], time_index, path)
-    if values.ndim != 2:
-        raise DataError(
-            f"variable '{found}' in '{path}' has shape {values.shape}, expected (nj, ni) "
-            "or (time, nj, ni)"
-        )
-    return values
-
-
-def _to_float(var: Any, time_index: int, path: Path) -> FloatArray:
-    if var.ndim == 3:
-        if time_index >= var.shape[0]:
-            raise DataError(
-                f"variable '{var.name}' in '{path}' has {var.shape[0]} time records, "
-                f"time_index {time_index} requested"
-            )
-        raw = var[time_index]
-    else:
-        raw = var[...]
-    values = np.ma.filled(np.ma.asarray(raw).astype(np.float64), np.nan)
-    values[np.abs(values) >= _FILL_THRESHOLD] = np.nan
-    return np.asarray(values)
-
-
-def _coordinate(nc: Any, path: Path, name: str, shape: Sequence[int]) -> FloatArray:
-    found = _find(nc, name)
-    if found is None:
-        tried = ", ".join(VARIABLE_NAMES[name])
-        raise DataError(f"'{path}' has no variable for '{name}' (tried: {tried})")
-    values = _to_float(nc.variables[found], 0, path)
-    if values.ndim == 1:  # a regular grid stores lat(nj) and lon(ni)
-        axis = 0 if name == "lat" else 1
-        if values.size != shape[axis]:
-            raise DataError(
-                f"coordinate '{found}' in '{path}' has {values.size} values, expected {shape[axis]}"
-            )
-        values = np.broadcast_to(
-            values[:, None] if axis == 0 else values[None, :], tuple(shape)
-        ).copy()
-    if tuple(values.shape) != tuple(shape):
-        raise DataError(
-            f"coordinate '{found}' in '{path}' has shape {values.shape}, expected {tuple(shape)}"
-        )
-    return values
-
-
-def _cache_path(source: Path, stat: os.stat_result, options: DataOptions) -> Path:
+def _cache_path(groups: list[tuple[Path, ...]], options: DataOptions) -> Path:
     assert options.cache_dir is not None
+    files = []
+    for group in groups:
+        for path in group:
+            try:
+                stat = path.stat()
+            except OSError as exc:
+                raise DataError(f"cannot read data file '{path}': {exc.strerror}") from exc
+            files.append([str(path.resolve()), stat.st_size, stat.st_mtime_ns])
     key = {
         "version": _CACHE_VERSION,
-        "source": str(source.resolve()),
-        "size": stat.st_size,
-        "mtime_ns": stat.st_mtime_ns,
+        "files": files,
+        "paired": len(groups[0]),
         "options": options.cache_key_fields(),
     }
     digest = hashlib.sha256(json.dumps(key, sort_keys=True).encode()).hexdigest()[:20]
-    return options.cache_dir / f"{source.stem}.{digest}.npz"
+    return options.cache_dir / f"{groups[0][0].stem}.{digest}.npz"
+
+
+_ARRAYS = ("inputs", "targets", "lat", "lon", "index", "record")
 
 
 def _load_cache(path: Path) -> Dataset | None:
@@ -297,11 +272,11 @@ def _load_cache(path: Path) -> Dataset | None:
     try:
         with np.load(path, allow_pickle=False) as z:
             meta = json.loads(str(z["meta"]))
+            arrays = {name: z[name] for name in _ARRAYS}
             return Dataset(
-                inputs=z["inputs"], targets=z["targets"], lat=z["lat"], lon=z["lon"],
-                index=z["index"], grid_shape=tuple(meta["grid_shape"]),
+                **arrays, grid_shape=tuple(meta["grid_shape"]),
                 target_names=tuple(meta["target_names"]), source=meta["source"],
-                input_names=tuple(meta["input_names"]),
+                input_names=tuple(meta["input_names"]), notes=tuple(meta["notes"]),
             )  # fmt: skip
     except (OSError, ValueError, KeyError, zipfile.BadZipFile):
         return None  # a damaged cache is rebuilt, not fatal
@@ -313,15 +288,14 @@ def _save_cache(path: Path, dataset: Dataset) -> None:
         "target_names": list(dataset.target_names),
         "input_names": list(dataset.input_names),
         "source": dataset.source,
+        "notes": list(dataset.notes),
     }
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp_name = path.with_name(f".{path.name}.{os.getpid()}.{uuid.uuid4().hex[:8]}.tmp")
     try:
         with open(tmp_name, "xb") as out:
-            np.savez(
-                out, meta=np.array(json.dumps(meta)), inputs=dataset.inputs,
-                targets=dataset.targets, lat=dataset.lat, lon=dataset.lon, index=dataset.index,
-            )  # fmt: skip
+            np.savez(out, meta=np.array(json.dumps(meta)),
+                     **{name: getattr(dataset, name) for name in _ARRAYS})  # fmt: skip
         os.replace(tmp_name, path)
     except BaseException:
         Path(tmp_name).unlink(missing_ok=True)

@@ -1,7 +1,8 @@
 """The emulator: a per-point MLP with its normalisation and an analytic Jacobian.
 
-``forward`` works in normalised space (what training optimises); ``predict`` and
-``jac_physical`` work in physical units (what a data-assimilation system calls). The
+``forward`` works in NORMALISED space (what training optimises); ``predict``,
+``jac_physical``, ``tlm`` and ``adjoint`` work in physical units (what a data-assimilation
+system calls), accept float32 and float64 and answer in the inputs' dtype. The
 Jacobian is propagated layer by layer rather than taken with autograd, so it also works
 where the caller has disabled gradients (``torch::NoGradGuard`` or inference mode in C++)
 and costs one pass instead of one per output.
@@ -19,10 +20,11 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from ufsemulator.data import INPUT_NAMES
 from ufsemulator.normalization import Stats
+from ufsemulator.variables import INPUT_NAMES, UNITS
 
 ACTIVATIONS: tuple[str, ...] = ("relu", "tanh", "gelu", "silu")
+FILL_THRESHOLD = 1.0e20
 
 
 @dataclass(frozen=True)
@@ -89,6 +91,9 @@ class EmulatorMLP(nn.Module):
         output_names: list[str]
         input_levels: list[int]
         output_levels: list[int]
+        input_units: list[str]
+        output_units: list[str]
+        fill_threshold: float
         input_mean: torch.Tensor
         input_std: torch.Tensor
         output_mean: torch.Tensor
@@ -107,6 +112,11 @@ class EmulatorMLP(nn.Module):
         self.output_names = list(config.output_names)
         self.input_levels = list(config.input_levels)
         self.output_levels = list(config.output_levels)
+        # Units the module takes and gives ("" where a name has none in the table).
+        self.input_units = [UNITS.get(name, "") for name in config.input_names]
+        self.output_units = [UNITS.get(name, "") for name in config.output_names]
+        # |x| at or above this is a fill value (CICE writes 1e30 over land), not data.
+        self.fill_threshold = FILL_THRESHOLD
         self.register_buffer("input_mean", torch.zeros(config.n_in))
         self.register_buffer("input_std", torch.ones(config.n_in))
         self.register_buffer("output_mean", torch.zeros(config.n_out))
@@ -152,7 +162,10 @@ class EmulatorMLP(nn.Module):
         return cdf + z * pdf
 
     def forward(self, x_norm: torch.Tensor) -> torch.Tensor:
-        """Normalised inputs ``[N, n_in]`` -> normalised outputs ``[N, n_out]``."""
+        """NORMALISED inputs ``[N, n_in]`` -> NORMALISED outputs ``[N, n_out]``.
+
+        What training optimises; not what a caller with physical fields wants: that is
+        ``predict``. Kept as ``forward`` because the training loop calls the module."""
         h = x_norm
         last = len(self.layers) - 1
         for i, layer in enumerate(self.layers):
@@ -170,40 +183,103 @@ class EmulatorMLP(nn.Module):
         return y_norm * self.output_std + self.output_mean
 
     @torch.jit.export
-    def predict(self, x_phys: torch.Tensor) -> torch.Tensor:
-        """Physical inputs ``[N, n_in]`` -> physical outputs ``[N, n_out]``."""
-        return self.denormalize_outputs(self.forward(self.normalize_inputs(x_phys)))
+    def predict(self, inputs: torch.Tensor) -> torch.Tensor:
+        """Physical inputs ``[N, n_in]`` -> physical outputs ``[N, n_out]``, in the inputs'
+        dtype (float32 or float64); a row with a NaN or fill value (|x| >= 1e20) gives 0."""
+        x, valid = self._prepare(inputs)
+        h = x
+        weights = self._weights(x.dtype)
+        biases = self._biases(x.dtype)
+        last = len(weights) - 1
+        for i in range(len(weights)):
+            h = F.linear(h, weights[i], biases[i])
+            if i < last:
+                h = self._act(h)
+        y = h * self.output_std.to(x.dtype) + self.output_mean.to(x.dtype)
+        return torch.where(valid.unsqueeze(1), y, torch.zeros_like(y))
 
     @torch.jit.export
     def jac_physical(self, inputs: torch.Tensor, mask: torch.Tensor | None = None) -> torch.Tensor:
-        """d(physical output)/d(physical input), ``[N, n_out, n_in]``.
+        """d(physical output)/d(physical input), ``[N, n_out, n_in]``, in the inputs' dtype.
 
-        Rows where ``mask`` is False/0, or an input is not finite, are zero; any
-        remaining non-finite entry is zero too.
+        Each row is multiplied by its ``mask`` value (``[N]`` or ``[N, 1]``, any dtype;
+        fractions allowed, NaN counts as 0), as SABER's reference emulators do. A row with
+        a NaN or fill value (|x| >= 1e20, e.g. CICE's 1e30 over land) is zero.
         """
-        x = self.normalize_inputs(inputs)
-        weights: list[torch.Tensor] = []
+        x, valid = self._prepare(inputs)
+        dtype = x.dtype
+        weights = self._weights(dtype)
+        biases = self._biases(dtype)
         pre: list[torch.Tensor] = []
         h = x
-        last = len(self.layers) - 1
-        for i, layer in enumerate(self.layers):
-            weights.append(layer.weight)  # type: ignore[arg-type]
-            if i < last:
-                h = layer(h)
-                pre.append(h)
-                h = self._act(h)
+        last = len(weights) - 1
+        for i in range(last):
+            h = F.linear(h, weights[i], biases[i])
+            pre.append(h)
+            h = self._act(h)
         # Back from the output: J = W_L diag(act'(z_L-1)) W_L-1 ... diag(act'(z_1)) W_1,
         # carried as [N, n_out, width]: cheap when n_out is small, as for aice.
-        n = inputs.shape[0]
+        n = x.shape[0]
         w_out = weights[last]
         jac = w_out.unsqueeze(0).expand(n, w_out.shape[0], w_out.shape[1])
         for i in range(last - 1, -1, -1):
             jac = torch.matmul(jac * self._act_grad(pre[i]).unsqueeze(1), weights[i])
-        jac = jac * (self.output_std.unsqueeze(1) / self.input_std.unsqueeze(0)).unsqueeze(0)
+        scale = self.output_std.to(dtype).unsqueeze(1) / self.input_std.to(dtype).unsqueeze(0)
+        jac = jac * scale.unsqueeze(0)
 
-        valid = torch.isfinite(inputs).all(dim=1)
+        row = valid.to(dtype)
         if mask is not None:
-            valid = valid & (mask.reshape(-1) != 0)
-        zero = torch.zeros_like(jac)
-        jac = torch.where(valid.reshape(-1, 1, 1), jac, zero)
-        return torch.where(torch.isfinite(jac), jac, zero)
+            if mask.numel() != n:
+                raise ValueError(
+                    f"mask must hold one value per input row ({n} rows), got shape {mask.shape}"
+                )
+            m = mask.reshape(-1).to(dtype)
+            row = row * torch.where(torch.isfinite(m), m, torch.zeros_like(m))
+        jac = jac * row.reshape(-1, 1, 1)
+        return torch.where(torch.isfinite(jac), jac, torch.zeros_like(jac))
+
+    @torch.jit.export
+    def tlm(
+        self, inputs: torch.Tensor, dx: torch.Tensor, mask: torch.Tensor | None = None
+    ) -> torch.Tensor:
+        """Tangent linear at ``inputs``: ``J dx``, ``[N, n_out]`` (same rules as jac)."""
+        if dx.shape != inputs.shape:
+            raise ValueError(f"dx must have the shape of inputs {inputs.shape}, got "
+                             f"{dx.shape}")  # fmt: skip
+        jac = self.jac_physical(inputs, mask)
+        return torch.bmm(jac, dx.to(jac.dtype).unsqueeze(2)).squeeze(2)
+
+    @torch.jit.export
+    def adjoint(
+        self, inputs: torch.Tensor, dy: torch.Tensor, mask: torch.Tensor | None = None
+    ) -> torch.Tensor:
+        """Adjoint at ``inputs``: ``J^T dy``, ``[N, n_in]``, for ``dy`` ``[N, n_out]``."""
+        if dy.dim() != 2 or dy.shape[0] != inputs.shape[0] or dy.shape[1] != self.n_out:
+            raise ValueError(f"dy must be [{inputs.shape[0]}, {self.n_out}], got "
+                             f"{dy.shape}")  # fmt: skip
+        jac = self.jac_physical(inputs, mask)
+        return torch.bmm(jac.transpose(1, 2), dy.to(jac.dtype).unsqueeze(2)).squeeze(2)
+
+    def _prepare(self, inputs: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """Normalised inputs in the compute dtype, and which rows hold real values.
+
+        float32 and float64 are computed in their own precision (the weights are cast,
+        9k numbers), any other dtype in the model's. A row with a missing value is
+        computed at the mean instead, so nothing non-finite runs through the network."""
+        if inputs.dim() != 2 or inputs.shape[1] != self.n_in:
+            raise ValueError("inputs must be [N, {}] ({}), got shape {}".format(
+                self.n_in, ", ".join(self.input_names), inputs.shape))  # fmt: skip
+        dtype = self.input_mean.dtype
+        if inputs.dtype == torch.float32 or inputs.dtype == torch.float64:
+            dtype = inputs.dtype
+        x = inputs.to(dtype)
+        valid = (x.abs() < self.fill_threshold).all(dim=1)  # False for NaN too
+        mean = self.input_mean.to(dtype)
+        x = torch.where(valid.unsqueeze(1), x, mean.unsqueeze(0))
+        return (x - mean) / self.input_std.to(dtype), valid
+
+    def _weights(self, dtype: torch.dtype) -> list[torch.Tensor]:
+        return [layer.weight.to(dtype) for layer in self.layers]  # type: ignore[misc]
+
+    def _biases(self, dtype: torch.dtype) -> list[torch.Tensor]:
+        return [layer.bias.to(dtype) for layer in self.layers]  # type: ignore[misc]

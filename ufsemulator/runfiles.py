@@ -26,7 +26,7 @@ from hpcdist.distributed import DistContext
 from hpcdist.fileutil import write_atomic
 from hpcdist.protocol import RUN_DIR_VAR
 from ufsemulator.config import Config
-from ufsemulator.errors import DataError
+from ufsemulator.sources import PathSpec, expand_paths
 from ufsemulator.synthetic import make_synthetic
 
 # In order of preference: one folder per job, shared by all ranks and by a requeued job.
@@ -80,14 +80,13 @@ def resolve_run_dir(
     return Path(str(chosen[0]))
 
 
-def ensure_data(ctx: DistContext, config: Config, data_path: str | Path | None) -> Path:
-    """The data file; without one, the synthetic file, generated on first use."""
+def ensure_data(ctx: DistContext, config: Config, data_path: PathSpec | None) -> PathSpec:
+    """The data files (a file, a glob or a list; checked here, so a typo fails before
+    anything else); without any, the synthetic file, generated on first use."""
     given = data_path if data_path is not None else config.data.path
     if given is not None:
-        path = Path(given).expanduser()
-        if not path.is_file():
-            raise DataError(f"data file '{path}' does not exist")
-        return path
+        expand_paths(given)  # raises DataError naming what does not exist
+        return given
     syn = config.data.synthetic
     path = synthetic_path(syn.ni, syn.nj, syn.seed)
     # Rank 0 writes; then the first rank of each node checks again, for nodes that do not

@@ -1,4 +1,4 @@
-"""A synthetic CICE-style history file: the stand-in for real UFS output.
+"""The fields of a synthetic CICE-style history file: the stand-in for real UFS output.
 
 The fields are smooth random perturbations of simple climatologies for 1 January, coupled
 the way the real ones are, so the reader and the emulator meet the same structure as in a
@@ -15,20 +15,16 @@ CICE history file:
 
 The grid is a regular latitude-longitude grid from 80S to 90N (the latitude range of
 the UFS tripolar grid) with a smooth random land mask, land south of about 72S, and an
-open central Arctic. Land points hold ``_FillValue``.
+open central Arctic. Land points hold ``_FillValue``. ``ufsemulator.synthfiles`` writes
+the fields in each file layout the reader understands (CICE streams, the CF-named pair).
 """
 
 from __future__ import annotations
 
-import os
-import uuid
 from pathlib import Path
 
-import netCDF4
 import numpy as np
 import numpy.typing as npt
-
-from ufsemulator.errors import DataError
 
 FloatArray = npt.NDArray[np.float64]
 
@@ -76,22 +72,22 @@ def daily_insolation(lat_deg: FloatArray, decl_deg: float) -> FloatArray:
     return np.where(h0 > 0.0, np.maximum(q, 0.0), 0.0)
 
 
-def make_synthetic(path: str | Path, ni: int = 384, nj: int = 320, seed: int = 0) -> Path:
-    """Write a synthetic CICE history file at ``path`` (atomically) and return its path."""
-    if ni < 4 or nj < 4:
-        raise ValueError(f"grid must be at least 4 x 4, got ni={ni}, nj={nj}")
-    out = Path(path)
-    fields, lat, lon, ocean = synthetic_fields(ni, nj, seed)
-    out.parent.mkdir(parents=True, exist_ok=True)
-    # A unique sibling, not mkstemp: the file gets the umask's permissions (shared data).
-    tmp = out.with_name(f".{out.name}.{os.getpid()}.{uuid.uuid4().hex[:8]}.tmp")
-    try:
-        _write(tmp, fields, lat, lon, ocean, seed)
-        os.replace(tmp, out)
-    except BaseException:
-        tmp.unlink(missing_ok=True)
-        raise
-    return out
+def make_synthetic(
+    path: str | Path,
+    ni: int = 384,
+    nj: int = 320,
+    seed: int = 0,
+    *,
+    suffix: str = "_h",
+    records: int = 1,
+) -> Path:
+    """Write a synthetic CICE history file at ``path`` (atomically) and return its path.
+
+    ``suffix`` is the stream's ("_h" hourly, "_d" daily, "" monthly); ``records`` the
+    length of its time axis. Other layouts: :mod:`ufsemulator.synthfiles`."""
+    from ufsemulator.synthfiles import write_cice  # netCDF4 only where a file is written
+
+    return write_cice(path, ni=ni, nj=nj, seed=seed, suffix=suffix, records=records)
 
 
 def synthetic_fields(
@@ -189,74 +185,3 @@ def _smooth_field(rng: np.random.Generator, xyz: FloatArray, scale: float) -> Fl
         field += amp * np.cos(xyz @ k + phase)
     std = field.std()
     return (field - field.mean()) / (std if std > 0 else 1.0)
-
-
-def _write(
-    path: Path,
-    fields: dict[str, FloatArray],
-    lat: FloatArray,
-    lon: FloatArray,
-    ocean: npt.NDArray[np.bool_],
-    seed: int,
-) -> None:
-    nj, ni = lat.shape
-    try:
-        ds = netCDF4.Dataset(path, "w", format="NETCDF4")
-    except OSError as exc:
-        raise DataError(f"cannot write netCDF file '{path}': {exc}") from exc
-    with ds:
-        ds.title = "synthetic CICE-style sea ice history (ufsemulator)"
-        ds.source = "ufsemulator.synthetic.make_synthetic"
-        ds.conventions = "CF-1.0"
-        ds.comment = "All fields synthetic; physically coupled but not a model run."
-        ds.seed = np.int32(seed)
-        ds.solar_declination_deg = solar_declination()
-        ds.createDimension("time", None)
-        ds.createDimension("d2", 2)
-        ds.createDimension("nj", nj)
-        ds.createDimension("ni", ni)
-
-        time = ds.createVariable("time", "f8", ("time",))
-        time.long_name = "model time"
-        time.units = "days since 0001-01-01 00:00:00"
-        time.calendar = "noleap"
-        time.bounds = "time_bounds"
-        day = 1999 * 365.0 + DAY_OF_YEAR  # 2000-01-01 in the noleap calendar
-        time[0] = day + 1.0
-        bounds = ds.createVariable("time_bounds", "f8", ("time", "d2"))
-        bounds.long_name = "boundaries for time-averaging interval"
-        bounds[0, :] = [day, day + 1.0]
-
-        for name, values, long_name, units in (
-            ("ULAT", lat, "U grid center latitude", "degrees_north"),
-            ("ULON", lon, "U grid center longitude", "degrees_east"),
-        ):
-            var = ds.createVariable(name, "f4", ("nj", "ni"))
-            var.long_name = long_name
-            var.units = units
-            var[:] = values.astype(np.float32)
-        umask = ds.createVariable("umask", "f4", ("nj", "ni"))
-        umask.long_name = "ocean grid mask for U points"
-        umask.coordinates = "ULON ULAT"
-        umask.comment = "0 = land, 1 = ocean"
-        umask[:] = ocean.astype(np.float32)
-        dlat = np.deg2rad(170.0 / nj)
-        dlon = np.deg2rad(360.0 / ni)
-        tarea = ds.createVariable("tarea", "f4", ("nj", "ni"))
-        tarea.long_name = "area of T grid cells"
-        tarea.units = "m^2"
-        tarea[:] = (EARTH_RADIUS**2 * np.cos(np.deg2rad(lat)) * dlat * dlon).astype(np.float32)
-
-        for name, (long_name, units, standard_name) in VARIABLES.items():
-            var = ds.createVariable(name, "f4", ("time", "nj", "ni"), fill_value=FILL_VALUE)
-            var.units = units
-            var.long_name = long_name
-            if standard_name is not None:
-                var.standard_name = standard_name
-            var.coordinates = "ULON ULAT"
-            var.cell_measures = "area: tarea"
-            var.cell_methods = "time: mean"
-            var.time_rep = "averaged"
-            var.missing_value = FILL_VALUE
-            data = fields[name].astype(np.float32)
-            var[0, :, :] = np.ma.masked_array(data, mask=~ocean)

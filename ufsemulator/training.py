@@ -34,6 +34,7 @@ from ufsemulator.export import export_checkpoint
 from ufsemulator.loop import Loop, LoopHooks, Shards, StopFlag, full_model
 from ufsemulator.model import EmulatorMLP, ModelConfig
 from ufsemulator.normalization import stats_from_shard, torch_all_reduce
+from ufsemulator.sources import PathSpec
 from ufsemulator.state import TrainingState, read_state
 from ufsemulator.summary import RunSummary, Status
 
@@ -85,7 +86,7 @@ class TrainResult:
 
 def train(
     config: Config,
-    data_path: str | Path | None = None,
+    data_path: PathSpec | None = None,
     resume: str | Path | None = None,
     run_dir: str | Path | None = None,
     *,
@@ -136,7 +137,7 @@ def train(
 def _train(
     ctx: DistContext,
     config: Config,
-    data_path: str | Path | None,
+    data_path: PathSpec | None,
     checkpoint: TrainingState | None,
     resume: str | Path | None,
     run_dir_arg: str | Path | None,
@@ -156,10 +157,14 @@ def _train(
                   f"restart {restarts})", flush=True)
     path = runfiles.ensure_data(ctx, config, data_path)
     options = DataOptions(mask=config.data.mask, thin=config.data.thin,
-                          target=config.data.target, cache_dir=runfiles.data_dir())  # fmt: skip
-    dataset = load_dataset(path, options)
+                          target=config.data.target, cache_dir=runfiles.data_dir(),
+                          time=config.data.time, inputs=config.data.inputs)  # fmt: skip
+    dataset = load_dataset(path, options, atmosphere=config.data.atmosphere)
     torch.manual_seed(config.training.seed)  # same initial weights on every rank
     model_config = ModelConfig(
+        n_in=len(dataset.input_names),
+        input_names=dataset.input_names,
+        input_levels=(0,) * len(dataset.input_names),
         hidden=config.model.hidden_sizes,
         activation=config.model.activation,
         output_names=(config.data.target,),
@@ -169,7 +174,8 @@ def _train(
     print(f"[Rank {env.rank}] Training samples: {shards.x_train.shape[0]}", flush=True)
     if ctx.is_main:
         print(
-            f"Data: {path} ({len(dataset)} points, mask {config.data.mask}, thin "
+            "".join(f"Data: {note}\n" for note in dataset.notes) +
+            f"Data: {dataset.source} ({len(dataset)} points, mask {config.data.mask}, thin "
             f"{config.data.thin}): train {shards.n_train}, validation {shards.n_val}, "
             f"target {config.data.target}",
             flush=True,

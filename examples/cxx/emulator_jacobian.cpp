@@ -1,0 +1,237 @@
+// Load the exported emulator (model.pt) the way JCSDA SABER's TorchBalance does: read the
+// name and level attributes, call jac_physical on [N, n_in] float32 inputs with a
+// [N, 1] float32 mask, read the [N, n_out, n_in] float32 result; then time predict.
+//
+//   emulator_jacobian MODEL.pt [--inputs FILE] [--mask FILE] [--rows N] [--threads T]
+//                     [--repeat R] [--jacobian-out FILE] [--predict-out FILE]
+//
+// FILE arguments are raw little-endian float32, row-major: inputs [N, n_in] (N follows
+// from the size), mask [N]. Without --inputs, N rows are made from the module's own
+// normalisation (mean + std * sin(...)), so the program runs on any export. One JSON
+// object goes to stdout; --jacobian-out / --predict-out get the results as raw float32.
+#include <ATen/Parallel.h>
+#include <c10/core/GradMode.h>
+#include <c10/core/InferenceMode.h>
+#include <torch/script.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <cstdint>
+#include <fstream>
+#include <iomanip>
+#include <iostream>
+#include <sstream>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+namespace {
+
+struct Options {
+  std::string model;
+  std::string inputs;
+  std::string mask;
+  std::string jacobian_out;
+  std::string predict_out;
+  int64_t rows = 1000;
+  int threads = 1;
+  int repeat = 20;
+};
+
+Options parse(int argc, char** argv) {
+  if (argc < 2) {
+    throw std::invalid_argument(
+        "usage: emulator_jacobian MODEL.pt [--inputs FILE] [--mask FILE] [--rows N] "
+        "[--threads T] [--repeat R] [--jacobian-out FILE] [--predict-out FILE]");
+  }
+  Options opt;
+  opt.model = argv[1];
+  for (int i = 2; i < argc; i += 2) {
+    const std::string key = argv[i];
+    if (i + 1 >= argc) throw std::invalid_argument(key + " needs a value");
+    const std::string value = argv[i + 1];
+    if (key == "--inputs") opt.inputs = value;
+    else if (key == "--mask") opt.mask = value;
+    else if (key == "--jacobian-out") opt.jacobian_out = value;
+    else if (key == "--predict-out") opt.predict_out = value;
+    else if (key == "--rows") opt.rows = std::stoll(value);
+    else if (key == "--threads") opt.threads = std::stoi(value);
+    else if (key == "--repeat") opt.repeat = std::stoi(value);
+    else throw std::invalid_argument("unknown option " + key);
+  }
+  if (opt.rows < 1 || opt.threads < 1 || opt.repeat < 1) {
+    throw std::invalid_argument("--rows, --threads and --repeat must be >= 1");
+  }
+  return opt;
+}
+
+std::vector<std::string> string_list(const torch::jit::Module& module, const char* name) {
+  std::vector<std::string> out;
+  if (!module.hasattr(name)) return out;
+  for (const auto& item : module.attr(name).toListRef()) out.push_back(item.toStringRef());
+  return out;
+}
+
+std::vector<int64_t> int_list(const torch::jit::Module& module, const char* name) {
+  std::vector<int64_t> out;
+  for (const auto& item : module.attr(name).toListRef()) out.push_back(item.toInt());
+  return out;
+}
+
+// Raw float32 file -> [rows, cols] tensor (rows from the size when rows < 0).
+torch::Tensor read_floats(const std::string& path, int64_t rows, int64_t cols) {
+  std::ifstream in(path, std::ios::binary | std::ios::ate);
+  if (!in) throw std::runtime_error("cannot read " + path);
+  const auto bytes = static_cast<int64_t>(in.tellg());
+  const int64_t row_bytes = cols * static_cast<int64_t>(sizeof(float));
+  if (bytes % row_bytes != 0 || (rows >= 0 && bytes != rows * row_bytes)) {
+    throw std::runtime_error(path + " holds " + std::to_string(bytes) +
+                             " bytes, not whole rows of " + std::to_string(cols) + " float32");
+  }
+  auto out = torch::empty({bytes / row_bytes, cols}, torch::kFloat32);
+  in.seekg(0);
+  in.read(reinterpret_cast<char*>(out.data_ptr<float>()), bytes);
+  return out;
+}
+
+void write_floats(const std::string& path, const torch::Tensor& values) {
+  const auto flat = values.to(torch::kFloat32).contiguous();
+  std::ofstream out(path, std::ios::binary);
+  out.write(reinterpret_cast<const char*>(flat.data_ptr<float>()),
+            static_cast<std::streamsize>(flat.numel() * sizeof(float)));
+  if (!out) throw std::runtime_error("cannot write " + path);
+}
+
+std::string quoted(const std::string& text) {
+  std::string out = "\"";
+  for (const char c : text) {
+    if (c == '"' || c == '\\') out += '\\';
+    out += c;
+  }
+  return out + "\"";
+}
+
+template <typename T>
+std::string json_list(const std::vector<T>& items) {
+  std::ostringstream out;
+  out << "[";
+  for (size_t i = 0; i < items.size(); ++i) {
+    if (i) out << ", ";
+    if constexpr (std::is_same_v<T, std::string>) out << quoted(items[i]);
+    else out << items[i];
+  }
+  out << "]";
+  return out.str();
+}
+
+// Median wall time of `repeat` calls, in milliseconds.
+template <typename F>
+double median_ms(int repeat, F&& call) {
+  call();  // warm-up: TorchScript optimises a method on its first calls
+  call();
+  std::vector<double> ms;
+  for (int i = 0; i < repeat; ++i) {
+    const auto start = std::chrono::steady_clock::now();
+    call();
+    ms.push_back(std::chrono::duration<double, std::milli>(
+                     std::chrono::steady_clock::now() - start).count());
+  }
+  std::sort(ms.begin(), ms.end());
+  return ms[ms.size() / 2];
+}
+
+double max_abs_diff(const torch::Tensor& a, const torch::Tensor& b) {
+  return (a.to(torch::kFloat64) - b.to(torch::kFloat64)).abs().max().item<double>();
+}
+
+int run(const Options& opt) {
+  // One intra-op thread per MPI task is what a DA system running many tasks per node
+  // wants; LibTorch would otherwise start one per core in every task.
+  at::set_num_threads(opt.threads);
+
+  torch::jit::Module module = torch::jit::load(opt.model);
+  module.eval();
+  const auto input_names = string_list(module, "input_names");
+  const auto output_names = string_list(module, "output_names");
+  const auto input_units = string_list(module, "input_units");
+  const auto input_levels = int_list(module, "input_levels");
+  const auto output_levels = int_list(module, "output_levels");
+  const auto n_in = static_cast<int64_t>(input_names.size());
+  const auto n_out = static_cast<int64_t>(output_names.size());
+
+  torch::Tensor inputs;
+  if (!opt.inputs.empty()) {
+    inputs = read_floats(opt.inputs, -1, n_in);
+  } else {
+    const auto mean = module.attr("input_mean").toTensor().to(torch::kFloat32);
+    const auto std = module.attr("input_std").toTensor().to(torch::kFloat32);
+    const auto i = torch::arange(opt.rows, torch::kFloat32).unsqueeze(1);
+    const auto k = torch::arange(n_in, torch::kFloat32).unsqueeze(0);
+    inputs = mean + std * torch::sin(0.7 * i + 1.3 * k);
+  }
+  const int64_t rows = inputs.size(0);
+  // SABER passes the raw value of a mask field, or ones: [N, 1] float32.
+  const torch::Tensor mask = opt.mask.empty() ? torch::ones({rows, 1}, torch::kFloat32)
+                                              : read_floats(opt.mask, rows, 1);
+
+  // As SABER does at set-up: plain grad mode, get_method, one call for all points.
+  auto jac_method = module.get_method("jac_physical");
+  const torch::Tensor jac = jac_method({inputs, mask}).toTensor();
+  if (jac.dim() != 3 || jac.size(0) != rows || jac.size(1) != n_out || jac.size(2) != n_in) {
+    throw std::runtime_error("jac_physical returned shape " + std::to_string(jac.dim()) +
+                             "-d, expected [N, n_out, n_in]");
+  }
+  // jac[p][o][i] = d output o / d input i at point p (contiguous, row-major).
+  double inference_diff = 0.0;
+  double float64_diff = 0.0;
+  bool float64_dtype = false;
+  torch::Tensor prediction;
+  double predict_ms = 0.0;
+  double jacobian_ms = 0.0;
+  {
+    // After a grad-mode call: the export's parameters are frozen, so this works.
+    c10::InferenceMode guard;
+    inference_diff = max_abs_diff(jac_method({inputs, mask}).toTensor(), jac);
+    const auto jac64 = jac_method({inputs.to(torch::kFloat64), mask}).toTensor();
+    float64_dtype = jac64.scalar_type() == torch::kFloat64;
+    float64_diff = max_abs_diff(jac64, jac);
+    auto predict = module.get_method("predict");
+    prediction = predict({inputs}).toTensor();
+    predict_ms = median_ms(opt.repeat, [&] { predict({inputs}); });
+    jacobian_ms = median_ms(opt.repeat, [&] { jac_method({inputs, mask}); });
+  }
+  if (!opt.jacobian_out.empty()) write_floats(opt.jacobian_out, jac);
+  if (!opt.predict_out.empty()) write_floats(opt.predict_out, prediction);
+
+  std::cout << std::setprecision(10) << "{\"input_names\": " << json_list(input_names)
+            << ", \"input_levels\": " << json_list(input_levels)
+            << ", \"input_units\": " << json_list(input_units)
+            << ", \"output_names\": " << json_list(output_names)
+            << ", \"output_levels\": " << json_list(output_levels)
+            << ", \"rows\": " << rows << ", \"threads\": " << at::get_num_threads()
+            << ", \"jacobian_shape\": [" << jac.size(0) << ", " << jac.size(1) << ", "
+            << jac.size(2) << "], \"jacobian_dtype\": "
+            << quoted(std::string(c10::toString(jac.scalar_type())))
+            << ", \"jacobian_sum\": " << jac.to(torch::kFloat64).sum().item<double>()
+            << ", \"inference_mode_max_diff\": " << inference_diff
+            << ", \"float64_dtype\": " << (float64_dtype ? "true" : "false")
+            << ", \"float64_max_diff\": " << float64_diff
+            << ", \"predict_ms\": " << predict_ms << ", \"jacobian_ms\": " << jacobian_ms
+            << ", \"predict_rows_per_s\": " << (predict_ms > 0 ? rows / predict_ms * 1e3 : 0)
+            << "}" << std::endl;
+  return 0;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  try {
+    return run(parse(argc, argv));
+  } catch (const std::exception& exc) {
+    // c10::Error's message carries a C++ backtrace after the first line: keep the line.
+    std::string what = exc.what();
+    std::cerr << "error: " << what.substr(0, what.find('\n')) << std::endl;
+    return 2;
+  }
+}

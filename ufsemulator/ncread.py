@@ -1,0 +1,270 @@
+"""Find our fields in netCDF files nobody here wrote, and read them in our units.
+
+A *group* is the files that hold one stretch of time together: a CICE history file alone,
+or an ocean/ice file with its atmosphere file. For each field the group's files are
+searched in order, and in each file, in order:
+
+1. the CICE history name with the file's stream suffix (``aice_d`` in a daily file): the
+   suffix is found by counting which of ``_h``, ``_d``, none, ``_m``, ``_y``, ``_1`` most
+   CICE names carry, so a field is never taken from another stream by accident;
+2. the CICE name with the other suffixes, then other common names (``SST``, ``flw``);
+3. a CF standard name (or JEDI's) as the variable's name, then as its ``standard_name``.
+
+Values are read as float64; ``_FillValue``, ``missing_value``, NaN and |x| >= 1e20 (CICE's
+finite fill 1e30, where a file forgot to declare it) become NaN. A field in K or kg/kg is
+converted to degC or g/kg, the units the emulator is trained in.
+
+The grid is the T-point one (``TLAT``, ``TLON``, ``tmask``), where CICE keeps ``aice``,
+``hi``, ``sst`` and the other scalars; U points (``ULAT``, ``ULON``, ``umask``) only where
+a file has nothing else, and a note says so: ``umask`` drops the coastal T cells.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import netCDF4
+import numpy as np
+import numpy.typing as npt
+
+from ufsemulator.errors import DataError
+from ufsemulator.variables import (
+    CF_NAMES,
+    CICE_NAMES,
+    CICE_SUFFIXES,
+    INPUT_NAMES,
+    OTHER_NAMES,
+    UNITS,
+    canonical_unit,
+    conversion,
+)  # fmt: skip
+
+FloatArray = npt.NDArray[np.float64]
+
+# Magnitudes this large are fill values even where a file forgot to declare them.
+FILL_THRESHOLD = 1.0e20
+# Grid variables, T points first; a name in _U_POINTS is used only when nothing else is there.
+GRID_NAMES: dict[str, tuple[str, ...]] = {
+    "lat": ("TLAT", "lat", "latitude", "ULAT"),
+    "lon": ("TLON", "lon", "longitude", "ULON"),
+    "mask": ("tmask", "mask", "umask"),
+}
+_U_POINTS = ("ULAT", "ULON", "umask")
+
+
+@dataclass(frozen=True)
+class Found:
+    """Where a field is: file number in the group, variable, conversion to our units."""
+
+    file: int
+    variable: str
+    scale: float = 1.0
+    offset: float = 0.0
+
+
+def detect_suffix(variables: Sequence[str]) -> str | None:
+    """The CICE stream suffix most CICE field names in ``variables`` carry; None if none."""
+    present = set(variables)
+    counts = {s: sum(f"{base}{s}" in present for base in CICE_NAMES.values())
+              for s in CICE_SUFFIXES}  # fmt: skip
+    best = max(CICE_SUFFIXES, key=lambda s: counts[s])  # ties: the earlier suffix
+    return best if counts[best] else None
+
+
+def candidate_names(name: str, suffix: str | None) -> list[str]:
+    """Variable names tried for ``name`` in a file whose stream suffix is ``suffix``."""
+    order = [suffix] if suffix is not None else []
+    order += [s for s in CICE_SUFFIXES if s != suffix]
+    plain = [CICE_NAMES[name] + s for s in order] + list(OTHER_NAMES.get(name, ()))
+    return plain + [n for n in CF_NAMES.get(name, ()) if n not in plain]
+
+
+class GroupReader:
+    """The open files of one group; :meth:`fields` reads one record of the needed fields."""
+
+    def __init__(self, files: Sequence[Path], names: Sequence[str]) -> None:
+        self.files = tuple(files)
+        self.names = tuple(names)
+        self.notes: list[str] = []
+        self._stack = contextlib.ExitStack()
+        self._nc: list[Any] = []
+        try:
+            for path in self.files:
+                try:
+                    self._nc.append(self._stack.enter_context(netCDF4.Dataset(path, "r")))
+                except OSError as exc:
+                    raise DataError(f"cannot open '{path}' as netCDF: {exc}") from exc
+            self.found = self._resolve()
+            self.n_records = self._count_records()
+            self.lat, self.lon, self.ocean = self._grid()
+        except BaseException:
+            self._stack.close()
+            raise
+
+    def __enter__(self) -> GroupReader:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._stack.close()
+
+    @property
+    def where(self) -> str:
+        return " + ".join(f"'{path}'" for path in self.files)
+
+    def fields(self, record: int) -> dict[str, FloatArray]:
+        """Record ``record`` of every needed field, in our units, land and fill as NaN."""
+        out: dict[str, FloatArray] = {}
+        shape = self.lat.shape
+        for name, found in self.found.items():
+            var = self._nc[found.file].variables[found.variable]
+            values = read_float(var, record, self.files[found.file])
+            if values.shape != shape:
+                raise DataError(
+                    f"variable '{found.variable}' in '{self.files[found.file]}' has shape "
+                    f"{values.shape}, expected {shape} like the grid"
+                )
+            if (found.scale, found.offset) != (1.0, 0.0):
+                values = values * found.scale + found.offset
+            out[name] = values
+        return out
+
+    def _resolve(self) -> dict[str, Found]:
+        suffixes = [detect_suffix(list(nc.variables)) for nc in self._nc]
+        self.notes += [f"CICE history names with stream suffix '{suffix or '(none)'}'"
+                       for suffix in suffixes if suffix is not None]
+        found: dict[str, Found] = {}
+        missing: list[str] = []
+        for name in self.names:
+            hit = self._find(name, suffixes)
+            if hit is None:
+                tried = candidate_names(name, suffixes[0])
+                missing.append(f"'{name}' (tried: {', '.join(tried)}; also as standard_name)")
+            else:
+                found[name] = hit
+        if missing:
+            # A model can be trained without an input the files lack; not without aice.
+            lacking = [name for name in self.names if name not in found]
+            hint = ("; inputs can be left out with data.inputs"
+                    if any(name in INPUT_NAMES for name in lacking) else "")  # fmt: skip
+            verb = "lacks" if len(self.files) == 1 else "lack"
+            raise DataError(f"{self.where} {verb} {len(missing)} needed field(s): "
+                            f"{'; '.join(missing)}{hint}")  # fmt: skip
+        return found
+
+    def _find(self, name: str, suffixes: Sequence[str | None]) -> Found | None:
+        for index, (nc, suffix) in enumerate(zip(self._nc, suffixes, strict=True)):
+            variables = nc.variables
+            by_name = next((c for c in candidate_names(name, suffix) if c in variables), None)
+            if by_name is None:
+                standard = CF_NAMES.get(name, ())
+                by_name = next((v for v in variables
+                                if getattr(variables[v], "standard_name", None) in standard),
+                               None)  # fmt: skip
+            if by_name is not None:
+                return self._with_units(index, by_name, name)
+        return None
+
+    def _with_units(self, index: int, variable: str, name: str) -> Found:
+        units = getattr(self._nc[index].variables[variable], "units", None)
+        expected = UNITS[name]
+        if not isinstance(units, str) or not units.strip():
+            return Found(index, variable)
+        if canonical_unit(units) is None:
+            self.notes.append(f"units '{units}' of '{variable}' not recognised: read as "
+                              f"{expected}")  # fmt: skip
+            return Found(index, variable)
+        factor = conversion(units, expected)
+        if factor is None:
+            raise DataError(
+                f"variable '{variable}' in '{self.files[index]}' has units '{units}', "
+                f"expected {expected} (or units convertible to it)"
+            )
+        if factor != (1.0, 0.0):
+            self.notes.append(f"'{variable}' converted from {units} to {expected}")
+        return Found(index, variable, *factor)
+
+    def _count_records(self) -> int:
+        counts = {}
+        for found in self.found.values():
+            var = self._nc[found.file].variables[found.variable]
+            if var.ndim == 3:
+                counts[f"{found.variable} in '{self.files[found.file]}'"] = int(var.shape[0])
+        if len(set(counts.values())) > 1:
+            listed = ", ".join(f"{k}: {v}" for k, v in counts.items())
+            raise DataError(f"fields of {self.where} differ in their number of records ({listed})")
+        return next(iter(counts.values()), 1)
+
+    def _grid(self) -> tuple[FloatArray, FloatArray, npt.NDArray[np.bool_]]:
+        first = next(iter(self.found.values()))
+        shape = read_float(
+            self._nc[first.file].variables[first.variable], 0, self.files[first.file]
+        ).shape
+        if len(shape) != 2:
+            raise DataError(
+                f"variable '{first.variable}' in '{self.files[first.file]}' has shape {shape}"
+                " after the time axis, expected (nj, ni)"
+            )
+        chosen: dict[str, tuple[int, str] | None] = {
+            key: next(((i, n) for n in names for i, nc in enumerate(self._nc)
+                       if n in nc.variables), None)
+            for key, names in GRID_NAMES.items()
+        }  # fmt: skip
+        used_u = [hit[1] for hit in chosen.values() if hit is not None and hit[1] in _U_POINTS]
+        if used_u:
+            self.notes.append(
+                f"no T-point grid: using the U-point {', '.join(used_u)} for T-point fields "
+                "(umask drops coastal T cells)"
+            )
+        coords = []
+        for key in ("lat", "lon"):
+            hit = chosen[key]
+            if hit is None:
+                raise DataError(f"{self.where} have no {key} coordinate (tried: "
+                                f"{', '.join(GRID_NAMES[key])})")  # fmt: skip
+            coords.append(self._coordinate(*hit, key, shape))
+        mask_hit = chosen["mask"]
+        if mask_hit is None:
+            self.notes.append("no land mask (tmask): land is where a field is missing")
+            return coords[0], coords[1], np.ones(shape, dtype=bool)
+        mask = read_float(self._nc[mask_hit[0]].variables[mask_hit[1]], 0, self.files[mask_hit[0]])
+        if mask.shape != shape:
+            raise DataError(f"mask '{mask_hit[1]}' in '{self.files[mask_hit[0]]}' has shape "
+                            f"{mask.shape}, expected {shape}")  # fmt: skip
+        return coords[0], coords[1], mask > 0.5
+
+    def _coordinate(self, index: int, name: str, key: str, shape: tuple[int, ...]) -> FloatArray:
+        path = self.files[index]
+        values = read_float(self._nc[index].variables[name], 0, path)
+        if values.ndim == 1:  # a regular grid stores lat(nj) and lon(ni)
+            axis = 0 if key == "lat" else 1
+            if values.size != shape[axis]:
+                raise DataError(f"coordinate '{name}' in '{path}' has {values.size} values, "
+                                f"expected {shape[axis]}")  # fmt: skip
+            values = np.broadcast_to(
+                values[:, None] if axis == 0 else values[None, :], shape
+            ).copy()
+        if values.shape != shape:
+            raise DataError(
+                f"coordinate '{name}' in '{path}' has shape {values.shape}, expected {shape}"
+            )
+        return values
+
+
+def read_float(var: Any, record: int, path: Path) -> FloatArray:
+    """Record ``record`` of ``var`` (a variable without a time axis: all of it) as float64,
+    with every kind of missing value as NaN."""
+    if var.ndim == 3:
+        if record >= var.shape[0]:
+            raise DataError(f"variable '{var.name}' in '{path}' has {var.shape[0]} records, "
+                            f"record {record} requested")  # fmt: skip
+        raw = var[record]
+    else:
+        raw = var[...]
+    # netCDF4 masks _FillValue and missing_value itself (set_auto_mask is on by default).
+    values = np.ma.filled(np.ma.asarray(raw).astype(np.float64), np.nan)
+    values[np.abs(values) >= FILL_THRESHOLD] = np.nan
+    return np.asarray(values)
