@@ -1,6 +1,6 @@
 """The training arrays of a synthetic grid, made in memory: no netCDF file is written.
 
-Same fields (``synthetic_fields``) and same selection (``data._select``) as the reader
+Same fields (``synthetic_fields``) and same selection (``data.select_points``) as the reader
 applied to the file ``make_synthetic`` would write, so a benchmark trains on what
 ``python -m ufsemulator train`` trains on. Made once per benchmark run by the launcher
 and handed to the ranks as an ``.npz``.
@@ -14,7 +14,7 @@ from pathlib import Path
 import numpy as np
 import numpy.typing as npt
 
-from ufsemulator.data import INPUT_NAMES, VARIABLE_NAMES, DataOptions, _select
+from ufsemulator.data import INPUT_NAMES, VARIABLE_NAMES, DataOptions, select_points
 from ufsemulator.synthetic import synthetic_fields
 
 
@@ -46,7 +46,7 @@ def make_arrays(grid: Grid) -> tuple[npt.NDArray[np.float32], npt.NDArray[np.flo
     aice = fields["aice_h"]
     target = aice if grid.target == "aice" else fields[VARIABLE_NAMES[grid.target][0]]
     valid = ocean & np.isfinite(stacked).all(axis=-1) & np.isfinite(target) & np.isfinite(aice)
-    index = _select(valid.ravel(), aice.ravel(), DataOptions(mask=grid.mask, target=grid.target))
+    index = select_points(valid.ravel(), aice.ravel(), DataOptions(mask=grid.mask, target=grid.target))
     inputs = stacked.reshape(-1, len(INPUT_NAMES))[index].astype(np.float32)
     targets = target.ravel()[index].astype(np.float32)[:, None]
     return inputs, targets

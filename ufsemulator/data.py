@@ -33,13 +33,12 @@ import uuid
 import zipfile
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import numpy.typing as npt
 
 from ufsemulator.errors import DataError
-from ufsemulator.ncread import GroupReader
 from ufsemulator.sources import PathSpec, expand_paths, pair_groups, parse_time
 from ufsemulator.synthetic import make_synthetic
 from ufsemulator.variables import (
@@ -51,6 +50,9 @@ from ufsemulator.variables import (
     TARGET_NAMES,
     check_inputs,
 )  # fmt: skip
+
+if TYPE_CHECKING:
+    from ufsemulator.ncread import GroupReader
 
 __all__ = [
     "INPUT_NAMES",
@@ -156,7 +158,7 @@ def _read(groups: list[tuple[Path, ...]], options: DataOptions) -> Dataset:
     notes: dict[str, int] = {}
     offset = 0
     for group in groups:  # one file open at a time: a long series may be hundreds of files
-        with GroupReader(group, names) as reader:
+        with _reader(group, names) as reader:
             with_readers.append((group, offset, reader.n_records))
             offset += reader.n_records
     picked = parse_time(options.time).pick(offset)
@@ -166,7 +168,7 @@ def _read(groups: list[tuple[Path, ...]], options: DataOptions) -> Dataset:
         mine = [r for r in picked if first <= r < first + count]
         if not mine:
             continue
-        with GroupReader(group, names) as reader:
+        with _reader(group, names) as reader:
             for note in dict.fromkeys(reader.notes):
                 notes[note] = notes.get(note, 0) + 1
             if shape is not None and reader.lat.shape != shape:
@@ -214,7 +216,7 @@ def _select_record(
     valid &= np.isfinite(reader.lat) & np.isfinite(reader.lon)
     # Every mode looks at aice to tell ice from open water; a missing aice is no point.
     valid &= np.isfinite(aice)
-    index = _select(valid.ravel(), aice.ravel(), options)
+    index = select_points(valid.ravel(), aice.ravel(), options)
     return {
         "inputs": stacked.reshape(-1, len(options.inputs))[index].astype(np.float32),
         "targets": target.ravel()[index].astype(np.float32)[:, None],
@@ -227,7 +229,15 @@ def _select_record(
     }
 
 
-def _select(
+def _reader(group: Any, names: Any) -> GroupReader:
+    # netCDF4 is imported where a file is read: the benchmarks and the model use this module's
+    # names and selection without it.
+    from ufsemulator.ncread import GroupReader
+
+    return GroupReader(group, names)
+
+
+def select_points(
     valid: npt.NDArray[np.bool_], aice: FloatArray, options: DataOptions
 ) -> npt.NDArray[np.intp]:
     ice = valid & (aice > 0.0)
