@@ -33,14 +33,18 @@ NODELISTS: dict[str, str] = {
     "one range node[00001-10000]": "node[00001-10000]",
     "10,000 plain names": ",".join(f"n{i:05d}" for i in range(1, 10001)),
     "10,000 single numbers in one bracket": "n[" + ",".join(str(2 * i) for i in range(10000)) + "]",
-    "mixed: gpu-[..],cpu[..],rack[1-20]-node[001-250]":
-        "gpu-[0001-2500],cpu[1-2500],rack[1-20]-node[001-250]",
-}  # fmt: skip
+    "mixed: gpu-[..],cpu[..],rack[1-20]-node[001-250]": (
+        "gpu-[0001-2500],cpu[1-2500],rack[1-20]-node[001-250]"
+    ),
+}
 
 
 def _parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="python3 -m bench.bench_cli", description=__doc__,
-                                formatter_class=argparse.RawDescriptionHelpFormatter)  # fmt: skip
+    p = argparse.ArgumentParser(
+        prog="python3 -m bench.bench_cli",
+        description=__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
     p.add_argument("--runs", type=int, default=20, help="render runs per way (20)")
     p.add_argument("--repeats", type=int, default=50, help="expand_nodelist repeats (50)")
     p.add_argument("--top", type=int, default=12, help="import-time entries shown (12)")
@@ -52,31 +56,59 @@ def main(argv: list[str] | None = None) -> int:
     args = _parser().parse_args(argv)
     report: dict[str, Any] = {"machine": machine()}
     host = report["machine"]
-    print(f"Machine: {host['cpu']}, {host['cpus']} CPUs, load {host.get('loadavg', '?')}, "
-          f"{host['date']}\n")  # fmt: skip
+    print(
+        f"Machine: {host['cpu']}, {host['cpus']} CPUs, load {host.get('loadavg', '?')}, "
+        f"{host['date']}\n"
+    )
 
     report["render"] = _render(args.runs)
-    print(table(
-        ["command", "runs", "median s", "min s", "max s", f"<= {RENDER_TARGET_S} s"],
-        [[r["command"], str(r["runs"]), f"{r['median_s']:.3f}", f"{r['min_s']:.3f}",
-          f"{r['max_s']:.3f}", "yes" if r["median_s"] <= RENDER_TARGET_S else "no"]
-         for r in report["render"]],
-    ))  # fmt: skip
+    print(
+        table(
+            ["command", "runs", "median s", "min s", "max s", f"<= {RENDER_TARGET_S} s"],
+            [
+                [
+                    r["command"],
+                    str(r["runs"]),
+                    f"{r['median_s']:.3f}",
+                    f"{r['min_s']:.3f}",
+                    f"{r['max_s']:.3f}",
+                    "yes" if r["median_s"] <= RENDER_TARGET_S else "no",
+                ]
+                for r in report["render"]
+            ],
+        )
+    )
 
     report["importtime"] = _importtime(args.top)
     imp = report["importtime"]
-    print(f"\nImport time of `python3 -X importtime -m hpcdist.cli {' '.join(RENDER_ARGS)}`: "
-          f"{imp['total_ms']:.0f} ms in all top-level imports; largest cumulative:\n")  # fmt: skip
-    print(table(["module", "cumulative ms", "self ms"],
-                [[e["module"], f"{e['cumulative_ms']:.1f}", f"{e['self_ms']:.1f}"]
-                 for e in imp["top"]]))  # fmt: skip
+    print(
+        f"\nImport time of `python3 -X importtime -m hpcdist.cli {' '.join(RENDER_ARGS)}`: "
+        f"{imp['total_ms']:.0f} ms in all top-level imports; largest cumulative:\n"
+    )
+    print(
+        table(
+            ["module", "cumulative ms", "self ms"],
+            [[e["module"], f"{e['cumulative_ms']:.1f}", f"{e['self_ms']:.1f}"] for e in imp["top"]],
+        )
+    )
 
     report["nodelist"] = _nodelists(args.repeats)
     print(f"\nexpand_nodelist, median of {args.repeats}:\n")
-    print(table(["node list", "hosts", "median ms", "max ms", f"<= {NODELIST_TARGET_MS:g} ms"],
-                [[r["shape"], str(r["hosts"]), f"{r['median_ms']:.2f}", f"{r['max_ms']:.2f}",
-                  "yes" if r["median_ms"] <= NODELIST_TARGET_MS else "no"]
-                 for r in report["nodelist"]]))  # fmt: skip
+    print(
+        table(
+            ["node list", "hosts", "median ms", "max ms", f"<= {NODELIST_TARGET_MS:g} ms"],
+            [
+                [
+                    r["shape"],
+                    str(r["hosts"]),
+                    f"{r['median_ms']:.2f}",
+                    f"{r['max_ms']:.2f}",
+                    "yes" if r["median_ms"] <= NODELIST_TARGET_MS else "no",
+                ]
+                for r in report["nodelist"]
+            ],
+        )
+    )
     if args.json is not None:
         write_json(args.json, report)
     return 0
@@ -84,9 +116,11 @@ def main(argv: list[str] | None = None) -> int:
 
 def _render(runs: int) -> list[dict[str, Any]]:
     ways: list[tuple[str, list[str]]] = [
-        ("python3 -m hpcdist.cli " + " ".join(RENDER_ARGS),
-         [sys.executable, "-m", "hpcdist.cli", *RENDER_ARGS]),
-    ]  # fmt: skip
+        (
+            "python3 -m hpcdist.cli " + " ".join(RENDER_ARGS),
+            [sys.executable, "-m", "hpcdist.cli", *RENDER_ARGS],
+        ),
+    ]
     script = shutil.which("hpcdist")
     if script is not None:
         ways.insert(0, ("hpcdist " + " ".join(RENDER_ARGS), [script, *RENDER_ARGS]))
@@ -95,9 +129,17 @@ def _render(runs: int) -> list[dict[str, Any]]:
     results = []
     for label, argv in ways:
         times = [_wall(argv) for _ in range(runs + 1)][1:]  # the first fills the page cache
-        results.append({"command": label, "argv": argv, "runs": runs,
-                        "median_s": statistics.median(times), "min_s": min(times),
-                        "max_s": max(times), "times_s": times})  # fmt: skip
+        results.append(
+            {
+                "command": label,
+                "argv": argv,
+                "runs": runs,
+                "median_s": statistics.median(times),
+                "min_s": min(times),
+                "max_s": max(times),
+                "times_s": times,
+            }
+        )
     return results
 
 
@@ -112,16 +154,26 @@ def _wall(argv: list[str]) -> float:
 
 def _importtime(top: int) -> dict[str, Any]:
     env = {**os.environ, "PYTHONPROFILEIMPORTTIME": "1"}
-    proc = subprocess.run([sys.executable, "-X", "importtime", "-m", "hpcdist.cli", *RENDER_ARGS],
-                          capture_output=True, text=True, check=False, env=env)  # fmt: skip
+    proc = subprocess.run(
+        [sys.executable, "-X", "importtime", "-m", "hpcdist.cli", *RENDER_ARGS],
+        capture_output=True,
+        text=True,
+        check=False,
+        env=env,
+    )
     entries: list[dict[str, Any]] = []
     for line in proc.stderr.splitlines():
         if not line.startswith("import time:") or "imported package" in line:
             continue
         self_us, cumulative_us, name = line.removeprefix("import time:").split("|", 2)
         name = name.rstrip().removeprefix(" ")  # then two spaces per level of nesting
-        entries.append({"module": name, "self_ms": int(self_us) / 1e3,
-                        "cumulative_ms": int(cumulative_us) / 1e3})  # fmt: skip
+        entries.append(
+            {
+                "module": name,
+                "self_ms": int(self_us) / 1e3,
+                "cumulative_ms": int(cumulative_us) / 1e3,
+            }
+        )
     # Top-level imports are the names without indentation; nested ones are counted in them.
     total = sum(e["cumulative_ms"] for e in entries if not e["module"].startswith("  "))
     ranked = sorted(entries, key=lambda e: -e["cumulative_ms"])[:top]
@@ -137,8 +189,15 @@ def _nodelists(repeats: int) -> list[dict[str, Any]]:
             start = time.perf_counter()
             expand_nodelist(nodelist)
             times.append(1e3 * (time.perf_counter() - start))
-        results.append({"shape": shape, "hosts": len(hosts), "chars": len(nodelist),
-                        "median_ms": statistics.median(times), "max_ms": max(times)})  # fmt: skip
+        results.append(
+            {
+                "shape": shape,
+                "hosts": len(hosts),
+                "chars": len(nodelist),
+                "median_ms": statistics.median(times),
+                "max_ms": max(times),
+            }
+        )
     return results
 
 

@@ -93,36 +93,63 @@ def _changes(text: str, what: str) -> dict[str, Any]:
 
 
 def _parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="python3 -m bench.bench_training", description=__doc__,
-                                formatter_class=argparse.RawDescriptionHelpFormatter)  # fmt: skip
-    p.add_argument("--device", choices=("cpu", "cuda"), default="cpu",
-                   help="cpu: gloo; cuda: nccl, one GPU per rank (default cpu)")  # fmt: skip
+    p = argparse.ArgumentParser(
+        prog="python3 -m bench.bench_training",
+        description=__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    p.add_argument(
+        "--device",
+        choices=("cpu", "cuda"),
+        default="cpu",
+        help="cpu: gloo; cuda: nccl, one GPU per rank (default cpu)",
+    )
     p.add_argument("--ranks", type=_ints, default=[1, 2, 4], help="world sizes (1,2,4)")
     p.add_argument("--threads-per-rank", type=int, default=4, help="OMP/torch threads (4)")
-    p.add_argument("--bind-cores", action="store_true",
-                   help="each rank on cores of its own (as srun --cpu-bind=cores)")
+    p.add_argument(
+        "--bind-cores",
+        action="store_true",
+        help="each rank on cores of its own (as srun --cpu-bind=cores)",
+    )
     p.add_argument("--batch", type=int, default=1000, help="rows per rank and step (1000)")
     p.add_argument("--steps", type=int, default=300, help="steps per epoch and rank (300)")
     p.add_argument("--epochs", type=int, default=2, help="timed epochs per loop (2)")
     p.add_argument("--warmup-epochs", type=int, default=1, help="untimed epochs first (1)")
     p.add_argument("--repeats", type=int, default=3, help="each loop this often; median (3)")
     p.add_argument("--loops", default=",".join(LOOPS), help=f"subset of {','.join(LOOPS)}")
-    p.add_argument("--variant", type=_variant, action="append", default=[],
-                   metavar="NAME:KEY=VALUE,...",
-                   help="another run of ours with training config changes, e.g. "
-                        "compiled:compile=true or buckets:ddp_bucket_cap_mb=0.016; also "
-                        "timed to the target with --time-to-target")  # fmt: skip
-    p.add_argument("--ours", type=_ours, default={}, metavar="KEY=VALUE,...",
-                   help="training config changes for ours itself (default: the project's "
-                        "default config), e.g. cuda_graph=false")  # fmt: skip
+    p.add_argument(
+        "--variant",
+        type=_variant,
+        action="append",
+        default=[],
+        metavar="NAME:KEY=VALUE,...",
+        help="another run of ours with training config changes, e.g. "
+        "compiled:compile=true or buckets:ddp_bucket_cap_mb=0.016; also "
+        "timed to the target with --time-to-target",
+    )
+    p.add_argument(
+        "--ours",
+        type=_ours,
+        default={},
+        metavar="KEY=VALUE,...",
+        help="training config changes for ours itself (default: the project's "
+        "default config), e.g. cuda_graph=false",
+    )
     p.add_argument("--grid", default="384x320", help="synthetic grid of the rows (384x320)")
     p.add_argument("--no-throughput", action="store_true", help="only --time-to-target")
     p.add_argument("--time-to-target", action="store_true", help="also time to a val loss")
     p.add_argument("--ttt-ranks", type=_ints, default=[1, 4], help="world sizes (1,4)")
-    p.add_argument("--ttt-grid", default="1440x1080",
-                   help="synthetic grid, sea-ice points (1440x1080: a quarter degree)")
-    p.add_argument("--ttt-targets", type=_floats, default=[0.02, 0.01, 0.005],
-                   help="normalised validation MSE targets (0.02,0.01,0.005)")
+    p.add_argument(
+        "--ttt-grid",
+        default="1440x1080",
+        help="synthetic grid, sea-ice points (1440x1080: a quarter degree)",
+    )
+    p.add_argument(
+        "--ttt-targets",
+        type=_floats,
+        default=[0.02, 0.01, 0.005],
+        help="normalised validation MSE targets (0.02,0.01,0.005)",
+    )
     p.add_argument("--ttt-max-epochs", type=int, default=40)
     p.add_argument("--work-dir", type=Path, help="cache of generated arrays (a temp folder)")
     p.add_argument("--json", type=Path, help="write all results here")
@@ -136,23 +163,31 @@ def main(argv: list[str] | None = None) -> int:
     loops = [name.strip() for name in args.loops.split(",") if name.strip()]
     unknown = [name for name in loops if name not in LOOPS]
     if unknown:
-        print(f"error: --loops {args.loops!r}: unknown {unknown}; expected {LOOPS}",
-              file=sys.stderr)  # fmt: skip
+        print(
+            f"error: --loops {args.loops!r}: unknown {unknown}; expected {LOOPS}", file=sys.stderr
+        )
         return 2
     if args.device == "cuda":
         import torch
 
         gpus = torch.cuda.device_count() if torch.cuda.is_available() else 0
-        wanted = max(([] if args.no_throughput else args.ranks)
-                     + (args.ttt_ranks if args.time_to_target else [1]))  # fmt: skip
+        wanted = max(
+            ([] if args.no_throughput else args.ranks)
+            + (args.ttt_ranks if args.time_to_target else [1])
+        )
         if gpus < wanted:
-            print(f"error: --device cuda needs {wanted} GPUs (one per rank), "
-                  f"this machine has {gpus}", file=sys.stderr)  # fmt: skip
+            print(
+                f"error: --device cuda needs {wanted} GPUs (one per rank), this machine has {gpus}",
+                file=sys.stderr,
+            )
             return 2
     with tempfile.TemporaryDirectory(prefix="hpcdist-bench-data-") as tmp:
         work = args.work_dir or Path(tmp)
-        report: dict[str, Any] = {"machine": machine(), "argv": sys.argv[1:] if argv is None
-                                  else argv, "no_multicast_env": NO_MULTICAST}  # fmt: skip
+        report: dict[str, Any] = {
+            "machine": machine(),
+            "argv": sys.argv[1:] if argv is None else argv,
+            "no_multicast_env": NO_MULTICAST,
+        }
         failed = False
 
         def save(key: str, part: dict[str, Any]) -> None:
@@ -171,8 +206,9 @@ def main(argv: list[str] | None = None) -> int:
 def _data(grid: Grid, work: Path) -> Path:
     start = time.perf_counter()
     path = cached_arrays(grid, work)
-    print(f"Data: synthetic {grid.name} in {path} ({time.perf_counter() - start:.1f} s)",
-          flush=True)  # fmt: skip
+    print(
+        f"Data: synthetic {grid.name} in {path} ({time.perf_counter() - start:.1f} s)", flush=True
+    )
     return path
 
 
@@ -183,10 +219,20 @@ def _throughput(
     args: argparse.Namespace, loops: list[str], work: Path, save: Save
 ) -> dict[str, Any]:
     data = _data(Grid.parse(args.grid), work)
-    job = {"kind": "throughput", "device": args.device, "data": str(data), "batch": args.batch,
-           "steps": args.steps, "epochs": args.epochs, "warmup_epochs": args.warmup_epochs,
-           "repeats": args.repeats, "loops": loops, "val_rows": 4096,
-           "variants": dict(args.variant), "ours": args.ours}  # fmt: skip
+    job = {
+        "kind": "throughput",
+        "device": args.device,
+        "data": str(data),
+        "batch": args.batch,
+        "steps": args.steps,
+        "epochs": args.epochs,
+        "warmup_epochs": args.warmup_epochs,
+        "repeats": args.repeats,
+        "loops": loops,
+        "val_rows": 4096,
+        "variants": dict(args.variant),
+        "ours": args.ours,
+    }
     results: dict[int, dict[str, Any]] = {}
     failures: dict[str, str] = {}
     names = loops + [name for name, _ in args.variant]
@@ -194,9 +240,14 @@ def _throughput(
         print(f"Throughput: {world} rank(s), {args.device}...", flush=True)
         start = time.perf_counter()
         try:
-            results[world] = run_ranks({**job, "label": f"{world} ranks"}, world,
-                                       args.threads_per_rank, args.timeout, args.log,
-                                       bind=args.bind_cores)  # fmt: skip
+            results[world] = run_ranks(
+                {**job, "label": f"{world} ranks"},
+                world,
+                args.threads_per_rank,
+                args.timeout,
+                args.log,
+                bind=args.bind_cores,
+            )
         except LaunchError as exc:
             failures[str(world)] = str(exc)
             print(f"  failed: {exc}", flush=True)
@@ -204,14 +255,23 @@ def _throughput(
                 results[world] = exc.partial
         else:
             print(f"  done in {time.perf_counter() - start:.1f} s", flush=True)
-        save("throughput", {"job": job, "per_world": {str(k): v for k, v in results.items()},
-                            "rows": _summarise(results, names), "failures": failures})  # fmt: skip
+        save(
+            "throughput",
+            {
+                "job": job,
+                "per_world": {str(k): v for k, v in results.items()},
+                "rows": _summarise(results, names),
+                "failures": failures,
+            },
+        )
     rows = _summarise(results, names)
     first = next(iter(results.values()), {})
     where = first.get("device", args.device)
-    print(f"\nTraining throughput: {where}, {first.get('backend', '?')}, "
-          f"{first.get('threads', '?')} threads per rank, batch {args.batch} per rank, "
-          f"{args.steps} steps x {args.epochs} epochs timed, median of {args.repeats}\n")
+    print(
+        f"\nTraining throughput: {where}, {first.get('backend', '?')}, "
+        f"{first.get('threads', '?')} threads per rank, batch {args.batch} per rank, "
+        f"{args.steps} steps x {args.epochs} epochs timed, median of {args.repeats}\n"
+    )
     if args.ours:
         print(f"(ours with {args.ours}, not the default config)")
     print(_table(rows))
@@ -231,9 +291,11 @@ def _throughput(
                 verdict = "no target on the CPU"
             print(f"\nours/DataLoader per rank: at least {low:.2f}x (target 5x per GPU): {verdict}")
         if top["efficiency"] is not None and top["ranks"] > 1:
-            print(f"ours weak-scaling efficiency at {top['ranks']} ranks: "
-                  f"{100 * top['efficiency']:.0f}% (target {100 * goal:.0f}%): "
-                  f"{'met' if top['efficiency'] >= goal else 'missed'}")  # fmt: skip
+            print(
+                f"ours weak-scaling efficiency at {top['ranks']} ranks: "
+                f"{100 * top['efficiency']:.0f}% (target {100 * goal:.0f}%): "
+                f"{'met' if top['efficiency'] >= goal else 'missed'}"
+            )
     return {"failures": failures}
 
 
@@ -250,19 +312,29 @@ def _graph_notes(results: dict[int, dict[str, Any]], names: Sequence[str]) -> li
                 continue
             same = ""
             if name != "ours" and "val_loss" in base:
-                equal = (last["val_loss"], last["train_loss"]) == (base["val_loss"],
-                                                                   base["train_loss"])  # fmt: skip
+                equal = (last["val_loss"], last["train_loss"]) == (
+                    base["val_loss"],
+                    base["train_loss"],
+                )
                 diff = abs(last["val_loss"] - base["val_loss"]) / abs(base["val_loss"] or 1.0)
-                same = (", bitwise the same as ours" if equal else
-                        f", val loss {diff:.1e} relative from ours'")  # fmt: skip
+                same = (
+                    ", bitwise the same as ours"
+                    if equal
+                    else f", val loss {diff:.1e} relative from ours'"
+                )
             waits = last.get("wait_ms") or []
             if any(w is not None for w in waits):
-                same += ("; mean wait for the other ranks per step, by rank: "
-                         + ", ".join(f"{w:.3f}" for w in waits) + " ms")  # fmt: skip
-            lines.append(f"{name}, {world} rank(s): CUDA graph {last['cuda_graph']}; gradient "
-                         f"all-reduce {last.get('grad_allreduce', '?')}; last "
-                         f"train / val loss {last['train_loss']:.6g} / {last['val_loss']:.6g}"
-                         f"{same}")  # fmt: skip
+                same += (
+                    "; mean wait for the other ranks per step, by rank: "
+                    + ", ".join(f"{w:.3f}" for w in waits)
+                    + " ms"
+                )
+            lines.append(
+                f"{name}, {world} rank(s): CUDA graph {last['cuda_graph']}; gradient "
+                f"all-reduce {last.get('grad_allreduce', '?')}; last "
+                f"train / val loss {last['train_loss']:.6g} / {last['val_loss']:.6g}"
+                f"{same}"
+            )
     return lines
 
 
@@ -285,10 +357,13 @@ def _summarise(results: dict[int, dict[str, Any]], names: Sequence[str]) -> list
             mine = per_rank[name, world]
             one = per_rank.get((name, 1))
             row: dict[str, Any] = {
-                "loop": name, "ranks": world, "per_rank": mine, "total": mine * world,
+                "loop": name,
+                "ranks": world,
+                "per_rank": mine,
+                "total": mine * world,
                 "step_ms": step_ms[name, world],
                 "efficiency": mine / one if one else None,
-            }  # fmt: skip
+            }
             for ref in ("dataloader", "resident"):
                 other = per_rank.get((ref, world))
                 row[f"vs_{ref}"] = mine / other if other and name not in LOOPS[:2] else None
@@ -304,12 +379,30 @@ def _table(rows: list[dict[str, Any]]) -> str:
         return "-" if v is None else f"{v:.2f}x"
 
     return table(
-        ["loop", "ranks", "samples/s per rank", "total", "step ms", "efficiency",
-         "ours/DataLoader", "ours/resident"],
-        [[r["loop"], str(r["ranks"]), rate(r["per_rank"]), rate(r["total"]), f"{r['step_ms']:.3f}",
-          pct(r["efficiency"]), times(r["vs_dataloader"]), times(r["vs_resident"])]
-         for r in rows],
-    )  # fmt: skip
+        [
+            "loop",
+            "ranks",
+            "samples/s per rank",
+            "total",
+            "step ms",
+            "efficiency",
+            "ours/DataLoader",
+            "ours/resident",
+        ],
+        [
+            [
+                r["loop"],
+                str(r["ranks"]),
+                rate(r["per_rank"]),
+                rate(r["total"]),
+                f"{r['step_ms']:.3f}",
+                pct(r["efficiency"]),
+                times(r["vs_dataloader"]),
+                times(r["vs_resident"]),
+            ]
+            for r in rows
+        ],
+    )
 
 
 # --------------------------------------------------------------------------- time to target
@@ -317,65 +410,114 @@ def _table(rows: list[dict[str, Any]]) -> str:
 
 def _time_to_target(args: argparse.Namespace, work: Path, save: Save) -> dict[str, Any]:
     data = _data(Grid.parse(args.ttt_grid), work)
-    job = {"kind": "ttt", "device": args.device, "data": str(data), "targets": args.ttt_targets,
-           "max_epochs": args.ttt_max_epochs, "training": {"batch_size": args.batch},
-           "ours": args.ours, "variants": dict(args.variant)}  # fmt: skip
+    job = {
+        "kind": "ttt",
+        "device": args.device,
+        "data": str(data),
+        "targets": args.ttt_targets,
+        "max_epochs": args.ttt_max_epochs,
+        "training": {"batch_size": args.batch},
+        "ours": args.ours,
+        "variants": dict(args.variant),
+    }
     results: dict[int, dict[str, Any]] = {}
     failures: dict[str, str] = {}
     for world in args.ttt_ranks:
         print(f"Time to target: {world} rank(s), {args.device}...", flush=True)
         try:
-            results[world] = run_ranks({**job, "label": f"{world} ranks"}, world,
-                                       args.threads_per_rank, args.timeout, args.log,
-                                       bind=args.bind_cores)  # fmt: skip
+            results[world] = run_ranks(
+                {**job, "label": f"{world} ranks"},
+                world,
+                args.threads_per_rank,
+                args.timeout,
+                args.log,
+                bind=args.bind_cores,
+            )
         except LaunchError as exc:
             failures[str(world)] = str(exc)
             print(f"  failed: {exc}", flush=True)
         else:
             r = results[world]
-            print(f"  {r['epochs_run']} epochs of {r['steps_per_epoch']} steps in "
-                  f"{r['total_s']:.2f} s", flush=True)  # fmt: skip
-        save("time_to_target", {"job": job, "per_world": {str(k): v for k, v in results.items()},
-                                "rows": _ttt_rows(args.ttt_targets, results),
-                                "variant_rows": {name: _ttt_rows(args.ttt_targets,
-                                                                 _ttt_variant(results, name))
-                                                 for name, _ in args.variant},
-                                "failures": failures})  # fmt: skip
+            print(
+                f"  {r['epochs_run']} epochs of {r['steps_per_epoch']} steps in "
+                f"{r['total_s']:.2f} s",
+                flush=True,
+            )
+        save(
+            "time_to_target",
+            {
+                "job": job,
+                "per_world": {str(k): v for k, v in results.items()},
+                "rows": _ttt_rows(args.ttt_targets, results),
+                "variant_rows": {
+                    name: _ttt_rows(args.ttt_targets, _ttt_variant(results, name))
+                    for name, _ in args.variant
+                },
+                "failures": failures,
+            },
+        )
     base = min(results) if results else None
     first = next(iter(results.values()), {})
-    print(f"\nTime to target validation loss (normalised MSE): {first.get('device', '?')}, "
-          f"{first.get('n_train', '?')} training rows, batch {args.batch} per rank, "
-          f"lr 1e-4 x ranks\n")
+    print(
+        f"\nTime to target validation loss (normalised MSE): {first.get('device', '?')}, "
+        f"{first.get('n_train', '?')} training rows, batch {args.batch} per rank, "
+        f"lr 1e-4 x ranks\n"
+    )
     if args.ours:
         print(f"(ours with {args.ours}, not the default config)")
     loops = {"ours": results, **{name: _ttt_variant(results, name) for name, _ in args.variant}}
-    rows = [{"loop": name, **r} for name, res in loops.items()
-            for r in _ttt_rows(args.ttt_targets, res)]  # fmt: skip
-    print(table(
-        ["loop", "target", "ranks", "lr", "seconds", "epoch", "steps",
-         f"speedup vs {base} rank(s)"],
-        [[r["loop"], f"{r['target']:g}", str(r["ranks"]), f"{r['lr']:.0e}",
-          "not reached" if r["seconds"] is None else f"{r['seconds']:.2f}",
-          str(r["epoch"] or "-"), str(r["step"] or "-"),
-          "-" if r["speedup"] is None else f"{r['speedup']:.2f}x"] for r in rows],
-    ))  # fmt: skip
+    rows = [
+        {"loop": name, **r} for name, res in loops.items() for r in _ttt_rows(args.ttt_targets, res)
+    ]
+    print(
+        table(
+            [
+                "loop",
+                "target",
+                "ranks",
+                "lr",
+                "seconds",
+                "epoch",
+                "steps",
+                f"speedup vs {base} rank(s)",
+            ],
+            [
+                [
+                    r["loop"],
+                    f"{r['target']:g}",
+                    str(r["ranks"]),
+                    f"{r['lr']:.0e}",
+                    "not reached" if r["seconds"] is None else f"{r['seconds']:.2f}",
+                    str(r["epoch"] or "-"),
+                    str(r["step"] or "-"),
+                    "-" if r["speedup"] is None else f"{r['speedup']:.2f}x",
+                ]
+                for r in rows
+            ],
+        )
+    )
     print()
     for name, res in loops.items():
         for world, r in sorted(res.items()):
-            print(f"{name}, {world} rank(s): CUDA graph {r.get('cuda_graph', '?')}; gradient "
-                  f"all-reduce {r.get('grad_allreduce', '?')}; "
-                  f"{_outside_steps(r)}")  # fmt: skip
+            print(
+                f"{name}, {world} rank(s): CUDA graph {r.get('cuda_graph', '?')}; gradient "
+                f"all-reduce {r.get('grad_allreduce', '?')}; "
+                f"{_outside_steps(r)}"
+            )
     for r in rows:
         if r["speedup"] is not None and r["loop"] == "ours":
-            print(f"time to {r['target']:g} at {r['ranks']} ranks: {r['speedup']:.2f}x shorter "
-                  f"than at {base} (target 3x): {'met' if r['speedup'] >= 3 else 'missed'}")
+            print(
+                f"time to {r['target']:g} at {r['ranks']} ranks: {r['speedup']:.2f}x shorter "
+                f"than at {base} (target 3x): {'met' if r['speedup'] >= 3 else 'missed'}"
+            )
     return {"failures": failures}
 
 
 def _ttt_variant(results: dict[int, dict[str, Any]], name: str) -> dict[int, dict[str, Any]]:
     """A variant's time-to-target results per world size, shaped like ours'."""
-    return {world: r["variants"][name] for world, r in results.items()
-            if name in r.get("variants", {})}  # fmt: skip
+    return {
+        world: r["variants"][name] for world, r in results.items() if name in r.get("variants", {})
+    }
 
 
 def _outside_steps(r: dict[str, Any]) -> str:
@@ -387,9 +529,11 @@ def _outside_steps(r: dict[str, Any]) -> str:
     walls = [b - a for a, b in zip([0.0, *ends[:-1]], ends, strict=True)]
     rest = [1e3 * (w - t) for w, t in zip(walls, train, strict=True)]
     later = rest[1:] or rest
-    return (f"per epoch {1e3 * statistics.median(train):.1f} ms of steps (median), "
-            f"{statistics.median(later):.1f} ms outside them (median of epochs 2+; epoch 1: "
-            f"{1e3 * train[0]:.1f} ms steps, {rest[0]:.1f} ms outside)")  # fmt: skip
+    return (
+        f"per epoch {1e3 * statistics.median(train):.1f} ms of steps (median), "
+        f"{statistics.median(later):.1f} ms outside them (median of epochs 2+; epoch 1: "
+        f"{1e3 * train[0]:.1f} ms steps, {rest[0]:.1f} ms outside)"
+    )
 
 
 def _ttt_rows(targets: list[float], results: dict[int, dict[str, Any]]) -> list[dict[str, Any]]:
@@ -401,10 +545,17 @@ def _ttt_rows(targets: list[float], results: dict[int, dict[str, Any]]) -> list[
             hit = r["reached"].get(str(target))
             ref = results[base]["reached"].get(str(target)) if base is not None else None
             speedup = ref["seconds"] / hit["seconds"] if hit and ref and world != base else None
-            rows.append({"target": target, "ranks": world, "lr": r["lr"],
-                         "seconds": hit["seconds"] if hit else None,
-                         "epoch": hit["epoch"] if hit else None,
-                         "step": hit["step"] if hit else None, "speedup": speedup})  # fmt: skip
+            rows.append(
+                {
+                    "target": target,
+                    "ranks": world,
+                    "lr": r["lr"],
+                    "seconds": hit["seconds"] if hit else None,
+                    "epoch": hit["epoch"] if hit else None,
+                    "step": hit["step"] if hit else None,
+                    "speedup": speedup,
+                }
+            )
     return rows
 
 

@@ -132,8 +132,11 @@ def _one_shot_graph(ctx: Any, numel: int, count: int, stream: Any, result: dict[
 
 
 def _parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="python3 -m bench.collectives", description=__doc__,
-                                formatter_class=argparse.RawDescriptionHelpFormatter)  # fmt: skip
+    p = argparse.ArgumentParser(
+        prog="python3 -m bench.collectives",
+        description=__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
     p.add_argument("--device", choices=("cpu", "cuda"), default="cpu")
     p.add_argument("--ranks", default="1,2,4", help="world sizes (1,2,4)")
     p.add_argument("--threads-per-rank", type=int, default=4)
@@ -152,31 +155,58 @@ def main(argv: list[str] | None = None) -> int:
     except ValueError:
         print(f"error: --ranks expects integers like 1,2,4, got {args.ranks!r}", file=sys.stderr)
         return 2
-    job = {"kind": "collectives", "device": args.device, "numel": NUMEL,
-           "per_chunk": args.per_chunk, "chunks": args.chunks}  # fmt: skip
+    job = {
+        "kind": "collectives",
+        "device": args.device,
+        "numel": NUMEL,
+        "per_chunk": args.per_chunk,
+        "chunks": args.chunks,
+    }
     results: dict[int, dict[str, Any]] = {}
     failed = False
     for world in worlds:
         try:
-            results[world] = run_ranks(job, world, args.threads_per_rank, args.timeout,
-                                       bind=args.bind_cores)  # fmt: skip
+            results[world] = run_ranks(
+                job, world, args.threads_per_rank, args.timeout, bind=args.bind_cores
+            )
         except LaunchError as exc:
             print(f"{world} ranks failed: {exc}", flush=True)
             failed = True
     names = sorted({name for r in results.values() for name in r["us"]})
-    print(f"\nOne all-reduce of {NUMEL} float32 ({4 * NUMEL / 1e3:.0f} KB), {args.device}, "
-          f"us each (median of {args.chunks} x {args.per_chunk})"
-          f"{', ranks bound to cores' if args.bind_cores else ''}\n")  # fmt: skip
-    print(table(["probe", *[f"{w} ranks" for w in sorted(results)]],
-                [[name, *[f"{results[w]['us'][name]:.1f}" if name in results[w]["us"] else "-"
-                          for w in sorted(results)]] for name in names]))  # fmt: skip
+    print(
+        f"\nOne all-reduce of {NUMEL} float32 ({4 * NUMEL / 1e3:.0f} KB), {args.device}, "
+        f"us each (median of {args.chunks} x {args.per_chunk})"
+        f"{', ranks bound to cores' if args.bind_cores else ''}\n"
+    )
+    print(
+        table(
+            ["probe", *[f"{w} ranks" for w in sorted(results)]],
+            [
+                [
+                    name,
+                    *[
+                        f"{results[w]['us'][name]:.1f}" if name in results[w]["us"] else "-"
+                        for w in sorted(results)
+                    ],
+                ]
+                for name in names
+            ],
+        )
+    )
     for world, r in sorted(results.items()):
         for name, error in r["errors"].items():
             print(f"{name}, {world} ranks: {error}")
     if args.json is not None:
-        write_json(args.json, {"machine": machine(), "argv": sys.argv[1:] if argv is None
-                               else argv, "job": job, "bind_cores": args.bind_cores,
-                               "per_world": {str(k): v for k, v in results.items()}})  # fmt: skip
+        write_json(
+            args.json,
+            {
+                "machine": machine(),
+                "argv": sys.argv[1:] if argv is None else argv,
+                "job": job,
+                "bind_cores": args.bind_cores,
+                "per_world": {str(k): v for k, v in results.items()},
+            },
+        )
     return 1 if failed else 0
 
 

@@ -29,8 +29,16 @@ NO_MULTICAST = {
 # A launcher's or scheduler's variables from the calling shell would make DistEnv pick
 # another rank or world; the benchmark is the launcher here.
 _DROP_PREFIXES = ("SLURM_", "SBATCH_", "SUBMITIT_", "TORCHELASTIC_")
-_DROP = {"RANK", "LOCAL_RANK", "WORLD_SIZE", "LOCAL_WORLD_SIZE", "GROUP_RANK",
-         "MASTER_ADDR", "MASTER_PORT", "CUDA_VISIBLE_DEVICES"}  # fmt: skip
+_DROP = {
+    "RANK",
+    "LOCAL_RANK",
+    "WORLD_SIZE",
+    "LOCAL_WORLD_SIZE",
+    "GROUP_RANK",
+    "MASTER_ADDR",
+    "MASTER_PORT",
+    "CUDA_VISIBLE_DEVICES",
+}
 
 
 class LaunchError(RuntimeError):
@@ -55,10 +63,16 @@ def rank_env(
     path = env.get("PYTHONPATH")
     env.update(NO_MULTICAST)
     env.update(
-        MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port), RANK=str(rank), WORLD_SIZE=str(world),
-        LOCAL_RANK=str(rank), LOCAL_WORLD_SIZE=str(world), OMP_NUM_THREADS=str(threads),
-        PYTHONPATH=f"{REPO}{os.pathsep}{path}" if path else str(REPO), PYTHONUNBUFFERED="1",
-    )  # fmt: skip
+        MASTER_ADDR="127.0.0.1",
+        MASTER_PORT=str(port),
+        RANK=str(rank),
+        WORLD_SIZE=str(world),
+        LOCAL_RANK=str(rank),
+        LOCAL_WORLD_SIZE=str(world),
+        OMP_NUM_THREADS=str(threads),
+        PYTHONPATH=f"{REPO}{os.pathsep}{path}" if path else str(REPO),
+        PYTHONUNBUFFERED="1",
+    )
     return env
 
 
@@ -75,8 +89,10 @@ def core_sets(world: int, threads: int) -> list[set[int]]:
     for cpu in cpus:
         topo = Path(f"/sys/devices/system/cpu/cpu{cpu}/topology")
         try:
-            core = ((topo / "physical_package_id").read_text().strip(),
-                    (topo / "core_id").read_text().strip())  # fmt: skip
+            core = (
+                (topo / "physical_package_id").read_text().strip(),
+                (topo / "core_id").read_text().strip(),
+            )
         except OSError:
             core = ("?", str(cpu))
         (siblings if core in seen else first_threads).append(cpu)
@@ -86,7 +102,11 @@ def core_sets(world: int, threads: int) -> list[set[int]]:
 
 
 def run_ranks(
-    job: Mapping[str, Any], world: int, threads: int, timeout_s: float, log: Path | None = None,
+    job: Mapping[str, Any],
+    world: int,
+    threads: int,
+    timeout_s: float,
+    log: Path | None = None,
     bind: bool = False,
 ) -> dict[str, Any]:
     """Run ``job`` on ``world`` ranks; return what rank 0 wrote (its result dict).
@@ -102,12 +122,16 @@ def run_ranks(
         outputs = [folder / f"rank{rank}.log" for rank in range(world)]
         for rank in range(world):
             with outputs[rank].open("wb") as out:
-                procs.append(subprocess.Popen(
-                    [sys.executable, "-m", "bench.worker", str(job_file)],
-                    env=rank_env(os.environ, rank, world, port, threads), cwd=REPO,
-                    stdout=out, stderr=subprocess.STDOUT,
-                    preexec_fn=None if cores is None else _bind_to(cores[rank]),
-                ))  # fmt: skip
+                procs.append(
+                    subprocess.Popen(
+                        [sys.executable, "-m", "bench.worker", str(job_file)],
+                        env=rank_env(os.environ, rank, world, port, threads),
+                        cwd=REPO,
+                        stdout=out,
+                        stderr=subprocess.STDOUT,
+                        preexec_fn=None if cores is None else _bind_to(cores[rank]),
+                    )
+                )
         deadline = time.monotonic() + timeout_s
         failed = ""
         for rank, proc in enumerate(procs):

@@ -77,9 +77,14 @@ def _ddp(model: nn.Module, ctx: DistContext) -> tuple[nn.Module, torch.optim.Opt
 
 
 def dataloader_loop(
-    ctx: DistContext, model: nn.Module, x_all: torch.Tensor, y_all: torch.Tensor, batch: int,
-    warmup: int, epochs: int,
-) -> Timing:  # fmt: skip
+    ctx: DistContext,
+    model: nn.Module,
+    x_all: torch.Tensor,
+    y_all: torch.Tensor,
+    batch: int,
+    warmup: int,
+    epochs: int,
+) -> Timing:
     """``x_all``/``y_all``: the whole training set in host memory; the sampler shards it."""
     dataset = TensorDataset(x_all, y_all)
     sampler: DistributedSampler[int] = DistributedSampler(
@@ -108,9 +113,14 @@ def dataloader_loop(
 
 
 def resident_loop(
-    ctx: DistContext, model: nn.Module, x: torch.Tensor, y: torch.Tensor, batch: int,
-    warmup: int, epochs: int,
-) -> Timing:  # fmt: skip
+    ctx: DistContext,
+    model: nn.Module,
+    x: torch.Tensor,
+    y: torch.Tensor,
+    batch: int,
+    warmup: int,
+    epochs: int,
+) -> Timing:
     """``x``/``y``: this rank's shard; moved to the device once."""
     x, y = x.to(ctx.device), y.to(ctx.device)
     n = x.shape[0]

@@ -46,7 +46,9 @@ def make_arrays(grid: Grid) -> tuple[npt.NDArray[np.float32], npt.NDArray[np.flo
     aice = fields["aice_h"]
     target = aice if grid.target == "aice" else fields[VARIABLE_NAMES[grid.target][0]]
     valid = ocean & np.isfinite(stacked).all(axis=-1) & np.isfinite(target) & np.isfinite(aice)
-    index = select_points(valid.ravel(), aice.ravel(), DataOptions(mask=grid.mask, target=grid.target))
+    index = select_points(
+        valid.ravel(), aice.ravel(), DataOptions(mask=grid.mask, target=grid.target)
+    )
     inputs = stacked.reshape(-1, len(INPUT_NAMES))[index].astype(np.float32)
     targets = target.ravel()[index].astype(np.float32)[:, None]
     return inputs, targets

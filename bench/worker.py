@@ -55,11 +55,18 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     backend = "nccl" if job["device"] == "cuda" else "gloo"
     with distributed(timeout_s=job.get("init_timeout_s", 120.0), backend=backend) as ctx:
-        result: dict[str, Any] = {"world": ctx.env.world_size, "backend": ctx.backend,
-                                  "device": _device_name(ctx), "threads": torch.get_num_threads(),
-                                  "torch": torch.__version__}  # fmt: skip
-        runners = {"throughput": throughput, "ttt": time_to_target,
-                   "collectives": collectives.measure}  # fmt: skip
+        result: dict[str, Any] = {
+            "world": ctx.env.world_size,
+            "backend": ctx.backend,
+            "device": _device_name(ctx),
+            "threads": torch.get_num_threads(),
+            "torch": torch.__version__,
+        }
+        runners = {
+            "throughput": throughput,
+            "ttt": time_to_target,
+            "collectives": collectives.measure,
+        }
         runners[job["kind"]](ctx, job, result)
         _write(ctx, job, result)
     return 0
@@ -110,15 +117,27 @@ def throughput(ctx: DistContext, job: dict[str, Any], result: dict[str, Any]) ->
 
     loops: dict[str, Callable[[], refloops.Timing]] = {
         "dataloader": lambda: refloops.dataloader_loop(
-            ctx, fresh_model(), x_pool[everyone], y_pool[everyone], batch, warmup, epochs),
+            ctx, fresh_model(), x_pool[everyone], y_pool[everyone], batch, warmup, epochs
+        ),
         "resident": lambda: refloops.resident_loop(
-            ctx, fresh_model(), x_pool[mine], y_pool[mine], batch, warmup, epochs),
-    }  # fmt: skip
-    shards = Shards(x_train=x_pool[mine].to(ctx.device), y_train=y_pool[mine].to(ctx.device),
-                    x_val=x_pool[val].to(ctx.device), y_val=y_pool[val].to(ctx.device),
-                    n_train=per_rank * world, n_val=val.numel() * world)  # fmt: skip
-    base = _with_training(load_config(None), batch_size=batch, epochs=warmup + epochs,
-                          early_stopping_patience=0, checkpoint_every=10**9)  # fmt: skip
+            ctx, fresh_model(), x_pool[mine], y_pool[mine], batch, warmup, epochs
+        ),
+    }
+    shards = Shards(
+        x_train=x_pool[mine].to(ctx.device),
+        y_train=y_pool[mine].to(ctx.device),
+        x_val=x_pool[val].to(ctx.device),
+        y_val=y_pool[val].to(ctx.device),
+        n_train=per_rank * world,
+        n_val=val.numel() * world,
+    )
+    base = _with_training(
+        load_config(None),
+        batch_size=batch,
+        epochs=warmup + epochs,
+        early_stopping_patience=0,
+        checkpoint_every=10**9,
+    )
     variants: dict[str, dict[str, Any]] = {"ours": job.get("ours", {}), **job.get("variants", {})}
     for name, changes in variants.items():
         changes = dict(changes)
@@ -139,8 +158,11 @@ def throughput(ctx: DistContext, job: dict[str, Any], result: dict[str, Any]) ->
             result["runs"].setdefault(name, []).append(timing.as_dict())
             if ctx.is_main:
                 rate = timing.rows / timing.seconds if timing.seconds else 0.0
-                print(f"[bench] {world} ranks, repeat {repeat + 1}: {name} "
-                      f"{rate / 1e3:.1f}k samples/s per rank", flush=True)  # fmt: skip
+                print(
+                    f"[bench] {world} ranks, repeat {repeat + 1}: {name} "
+                    f"{rate / 1e3:.1f}k samples/s per rank",
+                    flush=True,
+                )
             _write(ctx, job, result)
 
 
@@ -156,9 +178,13 @@ def _capture_hooks(fail_capture: bool) -> LoopHooks:
 
 
 def _ours(
-    ctx: DistContext, config: Config, make_model: Callable[[], EmulatorMLP], shards: Shards,
-    warmup: int, hooks: LoopHooks,
-) -> refloops.Timing:  # fmt: skip
+    ctx: DistContext,
+    config: Config,
+    make_model: Callable[[], EmulatorMLP],
+    shards: Shards,
+    warmup: int,
+    hooks: LoopHooks,
+) -> refloops.Timing:
     with tempfile.TemporaryDirectory(prefix="bench-run-") as run_dir:
         loop = Loop(ctx, config, make_model(), shards, Path(run_dir), StopFlag(), hooks)
         refloops.settle(ctx)
@@ -175,9 +201,13 @@ def _ours(
     waits: list[Any] = [None] * ctx.env.world_size
     steps = max(summary.progress.step, 1)
     dist.all_gather_object(waits, None if waited is None else 1e3 * waited / steps)
-    extra = {"wait_ms": waits, "cuda_graph": summary.cuda_graph,
-             "grad_allreduce": summary.grad_allreduce, "train_loss": history["train_loss"][-1],
-             "val_loss": history["val_loss"][-1]}  # fmt: skip
+    extra = {
+        "wait_ms": waits,
+        "cuda_graph": summary.cuda_graph,
+        "grad_allreduce": summary.grad_allreduce,
+        "train_loss": history["train_loss"][-1],
+        "val_loss": history["val_loss"][-1],
+    }
     return refloops.Timing(int(rows), seconds, steps_per_epoch * len(timed), extra)
 
 
@@ -202,31 +232,51 @@ class _Targets:
         val = progress.history["val_loss"][-1]
         for target in self.targets:
             if target not in self.reached and val <= target:
-                self.reached[target] = {"seconds": time.perf_counter() - self.started,
-                                        "epoch": progress.epoch, "step": progress.step,
-                                        "val_loss": val}  # fmt: skip
+                self.reached[target] = {
+                    "seconds": time.perf_counter() - self.started,
+                    "epoch": progress.epoch,
+                    "step": progress.step,
+                    "val_loss": val,
+                }
         return len(self.reached) == len(self.targets)
 
 
 def time_to_target(ctx: DistContext, job: dict[str, Any], result: dict[str, Any]) -> None:
     inputs, targets = load_arrays(Path(job["data"]))
-    config = _with_training(load_config(None), scale_lr_with_world_size=True,
-                            epochs=job["max_epochs"], early_stopping_patience=0,
-                            **job.get("training", {}))  # fmt: skip
+    config = _with_training(
+        load_config(None),
+        scale_lr_with_world_size=True,
+        epochs=job["max_epochs"],
+        early_stopping_patience=0,
+        **job.get("training", {}),
+    )
     torch.manual_seed(config.training.seed)  # as training._train: same weights on every rank
-    model = EmulatorMLP(ModelConfig(hidden=config.model.hidden_sizes,
-                                    activation=config.model.activation))  # fmt: skip
+    model = EmulatorMLP(
+        ModelConfig(hidden=config.model.hidden_sizes, activation=config.model.activation)
+    )
     shards = split(ctx, config, inputs, targets, model)
     steps_per_epoch = -(-shards.x_train.shape[0] // config.training.batch_size)
-    result.update(targets=job["targets"], steps_per_epoch=steps_per_epoch, n_train=shards.n_train,
-                  n_val=shards.n_val, lr=config.training.lr * ctx.env.world_size,
-                  batch_per_rank=config.training.batch_size, variants={})  # fmt: skip
+    result.update(
+        targets=job["targets"],
+        steps_per_epoch=steps_per_epoch,
+        n_train=shards.n_train,
+        n_val=shards.n_val,
+        lr=config.training.lr * ctx.env.world_size,
+        batch_per_rank=config.training.batch_size,
+        variants={},
+    )
     # ours (the default config), then each variant, from the same initial weights.
     for name, changes in {"ours": job.get("ours", {}), **job.get("variants", {})}.items():
         changes = dict(changes)
         fail_capture = changes.pop("fail_capture", False)
-        run = _ttt_run(ctx, _with_training(config, **changes), copy.deepcopy(model), shards,
-                       job["targets"], fail_capture)  # fmt: skip
+        run = _ttt_run(
+            ctx,
+            _with_training(config, **changes),
+            copy.deepcopy(model),
+            shards,
+            job["targets"],
+            fail_capture,
+        )
         if name == "ours":
             result.update(run)
         else:
@@ -235,16 +285,26 @@ def time_to_target(ctx: DistContext, job: dict[str, Any], result: dict[str, Any]
 
 
 def _ttt_run(
-    ctx: DistContext, config: Config, model: EmulatorMLP, shards: Shards, targets: list[float],
+    ctx: DistContext,
+    config: Config,
+    model: EmulatorMLP,
+    shards: Shards,
+    targets: list[float],
     fail_capture: bool = False,
-) -> dict[str, Any]:  # fmt: skip
+) -> dict[str, Any]:
     # One-time costs (CUDA kernel loading, cuBLAS and communicator set-up) are not training:
     # a throwaway loop pays them first, two steps on a copy of the model.
     rows = 2 * config.training.batch_size
     warm = dataclasses.replace(shards, x_train=shards.x_train[:rows], y_train=shards.y_train[:rows])
     with tempfile.TemporaryDirectory(prefix="bench-warm-") as run_dir:
-        Loop(ctx, _with_training(config, epochs=1), copy.deepcopy(model), warm, Path(run_dir),
-             StopFlag()).run()  # fmt: skip
+        Loop(
+            ctx,
+            _with_training(config, epochs=1),
+            copy.deepcopy(model),
+            warm,
+            Path(run_dir),
+            StopFlag(),
+        ).run()
     watch = _Targets(targets)
     hooks = dataclasses.replace(_capture_hooks(fail_capture), after_epoch=watch.after_epoch)
     with tempfile.TemporaryDirectory(prefix="bench-ttt-") as run_dir:
@@ -255,13 +315,18 @@ def _ttt_run(
         total = time.perf_counter() - watch.started
     history = summary.progress.history
     return {
-        "status": summary.status, "reached": {str(k): v for k, v in watch.reached.items()},
-        "total_s": total, "epochs_run": summary.epochs_run,
-        "val_loss": list(history["val_loss"]), "epoch_time_s": list(history["epoch_time_s"]),
-        "train_time_s": list(history["train_time_s"]), "epoch_end_s": watch.epoch_end_s,
-        "cuda_graph": summary.cuda_graph, "grad_allreduce": summary.grad_allreduce,
+        "status": summary.status,
+        "reached": {str(k): v for k, v in watch.reached.items()},
+        "total_s": total,
+        "epochs_run": summary.epochs_run,
+        "val_loss": list(history["val_loss"]),
+        "epoch_time_s": list(history["epoch_time_s"]),
+        "train_time_s": list(history["train_time_s"]),
+        "epoch_end_s": watch.epoch_end_s,
+        "cuda_graph": summary.cuda_graph,
+        "grad_allreduce": summary.grad_allreduce,
         "lr": config.training.lr * ctx.env.world_size,
-    }  # fmt: skip
+    }
 
 
 if __name__ == "__main__":

@@ -52,8 +52,13 @@ def cli() -> None:
 
 @cli.command()
 @job_options
-@click.option("--script", "out", type=click.Path(dir_okay=False, path_type=Path),
-              default=None, help="Write the script to this file instead of stdout.")
+@click.option(
+    "--script",
+    "out",
+    type=click.Path(dir_okay=False, path_type=Path),
+    default=None,
+    help="Write the script to this file instead of stdout.",
+)
 @click.option("--force", is_flag=True, help="Overwrite --script if it exists.")
 def render(out: Path | None, force: bool, **options: Any) -> int:
     """Print the sbatch script for a job; change nothing."""

@@ -34,8 +34,10 @@ _ENDED = FINAL_STATES | {"UNKNOWN"}
 
 
 def _unknown(job_id: str) -> UserError:
-    return UserError(f"job {job_id!r} was not submitted from this folder and SLURM does not "
-                     "know it (scontrol show job, sacct); expected an id from `hpcdist list`")
+    return UserError(
+        f"job {job_id!r} was not submitted from this folder and SLURM does not "
+        "know it (scontrol show job, sacct); expected an id from `hpcdist list`"
+    )
 
 
 def _newest_id() -> str:
@@ -69,8 +71,9 @@ def _describe(info: JobInfo, summary: str | None, advice: str | None) -> list[st
     if info.reason is not None:
         rows.append(("reason", info.reason))
     rows.append(("nodes", f"{info.nodes} ({info.num_nodes})" if info.nodes else "none yet"))
-    rows.append(("elapsed", f"{format_duration(info.elapsed_s or 0)} of "
-                            f"{format_duration(info.limit_s)}"))
+    rows.append(
+        ("elapsed", f"{format_duration(info.elapsed_s or 0)} of {format_duration(info.limit_s)}")
+    )
     if info.state not in ("PENDING", "RUNNING"):
         rows.append(("exit code", f"{info.exit_code}, signal {info.signal}"))
     rows.append(("restarts", str(info.restarts)))
@@ -99,18 +102,29 @@ def status(job_id: str | None, as_json: bool) -> int:
         if record is None:
             raise _unknown(job_id)
         state = job_state(record)
-        click.echo(json.dumps({"job_id": job_id, "state": state, "executor": record.executor})
-                   if as_json else f"{job_id} {state}")
+        click.echo(
+            json.dumps({"job_id": job_id, "state": state, "executor": record.executor})
+            if as_json
+            else f"{job_id} {state}"
+        )
         return 0
     effs = _efficiency(infos)
     for info in infos:
         eff, summary, advice = effs.get(info.job_id, (None, None, None))
         if as_json:
             data: dict[str, Any] = dataclasses.asdict(info)
-            data["efficiency"] = None if eff is None else {
-                **dataclasses.asdict(eff), "cpu_fraction": eff.cpu_fraction,
-                "memory_fraction": eff.memory_fraction, "time_fraction": eff.time_fraction,
-                "summary": summary, "advice": advice}
+            data["efficiency"] = (
+                None
+                if eff is None
+                else {
+                    **dataclasses.asdict(eff),
+                    "cpu_fraction": eff.cpu_fraction,
+                    "memory_fraction": eff.memory_fraction,
+                    "time_fraction": eff.time_fraction,
+                    "summary": summary,
+                    "advice": advice,
+                }
+            )
             click.echo(json.dumps(data))
         else:
             click.echo("\n".join(_describe(info, summary, advice)))
@@ -124,8 +138,12 @@ def _rank_filter(rank: int | None) -> Callable[[str], bool]:
     return lambda line: line.startswith(prefix)
 
 
-def follow_files(paths: Sequence[tuple[Path, bool]], state: Callable[[], str],
-                 keep: Callable[[str], bool], poll_s: float = 1.0) -> str:
+def follow_files(
+    paths: Sequence[tuple[Path, bool]],
+    state: Callable[[], str],
+    keep: Callable[[str], bool],
+    poll_s: float = 1.0,
+) -> str:
     """Print the lines of ``(path, to_stderr)`` files as they grow, those ``keep`` accepts,
     until ``state()`` is final; return that state. A line is printed once it is whole."""
     offsets = {path: 0 for path, _ in paths}
@@ -153,8 +171,10 @@ def follow_files(paths: Sequence[tuple[Path, bool]], state: Callable[[], str],
 
 def _slurm_logs(info: JobInfo) -> list[tuple[Path, bool]]:
     if info.stdout is None:
-        raise UserError(f"SLURM does not say where job {info.job_id} writes its log "
-                        f"(StdOut unknown, no slurm-{info.job_id}.out in {info.workdir})")
+        raise UserError(
+            f"SLURM does not say where job {info.job_id} writes its log "
+            f"(StdOut unknown, no slurm-{info.job_id}.out in {info.workdir})"
+        )
     paths = [(Path(info.stdout), False)]
     if info.stderr and info.stderr != info.stdout:
         paths.append((Path(info.stderr), True))
@@ -163,9 +183,12 @@ def _slurm_logs(info: JobInfo) -> list[tuple[Path, bool]]:
 
 @click.command()
 @click.argument("job_id")
-@click.option("--rank", type=int, default=None,
-              help="Only this rank's lines ('[Rank N]'); a job of this folder: its log file "
-                   "(default 0).")
+@click.option(
+    "--rank",
+    type=int,
+    default=None,
+    help="Only this rank's lines ('[Rank N]'); a job of this folder: its log file (default 0).",
+)
 @click.option("--follow", "follow_", is_flag=True, help="Keep printing until the job ends.")
 def logs(job_id: str, rank: int | None, follow_: bool) -> int:
     """Print a job's log (stdout, then stderr): any SLURM job, or one of this folder."""
@@ -175,15 +198,20 @@ def logs(job_id: str, rank: int | None, follow_: bool) -> int:
 
         rank = 0 if rank is None else rank
         if not 0 <= rank < record.tasks:
-            raise click.BadParameter(f"{rank} is not a rank of job {job_id}; expected 0.."
-                                     f"{record.tasks - 1}", param_hint="--rank")
+            raise click.BadParameter(
+                f"{rank} is not a rank of job {job_id}; expected 0..{record.tasks - 1}",
+                param_hint="--rank",
+            )
         if follow_:
             follow(record, rank)
             return 0
         text = read_log(record, rank)
         if not text and not record.log_path(rank).is_file():
-            click.echo(f"hpcdist: no log yet for rank {rank} of job {job_id} "
-                       f"({job_state(record)}); expected {record.log_path(rank)}", err=True)
+            click.echo(
+                f"hpcdist: no log yet for rank {rank} of job {job_id} "
+                f"({job_state(record)}); expected {record.log_path(rank)}",
+                err=True,
+            )
             return 1
         click.echo(text, nl=False)
         return 0
@@ -195,6 +223,7 @@ def logs(job_id: str, rank: int | None, follow_: bool) -> int:
     paths = _slurm_logs(info)
     keep = _rank_filter(rank)
     if follow_:
+
         def current() -> str:
             found = query_job(job_id)
             return found.state if found is not None else "UNKNOWN"
@@ -224,8 +253,10 @@ def list_command() -> int:
     # One sacct call reaches back to the oldest SLURM record too: no query per record.
     since = min([now - 86400] + [r.submitted for r in records.values() if r.executor == "slurm"])
     click.echo(f"{'JOB':>12}  {'STATE':<11} {'ELAPSED':>10}  {'EXECUTOR':<8} NAME")
-    slurm = {job.job_id: job for job in recent_jobs(
-        time.strftime("%Y-%m-%dT%H:%M:%S", time.localtime(since - 60)))}
+    slurm = {
+        job.job_id: job
+        for job in recent_jobs(time.strftime("%Y-%m-%dT%H:%M:%S", time.localtime(since - 60)))
+    }
     rows: list[tuple[str, str, str, str, str]] = []
     for record in records.values():
         job = slurm.pop(record.job_id, None) if record.executor == "slurm" else None
@@ -237,8 +268,10 @@ def list_command() -> int:
             elapsed = local_elapsed(record)
         shown = "-" if elapsed is None else format_duration(elapsed)
         rows.append((record.job_id, state, shown, record.executor, record.name))
-    rows.extend((job.job_id, job.state, format_duration(job.elapsed_s or 0), "-", job.name)
-                for job in slurm.values())
+    rows.extend(
+        (job.job_id, job.state, format_duration(job.elapsed_s or 0), "-", job.name)
+        for job in slurm.values()
+    )
     for job_id, shown_state, shown_elapsed, executor, name in sorted(rows, key=_newest_first):
         click.echo(f"{job_id:>12}  {shown_state:<11} {shown_elapsed:>10}  {executor:<8} {name}")
     return 0

@@ -19,8 +19,12 @@ from hpcdist.options import job_options, spec_from_options
 
 @click.command()
 @job_options
-@click.option("--executor", type=click.Choice(("auto", "slurm", "local")), default="auto",
-              help="slurm, local processes, or auto: slurm where sbatch is on PATH.")
+@click.option(
+    "--executor",
+    type=click.Choice(("auto", "slurm", "local")),
+    default="auto",
+    help="slurm, local processes, or auto: slurm where sbatch is on PATH.",
+)
 @click.option("--dry-run", is_flag=True, help="Print what would be submitted; submit nothing.")
 @click.option("--wait", is_flag=True, help="Follow rank 0's log; exit 0 only if COMPLETED.")
 @click.option("--no-preflight", is_flag=True, help="Skip `sbatch --test-only`.")
@@ -34,8 +38,10 @@ def submit(executor: str, dry_run: bool, wait: bool, no_preflight: bool, **optio
         return 0
     result = submission.submit(spec, executor, preflight_check=not no_preflight)
     record = result.record
-    click.echo(f"Submitted job {record.job_id} ({result.executor}, {spec.mode}, "
-               f"{spec.nodes} nodes x {spec.tasks_per_node} tasks)")
+    click.echo(
+        f"Submitted job {record.job_id} ({result.executor}, {spec.mode}, "
+        f"{spec.nodes} nodes x {spec.tasks_per_node} tasks)"
+    )
     click.echo(f"  state: {job_state(record)}")
     click.echo(f"  rank 0 log: {record.log_path(0)}")
     if spec.error is not None or result.executor == "local":
@@ -51,9 +57,12 @@ def follow(record: JobRecord, rank: int, poll_s: float = 1.0) -> str:
     """Print a rank's log as it grows until the job reaches a final state; return it."""
     from hpcdist.cli_follow import follow_files
 
-    return follow_files([(record.log_path(rank, "out"), False),
-                         (record.log_path(rank, "err"), True)],
-                        lambda: job_state(record), lambda line: True, poll_s)
+    return follow_files(
+        [(record.log_path(rank, "out"), False), (record.log_path(rank, "err"), True)],
+        lambda: job_state(record),
+        lambda line: True,
+        poll_s,
+    )
 
 
 @click.command(name="cancel")

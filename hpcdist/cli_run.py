@@ -83,17 +83,26 @@ def run(**options: Any) -> int:
     srun line of the script `hpcdist render` prints, with the same flags and environment."""
     allocation = allocation_from_environ(os.environ)
     if allocation is None:
-        raise UserError("not inside a SLURM allocation (SLURM_JOB_ID is unset); start one with "
-                        "`salloc -N 2` and run this inside it, or use `hpcdist submit`")
+        raise UserError(
+            "not inside a SLURM allocation (SLURM_JOB_ID is unset); start one with "
+            "`salloc -N 2` and run this inside it, or use `hpcdist submit`"
+        )
     from hpcdist.render import render
 
     spec = spec_from_options(run_options(options, allocation))
     if spec.nodes > allocation.nodes:
-        raise UserError(f"--nodes {spec.nodes} exceeds allocation {allocation.job_id} of "
-                        f"{allocation.nodes} nodes")
-    click.echo(f"hpcdist: running the {spec.mode} step in allocation {allocation.job_id} "
-               f"({spec.nodes} nodes x {spec.srun_tasks_per_node or 'one per GPU'} tasks)",
-               err=True)
-    proc = subprocess.run(["bash", "-c", render(spec), "hpcdist-run"],
-                          env=step_environ(os.environ, allocation), check=False)
+        raise UserError(
+            f"--nodes {spec.nodes} exceeds allocation {allocation.job_id} of "
+            f"{allocation.nodes} nodes"
+        )
+    click.echo(
+        f"hpcdist: running the {spec.mode} step in allocation {allocation.job_id} "
+        f"({spec.nodes} nodes x {spec.srun_tasks_per_node or 'one per GPU'} tasks)",
+        err=True,
+    )
+    proc = subprocess.run(
+        ["bash", "-c", render(spec), "hpcdist-run"],
+        env=step_environ(os.environ, allocation),
+        check=False,
+    )
     return proc.returncode

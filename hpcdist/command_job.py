@@ -67,14 +67,18 @@ class CommandJob(Checkpointable):
             # SLURM signals every process of the step: torchrun ignores the warning (its
             # ranks inherit that and set their own handler) instead of dying of it.
             self._child = subprocess.Popen(
-                self.torchrun_argv(env), env=env,
-                preexec_fn=lambda: signal.signal(signal.SIGUSR2, signal.SIG_IGN))
+                self.torchrun_argv(env),
+                env=env,
+                preexec_fn=lambda: signal.signal(signal.SIGUSR2, signal.SIG_IGN),
+            )
         code = self._child.wait()
         self._record(code)
         checkpointed = code == REQUEUE_EXIT_CODE or (marker is not None and marker.exists())
         if checkpointed and not self.requeue:
-            raise CommandFailed(f"{' '.join(self.argv)} checkpointed after the warning signal; "
-                                "not requeued (--no-requeue)")
+            raise CommandFailed(
+                f"{' '.join(self.argv)} checkpointed after the warning signal; "
+                "not requeued (--no-requeue)"
+            )
         if checkpointed:
             # The child checkpointed after the warning signal; submitit's handler requeues.
             time.sleep(CHECKPOINT_GRACE_S)
@@ -98,8 +102,9 @@ class CommandJob(Checkpointable):
         if not self.requeue:
             print("hpcdist: warned, not requeued (--no-requeue)", file=sys.stderr, flush=True)
             return None
-        fresh = CommandJob(self.argv, self.env, self.record_dir, self.threads,
-                           self.torchrun_nproc, self.requeue)
+        fresh = CommandJob(
+            self.argv, self.env, self.record_dir, self.threads, self.torchrun_nproc, self.requeue
+        )
         return DelayedSubmission(fresh)
 
     def torchrun_argv(self, env: Mapping[str, str]) -> list[str]:
@@ -109,11 +114,16 @@ class CommandJob(Checkpointable):
         from hpcdist.distenv import DistEnv
 
         step = DistEnv.from_environ(env)
-        flags = torchrun_flags(str(step.world_size), str(self.torchrun_nproc),
-                               str(step.node_rank), f"{step.master_addr}:{step.master_port}",
-                               env.get("SLURM_JOB_ID", "hpcdist"))
-        return torchrun_command([sys.executable, "-m", "torch.distributed.run", *flags],
-                                list(self.argv))
+        flags = torchrun_flags(
+            str(step.world_size),
+            str(self.torchrun_nproc),
+            str(step.node_rank),
+            f"{step.master_addr}:{step.master_port}",
+            env.get("SLURM_JOB_ID", "hpcdist"),
+        )
+        return torchrun_command(
+            [sys.executable, "-m", "torch.distributed.run", *flags], list(self.argv)
+        )
 
     def __getstate__(self) -> dict[str, Any]:
         state = dict(self.__dict__)

@@ -30,6 +30,7 @@ from hpcdist.distributed import (
 def _hint() -> str:
     return f"is every rank running and the master reachable? {network_hint(os.environ)}"
 
+
 # init and gloo collectives have their own timeouts and better messages; the watchdog only
 # catches what hangs past them (a stuck NCCL kernel, a TCPStore retry that overshoots)
 _INIT_GRACE_S = 15.0

@@ -31,11 +31,20 @@ def sbatch_directives(spec: JobSpec) -> list[Directive]:
     """Every directive of the job, in the order a person reads them."""
     rows = [Directive("job-name", spec.job_name), Directive("nodes", spec.nodes)]
     if spec.gpus_auto:
-        rows.append(Directive("exclusive", comment=(
-            "No GPU count was given: whole nodes; the script counts their GPUs when it starts.")))
+        rows.append(
+            Directive(
+                "exclusive",
+                comment=(
+                    "No GPU count was given: whole nodes; the script counts their GPUs "
+                    "when it starts."
+                ),
+            )
+        )
     else:
-        rows += [Directive("ntasks-per-node", _known(spec.srun_tasks_per_node)),
-                 Directive("cpus-per-task", _known(spec.srun_cpus_per_task))]
+        rows += [
+            Directive("ntasks-per-node", _known(spec.srun_tasks_per_node)),
+            Directive("cpus-per-task", _known(spec.srun_cpus_per_task)),
+        ]
     rows.append(Directive("time", spec.time))
     # The options a field passes to sbatch as they are, declared on the field (job_field).
     for option in JOB_OPTIONS:
@@ -47,8 +56,14 @@ def sbatch_directives(spec: JobSpec) -> list[Directive]:
     if spec.signal is not None:
         rows.append(Directive("signal", spec.signal))
     if spec.requeue:
-        rows += [Directive("requeue"), Directive("open-mode", "append", comment=(
-            "A requeued job keeps writing to the same log instead of truncating it."))]
+        rows += [
+            Directive("requeue"),
+            Directive(
+                "open-mode",
+                "append",
+                comment=("A requeued job keeps writing to the same log instead of truncating it."),
+            ),
+        ]
     else:
         rows.append(Directive("no-requeue"))
     return rows
@@ -79,8 +94,9 @@ def srun_options(spec: JobSpec) -> list[str]:
     return words
 
 
-def torchrun_flags(nnodes: str, nproc: str, node_rank: str, endpoint: str,
-                   rdzv_id: str) -> list[str]:
+def torchrun_flags(
+    nnodes: str, nproc: str, node_rank: str, endpoint: str, rdzv_id: str
+) -> list[str]:
     """torchrun's flags for one agent per node meeting at ``endpoint`` (c10d rendezvous);
     the values are words for the script (shell expressions) or for argv (plain values)."""
     return [
@@ -95,8 +111,10 @@ def torchrun_flags(nnodes: str, nproc: str, node_rank: str, endpoint: str,
 
 def torchrun_command(torchrun: list[str], command: list[str]) -> list[str]:
     """``torchrun FLAGS`` followed by the job's command."""
-    if command[0] in ("python", "python3") and len(command) > 1 and (
-        command[1] == "-m" or not command[1].startswith("-")
+    if (
+        command[0] in ("python", "python3")
+        and len(command) > 1
+        and (command[1] == "-m" or not command[1].startswith("-"))
     ):
         # torchrun is itself the Python interpreter: hand it the module or script directly
         # (it knows no other interpreter option, such as -c).
@@ -110,9 +128,16 @@ def launch_argv(spec: JobSpec) -> list[str]:
     if spec.launcher != "torchrun":
         return command
     nproc = GPUS_VAR if spec.gpus_auto else str(spec.tasks_per_node)
-    torchrun = ["torchrun", *torchrun_flags(
-        '"${SLURM_JOB_NUM_NODES}"', nproc, '"${SLURM_NODEID}"',
-        '"${MASTER_ADDR}:${MASTER_PORT}"', '"${SLURM_JOB_ID}"')]
+    torchrun = [
+        "torchrun",
+        *torchrun_flags(
+            '"${SLURM_JOB_NUM_NODES}"',
+            nproc,
+            '"${SLURM_NODEID}"',
+            '"${MASTER_ADDR}:${MASTER_PORT}"',
+            '"${SLURM_JOB_ID}"',
+        ),
+    ]
     if spec.warning_signal:
         # SLURM signals every process of the step: torchrun itself would die of the warning
         # its ranks catch to checkpoint, so it ignores it (its ranks set their own handler).

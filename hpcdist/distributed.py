@@ -57,6 +57,7 @@ __all__ = [
     "task_device",
 ]
 
+
 class DistributedInitError(RuntimeError):
     """The process group could not be formed; the message names master address and port."""
 
@@ -268,8 +269,9 @@ def _prepare_flight_recorder(env: Mapping[str, str]) -> None:
         os.makedirs(os.path.dirname(next(iter(files.values()))), exist_ok=True)
 
 
-def _init_failure(env: DistEnv, backend: str, timeout_s: float, exc: BaseException,
-                  source_env: Mapping[str, str]) -> str:
+def _init_failure(
+    env: DistEnv, backend: str, timeout_s: float, exc: BaseException, source_env: Mapping[str, str]
+) -> str:
     reason = (str(exc).strip().splitlines() or [type(exc).__name__])[0][:300]
     return (
         f"rank {env.rank}/{env.world_size} on {env.hostname} could not join the {backend} "

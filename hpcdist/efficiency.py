@@ -109,20 +109,26 @@ def summary(eff: Efficiency) -> str:
     if eff.cpu_used_s is None:
         cpu = "CPU not recorded"
     else:
-        cpu = (f"CPU {_percent(eff.cpu_fraction)} ({format_duration(eff.cpu_used_s)} of "
-               f"{format_duration(core_s)} core-time on {eff.alloc_cpus} CPUs)")
+        cpu = (
+            f"CPU {_percent(eff.cpu_fraction)} ({format_duration(eff.cpu_used_s)} of "
+            f"{format_duration(core_s)} core-time on {eff.alloc_cpus} CPUs)"
+        )
     if eff.peak_rss_mb is None:
         memory = "memory not recorded"
     elif eff.mem_request_mb is None:
         memory = f"memory peak {_mb(eff.peak_rss_mb)} (no request)"
     else:
-        memory = (f"memory {_percent(eff.memory_fraction)} (peak {_mb(eff.peak_rss_mb)} of "
-                  f"{_mb(eff.mem_request_mb)} per node)")
+        memory = (
+            f"memory {_percent(eff.memory_fraction)} (peak {_mb(eff.peak_rss_mb)} of "
+            f"{_mb(eff.mem_request_mb)} per node)"
+        )
     if eff.limit_s is None:
         wall = f"wall time {format_duration(eff.elapsed_s)} (no limit)"
     else:
-        wall = (f"wall time {_percent(eff.time_fraction)} ({format_duration(eff.elapsed_s)} of "
-                f"{format_duration(eff.limit_s)})")
+        wall = (
+            f"wall time {_percent(eff.time_fraction)} ({format_duration(eff.elapsed_s)} of "
+            f"{format_duration(eff.limit_s)})"
+        )
     return f"{cpu}, {memory}, {wall}"
 
 
@@ -149,6 +155,8 @@ def advice(eff: Efficiency) -> str | None:
         tips.append(f"it used {_percent(memory)} of its memory: --mem={suggested} would do")
     time = eff.time_fraction
     if time is not None and time < ADVICE_BELOW:
-        tips.append(f"it used {_percent(time)} of its time limit: --time="
-                    f"{_suggest_time(eff.elapsed_s)} would do and starts sooner (backfill)")
+        tips.append(
+            f"it used {_percent(time)} of its time limit: --time="
+            f"{_suggest_time(eff.elapsed_s)} would do and starts sooner (backfill)"
+        )
     return "; ".join(tips) if tips else None

@@ -24,8 +24,7 @@ _TRACE_FILE_ENVS = ("TORCH_FR_DUMP_TEMP_FILE", "TORCH_NCCL_DEBUG_INFO_TEMP_FILE"
 
 def network_hint(env: Mapping[str, str]) -> str:
     """Which variables to set when ranks cannot reach each other, and what they are now."""
-    now = ", ".join(f"{var}={env[var]}" if env.get(var) else f"{var} unset"
-                    for var in NETWORK_VARS)  # fmt: skip
+    now = ", ".join(f"{var}={env[var]}" if env.get(var) else f"{var} unset" for var in NETWORK_VARS)
     return (
         "on nodes with several networks set GLOO_SOCKET_IFNAME (gloo) or NCCL_SOCKET_IFNAME "
         "(nccl) to the interface that reaches the master, e.g. ib0 or eth0, and MASTER_ADDR "
@@ -60,6 +59,7 @@ def flight_recorder_files(env: Mapping[str, str]) -> dict[str, str]:
         return {}
     # The folder the training writes to (ufsemulator's runs/<job id>), or the one named.
     run_dir = env.get(RUN_DIR_VAR, "").strip() or os.path.join(
-        "runs", env.get("SLURM_JOB_ID") or env.get("TORCHELASTIC_RUN_ID") or "local")
+        "runs", env.get("SLURM_JOB_ID") or env.get("TORCHELASTIC_RUN_ID") or "local"
+    )
     prefix = os.path.join(os.path.abspath(run_dir), "nccl_trace_rank_")
     return dict.fromkeys(_TRACE_FILE_ENVS, prefix)

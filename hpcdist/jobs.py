@@ -20,8 +20,19 @@ from hpcdist.fileutil import write_atomic
 from hpcdist.localjob import ProcessIdentity, stop_tree
 
 # States after which a job never runs again (sacct may add "by <uid>" to CANCELLED).
-FINAL_STATES = frozenset({"COMPLETED", "FAILED", "CANCELLED", "TIMEOUT", "OUT_OF_MEMORY",
-                          "NODE_FAIL", "PREEMPTED", "BOOT_FAIL", "DEADLINE"})
+FINAL_STATES = frozenset(
+    {
+        "COMPLETED",
+        "FAILED",
+        "CANCELLED",
+        "TIMEOUT",
+        "OUT_OF_MEMORY",
+        "NODE_FAIL",
+        "PREEMPTED",
+        "BOOT_FAIL",
+        "DEADLINE",
+    }
+)
 
 
 @dataclass(frozen=True)
@@ -66,16 +77,19 @@ _EXECUTORS = ("slurm", "local")
 
 def check_job_id(job_id: str) -> str:
     if not _JOB_ID.fullmatch(job_id):
-        raise UserError(f"job id {job_id!r} is not a job id; expected digits such as 1234 "
-                        "(or 1234_5 for an array task)")
+        raise UserError(
+            f"job id {job_id!r} is not a job id; expected digits such as 1234 "
+            "(or 1234_5 for an array task)"
+        )
     return job_id
 
 
 def load_record(job_id: str, project_dir: Path | None = None) -> JobRecord:
     record = find_record(job_id, project_dir)
     if record is None:
-        raise UserError(f"job {job_id!r} was not submitted from this folder; "
-                        "expected an id from `hpcdist list`")
+        raise UserError(
+            f"job {job_id!r} was not submitted from this folder; expected an id from `hpcdist list`"
+        )
     return record
 
 
@@ -90,8 +104,10 @@ def read_record(path: Path) -> JobRecord:
     try:
         data = json.loads(path.read_text(encoding="utf-8"))
     except (OSError, UnicodeDecodeError, ValueError) as exc:
-        raise UserError(f"job record {str(path)!r} cannot be read ({_reason(exc)}); "
-                        "remove it or submit the job again") from exc
+        raise UserError(
+            f"job record {str(path)!r} cannot be read ({_reason(exc)}); "
+            "remove it or submit the job again"
+        ) from exc
     problem = _record_problem(data)
     if problem:
         raise UserError(f"job record {str(path)!r} is corrupt: {problem}; remove it")
@@ -103,8 +119,15 @@ def _reason(exc: Exception) -> str:
 
 
 _FIELD_TYPES: dict[str, tuple[type, ...]] = {
-    "job_id": (str,), "executor": (str,), "name": (str,), "mode": (str,), "nodes": (int,),
-    "tasks": (int,), "folder": (str,), "submitted": (int, float), "command": (list,),
+    "job_id": (str,),
+    "executor": (str,),
+    "name": (str,),
+    "mode": (str,),
+    "nodes": (int,),
+    "tasks": (int,),
+    "folder": (str,),
+    "submitted": (int, float),
+    "command": (list,),
     "start_ticks": (int, type(None)),
 }
 
@@ -157,8 +180,10 @@ def slurm_tool(argv: list[str]) -> subprocess.CompletedProcess[str]:
     try:
         return subprocess.run(argv, capture_output=True, text=True, timeout=30)
     except FileNotFoundError as exc:
-        raise UserError(f"{argv[0]} is not on PATH; expected SLURM's client tools "
-                        "(module load slurm, or run on a login node)") from exc
+        raise UserError(
+            f"{argv[0]} is not on PATH; expected SLURM's client tools "
+            "(module load slurm, or run on a login node)"
+        ) from exc
     except subprocess.TimeoutExpired as exc:
         raise UserError(f"{argv[0]} got no answer from the SLURM controller in 30 s") from exc
 
@@ -242,8 +267,9 @@ def read_log(record: JobRecord, rank: int) -> str:
     return "".join(parts)
 
 
-def wait_for_final_state(record: JobRecord, timeout_s: float | None = None,
-                         poll_s: float = 2.0) -> str:
+def wait_for_final_state(
+    record: JobRecord, timeout_s: float | None = None, poll_s: float = 2.0
+) -> str:
     start = time.monotonic()
     while True:
         state = job_state(record)

@@ -79,8 +79,9 @@ def process_tree(root: ProcessIdentity) -> list[ProcessIdentity]:
             continue
         stat = _stat(int(entry.name))
         if stat is not None and not stat.finished:
-            children.setdefault(stat.ppid, []).append(ProcessIdentity(int(entry.name),
-                                                                      stat.start_ticks))
+            children.setdefault(stat.ppid, []).append(
+                ProcessIdentity(int(entry.name), stat.start_ticks)
+            )
     tree, queue = [], [root]
     while queue:
         process = queue.pop(0)

@@ -19,6 +19,7 @@ _SEPARATORS = re.compile(r"[,\s]+")
 class NodeListError(ValueError):
     """A SLURM node list that SLURM itself would not expand."""
 
+
 def expand_nodelist(nodelist: str, what: str = "node list") -> list[str]:
     """Expand a SLURM host list (``gpu-[01-03,07],cpu[1-2]``) in SLURM's own order.
 

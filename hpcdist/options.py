@@ -53,10 +53,18 @@ def _click_option(option: JobOption) -> Callable[[F], F]:
 
 # Options that are not fields of the JobSpec: where its values come from.
 _SOURCE_OPTIONS: tuple[Callable[[F], F], ...] = (
-    click.option("--profile", default=None, metavar="NAME|PATH",
-                 help=f"Cluster profile (default: $HPCDIST_PROFILE, else {DEFAULT_PROFILE})."),
-    click.option("--backend", type=click.Choice(("gloo", "nccl")), default=None,
-                 help="Spelling of --mode for the two DDP backends."),
+    click.option(
+        "--profile",
+        default=None,
+        metavar="NAME|PATH",
+        help=f"Cluster profile (default: $HPCDIST_PROFILE, else {DEFAULT_PROFILE}).",
+    ),
+    click.option(
+        "--backend",
+        type=click.Choice(("gloo", "nccl")),
+        default=None,
+        help="Spelling of --mode for the two DDP backends.",
+    ),
 )
 _OPTIONS = (*_SOURCE_OPTIONS, *(_click_option(o) for o in JOB_OPTIONS))
 
@@ -70,8 +78,9 @@ def job_options(func: F) -> F:
 def spec_from_options(options: dict[str, Any]) -> JobSpec:
     """defaults < profile < flags, validated; raises SpecError / ProfileError for the user."""
     flags = dict(options)
-    profile = load_profile(flags.pop("profile", None) or os.environ.get("HPCDIST_PROFILE")
-                           or DEFAULT_PROFILE)
+    profile = load_profile(
+        flags.pop("profile", None) or os.environ.get("HPCDIST_PROFILE") or DEFAULT_PROFILE
+    )
     backend = flags.pop("backend", None)
     if backend and flags.get("mode") and flags["mode"] != backend:
         raise SpecError(f"--backend {backend!r} contradicts --mode {flags['mode']!r}")
@@ -84,8 +93,10 @@ def spec_from_options(options: dict[str, Any]) -> JobSpec:
         except ValueError as exc:
             raise SpecError(f"--command {command!r} cannot be split into words: {exc}") from exc
         if not flags["command"]:
-            raise SpecError(f"--command {command!r} is empty; expected the command each rank "
-                            "runs (leave the flag out for the emulator training)")
+            raise SpecError(
+                f"--command {command!r} is empty; expected the command each rank "
+                "runs (leave the flag out for the emulator training)"
+            )
     return build_spec(profile, flags)
 
 

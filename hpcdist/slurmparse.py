@@ -63,8 +63,9 @@ def parse_sacct(text: str) -> list[dict[str, str]]:
 
 
 # Values SLURM prints where a time or size is not known or has no limit.
-_NO_VALUE = frozenset({"", "UNLIMITED", "INFINITE", "PARTITION_LIMIT", "INVALID", "N/A",
-                       "UNKNOWN", "NONE"})
+_NO_VALUE = frozenset(
+    {"", "UNLIMITED", "INFINITE", "PARTITION_LIMIT", "INVALID", "N/A", "UNKNOWN", "NONE"}
+)
 _DURATION = re.compile(r"(?:(\d+)-)?((?:\d+:){0,2}\d+(?:\.\d+)?)")
 
 
@@ -96,8 +97,7 @@ def format_duration(seconds: float | None) -> str:
 
 
 _MEMORY = re.compile(r"(\d+(?:\.\d+)?)([KMGTP]?)([nc]?)", re.IGNORECASE)
-_UNIT_MB = {"K": 1.0 / 1024.0, "M": 1.0, "G": 1024.0, "T": 1024.0**2,
-            "P": 1024.0**3}
+_UNIT_MB = {"K": 1.0 / 1024.0, "M": 1.0, "G": 1024.0, "T": 1024.0**2, "P": 1024.0**3}
 MemoryPer = Literal["node", "cpu", "job"]
 _PER: dict[str, MemoryPer] = {"n": "node", "c": "cpu", "": "job"}
 

@@ -22,9 +22,25 @@ from hpcdist.slurmparse import (
 )
 
 # Fields of `sacct --format` this module and hpcdist.efficiency read.
-SACCT_FIELDS = ("JobID", "JobName", "State", "ExitCode", "Elapsed", "Timelimit", "TotalCPU",
-                "AllocCPUS", "MaxRSS", "ReqMem", "NNodes", "NodeList", "Reason", "Start",
-                "End", "Submit", "WorkDir")
+SACCT_FIELDS = (
+    "JobID",
+    "JobName",
+    "State",
+    "ExitCode",
+    "Elapsed",
+    "Timelimit",
+    "TotalCPU",
+    "AllocCPUS",
+    "MaxRSS",
+    "ReqMem",
+    "NNodes",
+    "NodeList",
+    "Reason",
+    "Start",
+    "End",
+    "Submit",
+    "WorkDir",
+)
 # SLURM >= 23.02 also keeps the log paths in the database.
 SACCT_LOG_FIELDS = ("StdOut", "StdErr")
 _TIMEOUT_S = 30.0
@@ -132,8 +148,11 @@ def guess_log(workdir: Path, job_id: str) -> str | None:
     ``name-123.out``): SLURM < 23.02 keeps no log path once the controller forgot the job."""
     named = re.compile(rf"(?<![0-9]){re.escape(job_id)}(?![0-9])")
     try:
-        found = sorted(path for path in workdir.iterdir() if path.suffix in (".out", ".log")
-                       and named.search(path.name) and path.is_file())  # fmt: skip
+        found = sorted(
+            path
+            for path in workdir.iterdir()
+            if path.suffix in (".out", ".log") and named.search(path.name) and path.is_file()
+        )
     except OSError:
         return None
     return str(found[0]) if found else None
@@ -142,8 +161,9 @@ def guess_log(workdir: Path, job_id: str) -> str | None:
 def _run(argv: Sequence[str]) -> subprocess.CompletedProcess[str] | None:
     """A SLURM client's output; None where the client is not installed."""
     try:
-        return subprocess.run(list(argv), capture_output=True, text=True, timeout=_TIMEOUT_S,
-                              check=False)  # fmt: skip
+        return subprocess.run(
+            list(argv), capture_output=True, text=True, timeout=_TIMEOUT_S, check=False
+        )
     except FileNotFoundError:
         return None
 
@@ -205,13 +225,13 @@ def _summaries(text: str) -> list[JobSummary]:
         if not line.strip():
             continue
         job_id, state, elapsed, name = [*line.split("|", 3), "", "", ""][:4]
-        out.append(JobSummary(job_id.strip(), base_state(state), parse_duration(elapsed),
-                              name))  # fmt: skip
+        out.append(JobSummary(job_id.strip(), base_state(state), parse_duration(elapsed), name))
     return out
 
 
-def merge_summaries(live: Sequence[JobSummary], accounted: Sequence[JobSummary]
-                    ) -> list[JobSummary]:  # fmt: skip
+def merge_summaries(
+    live: Sequence[JobSummary], accounted: Sequence[JobSummary]
+) -> list[JobSummary]:
     """The queue's view of a job wins over the database's (which lags it); newest first."""
     merged = {job.job_id: job for job in accounted}
     merged.update({job.job_id: job for job in live})
@@ -232,6 +252,5 @@ def recent_jobs(since: str = "now-1days") -> list[JobSummary]:
     accounted = _run(["sacct", "-X", "-P", "-n", "-S", since, fields])
     return merge_summaries(
         _summaries(live.stdout) if live is not None and live.returncode == 0 else [],
-        _summaries(accounted.stdout) if accounted is not None and accounted.returncode == 0
-        else [],
+        _summaries(accounted.stdout) if accounted is not None and accounted.returncode == 0 else [],
     )

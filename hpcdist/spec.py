@@ -49,52 +49,94 @@ class JobSpec:
     mode: Mode = job_field("gloo", "Kind of job.", choices=MODES)
     nodes: int = job_field(1, "Number of nodes.", short="-N", value_type="int")
     tasks_per_node: Count = job_field(
-        DERIVED, "Ranks per node (default: 1, or one per GPU for nccl).", value_type="int",
-        profile=False)
+        DERIVED,
+        "Ranks per node (default: 1, or one per GPU for nccl).",
+        value_type="int",
+        profile=False,
+    )
     cpus_per_task: Count = job_field(
-        DERIVED, "CPUs (threads) per rank (default: the node's cores shared evenly).",
-        short="-c", value_type="int")
+        DERIVED,
+        "CPUs (threads) per rank (default: the node's cores shared evenly).",
+        short="-c",
+        value_type="int",
+    )
     gpus_per_node: Count = job_field(
-        0, "GPUs per node (nccl, test), or 'auto': every GPU of each node, counted when the "
-        "job starts (nccl's default where the profile names no count).", value_type="count")
-    memory: str | None = job_field(None, "Memory per node, e.g. 16G or 0 (all).", flag="--mem",
-                                   sbatch="mem")
+        0,
+        "GPUs per node (nccl, test), or 'auto': every GPU of each node, counted when the "
+        "job starts (nccl's default where the profile names no count).",
+        value_type="count",
+    )
+    memory: str | None = job_field(
+        None, "Memory per node, e.g. 16G or 0 (all).", flag="--mem", sbatch="mem"
+    )
     time: str = job_field("00:30:00", "Time limit, e.g. 30, 04:00:00, 1-12.", short="-t")
     partition: str | None = job_field(
-        None, "Partition (default: the profile's).", short="-p", profile=False,
-        sbatch="partition")
+        None, "Partition (default: the profile's).", short="-p", profile=False, sbatch="partition"
+    )
     account: str | None = job_field(
-        None, "Account to charge (default: the profile's).", short="-A", profile=False,
-        sbatch="account")
-    qos: str | None = job_field(None, "Quality of service (default: the profile's).",
-                                profile=False, sbatch="qos")
-    job_name: str = job_field(DERIVED, "Job name (default: ufsemulator-MODE).", short="-J",
-                              profile=False)
-    output: str = job_field("%x-%j.out", "The job's log (stdout), as sbatch's --output; "
-                            "SLURM patterns like %j.", short="-o", sbatch="output")
-    error: str | None = job_field(None, "The job's stderr, as sbatch's --error (default: "
-                                  "with stdout).", short="-e", sbatch="error")
-    workdir: str | None = job_field(None, "Working directory of the job.", flag="--chdir",
-                                    sbatch="chdir")
+        None,
+        "Account to charge (default: the profile's).",
+        short="-A",
+        profile=False,
+        sbatch="account",
+    )
+    qos: str | None = job_field(
+        None, "Quality of service (default: the profile's).", profile=False, sbatch="qos"
+    )
+    job_name: str = job_field(
+        DERIVED, "Job name (default: ufsemulator-MODE).", short="-J", profile=False
+    )
+    output: str = job_field(
+        "%x-%j.out",
+        "The job's log (stdout), as sbatch's --output; SLURM patterns like %j.",
+        short="-o",
+        sbatch="output",
+    )
+    error: str | None = job_field(
+        None,
+        "The job's stderr, as sbatch's --error (default: with stdout).",
+        short="-e",
+        sbatch="error",
+    )
+    workdir: str | None = job_field(
+        None, "Working directory of the job.", flag="--chdir", sbatch="chdir"
+    )
     setup: tuple[str, ...] = job_field(
-        DERIVED, "A setup line such as 'module load cuda', run after the profile's; "
-        "repeatable.", multiple=True, profile=False)
+        DERIVED,
+        "A setup line such as 'module load cuda', run after the profile's; repeatable.",
+        multiple=True,
+        profile=False,
+    )
     env: tuple[tuple[str, str], ...] = job_field(
-        (), "Extra environment variable, merged over the profile's; repeatable.",
-        multiple=True, profile=False, metavar="KEY=VALUE")
+        (),
+        "Extra environment variable, merged over the profile's; repeatable.",
+        multiple=True,
+        profile=False,
+        metavar="KEY=VALUE",
+    )
     launcher: Launcher = job_field(
-        "srun", "srun starts every rank, or one torchrun per node.", choices=LAUNCHERS)
+        "srun", "srun starts every rank, or one torchrun per node.", choices=LAUNCHERS
+    )
     command: tuple[str, ...] = job_field(
-        DERIVED, "Command each rank runs (default: the ufsemulator training).", profile=False)
+        DERIVED, "Command each rank runs (default: the ufsemulator training).", profile=False
+    )
     signal: str | None = job_field(
-        "USR2@90", "Warning signal before the time limit, e.g. USR2@90 or B:USR1@120.")
-    requeue: bool = job_field(True, "Requeue after a preemption or the warning signal.",
-                              flag="--requeue/--no-requeue", value_type="bool")
+        "USR2@90", "Warning signal before the time limit, e.g. USR2@90 or B:USR1@120."
+    )
+    requeue: bool = job_field(
+        True,
+        "Requeue after a preemption or the warning signal.",
+        flag="--requeue/--no-requeue",
+        value_type="bool",
+    )
     max_restarts: int = job_field(3, "Requeue at most this many times.", value_type="int")
     collective_timeout: int | None = job_field(
-        None, "Limit for joining the process group and for every collective: a hung peer "
+        None,
+        "Limit for joining the process group and for every collective: a hung peer "
         "fails the job after it (default 120; the communication check's 60).",
-        value_type="int", metavar="SECONDS")
+        value_type="int",
+        metavar="SECONDS",
+    )
     profile: str = "local"
 
     @property

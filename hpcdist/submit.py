@@ -29,8 +29,10 @@ from hpcdist.spec import JobSpec
 EXECUTORS = ("auto", "slurm", "local")
 # submitit needs the task count when it submits; a script that counts GPUs at run time is
 # only what render writes (and the local executor would need torch to count them).
-AUTO_GPUS_REFUSED = ("--mode nccl with no GPU count is supported by render/sbatch only; "
-                     "pass --gpus-per-node N for submit")
+AUTO_GPUS_REFUSED = (
+    "--mode nccl with no GPU count is supported by render/sbatch only; "
+    "pass --gpus-per-node N for submit"
+)
 
 
 @dataclass(frozen=True)
@@ -55,9 +57,13 @@ def choose_executor(kind: str) -> str:
 
 # Where SLURM's tools find the cluster's configuration when SLURM_CONF is not set; the last
 # is slurmd's cache on a configless cluster.
-_SLURM_CONFIGS = ("/etc/slurm/slurm.conf", "/etc/slurm-llnl/slurm.conf",
-                  "/usr/local/etc/slurm.conf", "/var/spool/slurmd/conf-cache/slurm.conf",
-                  "/run/slurm/conf/slurm.conf")
+_SLURM_CONFIGS = (
+    "/etc/slurm/slurm.conf",
+    "/etc/slurm-llnl/slurm.conf",
+    "/usr/local/etc/slurm.conf",
+    "/var/spool/slurmd/conf-cache/slurm.conf",
+    "/run/slurm/conf/slurm.conf",
+)
 
 
 def slurm_config() -> str | None:
@@ -71,15 +77,18 @@ def slurm_config() -> str | None:
 
 def _require_controller(config: str) -> None:
     try:
-        proc = subprocess.run(["sinfo", "--noheader", "--format=%P"], capture_output=True,
-                              text=True, timeout=20)
+        proc = subprocess.run(
+            ["sinfo", "--noheader", "--format=%P"], capture_output=True, text=True, timeout=20
+        )
     except (OSError, subprocess.TimeoutExpired) as exc:
         proc = subprocess.CompletedProcess(["sinfo"], 1, "", str(exc))
     if proc.returncode != 0:
         reason = (proc.stderr.strip().splitlines() or ["no answer"])[-1]
-        raise UserError(f"SLURM is configured here ({config}) but its controller does not "
-                        f"answer (sinfo: {reason}); pass --executor local to run on this "
-                        "machine instead")
+        raise UserError(
+            f"SLURM is configured here ({config}) but its controller does not "
+            f"answer (sinfo: {reason}); pass --executor local to run on this "
+            "machine instead"
+        )
 
 
 @dataclass(frozen=True)
@@ -123,14 +132,17 @@ def slurm_parameters(spec: JobSpec) -> dict[str, Any]:
         # script); each rank's log stays in submitit's folder, where `hpcdist logs` reads it.
         "additional_parameters": {
             option.replace("-", "_"): _submitit_value(value)
-            for option, value in directives.items() if option not in SUBMITIT_OWNS
+            for option, value in directives.items()
+            if option not in SUBMITIT_OWNS
         },
     }
     if spec.signal is not None:
         signal_name, _, delay = spec.signal.removeprefix("B:").partition("@")
         if signal_name != "USR2":
-            raise SpecError(f"--signal {spec.signal!r}: submitit jobs warn with USR2; "
-                            "expected USR2@SECONDS (plain sbatch scripts take any signal)")
+            raise SpecError(
+                f"--signal {spec.signal!r}: submitit jobs warn with USR2; "
+                "expected USR2@SECONDS (plain sbatch scripts take any signal)"
+            )
         params["signal_delay_s"] = int(delay or 60)
     return params
 
@@ -166,8 +178,9 @@ def preflight(spec: JobSpec) -> None:
         handle.write(render(spec))
     try:
         with clean_slurm_environment():
-            proc = subprocess.run(["sbatch", "--test-only", handle.name], capture_output=True,
-                                  text=True, timeout=60)
+            proc = subprocess.run(
+                ["sbatch", "--test-only", handle.name], capture_output=True, text=True, timeout=60
+            )
     finally:
         os.unlink(handle.name)
     if proc.returncode != 0:
@@ -193,8 +206,12 @@ def _local_threads(spec: JobSpec, shape: Shape) -> int:
     return max(1, min(shape.cpus_per_task, cores // max(1, shape.world_size(spec.nodes))))
 
 
-def submit(spec: JobSpec, executor: str = "auto", project_dir: Path | None = None,
-           preflight_check: bool = True) -> Submission:
+def submit(
+    spec: JobSpec,
+    executor: str = "auto",
+    project_dir: Path | None = None,
+    preflight_check: bool = True,
+) -> Submission:
     import submitit
 
     from hpcdist.command_job import CommandJob
@@ -214,14 +231,21 @@ def submit(spec: JobSpec, executor: str = "auto", project_dir: Path | None = Non
         ex = submitit.SlurmExecutor(folder=folder, max_num_timeout=spec.max_restarts)
         ex.update_parameters(**slurm_parameters(spec))
         nproc = shape.tasks_per_node if spec.launcher == "torchrun" else None
-        job_command = CommandJob(spec.command, extra_env, record_dir=None, torchrun_nproc=nproc,
-                                 requeue=spec.requeue)
+        job_command = CommandJob(
+            spec.command, extra_env, record_dir=None, torchrun_nproc=nproc, requeue=spec.requeue
+        )
     else:
         ex = submitit.LocalExecutor(folder=folder)
-        ex.update_parameters(tasks_per_node=shape.world_size(spec.nodes),
-                             timeout_min=time_limit_minutes(spec.time))
-        job_command = CommandJob(spec.command, extra_env, record_dir=None,
-                                 threads=_local_threads(spec, shape), requeue=spec.requeue)
+        ex.update_parameters(
+            tasks_per_node=shape.world_size(spec.nodes), timeout_min=time_limit_minutes(spec.time)
+        )
+        job_command = CommandJob(
+            spec.command,
+            extra_env,
+            record_dir=None,
+            threads=_local_threads(spec, shape),
+            requeue=spec.requeue,
+        )
     with clean_slurm_environment():
         try:
             job = ex.submit(job_command)
@@ -235,9 +259,15 @@ def submit(spec: JobSpec, executor: str = "auto", project_dir: Path | None = Non
     # A local job is a process: its start time tells it apart from a later reuse of its pid.
     process = identify(int(job.job_id)) if kind == "local" else None
     record = JobRecord(
-        job_id=str(job.job_id), executor=kind, name=spec.job_name, mode=spec.mode,
-        nodes=spec.nodes, tasks=tasks, folder=str(job_folder),
-        submitted=time.time(), command=list(spec.command),
+        job_id=str(job.job_id),
+        executor=kind,
+        name=spec.job_name,
+        mode=spec.mode,
+        nodes=spec.nodes,
+        tasks=tasks,
+        folder=str(job_folder),
+        submitted=time.time(),
+        command=list(spec.command),
         start_ticks=None if process is None else process.start_ticks,
     )
     save_record(record, project_dir)
@@ -250,6 +280,10 @@ def describe(spec: JobSpec, executor: str) -> Mapping[str, Any]:
     kind = choose_executor(executor)
     if kind == "slurm":
         return {"executor": kind, "parameters": slurm_parameters(spec), "command": spec.command}
-    return {"executor": kind, "tasks": shape.world_size(spec.nodes),
-            "threads_per_task": _local_threads(spec, shape),
-            "timeout_min": time_limit_minutes(spec.time), "command": spec.command}
+    return {
+        "executor": kind,
+        "tasks": shape.world_size(spec.nodes),
+        "threads_per_task": _local_threads(spec, shape),
+        "timeout_min": time_limit_minutes(spec.time),
+        "command": spec.command,
+    }

@@ -57,8 +57,7 @@ def validate(spec: JobSpec, profile: Profile) -> None:
     if spec.signal is not None and not _SIGNAL.fullmatch(spec.signal):
         raise SpecError(f"--signal {spec.signal!r}; expected [B:]SIGNAL[@SECONDS], e.g. USR2@90")
     if spec.collective_timeout is not None and spec.collective_timeout < 1:
-        raise SpecError(
-            f"--collective-timeout must be >= 1 second, got {spec.collective_timeout}")
+        raise SpecError(f"--collective-timeout must be >= 1 second, got {spec.collective_timeout}")
     if spec.max_restarts < 0:
         raise SpecError(f"--max-restarts must be >= 0, got {spec.max_restarts}")
     for line in spec.setup:
@@ -71,8 +70,10 @@ def validate(spec: JobSpec, profile: Profile) -> None:
     if not spec.job_name.strip():
         raise SpecError("--job-name must not be empty")
     if spec.output.endswith(".sh"):
-        raise SpecError(f"--output {spec.output!r} names the job's log, as in sbatch; expected "
-                        "a log name such as %x-%j.out (render writes the script with --script)")
+        raise SpecError(
+            f"--output {spec.output!r} names the job's log, as in sbatch; expected "
+            "a log name such as %x-%j.out (render writes the script with --script)"
+        )
 
 
 def _check_gpus(spec: JobSpec, profile: Profile) -> None:
@@ -136,8 +137,9 @@ def _check_setup_line(line: str) -> None:
     (closed quotes, brackets and blocks), or the rest of the script would be read as part
     of it. bash itself is the judge (``bash -n``, which runs nothing)."""
     try:
-        proc = subprocess.run(["bash", "-n", "-c", line], capture_output=True, text=True,
-                              timeout=10)
+        proc = subprocess.run(
+            ["bash", "-n", "-c", line], capture_output=True, text=True, timeout=10
+        )
     except (OSError, subprocess.TimeoutExpired):
         try:  # no bash here: quotes at least must close
             shlex.split(line, comments=True)
@@ -147,8 +149,10 @@ def _check_setup_line(line: str) -> None:
     if proc.returncode != 0:
         reason = (proc.stderr.strip().splitlines() or ["syntax error"])[-1]
         reason = reason.split(": ", 1)[-1] if reason.startswith("bash:") else reason
-        raise SpecError(f"--setup {line!r} is not a complete shell line ({reason}); expected "
-                        "e.g. 'module load cuda'")
+        raise SpecError(
+            f"--setup {line!r} is not a complete shell line ({reason}); expected "
+            "e.g. 'module load cuda'"
+        )
 
 
 def _check_lengths(spec: JobSpec) -> None:
@@ -158,8 +162,10 @@ def _check_lengths(spec: JobSpec) -> None:
             continue
         limit = MAX_PATH if option.name in _PATH_FIELDS else MAX_NAME
         if isinstance(value, str) and len(value) > limit:
-            raise SpecError(f"{_FLAG_NAMES[option.name]} is {len(value)} characters long; "
-                            f"expected at most {limit}")
+            raise SpecError(
+                f"{_FLAG_NAMES[option.name]} is {len(value)} characters long; "
+                f"expected at most {limit}"
+            )
 
 
 def _check_text_values(spec: JobSpec) -> None:

@@ -35,8 +35,13 @@ def test_bench_arrays_are_what_the_reader_reads_from_the_file(tmp_path: Path, ma
 
 
 def test_every_rank_gets_the_launcher_variables_and_no_multicast() -> None:
-    env = rank_env({"SLURM_PROCID": "7", "RANK": "9", "PATH": "/bin", "NCCL_NVLS_ENABLE": "1"},
-                   rank=2, world=4, port=29999, threads=4)  # fmt: skip
+    env = rank_env(
+        {"SLURM_PROCID": "7", "RANK": "9", "PATH": "/bin", "NCCL_NVLS_ENABLE": "1"},
+        rank=2,
+        world=4,
+        port=29999,
+        threads=4,
+    )
     assert "SLURM_PROCID" not in env and env["PATH"] == "/bin"
     assert (env["RANK"], env["LOCAL_RANK"], env["WORLD_SIZE"]) == ("2", "2", "4")
     assert (env["MASTER_PORT"], env["OMP_NUM_THREADS"]) == ("29999", "4")
@@ -72,9 +77,11 @@ def test_time_to_target_speedup_is_against_the_fewest_ranks() -> None:
 
 @pytest.mark.parametrize(
     ("text", "expected"),
-    [("compiled:compile=true", {"compile": True}),
-     ("buckets:ddp_bucket_cap_mb=0.016", {"ddp_bucket_cap_mb": 0.016})],
-)  # fmt: skip
+    [
+        ("compiled:compile=true", {"compile": True}),
+        ("buckets:ddp_bucket_cap_mb=0.016", {"ddp_bucket_cap_mb": 0.016}),
+    ],
+)
 def test_variants_are_checked_like_the_config(text: str, expected: dict[str, object]) -> None:
     assert _variant(text) == (text.split(":")[0], expected)
 
@@ -88,11 +95,37 @@ def test_bad_variants_are_refused(text: str) -> None:
 def test_bench_runs_all_three_loops_on_two_gloo_ranks(tmp_path: Path) -> None:
     out = tmp_path / "result.json"
     proc = subprocess.run(
-        [sys.executable, "-m", "bench.bench_training", "--device", "cpu", "--ranks", "1,2",
-         "--threads-per-rank", "1", "--steps", "3", "--epochs", "1", "--repeats", "1",
-         "--grid", "40x32", "--work-dir", str(tmp_path), "--json", str(out), "--timeout", "240"],
-        cwd=REPO, capture_output=True, text=True, timeout=300, check=False,
-    )  # fmt: skip
+        [
+            sys.executable,
+            "-m",
+            "bench.bench_training",
+            "--device",
+            "cpu",
+            "--ranks",
+            "1,2",
+            "--threads-per-rank",
+            "1",
+            "--steps",
+            "3",
+            "--epochs",
+            "1",
+            "--repeats",
+            "1",
+            "--grid",
+            "40x32",
+            "--work-dir",
+            str(tmp_path),
+            "--json",
+            str(out),
+            "--timeout",
+            "240",
+        ],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=False,
+    )
     assert proc.returncode == 0, proc.stdout + proc.stderr
     rows = json.loads(out.read_text())["throughput"]["rows"]
     assert {(r["loop"], r["ranks"]) for r in rows} == {
@@ -108,18 +141,32 @@ def test_ours_config_changes_are_checked_like_the_config() -> None:
         _ours("cuda_graph=maybe")
     # The harness's own switch rides along, unchecked by the config.
     assert _variant("capturefail:fail_capture=true,cuda_graph=true") == (
-        "capturefail", {"cuda_graph": True, "fail_capture": True})
+        "capturefail",
+        {"cuda_graph": True, "fail_capture": True},
+    )
 
 
 def test_graph_notes_compare_each_variant_with_ours() -> None:
     def run(status: str, val: float) -> dict[str, object]:
-        return {"rows": 1, "seconds": 1.0, "steps": 1, "cuda_graph": status,
-                "train_loss": 0.5, "val_loss": val}  # fmt: skip
+        return {
+            "rows": 1,
+            "seconds": 1.0,
+            "steps": 1,
+            "cuda_graph": status,
+            "train_loss": 0.5,
+            "val_loss": val,
+        }
 
-    results = {4: {"runs": {"dataloader": [{"rows": 1, "seconds": 1.0, "steps": 1}],
-                            "ours": [run("captured at step 12 of this run", 0.25)],
-                            "eager": [run("off (training.cuda_graph: false)", 0.25)],
-                            "other": [run("off", 0.5)]}}}  # fmt: skip
+    results = {
+        4: {
+            "runs": {
+                "dataloader": [{"rows": 1, "seconds": 1.0, "steps": 1}],
+                "ours": [run("captured at step 12 of this run", 0.25)],
+                "eager": [run("off (training.cuda_graph: false)", 0.25)],
+                "other": [run("off", 0.5)],
+            }
+        }
+    }
     lines = _graph_notes(results, ["ours", "eager", "other"])
     assert lines[0].startswith("ours, 4 rank(s): CUDA graph captured at step 12")
     assert lines[1].endswith("bitwise the same as ours")
@@ -127,9 +174,13 @@ def test_graph_notes_compare_each_variant_with_ours() -> None:
 
 
 def test_time_to_target_variants_and_epoch_clocks() -> None:
-    ours = {"lr": 1e-4, "reached": {}, "train_time_s": [0.05, 0.02, 0.02],
-            "epoch_end_s": [0.06, 0.09, 0.12],
-            "variants": {"eager": {"lr": 1e-4, "reached": {}}}}  # fmt: skip
+    ours = {
+        "lr": 1e-4,
+        "reached": {},
+        "train_time_s": [0.05, 0.02, 0.02],
+        "epoch_end_s": [0.06, 0.09, 0.12],
+        "variants": {"eager": {"lr": 1e-4, "reached": {}}},
+    }
     assert _ttt_variant({1: ours, 4: {"lr": 4e-4, "reached": {}}}, "eager") == {
         1: {"lr": 1e-4, "reached": {}}
     }

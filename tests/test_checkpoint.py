@@ -77,9 +77,7 @@ def test_process_killed_mid_write_keeps_previous_checkpoint(tmp_path: Path) -> N
     [b"", b"not a checkpoint at all", b"PK\x03\x04" + b"\x00" * 64],
     ids=["empty", "garbage", "zip-header"],
 )
-def test_garbage_file_is_a_checkpoint_error_naming_the_file(
-    tmp_path: Path, content: bytes
-) -> None:
+def test_garbage_file_is_a_checkpoint_error_naming_the_file(tmp_path: Path, content: bytes) -> None:
     path = tmp_path / "bad.pt"
     path.write_bytes(content)
     with pytest.raises(CheckpointError, match=r"bad\.pt"):
@@ -119,8 +117,7 @@ def test_rng_state_survives_a_checkpoint(tmp_path: Path) -> None:
 
 def test_file_with_foreign_objects_is_refused(tmp_path: Path) -> None:
     path = tmp_path / "pickled.pt"
-    torch.save({"model": {}, "model_config": {}, "epoch": 0, "config": {},
-                "evil": Path("/")}, path)  # fmt: skip
+    torch.save({"model": {}, "model_config": {}, "epoch": 0, "config": {}, "evil": Path("/")}, path)
     with pytest.raises(CheckpointError, match="objects other than tensors"):
         load_checkpoint(path)
 
@@ -156,8 +153,9 @@ def test_sigkill_at_random_moments_of_writing_never_tears_the_checkpoint(
     rng = random.Random(7)
     last = 0
     for _ in range(5):
-        proc = subprocess.Popen([sys.executable, "-c", script], cwd=REPO,
-                                stdout=subprocess.PIPE, text=True)
+        proc = subprocess.Popen(
+            [sys.executable, "-c", script], cwd=REPO, stdout=subprocess.PIPE, text=True
+        )
         assert proc.stdout is not None
         proc.stdout.readline()  # at least one checkpoint is complete
         time.sleep(rng.uniform(0.0, 0.4))

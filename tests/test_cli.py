@@ -19,14 +19,21 @@ def _commands() -> list[tuple[str, click.Command]]:
 
 @pytest.mark.parametrize(("name", "command"), _commands(), ids=[n for n, _ in _commands()])
 def test_every_option_of_every_command_has_help(name: str, command: click.Command) -> None:
-    undocumented = [p.opts[0] for p in command.params
-                    if isinstance(p, click.Option) and not (p.help or "").strip()]
+    undocumented = [
+        p.opts[0]
+        for p in command.params
+        if isinstance(p, click.Option) and not (p.help or "").strip()
+    ]
     assert undocumented == []
 
 
 def test_hpcdist_alone_prints_its_help_and_succeeds() -> None:
-    proc = subprocess.run([sys.executable, "-m", "hpcdist.cli"], capture_output=True, text=True,
-                          env={k: v for k, v in os.environ.items() if not k.startswith("_")})
+    proc = subprocess.run(
+        [sys.executable, "-m", "hpcdist.cli"],
+        capture_output=True,
+        text=True,
+        env={k: v for k, v in os.environ.items() if not k.startswith("_")},
+    )
     assert proc.returncode == 0
     assert proc.stdout.startswith("Usage: hpcdist [OPTIONS] COMMAND [ARGS]...")
     assert "submit" in proc.stdout and proc.stderr == ""

@@ -54,11 +54,22 @@ def test_simulate_prints_every_rank_of_the_allocation() -> None:
     assert [r[2] for r in rows[::4]] == ["gpu-01", "gpu-02", "gpu-03", "gpu-07"]
 
 
-@pytest.mark.parametrize(("nodelist", "hosts"), [("gpu-[01-02]", ("gpu-01", "gpu-02")),
-                                               ("gpu-[07-08]", ("gpu-07", "gpu-08"))])
+@pytest.mark.parametrize(
+    ("nodelist", "hosts"),
+    [("gpu-[01-02]", ("gpu-01", "gpu-02")), ("gpu-[07-08]", ("gpu-07", "gpu-08"))],
+)
 def test_simulate_eight_gpus_on_two_nodes(nodelist: str, hosts: tuple[str, str]) -> None:
-    args = [*SIMULATE, "--nodelist", nodelist, "--tasks-per-node", "8", "--gpus-per-node", "8",
-            "--cpus-per-task", "6"]
+    args = [
+        *SIMULATE,
+        "--nodelist",
+        nodelist,
+        "--tasks-per-node",
+        "8",
+        "--gpus-per-node",
+        "8",
+        "--cpus-per-task",
+        "6",
+    ]
     code, out = invoke(*args)
     assert code == 0, out
     rows = table(out)
@@ -73,7 +84,8 @@ def test_simulate_eight_gpus_on_two_nodes(nodelist: str, hosts: tuple[str, str])
     assert code == 0, out
     ranks = json.loads(out)
     assert {(r["world_size"], r["local_world_size"], r["master_addr"]) for r in ranks} == {
-        (16, 8, hosts[0])}
+        (16, 8, hosts[0])
+    }
     assert [r["node_rank"] for r in ranks] == [0] * 8 + [1] * 8
 
 

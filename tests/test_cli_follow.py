@@ -28,11 +28,15 @@ def slurm(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> dict[str, JobInfo]
     """Job id -> what SLURM says of it; sacct rows from the fixture files."""
     jobs: dict[str, JobInfo] = {}
     monkeypatch.chdir(tmp_path)  # no job records here
-    monkeypatch.setattr(cli_follow, "query_jobs", lambda job_id: [jobs[job_id]]
-                        if job_id in jobs else [])  # fmt: skip
+    monkeypatch.setattr(
+        cli_follow, "query_jobs", lambda job_id: [jobs[job_id]] if job_id in jobs else []
+    )
     monkeypatch.setattr(cli_follow, "query_job", lambda job_id: jobs.get(job_id))
-    monkeypatch.setattr(slurmquery, "sacct_rows", lambda job_id: parse_sacct(
-        (FIXTURES / f"sacct_{job_id}.txt").read_text()))
+    monkeypatch.setattr(
+        slurmquery,
+        "sacct_rows",
+        lambda job_id: parse_sacct((FIXTURES / f"sacct_{job_id}.txt").read_text()),
+    )
     return jobs
 
 
@@ -59,15 +63,21 @@ def test_status_of_a_pending_job_names_its_reason(slurm: dict[str, JobInfo]) -> 
     result = CliRunner().invoke(cli, ["status", "--json", "9569845"])
     data = json.loads(result.stdout)
     assert (data["state"], data["reason"], data["nodes"], data["efficiency"]) == (
-        "PENDING", "BeginTime", None, None)
+        "PENDING",
+        "BeginTime",
+        None,
+        None,
+    )
 
 
 @pytest.mark.parametrize("job_id", ["abc", "12x", "1_2_3", "-5"])
 def test_malformed_job_id_is_one_line(slurm: dict[str, JobInfo], job_id: str) -> None:
     result = CliRunner().invoke(cli, ["status", "--", job_id])
     assert result.exit_code == 2
-    assert result.stderr == (f"hpcdist: error: job id {job_id!r} is not a job id; expected "
-                             "digits such as 1234 (or 1234_5 for an array task)\n")
+    assert result.stderr == (
+        f"hpcdist: error: job id {job_id!r} is not a job id; expected "
+        "digits such as 1234 (or 1234_5 for an array task)\n"
+    )
 
 
 def test_logs_of_a_slurm_job_and_one_rank(slurm: dict[str, JobInfo], tmp_path: Path) -> None:
@@ -78,16 +88,16 @@ def test_logs_of_a_slurm_job_and_one_rank(slurm: dict[str, JobInfo], tmp_path: P
     assert CliRunner().invoke(cli, ["logs", "5", "--rank", "1"]).stdout == "[Rank 1] host b\n"
 
 
-def test_logs_of_a_job_that_has_not_written_yet(slurm: dict[str, JobInfo],
-                                                tmp_path: Path) -> None:
+def test_logs_of_a_job_that_has_not_written_yet(slurm: dict[str, JobInfo], tmp_path: Path) -> None:
     slurm["5"] = _info("9569845", job_id="5", stdout=str(tmp_path / "none.out"))
     result = CliRunner().invoke(cli, ["logs", "5"])
     assert result.exit_code == 2
     assert "job 5 (PENDING) has no log yet at" in result.stderr
 
 
-def test_follow_prints_whole_lines_until_the_job_ends(tmp_path: Path,
-                                                      capsys: pytest.CaptureFixture[str]) -> None:
+def test_follow_prints_whole_lines_until_the_job_ends(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     log = tmp_path / "job.out"
     writes = iter(["[Rank 0] one\n[Rank 1] two\n[Rank 0] thr", "ee\n[Rank 0] last"])
     states = iter(["PENDING", "RUNNING", "RUNNING", "COMPLETED"])
@@ -99,7 +109,6 @@ def test_follow_prints_whole_lines_until_the_job_ends(tmp_path: Path,
                 handle.write(next(writes, ""))
         return current
 
-    final = cli_follow.follow_files([(log, False)], state, lambda line: "Rank 0" in line,
-                                    poll_s=0)
+    final = cli_follow.follow_files([(log, False)], state, lambda line: "Rank 0" in line, poll_s=0)
     assert final == "COMPLETED"
     assert capsys.readouterr().out == "[Rank 0] one\n[Rank 0] three\n[Rank 0] last\n"

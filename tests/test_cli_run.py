@@ -19,14 +19,32 @@ REPO = Path(__file__).resolve().parents[1]
     ("env", "expected"),
     [
         ({}, None),
-        ({"SLURM_JOB_ID": "5", "SLURM_JOB_NUM_NODES": "2", "SLURM_JOB_CPUS_PER_NODE": "1(x2)"},
-         Allocation("5", 2, 1, in_step=False)),  # salloc -N 2, as seen on the testbed
-        ({"SLURM_JOBID": "6", "SLURM_NNODES": "3", "SLURM_JOB_CPUS_PER_NODE": "8,4(x2)"},
-         Allocation("6", 3, 4, in_step=False)),
-        ({"SLURM_JOB_ID": "7", "SLURM_JOB_NUM_NODES": "1", "SLURM_JOB_CPUS_PER_NODE": "2",
-          "SLURM_STEP_ID": "0"}, Allocation("7", 1, 2, in_step=True)),  # srun --pty bash
-        ({"SLURM_JOB_ID": "8", "SLURM_JOB_NUM_NODES": "1", "SLURM_JOB_CPUS_PER_NODE": "2",
-          "SLURM_STEP_ID": "4294967290"}, Allocation("8", 1, 2, in_step=False)),  # interactive
+        (
+            {"SLURM_JOB_ID": "5", "SLURM_JOB_NUM_NODES": "2", "SLURM_JOB_CPUS_PER_NODE": "1(x2)"},
+            Allocation("5", 2, 1, in_step=False),
+        ),  # salloc -N 2, as seen on the testbed
+        (
+            {"SLURM_JOBID": "6", "SLURM_NNODES": "3", "SLURM_JOB_CPUS_PER_NODE": "8,4(x2)"},
+            Allocation("6", 3, 4, in_step=False),
+        ),
+        (
+            {
+                "SLURM_JOB_ID": "7",
+                "SLURM_JOB_NUM_NODES": "1",
+                "SLURM_JOB_CPUS_PER_NODE": "2",
+                "SLURM_STEP_ID": "0",
+            },
+            Allocation("7", 1, 2, in_step=True),
+        ),  # srun --pty bash
+        (
+            {
+                "SLURM_JOB_ID": "8",
+                "SLURM_JOB_NUM_NODES": "1",
+                "SLURM_JOB_CPUS_PER_NODE": "2",
+                "SLURM_STEP_ID": "4294967290",
+            },
+            Allocation("8", 1, 2, in_step=False),
+        ),  # interactive
     ],
     ids=["none", "salloc", "uneven-cpus", "in-step", "interactive-step"],
 )
@@ -42,22 +60,39 @@ def test_bad_node_count_quotes_it() -> None:
 def test_defaults_come_from_the_allocation_and_flags_win() -> None:
     alloc = Allocation("5", 4, 8, in_step=False)
     assert run_options({"nodes": None, "tasks_per_node": 2}, alloc) == {
-        "nodes": 4, "tasks_per_node": 2, "cpus_per_task": 4, "requeue": False}
+        "nodes": 4,
+        "tasks_per_node": 2,
+        "cpus_per_task": 4,
+        "requeue": False,
+    }
     assert run_options({"nodes": 2, "cpus_per_task": 1, "requeue": True}, alloc) == {
-        "nodes": 2, "cpus_per_task": 1, "requeue": True}
+        "nodes": 2,
+        "cpus_per_task": 1,
+        "requeue": True,
+    }
     assert "cpus_per_task" not in run_options({"mode": "nccl"}, alloc)  # counted at run time
 
 
 def test_step_environment_drops_task_counts_and_overlaps_inside_a_step() -> None:
     env = {"SLURM_NTASKS": "1", "SLURM_NPROCS": "1", "SLURM_JOB_ID": "5", "PATH": "/bin"}
     assert step_environ(env, Allocation("5", 1, 1, in_step=True)) == {
-        "SLURM_JOB_ID": "5", "PATH": "/bin", "SLURM_OVERLAP": "1"}
+        "SLURM_JOB_ID": "5",
+        "PATH": "/bin",
+        "SLURM_OVERLAP": "1",
+    }
     assert "SLURM_OVERLAP" not in step_environ(env, Allocation("5", 1, 1, in_step=False))
 
 
 def _hpcdist(args: list[str], env: dict[str, str]) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", "hpcdist.cli", *args], env=env, cwd=REPO,
-                          capture_output=True, text=True, timeout=60, check=False)
+    return subprocess.run(
+        [sys.executable, "-m", "hpcdist.cli", *args],
+        env=env,
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
 
 
 def _clean_env() -> dict[str, str]:
@@ -76,17 +111,26 @@ def test_outside_an_allocation_is_one_line_and_exit_2() -> None:
 def test_runs_the_rendered_srun_line(tmp_path: Path) -> None:
     # A stand-in srun prints what it was asked: the flags of the batch script's srun line.
     fake = tmp_path / "srun"
-    fake.write_text('#!/bin/bash\necho "srun $*"\necho "OMP=$OMP_NUM_THREADS '
-                    'NTASKS=${SLURM_NTASKS:-unset}"\n')
+    fake.write_text(
+        '#!/bin/bash\necho "srun $*"\necho "OMP=$OMP_NUM_THREADS NTASKS=${SLURM_NTASKS:-unset}"\n'
+    )
     fake.chmod(0o755)
     env = _clean_env()
-    env.update(PATH=f"{tmp_path}:{env['PATH']}", SLURM_JOB_ID="5", SLURM_JOB_NUM_NODES="2",
-               SLURM_JOB_CPUS_PER_NODE="1(x2)", SLURM_JOB_NODELIST="node[1-2]",
-               SLURM_NTASKS="2", SLURM_CPUS_PER_TASK="1")
+    env.update(
+        PATH=f"{tmp_path}:{env['PATH']}",
+        SLURM_JOB_ID="5",
+        SLURM_JOB_NUM_NODES="2",
+        SLURM_JOB_CPUS_PER_NODE="1(x2)",
+        SLURM_JOB_NODELIST="node[1-2]",
+        SLURM_NTASKS="2",
+        SLURM_CPUS_PER_TASK="1",
+    )
     proc = _hpcdist(["run", "--mode", "test", "--profile", "local"], env)
     assert proc.returncode == 0, proc.stderr
-    assert ("srun --nodes=2 --ntasks-per-node=1 --cpus-per-task=1 --kill-on-bad-exit=1 "
-            "python3 -m hpcdist.commcheck --timeout 60") in proc.stdout
+    assert (
+        "srun --nodes=2 --ntasks-per-node=1 --cpus-per-task=1 --kill-on-bad-exit=1 "
+        "python3 -m hpcdist.commcheck --timeout 60"
+    ) in proc.stdout
     assert "OMP=1 NTASKS=unset" in proc.stdout
     assert "hpcdist: job 5 on node[1-2], restart 0" in proc.stdout
     assert "running the test step in allocation 5 (2 nodes x 1 tasks)" in proc.stderr

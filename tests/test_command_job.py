@@ -17,10 +17,16 @@ from ufsemulator.earlysignal import job_signal
 def test_torchrun_argv_meets_at_rank_zeros_node_of_the_step() -> None:
     # Task 1 of a submitit step with one task on each of node[3-4].
     env = {
-        "SLURM_JOB_ID": "4242", "SLURM_STEP_ID": "0", "SLURM_PROCID": "1",
-        "SLURM_LOCALID": "0", "SLURM_NODEID": "1", "SLURM_STEP_NUM_TASKS": "2",
-        "SLURM_STEP_NODELIST": "node[3-4]", "SLURM_STEP_TASKS_PER_NODE": "1(x2)",
-        "SLURM_JOB_NODELIST": "node[3-4]", "SLURM_NTASKS": "2",
+        "SLURM_JOB_ID": "4242",
+        "SLURM_STEP_ID": "0",
+        "SLURM_PROCID": "1",
+        "SLURM_LOCALID": "0",
+        "SLURM_NODEID": "1",
+        "SLURM_STEP_NUM_TASKS": "2",
+        "SLURM_STEP_NODELIST": "node[3-4]",
+        "SLURM_STEP_TASKS_PER_NODE": "1(x2)",
+        "SLURM_JOB_NODELIST": "node[3-4]",
+        "SLURM_NTASKS": "2",
     }
     job = CommandJob(("python3", "-m", "ufsemulator", "train"), torchrun_nproc=4)
     argv = job.torchrun_argv(env)
@@ -51,21 +57,32 @@ def test_torchrun_task_waits_for_the_requeue_when_rank_zero_checkpointed(
     slept: list[float] = []
     monkeypatch.setattr(command_job.time, "sleep", slept.append)
     env = {
-        "SLURM_JOB_ID": "31337", "SLURM_STEP_ID": "0", "SLURM_PROCID": "0",
-        "SLURM_LOCALID": "0", "SLURM_NODEID": "0", "SLURM_STEP_NUM_TASKS": "1",
-        "SLURM_STEP_NODELIST": "localhost", "SLURM_STEP_TASKS_PER_NODE": "1",
-        "SLURM_JOB_NODELIST": "localhost", "SLURM_NTASKS": "1", "SLURM_RESTART_COUNT": "2",
+        "SLURM_JOB_ID": "31337",
+        "SLURM_STEP_ID": "0",
+        "SLURM_PROCID": "0",
+        "SLURM_LOCALID": "0",
+        "SLURM_NODEID": "0",
+        "SLURM_STEP_NUM_TASKS": "1",
+        "SLURM_STEP_NODELIST": "localhost",
+        "SLURM_STEP_TASKS_PER_NODE": "1",
+        "SLURM_JOB_NODELIST": "localhost",
+        "SLURM_NTASKS": "1",
+        "SLURM_RESTART_COUNT": "2",
     }
-    for key in [k for k in os.environ if k.startswith(("SLURM_", "RANK", "WORLD_SIZE",
-                                                        "LOCAL_RANK", "MASTER_"))]:
+    for key in [
+        k
+        for k in os.environ
+        if k.startswith(("SLURM_", "RANK", "WORLD_SIZE", "LOCAL_RANK", "MASTER_"))
+    ]:
         monkeypatch.delenv(key)
     for key, value in env.items():
         monkeypatch.setenv(key, value)
-    leaves_marker = ("import os, pathlib; "
-                     "pathlib.Path(os.environ['HPCDIST_REQUEUE_MARKER']).write_text('ckpt'); "
-                     "raise SystemExit(85)")
-    job = CommandJob(("python3", "-c", leaves_marker), record_dir=str(tmp_path),
-                     torchrun_nproc=1)
+    leaves_marker = (
+        "import os, pathlib; "
+        "pathlib.Path(os.environ['HPCDIST_REQUEUE_MARKER']).write_text('ckpt'); "
+        "raise SystemExit(85)"
+    )
+    job = CommandJob(("python3", "-c", leaves_marker), record_dir=str(tmp_path), torchrun_nproc=1)
     with pytest.raises(command_job.CommandFailed):
         job()
     assert (tmp_path / "requeue-marker.2").read_text() == "ckpt"
@@ -79,7 +96,12 @@ def test_torchrun_takes_modules_and_scripts_but_not_other_interpreter_options() 
     assert torchrun_command(["torchrun"], ["python3", "-m", "pkg"]) == ["torchrun", "-m", "pkg"]
     assert torchrun_command(["torchrun"], ["python", "train.py"]) == ["torchrun", "train.py"]
     assert torchrun_command(["torchrun"], ["python3", "-c", "x"]) == [
-        "torchrun", "--no-python", "python3", "-c", "x"]
+        "torchrun",
+        "--no-python",
+        "python3",
+        "-c",
+        "x",
+    ]
 
 
 def test_no_requeue_job_that_checkpointed_ends_without_waiting(
@@ -90,8 +112,9 @@ def test_no_requeue_job_that_checkpointed_ends_without_waiting(
     slept: list[float] = []
     monkeypatch.setattr(command_job.time, "sleep", slept.append)
     monkeypatch.setenv("SLURM_PROCID", "0")
-    job = CommandJob((sys.executable, "-c", "raise SystemExit(85)"), record_dir=str(tmp_path),
-                     requeue=False)
+    job = CommandJob(
+        (sys.executable, "-c", "raise SystemExit(85)"), record_dir=str(tmp_path), requeue=False
+    )
     with pytest.raises(command_job.CommandFailed, match=r"not requeued \(--no-requeue\)$"):
         job()
     assert slept == []

@@ -69,9 +69,7 @@ def test_unknown_key_lists_allowed_keys(tmp_path: Path) -> None:
         ("- a\n- b\n", "must hold a mapping"),
     ],
 )
-def test_wrong_type_is_an_error_quoting_the_value(
-    tmp_path: Path, text: str, message: str
-) -> None:
+def test_wrong_type_is_an_error_quoting_the_value(tmp_path: Path, text: str, message: str) -> None:
     with pytest.raises(ConfigError, match=message):
         load_config(write(tmp_path, text))
 
@@ -120,7 +118,7 @@ def test_config_choices_match_the_data_and_model_modules() -> None:
         ("export", "units", "jedi", "jedi"),
         ("export", "input_levels", [0] * 14, (0,) * 14),
     ],
-)  # fmt: skip
+)
 def test_data_and_export_options_are_read(
     section: str, field: str, value: object, expected: object
 ) -> None:

@@ -48,11 +48,23 @@ def binary(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFact
     exe = build / "emulator_jacobian"
     if not exe.is_file():
         started = time.perf_counter()
-        subprocess.run([cmake, "-S", str(EXAMPLE), "-B", str(build), "-DCMAKE_BUILD_TYPE=Release",
-                        f"-DCMAKE_PREFIX_PATH={torch.utils.cmake_prefix_path}"],
-                       check=True, capture_output=True, text=True)  # fmt: skip
-        subprocess.run([cmake, "--build", str(build), "-j", "2"], check=True,
-                       capture_output=True, text=True)  # fmt: skip
+        subprocess.run(
+            [
+                cmake,
+                "-S",
+                str(EXAMPLE),
+                "-B",
+                str(build),
+                "-DCMAKE_BUILD_TYPE=Release",
+                f"-DCMAKE_PREFIX_PATH={torch.utils.cmake_prefix_path}",
+            ],
+            check=True,
+            capture_output=True,
+            text=True,
+        )
+        subprocess.run(
+            [cmake, "--build", str(build), "-j", "2"], check=True, capture_output=True, text=True
+        )
         print(f"built the C++ example in {time.perf_counter() - started:.1f} s")
     return exe
 
@@ -78,11 +90,27 @@ def case(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
 def cxx_run(binary: Path, case: dict[str, Any]) -> dict[str, Any]:
     tmp = case["dir"]
     out = subprocess.run(
-        [str(binary), str(case["model"]), "--inputs", str(tmp / "inputs.f32"), "--mask",
-         str(tmp / "mask.f32"), "--threads", "1", "--repeat", "5",
-         "--jacobian-out", str(tmp / "jac.f32"), "--predict-out", str(tmp / "pred.f32")],
-        check=True, capture_output=True, text=True, timeout=120,
-    )  # fmt: skip
+        [
+            str(binary),
+            str(case["model"]),
+            "--inputs",
+            str(tmp / "inputs.f32"),
+            "--mask",
+            str(tmp / "mask.f32"),
+            "--threads",
+            "1",
+            "--repeat",
+            "5",
+            "--jacobian-out",
+            str(tmp / "jac.f32"),
+            "--predict-out",
+            str(tmp / "pred.f32"),
+        ],
+        check=True,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     report = json.loads(out.stdout)
     report["jac"] = torch.from_numpy(np.fromfile(tmp / "jac.f32", "<f4").reshape(ROWS, 1, 14))
     report["pred"] = torch.from_numpy(np.fromfile(tmp / "pred.f32", "<f4").reshape(ROWS, 1))
@@ -130,7 +158,8 @@ def test_cxx_jacobian_matches_float64_finite_differences(
 
 
 def test_cxx_user_error_is_one_line_and_exit_2(binary: Path, tmp_path: Path) -> None:
-    out = subprocess.run([str(binary), str(tmp_path / "absent.pt")], capture_output=True,
-                         text=True, timeout=60)  # fmt: skip
+    out = subprocess.run(
+        [str(binary), str(tmp_path / "absent.pt")], capture_output=True, text=True, timeout=60
+    )
     assert out.returncode == 2 and out.stderr.startswith("error: ")
     assert out.stderr.count("\n") == 1 and "absent.pt" in out.stderr

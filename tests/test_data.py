@@ -15,11 +15,22 @@ from ufsemulator.synthetic import VARIABLES, solar_declination
 NI, NJ = 48, 40
 
 UNITS = {
-    "aice_h": "1", "hi_h": "m", "hs_h": "m", "Tsfc_h": "degC", "sst_h": "degC",
-    "Tair_h": "degC", "sss_h": "ppt", "sice_h": "ppt", "Qref_h": "g/kg",
-    "flwdn_h": "W/m2", "fswdn_h": "W/m2", "uocn_h": "m/s", "vocn_h": "m/s",
-    "uatm_h": "m/s", "vatm_h": "m/s",
-}  # fmt: skip
+    "aice_h": "1",
+    "hi_h": "m",
+    "hs_h": "m",
+    "Tsfc_h": "degC",
+    "sst_h": "degC",
+    "Tair_h": "degC",
+    "sss_h": "ppt",
+    "sice_h": "ppt",
+    "Qref_h": "g/kg",
+    "flwdn_h": "W/m2",
+    "fswdn_h": "W/m2",
+    "uocn_h": "m/s",
+    "vocn_h": "m/s",
+    "uatm_h": "m/s",
+    "vatm_h": "m/s",
+}
 
 
 @pytest.fixture(scope="module")
@@ -40,8 +51,11 @@ def fields(synthetic: Path) -> dict[str, np.ndarray]:
 def test_synthetic_has_cice_variables_units_and_fill(synthetic: Path) -> None:
     with netCDF4.Dataset(synthetic) as nc:
         assert dict(nc.dimensions.items()).keys() >= {"time", "nj", "ni"}
-        assert (len(nc.dimensions["time"]), len(nc.dimensions["nj"]), len(nc.dimensions["ni"])) \
-            == (1, NJ, NI)  # fmt: skip
+        assert (len(nc.dimensions["time"]), len(nc.dimensions["nj"]), len(nc.dimensions["ni"])) == (
+            1,
+            NJ,
+            NI,
+        )
         assert set(UNITS) == set(VARIABLES)
         land = nc["tmask"][:] == 0
         assert 0.1 < land.mean() < 0.6
@@ -115,10 +129,22 @@ def test_reader_rows_follow_design_order(synthetic: Path) -> None:
     assert ds.lat.shape == ds.lon.shape == ds.index.shape == (len(ds),)
     assert ds.input_names == INPUT_NAMES and ds.target_names == ("aice",)
     assert ds.grid_shape == (NJ, NI)
-    history = {"sst": "sst_h", "sss": "sss_h", "tair": "Tair_h", "tsfc": "Tsfc_h",
-               "hi": "hi_h", "hs": "hs_h", "sice": "sice_h", "uocn": "uocn_h",
-               "vocn": "vocn_h", "uatm": "uatm_h", "vatm": "vatm_h", "qref": "Qref_h",
-               "flwdn": "flwdn_h", "fswdn": "fswdn_h"}  # fmt: skip
+    history = {
+        "sst": "sst_h",
+        "sss": "sss_h",
+        "tair": "Tair_h",
+        "tsfc": "Tsfc_h",
+        "hi": "hi_h",
+        "hs": "hs_h",
+        "sice": "sice_h",
+        "uocn": "uocn_h",
+        "vocn": "vocn_h",
+        "uatm": "uatm_h",
+        "vatm": "vatm_h",
+        "qref": "Qref_h",
+        "flwdn": "flwdn_h",
+        "fswdn": "fswdn_h",
+    }
     assert tuple(history) == INPUT_NAMES
     with netCDF4.Dataset(synthetic) as nc:
         for column, name in enumerate(INPUT_NAMES):
@@ -160,9 +186,22 @@ def test_target_can_be_sst_or_tair(synthetic: Path, target: str, column: int) ->
 def _write_alternative(path: Path) -> None:
     """A file with the other common names: no _h suffix, no time axis, 1-D lat/lon, no mask."""
     nj, ni = 5, 6
-    alt = {"sst": "sst", "sss": "sss", "tair": "tair", "tsfc": "Tsfc", "hi": "hi", "hs": "hs",
-           "sice": "sice", "uocn": "uocn", "vocn": "vocn", "uatm": "uatm", "vatm": "vatm",
-           "qref": "Qref", "flwdn": "flw", "fswdn": "fsw"}  # fmt: skip
+    alt = {
+        "sst": "sst",
+        "sss": "sss",
+        "tair": "tair",
+        "tsfc": "Tsfc",
+        "hi": "hi",
+        "hs": "hs",
+        "sice": "sice",
+        "uocn": "uocn",
+        "vocn": "vocn",
+        "uatm": "uatm",
+        "vatm": "vatm",
+        "qref": "Qref",
+        "flwdn": "flw",
+        "fswdn": "fsw",
+    }
     with netCDF4.Dataset(path, "w") as nc:
         nc.createDimension("lat", nj)
         nc.createDimension("lon", ni)

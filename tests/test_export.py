@@ -58,9 +58,13 @@ def test_round_trip_gives_identical_outputs(tmp_path: Path, activation: str) -> 
 
 def test_names_and_levels_travel_with_the_export(tmp_path: Path) -> None:
     config = ModelConfig(
-        n_out=2, output_names=("aice", "hi"), output_levels=(0, 1),
-        input_levels=tuple(range(14)), hidden=(8,), activation="silu",
-    )  # fmt: skip
+        n_out=2,
+        output_names=("aice", "hi"),
+        output_levels=(0, 1),
+        input_levels=tuple(range(14)),
+        hidden=(8,),
+        activation="silu",
+    )
     loaded = _load(export_model(EmulatorMLP(config), tmp_path / "m.pt"))
     assert list(loaded.input_names) == list(config.input_names)
     assert list(loaded.output_names) == ["aice", "hi"]
@@ -142,23 +146,50 @@ def test_checkpoint_with_pickled_objects_is_refused(tmp_path: Path) -> None:
 # ------------------------------------------------- what a C++ DA system meets in the export
 
 JEDI_INPUTS = [
-    "sea_water_potential_temperature", "sea_water_salinity", "air_temperature",
-    "snow_ice_surface_temperature", "sea_ice_volume", "sea_ice_snow_volume", "sea_ice_salinity",
-    "eastward_sea_water_velocity", "northward_sea_water_velocity", "eastward_wind",
-    "northward_wind", "water_vapor_mixing_ratio_wrt_moist_air",
-    "surface_downwelling_longwave_flux_in_air", "surface_downwelling_shortwave_flux_in_air",
-]  # fmt: skip
+    "sea_water_potential_temperature",
+    "sea_water_salinity",
+    "air_temperature",
+    "snow_ice_surface_temperature",
+    "sea_ice_volume",
+    "sea_ice_snow_volume",
+    "sea_ice_salinity",
+    "eastward_sea_water_velocity",
+    "northward_sea_water_velocity",
+    "eastward_wind",
+    "northward_wind",
+    "water_vapor_mixing_ratio_wrt_moist_air",
+    "surface_downwelling_longwave_flux_in_air",
+    "surface_downwelling_shortwave_flux_in_air",
+]
 
 
 def aice_model() -> EmulatorMLP:
     """A float32 model with the design's names (aice out), as training exports it."""
     torch.manual_seed(0)
     model = EmulatorMLP(ModelConfig(hidden=(16, 16)))
-    model.set_normalization(Stats(
-        input_mean=[-1.0, 33.0, -15.0, -12.0, 1.5, 0.2, 4.0, 0.0, 0.0, 2.0, 0.0, 1.5, 250.0, 30.0],
-        input_std=[1.0, 1.0, 8.0, 7.0, 1.0, 0.1, 2.0, 0.1, 0.1, 5.0, 4.0, 0.8, 40.0, 50.0],
-        output_mean=[0.6], output_std=[0.3],
-    ))  # fmt: skip
+    model.set_normalization(
+        Stats(
+            input_mean=[
+                -1.0,
+                33.0,
+                -15.0,
+                -12.0,
+                1.5,
+                0.2,
+                4.0,
+                0.0,
+                0.0,
+                2.0,
+                0.0,
+                1.5,
+                250.0,
+                30.0,
+            ],
+            input_std=[1.0, 1.0, 8.0, 7.0, 1.0, 0.1, 2.0, 0.1, 0.1, 5.0, 4.0, 0.8, 40.0, 50.0],
+            output_mean=[0.6],
+            output_std=[0.3],
+        )
+    )
     return model.eval()
 
 
@@ -186,8 +217,9 @@ def test_jedi_names_units_and_levels_travel_with_the_export(
     assert list(loaded.output_names) == ["sea_ice_area_fraction"]
     assert list(loaded.input_units)[:4] == ["K", "ppt", "K", "K"]
     assert list(loaded.input_units)[11] == "kg/kg" and list(loaded.output_units) == ["1"]
-    options = ExportConfig(names={"sst": "sst_K", "aice": "siconc"},
-                           input_levels=tuple(range(14)), output_levels=(3,))  # fmt: skip
+    options = ExportConfig(
+        names={"sst": "sst_K", "aice": "siconc"}, input_levels=tuple(range(14)), output_levels=(3,)
+    )
     other = _load(export_model(aice_model(), tmp_path / "m.pt", options))
     assert list(other.input_names)[:2] == ["sst_K", "sss"] and other.output_names == ["siconc"]
     assert list(other.input_levels) == list(range(14)) and list(other.output_levels) == [3]
@@ -195,10 +227,12 @@ def test_jedi_names_units_and_levels_travel_with_the_export(
 
 @pytest.mark.parametrize(
     ("options", "message"),
-    [(ExportConfig(names={"ssh": "x"}), "'ssh', which the model does not have"),
-     (ExportConfig(units={"sst": "m"}), "cannot convert 'sst' between degC and 'm'"),
-     (ExportConfig(input_levels=(0, 1)), "input_levels must have 14 entries")],
-)  # fmt: skip
+    [
+        (ExportConfig(names={"ssh": "x"}), "'ssh', which the model does not have"),
+        (ExportConfig(units={"sst": "m"}), "cannot convert 'sst' between degC and 'm'"),
+        (ExportConfig(input_levels=(0, 1)), "input_levels must have 14 entries"),
+    ],
+)
 def test_bad_export_options_are_named(tmp_path: Path, options: ExportConfig, message: str) -> None:
     with pytest.raises(ConfigError, match=message):
         export_model(aice_model(), tmp_path / "m.pt", options)
@@ -229,8 +263,12 @@ def test_exported_module_works_in_inference_mode_after_grad_mode(
     assert not any(p.requires_grad for p in loaded.parameters())
     x = jedi_inputs(model, 8).float()
     dy = torch.ones(8, 1)
-    calls = {"predict": lambda: loaded.predict(x), "jac": lambda: loaded.jac_physical(x, None),
-             "tlm": lambda: loaded.tlm(x, x), "adjoint": lambda: loaded.adjoint(x, dy)}
+    calls = {
+        "predict": lambda: loaded.predict(x),
+        "jac": lambda: loaded.jac_physical(x, None),
+        "tlm": lambda: loaded.tlm(x, x),
+        "adjoint": lambda: loaded.adjoint(x, dy),
+    }
     before = {name: [call() for _ in range(3)][-1] for name, call in calls.items()}  # grad mode
     with torch.inference_mode():
         for name, call in calls.items():
@@ -245,9 +283,12 @@ def test_exported_module_answers_in_the_inputs_dtype(
     model, loaded = exported
     x = jedi_inputs(model, 16)
     mask = torch.ones(16, 1, dtype=torch.float32)
-    outputs = (loaded.predict(x.to(dtype)), loaded.jac_physical(x.to(dtype), mask),
-               loaded.tlm(x.to(dtype), x.to(dtype)),
-               loaded.adjoint(x.to(dtype), torch.ones(16, 1, dtype=dtype)))  # fmt: skip
+    outputs = (
+        loaded.predict(x.to(dtype)),
+        loaded.jac_physical(x.to(dtype), mask),
+        loaded.tlm(x.to(dtype), x.to(dtype)),
+        loaded.adjoint(x.to(dtype), torch.ones(16, 1, dtype=dtype)),
+    )
     assert [o.dtype for o in outputs] == [dtype] * 4
     assert [tuple(o.shape) for o in outputs] == [(16, 1), (16, 1, 14), (16, 1), (16, 14)]
     reference = loaded.jac_physical(x.float(), mask).double()

@@ -82,7 +82,10 @@ def test_allocated_gpus_rejects_a_negative_count() -> None:
     ],
 )
 def test_task_device_uses_the_allocated_gpus(
-    env: dict[str, str], local_rank: int, visible: int, backend: str | None,
+    env: dict[str, str],
+    local_rank: int,
+    visible: int,
+    backend: str | None,
     expected: tuple[str, str],
 ) -> None:
     assert task_device(env, local_rank, visible, backend) == expected
@@ -129,13 +132,23 @@ def test_setup_passes_the_ranks_gpu_as_device_id(monkeypatch: pytest.MonkeyPatch
     import torch.distributed as dist
 
     for name in list(os.environ):
-        if name.startswith(("SLURM_", "SUBMITIT_")) or name in TORCHRUN_TASK or name in (
-                "MASTER_ADDR", "MASTER_PORT"):
+        if (
+            name.startswith(("SLURM_", "SUBMITIT_"))
+            or name in TORCHRUN_TASK
+            or name in ("MASTER_ADDR", "MASTER_PORT")
+        ):
             monkeypatch.delenv(name)
     seen: dict[str, Any] = {}
 
-    def fake_init(backend: str, *, store: Any = None, rank: int = -1, world_size: int = -1,
-                  timeout: Any = None, device_id: Any = None) -> None:
+    def fake_init(
+        backend: str,
+        *,
+        store: Any = None,
+        rank: int = -1,
+        world_size: int = -1,
+        timeout: Any = None,
+        device_id: Any = None,
+    ) -> None:
         seen.update(backend=backend, device_id=device_id)
         raise RuntimeError("stop here: no GPU on this machine")
 
@@ -150,8 +163,14 @@ def test_setup_passes_the_ranks_gpu_as_device_id(monkeypatch: pytest.MonkeyPatch
     finally:
         cleanup_distributed()
         torch.set_num_threads(threads)
-        for name in ("MASTER_ADDR", "MASTER_PORT", "RANK", "WORLD_SIZE", "LOCAL_RANK",
-                     "LOCAL_WORLD_SIZE"):
+        for name in (
+            "MASTER_ADDR",
+            "MASTER_PORT",
+            "RANK",
+            "WORLD_SIZE",
+            "LOCAL_RANK",
+            "LOCAL_WORLD_SIZE",
+        ):
             os.environ.pop(name, None)
     assert seen == {"backend": "nccl", "device_id": torch.device("cuda", 0)}
 
@@ -169,16 +188,17 @@ def _eight_gpu_profile(tmp_path: Path) -> str:
 
 
 def test_eight_gpus_on_two_nodes_render_and_simulate(tmp_path: Path) -> None:
-    spec = spec_from_options({"profile": _eight_gpu_profile(tmp_path), "mode": "nccl",
-                              "nodes": 2})
+    spec = spec_from_options({"profile": _eight_gpu_profile(tmp_path), "mode": "nccl", "nodes": 2})
     assert (spec.gpus_per_node, spec.tasks_per_node, spec.cpus_per_task) == (8, 8, 16)
     script = render(spec)
     directives = [line for line in script.splitlines() if line.startswith("#SBATCH ")]
-    for expected in ("--nodes=2", "--ntasks-per-node=8", "--cpus-per-task=16",
-                     "--gpus-per-node=8"):
+    for expected in ("--nodes=2", "--ntasks-per-node=8", "--cpus-per-task=16", "--gpus-per-node=8"):
         assert f"#SBATCH {expected}" in directives
-    for line in ("export NCCL_NVLS_ENABLE=0", "export TORCH_SYMM_MEM_DISABLE_MULTICAST=1",
-                 "export NVSHMEM_DISABLE_NVLS=1"):
+    for line in (
+        "export NCCL_NVLS_ENABLE=0",
+        "export TORCH_SYMM_MEM_DISABLE_MULTICAST=1",
+        "export NVSHMEM_DISABLE_NVLS=1",
+    ):
         assert line in script
 
     # Run it with a stand-in srun, then give every task what srun would: the contract must
@@ -189,34 +209,56 @@ def test_eight_gpus_on_two_nodes_render_and_simulate(tmp_path: Path) -> None:
     (bindir / "srun").write_text(f"#!/bin/bash\nprintf '%s\\n' \"$@\" > {quote(str(argv_file))}\n")
     (bindir / "srun").chmod(0o755)
     (tmp_path / "job.sh").write_text(script)
-    env = {"PATH": f"{bindir}:{os.environ['PATH']}", "HOME": str(tmp_path),
-           "SLURM_JOB_ID": "1234", "SLURM_JOB_NODELIST": "gpu-[01-02]",
-           "SLURM_CPUS_PER_TASK": "16"}
-    proc = subprocess.run(["bash", str(tmp_path / "job.sh")], cwd=tmp_path, env=env,
-                          capture_output=True, text=True, timeout=30)
+    env = {
+        "PATH": f"{bindir}:{os.environ['PATH']}",
+        "HOME": str(tmp_path),
+        "SLURM_JOB_ID": "1234",
+        "SLURM_JOB_NODELIST": "gpu-[01-02]",
+        "SLURM_CPUS_PER_TASK": "16",
+    }
+    proc = subprocess.run(
+        ["bash", str(tmp_path / "job.sh")],
+        cwd=tmp_path,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=30,
+    )
     assert proc.returncode == 0, proc.stderr
     argv = argv_file.read_text().splitlines()
     options = dict(arg[2:].split("=", 1) for arg in argv if arg.startswith("--") and "=" in arg)
     assert (options["nodes"], options["ntasks-per-node"], options["cpus-per-task"]) == (
-        "2", "8", "16")
+        "2",
+        "8",
+        "16",
+    )
 
-    rows = simulate_allocation("gpu-[01-02]", options["ntasks-per-node"], 1234, 0,
-                               int(options["cpus-per-task"]), spec.gpus_per_node)
+    rows = simulate_allocation(
+        "gpu-[01-02]",
+        options["ntasks-per-node"],
+        1234,
+        0,
+        int(options["cpus-per-task"]),
+        spec.gpus_per_node,
+    )
     assert [row["rank"] for row in rows] == list(range(16))
     assert [row["local_rank"] for row in rows] == list(range(8)) * 2
     assert [row["hostname"] for row in rows] == ["gpu-01"] * 8 + ["gpu-02"] * 8
     assert [row["device"] for row in rows] == [f"cuda:{i}" for i in range(8)] * 2
     assert {(row["master_addr"], row["world_size"], row["local_world_size"]) for row in rows} == {
-        ("gpu-01", 16, 8)}
+        ("gpu-01", 16, 8)
+    }
     # Each of those tasks has all 8 of its node's GPUs visible (srun --gpus-per-node=8).
     visible = {"CUDA_VISIBLE_DEVICES": "0,1,2,3,4,5,6,7", "SLURM_JOB_ID": "1234"}
     assert [task_device(visible, row["local_rank"], 8)[1] for row in rows] == [
-        row["device"] for row in rows]
+        row["device"] for row in rows
+    ]
 
 
 def test_nine_gpus_exceed_an_eight_gpu_profile(tmp_path: Path) -> None:
     from hpcdist.errors import SpecError
 
     with pytest.raises(SpecError, match="--gpus-per-node 9 exceeds profile 'dgx' limit of 8"):
-        spec_from_options({"profile": _eight_gpu_profile(tmp_path), "mode": "nccl",
-                           "gpus_per_node": 9})
+        spec_from_options(
+            {"profile": _eight_gpu_profile(tmp_path), "mode": "nccl", "gpus_per_node": 9}
+        )

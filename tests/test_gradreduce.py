@@ -99,9 +99,18 @@ def test_a_rank_whose_process_is_gone_is_named_within_seconds() -> None:
 
 
 def context(world: int, local_world: int, device: str = "cpu") -> DistContext:
-    env = DistEnv(rank=0, local_rank=0, world_size=world, local_world_size=local_world,
-                  node_rank=0, master_addr="127.0.0.1", master_port=29500, num_threads=None,
-                  source="torchrun", hostname="localhost")  # fmt: skip
+    env = DistEnv(
+        rank=0,
+        local_rank=0,
+        world_size=world,
+        local_world_size=local_world,
+        node_rank=0,
+        master_addr="127.0.0.1",
+        master_port=29500,
+        num_threads=None,
+        source="torchrun",
+        hostname="localhost",
+    )
     backend = "nccl" if device.startswith("cuda") else "gloo"
     return DistContext(env=env, backend=backend, device=torch.device(device), is_main=True)
 
@@ -115,8 +124,12 @@ def test_one_rank_has_nothing_to_share() -> None:
     [
         (9345, 2, "cpu", "ranks on several hosts"),
         (9345, 2, "cuda:0", "ranks on several hosts"),
-        (50_000_000, 4, "cpu",
-         "191 MiB of gradients, more than the 16 MiB where sharing memory pays"),
+        (
+            50_000_000,
+            4,
+            "cpu",
+            "191 MiB of gradients, more than the 16 MiB where sharing memory pays",
+        ),
         (9345, 4, "cpu", None),
     ],
 )
@@ -158,9 +171,16 @@ def test_set_up_gives_every_rank_the_same_answer(broken: str) -> None:
         sock.bind(("127.0.0.1", 0))
         port = str(sock.getsockname()[1])
     env = {**os.environ, "PYTHONPATH": str(REPO), "OMP_NUM_THREADS": "1"}
-    procs = [subprocess.Popen([sys.executable, "-c", SETUP_SCRIPT, str(r), port, broken],
-                              env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                              text=True) for r in range(2)]  # fmt: skip
+    procs = [
+        subprocess.Popen(
+            [sys.executable, "-c", SETUP_SCRIPT, str(r), port, broken],
+            env=env,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            text=True,
+        )
+        for r in range(2)
+    ]
     outputs = [p.communicate(timeout=60)[0] for p in procs]
     assert [p.returncode for p in procs] == [0, 0], outputs
     answers = [out.strip().splitlines()[-1].split("=", 2)[1:] for out in outputs]

@@ -27,12 +27,16 @@ def _free_port() -> int:
 
 @pytest.mark.parametrize(
     ("env", "default", "expected"),
-    [({}, 120.0, 120.0), ({"HPCDIST_COLLECTIVE_TIMEOUT": "30"}, 120.0, 30.0),
-     ({"HPCDIST_COLLECTIVE_TIMEOUT": " 2.5 "}, 60.0, 2.5),
-     ({"HPCDIST_COLLECTIVE_TIMEOUT": ""}, 60.0, 60.0)],
+    [
+        ({}, 120.0, 120.0),
+        ({"HPCDIST_COLLECTIVE_TIMEOUT": "30"}, 120.0, 30.0),
+        ({"HPCDIST_COLLECTIVE_TIMEOUT": " 2.5 "}, 60.0, 2.5),
+        ({"HPCDIST_COLLECTIVE_TIMEOUT": ""}, 60.0, 60.0),
+    ],
 )
-def test_collective_timeout_from_the_environment(env: dict[str, str], default: float,
-                                                 expected: float) -> None:
+def test_collective_timeout_from_the_environment(
+    env: dict[str, str], default: float, expected: float
+) -> None:
     assert collective_timeout_s(env, default) == expected
 
 
@@ -66,8 +70,9 @@ def test_collective_timeout_below_one_second_is_refused(value: int) -> None:
 
 
 def test_gpu_profile_turns_the_flight_recorder_on_for_nccl_only() -> None:
-    nccl = dict(spec_from_options({"profile": "gpu-cluster", "mode": "nccl",
-                                   "gpus_per_node": 4}).env)
+    nccl = dict(
+        spec_from_options({"profile": "gpu-cluster", "mode": "nccl", "gpus_per_node": 4}).env
+    )
     assert nccl["TORCH_NCCL_TRACE_BUFFER_SIZE"] == "2000"
     assert nccl["TORCH_NCCL_DUMP_ON_TIMEOUT"] == "1"
     gloo = dict(spec_from_options({"profile": "gpu-cluster", "mode": "gloo"}).env)
@@ -78,23 +83,34 @@ def test_gpu_profile_turns_the_flight_recorder_on_for_nccl_only() -> None:
     ("env", "expected_dir"),
     [
         ({"TORCH_NCCL_TRACE_BUFFER_SIZE": "2000", "SLURM_JOB_ID": "42"}, "runs/42"),
-        ({"TORCH_NCCL_TRACE_BUFFER_SIZE": "2000", "SLURM_JOB_ID": "42",
-          "HPCDIST_RUN_DIR": "runs/7"}, "runs/7"),
+        (
+            {
+                "TORCH_NCCL_TRACE_BUFFER_SIZE": "2000",
+                "SLURM_JOB_ID": "42",
+                "HPCDIST_RUN_DIR": "runs/7",
+            },
+            "runs/7",
+        ),
         ({"TORCH_NCCL_TRACE_BUFFER_SIZE": "2000"}, "runs/local"),
         ({"TORCH_FR_BUFFER_SIZE": "100", "SLURM_JOB_ID": "9"}, "runs/9"),
     ],
 )
-def test_flight_recorder_dumps_into_the_run_folder(env: dict[str, str],
-                                                   expected_dir: str) -> None:
+def test_flight_recorder_dumps_into_the_run_folder(env: dict[str, str], expected_dir: str) -> None:
     prefix = os.path.join(os.path.abspath(expected_dir), "nccl_trace_rank_")
-    assert flight_recorder_files(env) == {"TORCH_FR_DUMP_TEMP_FILE": prefix,
-                                          "TORCH_NCCL_DEBUG_INFO_TEMP_FILE": prefix}
+    assert flight_recorder_files(env) == {
+        "TORCH_FR_DUMP_TEMP_FILE": prefix,
+        "TORCH_NCCL_DEBUG_INFO_TEMP_FILE": prefix,
+    }
 
 
 @pytest.mark.parametrize(
     "env",
-    [{}, {"TORCH_NCCL_TRACE_BUFFER_SIZE": "0"}, {"TORCH_NCCL_TRACE_BUFFER_SIZE": "x"},
-     {"TORCH_NCCL_TRACE_BUFFER_SIZE": "2000", "TORCH_FR_DUMP_TEMP_FILE": "/scratch/fr_"}],
+    [
+        {},
+        {"TORCH_NCCL_TRACE_BUFFER_SIZE": "0"},
+        {"TORCH_NCCL_TRACE_BUFFER_SIZE": "x"},
+        {"TORCH_NCCL_TRACE_BUFFER_SIZE": "2000", "TORCH_FR_DUMP_TEMP_FILE": "/scratch/fr_"},
+    ],
     ids=["off", "zero", "malformed", "user-chose"],
 )
 def test_flight_recorder_files_left_alone(env: dict[str, str]) -> None:
@@ -105,8 +121,9 @@ def test_network_hint_names_the_variables_and_their_values() -> None:
     hint = network_hint({"GLOO_SOCKET_IFNAME": "lo", "MASTER_ADDR": "node1"})
     assert "set GLOO_SOCKET_IFNAME (gloo) or NCCL_SOCKET_IFNAME (nccl)" in hint
     assert "MASTER_ADDR to the master's address" in hint
-    assert hint.endswith("(now: GLOO_SOCKET_IFNAME=lo, NCCL_SOCKET_IFNAME unset, "
-                         "MASTER_ADDR=node1)")
+    assert hint.endswith(
+        "(now: GLOO_SOCKET_IFNAME=lo, NCCL_SOCKET_IFNAME unset, MASTER_ADDR=node1)"
+    )
 
 
 _RANK = """
@@ -130,13 +147,29 @@ def test_collective_timeout_ends_a_collective_with_a_missing_peer(tmp_path: Path
     port = _free_port()
     procs = []
     for rank in (0, 1):
-        env = dict(os.environ, PYTHONPATH=str(REPO), MASTER_ADDR="127.0.0.1",
-                   MASTER_PORT=str(port), RANK=str(rank), WORLD_SIZE="2", LOCAL_RANK=str(rank),
-                   LOCAL_WORLD_SIZE="2",
-                   HPCDIST_COLLECTIVE_TIMEOUT="3", GLOO_SOCKET_IFNAME="lo",
-                   OMP_NUM_THREADS="1", TORCH_CPP_LOG_LEVEL="ERROR")
-        procs.append(subprocess.Popen([sys.executable, "-c", _RANK], env=env, text=True,
-                                      stdout=subprocess.PIPE, stderr=subprocess.PIPE))
+        env = dict(
+            os.environ,
+            PYTHONPATH=str(REPO),
+            MASTER_ADDR="127.0.0.1",
+            MASTER_PORT=str(port),
+            RANK=str(rank),
+            WORLD_SIZE="2",
+            LOCAL_RANK=str(rank),
+            LOCAL_WORLD_SIZE="2",
+            HPCDIST_COLLECTIVE_TIMEOUT="3",
+            GLOO_SOCKET_IFNAME="lo",
+            OMP_NUM_THREADS="1",
+            TORCH_CPP_LOG_LEVEL="ERROR",
+        )
+        procs.append(
+            subprocess.Popen(
+                [sys.executable, "-c", _RANK],
+                env=env,
+                text=True,
+                stdout=subprocess.PIPE,
+                stderr=subprocess.PIPE,
+            )
+        )
     out, err = procs[0].communicate(timeout=90)
     procs[1].kill()
     procs[1].communicate()

@@ -89,9 +89,17 @@ def test_several_files_are_one_time_axis(tmp_path: Path, reference: Path) -> Non
 
 @pytest.mark.parametrize(
     ("time", "records"),
-    [("all", [0, 1, 2]), (0, [0]), (2, [2]), ("-1", [2]), ("1:", [1, 2]), (":2", [0, 1]),
-     ("0:1", [0]), ("-2:", [1, 2])],
-)  # fmt: skip
+    [
+        ("all", [0, 1, 2]),
+        (0, [0]),
+        (2, [2]),
+        ("-1", [2]),
+        ("1:", [1, 2]),
+        (":2", [0, 1]),
+        ("0:1", [0]),
+        ("-2:", [1, 2]),
+    ],
+)
 def test_time_selects_records_over_all_files(
     tmp_path: Path, reference: Path, time: str | int, records: list[int]
 ) -> None:
@@ -100,8 +108,10 @@ def test_time_selects_records_over_all_files(
     assert parse_time(time).pick(3) == records
 
 
-@pytest.mark.parametrize(("time", "message"), [(3, "out of range.*3 records"),
-                                               ("-4", "out of range"), ("2:2", "no record")])
+@pytest.mark.parametrize(
+    ("time", "message"),
+    [(3, "out of range.*3 records"), ("-4", "out of range"), ("2:2", "no record")],
+)
 def test_time_outside_the_files_is_a_data_error(
     reference: Path, time: str | int, message: str
 ) -> None:
@@ -149,9 +159,14 @@ def test_every_missing_variable_is_named_in_one_line(tmp_path: Path) -> None:
 
 @pytest.mark.parametrize(
     ("attrs", "bad"),
-    [({"_FillValue": -999.0}, -999.0), ({"missing_value": -99.0}, -99.0), ({}, 1.0e30),
-     ({}, -1.0e21), ({}, float("nan"))],
-)  # fmt: skip
+    [
+        ({"_FillValue": -999.0}, -999.0),
+        ({"missing_value": -99.0}, -99.0),
+        ({}, 1.0e30),
+        ({}, -1.0e21),
+        ({}, float("nan")),
+    ],
+)
 def test_every_kind_of_missing_value_drops_the_point(
     tmp_path: Path, attrs: dict[str, float], bad: float
 ) -> None:
@@ -161,8 +176,9 @@ def test_every_kind_of_missing_value_drops_the_point(
         nc.createDimension("ni", 3)
         for k, name in enumerate(("aice", *INPUT_NAMES)):
             fill = attrs.get("_FillValue")
-            var = nc.createVariable(name if name != "tair" else "Tair", "f4", ("nj", "ni"),
-                                    fill_value=fill)  # fmt: skip
+            var = nc.createVariable(
+                name if name != "tair" else "Tair", "f4", ("nj", "ni"), fill_value=fill
+            )
             if "missing_value" in attrs:
                 var.missing_value = np.float32(attrs["missing_value"])
             var.set_auto_mask(False)
@@ -185,9 +201,9 @@ def test_suffix_detection_counts_names() -> None:
 
 
 @pytest.mark.parametrize(
-    ("inputs", "message"), [((), "non-empty"), (("sst", "ice"), "'ice' is not one"),
-                            (("sst", "sst"), "repeat")],
-)  # fmt: skip
+    ("inputs", "message"),
+    [((), "non-empty"), (("sst", "ice"), "'ice' is not one"), (("sst", "sst"), "repeat")],
+)
 def test_bad_inputs_are_rejected(inputs: tuple[str, ...], message: str) -> None:
     with pytest.raises(ValueError, match=message):
         DataOptions(inputs=inputs)
@@ -215,17 +231,22 @@ def test_cache_sees_every_file_of_a_series(tmp_path: Path) -> None:
 
 def test_model_module_does_not_import_netcdf() -> None:
     code = "import sys, ufsemulator.model, ufsemulator.export; print('netCDF4' in sys.modules)"
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
-                         check=True, cwd=REPO)  # fmt: skip
+    out = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, check=True, cwd=REPO
+    )
     assert out.stdout.strip() == "False"
 
 
 # ------------------------------------------------------------ the smoke config on each layout
 
 SMOKE_LAYOUTS = {
-    "hourly": ("hourly", 1, 1), "daily": ("daily", 1, 1), "monthly": ("monthly", 1, 1),
-    "cf-pair": ("cf", 1, 1), "records": ("hourly", 3, 1), "files": ("daily", 1, 3),
-}  # fmt: skip
+    "hourly": ("hourly", 1, 1),
+    "daily": ("daily", 1, 1),
+    "monthly": ("monthly", 1, 1),
+    "cf-pair": ("cf", 1, 1),
+    "records": ("hourly", 3, 1),
+    "files": ("daily", 1, 3),
+}
 
 
 @pytest.mark.filterwarnings("ignore:`torch.jit.load` is deprecated:DeprecationWarning")
@@ -287,13 +308,30 @@ def test_model_normalisation_and_export_follow_data_inputs(
     assert result.model.input_mean[0] == pytest.approx(
         float(load_dataset(ocean, DataOptions(inputs=tuple(inputs))).inputs[:, 0].mean()), rel=0.2
     )
-    assert main(["export", "--checkpoint", str(tmp_path / "run" / "best_model.pt"),
-                 "--out", str(tmp_path / "m.pt"), "--names", "jedi"]) == 0  # fmt: skip
+    assert (
+        main(
+            [
+                "export",
+                "--checkpoint",
+                str(tmp_path / "run" / "best_model.pt"),
+                "--out",
+                str(tmp_path / "m.pt"),
+                "--names",
+                "jedi",
+            ]
+        )
+        == 0
+    )
     loaded = torch.jit.load(str(tmp_path / "m.pt"))
-    assert list(loaded.input_names) == ["sea_ice_volume", "sea_water_potential_temperature",
-                                        "sea_water_salinity", "snow_ice_surface_temperature",
-                                        "sea_ice_snow_volume", "sea_ice_salinity",
-                                        "eastward_sea_water_velocity",
-                                        "northward_sea_water_velocity"]  # fmt: skip
+    assert list(loaded.input_names) == [
+        "sea_ice_volume",
+        "sea_water_potential_temperature",
+        "sea_water_salinity",
+        "snow_ice_surface_temperature",
+        "sea_ice_snow_volume",
+        "sea_ice_salinity",
+        "eastward_sea_water_velocity",
+        "northward_sea_water_velocity",
+    ]
     assert list(loaded.input_levels) == [0] * 8
     assert loaded.jac_physical(torch.ones(3, 8), torch.ones(3, 1)).shape == (3, 1, 8)

@@ -48,8 +48,11 @@ def test_default_model_has_9345_parameters() -> None:
     model = EmulatorMLP()
     assert sum(p.numel() for p in model.parameters()) == 9345
     assert [tuple(layer.weight.shape) for layer in model.layers] == [  # type: ignore[arg-type]
-        (64, 14), (64, 64), (64, 64), (1, 64)
-    ]  # fmt: skip
+        (64, 14),
+        (64, 64),
+        (64, 64),
+        (1, 64),
+    ]
     assert model.input_names == list(INPUT_NAMES) and model.output_names == ["aice"]
     assert model.input_levels == [0] * 14 and model.output_levels == [0]
 

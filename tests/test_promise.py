@@ -27,19 +27,47 @@ from hpcdist.spec import JOB_OPTIONS
 
 EXAMPLES = int(os.environ.get("HPCDIST_PROPERTY_EXAMPLES", "120"))
 RANDOM = os.environ.get("HPCDIST_PROPERTY_RANDOM") == "1"
-SETTINGS = settings(max_examples=EXAMPLES, derandomize=not RANDOM, deadline=None,
-                    suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
+SETTINGS = settings(
+    max_examples=EXAMPLES,
+    derandomize=not RANDOM,
+    deadline=None,
+    suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large],
+)
 
-NASTY = ['x"; rm -rf ~ #', "$(touch pwned)", "`touch pwned`", "a\\b", "it's", "\n", "\x00",
-         " 30", "٣٠", "-1", "0", "", "%j", "auto", "1-12", "USR2@90", "B:USR1@60", "16G",
-         "x" * 1025, "../../etc", "né", "\t", "--nodes=3", "$(echo", "if true", "{", "esac"]
-WORDS = st.one_of(st.sampled_from(NASTY), st.text(max_size=12),
-                  st.integers(-3, 70).map(str))
+NASTY = [
+    'x"; rm -rf ~ #',
+    "$(touch pwned)",
+    "`touch pwned`",
+    "a\\b",
+    "it's",
+    "\n",
+    "\x00",
+    " 30",
+    "٣٠",
+    "-1",
+    "0",
+    "",
+    "%j",
+    "auto",
+    "1-12",
+    "USR2@90",
+    "B:USR1@60",
+    "16G",
+    "x" * 1025,
+    "../../etc",
+    "né",
+    "\t",
+    "--nodes=3",
+    "$(echo",
+    "if true",
+    "{",
+    "esac",
+]
+WORDS = st.one_of(st.sampled_from(NASTY), st.text(max_size=12), st.integers(-3, 70).map(str))
 OPTION_VALUES = {
     "mode": st.sampled_from(["gloo", "nccl", "threads", "test", "mpi"]),
     "launcher": st.sampled_from(["srun", "torchrun", "mpirun"]),
-    "time": st.one_of(st.sampled_from(["30", "00:30:00", "1-12", "24:00:00", "0", "60:00"]),
-                      WORDS),
+    "time": st.one_of(st.sampled_from(["30", "00:30:00", "1-12", "24:00:00", "0", "60:00"]), WORDS),
 }
 
 
@@ -57,19 +85,24 @@ def job_flags(draw: st.DrawFn) -> list[str]:
         value = draw(OPTION_VALUES.get(option.name, WORDS))
         args += _flag_args(option, value)
     if draw(st.booleans()):
-        args += ["--profile", draw(st.sampled_from(["local", "cpu-cluster", "gpu-cluster",
-                                                    "nope", "site.yaml"]))]
+        args += [
+            "--profile",
+            draw(st.sampled_from(["local", "cpu-cluster", "gpu-cluster", "nope", "site.yaml"])),
+        ]
     return args
 
 
 PROFILE_KEYS = [k for k in Profile.__dataclass_fields__ if k != "name"]
 YAML_VALUES = st.recursive(
-    st.one_of(st.none(), st.booleans(), st.integers(-5, 100), st.text(max_size=8),
-              st.sampled_from(NASTY)),
-    lambda inner: st.one_of(st.lists(inner, max_size=3),
-                            st.dictionaries(st.sampled_from([*PROFILE_KEYS, "x", "mode",
-                                                             "nodes", "requeue"]), inner,
-                                            max_size=3)),
+    st.one_of(
+        st.none(), st.booleans(), st.integers(-5, 100), st.text(max_size=8), st.sampled_from(NASTY)
+    ),
+    lambda inner: st.one_of(
+        st.lists(inner, max_size=3),
+        st.dictionaries(
+            st.sampled_from([*PROFILE_KEYS, "x", "mode", "nodes", "requeue"]), inner, max_size=3
+        ),
+    ),
     max_leaves=6,
 )
 
@@ -85,8 +118,7 @@ def profile_text(draw: st.DrawFn) -> bytes:
     data = draw(st.dictionaries(st.sampled_from(keys), YAML_VALUES, max_size=4))
     if kind == "defaults":
         names = [o.name for o in JOB_OPTIONS] + ["bogus"]
-        data = {"defaults": draw(st.dictionaries(st.sampled_from(names), YAML_VALUES,
-                                                 max_size=4))}
+        data = {"defaults": draw(st.dictionaries(st.sampled_from(names), YAML_VALUES, max_size=4))}
     return yaml.safe_dump(data).encode()
 
 
@@ -116,8 +148,7 @@ def test_render_keeps_the_promise(args: list[str], profile: bytes, tmp_path_fact
         result = CliRunner().invoke(cli, ["render", *args], env=env)
     _assert_promise(result, before, folder)
     if result.exit_code == 0:
-        check = subprocess.run(["bash", "-n"], input=result.stdout, text=True,
-                               capture_output=True)
+        check = subprocess.run(["bash", "-n"], input=result.stdout, text=True, capture_output=True)
         assert check.returncode == 0, check.stderr
         assert _files(folder) == before  # render changes nothing
 
@@ -131,26 +162,53 @@ def test_submit_dry_run_keeps_the_promise(args: list[str], tmp_path_factory: Any
     env = {"HPCDIST_PROFILE": "", "HPCDIST_HOME": str(folder)}
     with _chdir(folder):
         result = CliRunner().invoke(
-            cli, ["submit", *args, "--executor", "local", "--dry-run"], env=env)
+            cli, ["submit", *args, "--executor", "local", "--dry-run"], env=env
+        )
     _assert_promise(result, before, folder)
     if result.exit_code == 0:
         assert json.loads(result.stdout)["executor"] == "local"
 
 
-RECORD_VALUES = st.one_of(st.none(), st.booleans(), st.integers(-3, 10**6),
-                          st.floats(allow_nan=True), st.text(max_size=8),
-                          st.lists(st.text(max_size=3), max_size=2), st.sampled_from(NASTY))
-RECORD_KEYS = ["job_id", "executor", "name", "mode", "nodes", "tasks", "folder", "submitted",
-               "command", "start_ticks", "extra"]
+RECORD_VALUES = st.one_of(
+    st.none(),
+    st.booleans(),
+    st.integers(-3, 10**6),
+    st.floats(allow_nan=True),
+    st.text(max_size=8),
+    st.lists(st.text(max_size=3), max_size=2),
+    st.sampled_from(NASTY),
+)
+RECORD_KEYS = [
+    "job_id",
+    "executor",
+    "name",
+    "mode",
+    "nodes",
+    "tasks",
+    "folder",
+    "submitted",
+    "command",
+    "start_ticks",
+    "extra",
+]
 
 
 @st.composite
 def record_bytes(draw: st.DrawFn) -> bytes:
     if draw(st.booleans()):
         return draw(st.binary(max_size=60))
-    good: dict[str, Any] = {"job_id": "4242", "executor": "local", "name": "x", "mode": "gloo",
-                            "nodes": 1, "tasks": 1, "folder": "/nonexistent", "submitted": 1.0,
-                            "command": ["true"], "start_ticks": None}
+    good: dict[str, Any] = {
+        "job_id": "4242",
+        "executor": "local",
+        "name": "x",
+        "mode": "gloo",
+        "nodes": 1,
+        "tasks": 1,
+        "folder": "/nonexistent",
+        "submitted": 1.0,
+        "command": ["true"],
+        "start_ticks": None,
+    }
     changes = draw(st.dictionaries(st.sampled_from(RECORD_KEYS), RECORD_VALUES, max_size=3))
     drop = draw(st.lists(st.sampled_from(RECORD_KEYS), max_size=2))
     data = {k: v for k, v in {**good, **changes}.items() if k not in drop}

@@ -14,18 +14,34 @@ from hpcdist.options import spec_from_options
 from hpcdist.render import render
 
 REPO = Path(__file__).resolve().parents[1]
-SOURCES = [p for d in ("hpcdist", "ufsemulator", "templates", "bench")
-           for p in (REPO / d).rglob("*") if p.suffix in (".py", ".j2", ".sh")]
+SOURCES = [
+    p
+    for d in ("hpcdist", "ufsemulator", "templates", "bench")
+    for p in (REPO / d).rglob("*")
+    if p.suffix in (".py", ".j2", ".sh")
+]
 
 
-@pytest.mark.parametrize("literal", [
-    protocol.SIGNAL_VAR, protocol.MARKER_VAR, protocol.RUN_DIR_VAR, protocol.RESTARTS_VAR,
-    protocol.MARKER_DIR, "requeue-marker", f"= {protocol.REQUEUE_EXIT_CODE}",
-    f"{protocol.PORT_LOW}", f"{protocol.PORT_HIGH}",
-])
+@pytest.mark.parametrize(
+    "literal",
+    [
+        protocol.SIGNAL_VAR,
+        protocol.MARKER_VAR,
+        protocol.RUN_DIR_VAR,
+        protocol.RESTARTS_VAR,
+        protocol.MARKER_DIR,
+        "requeue-marker",
+        f"= {protocol.REQUEUE_EXIT_CODE}",
+        f"{protocol.PORT_LOW}",
+        f"{protocol.PORT_HIGH}",
+    ],
+)
 def test_each_protocol_constant_is_spelled_in_one_place(literal: str) -> None:
-    spelled = [p.relative_to(REPO).as_posix() for p in SOURCES
-               if re.search(rf"(?<![\w$]){re.escape(literal)}(?!\w)", _code(p))]
+    spelled = [
+        p.relative_to(REPO).as_posix()
+        for p in SOURCES
+        if re.search(rf"(?<![\w$]){re.escape(literal)}(?!\w)", _code(p))
+    ]
     assert spelled == ["hpcdist/protocol.py"]
 
 
@@ -37,17 +53,34 @@ def _code(path: Path) -> str:
     prose: set[int] = set()
     for node in ast.walk(ast.parse(text)):
         body = getattr(node, "body", None)
-        if isinstance(body, list) and body and isinstance(body[0], ast.Expr) and isinstance(
-                body[0].value, ast.Constant) and isinstance(body[0].value.value, str):
+        if (
+            isinstance(body, list)
+            and body
+            and isinstance(body[0], ast.Expr)
+            and isinstance(body[0].value, ast.Constant)
+            and isinstance(body[0].value.value, str)
+        ):
             prose.update(range(body[0].lineno, (body[0].end_lineno or body[0].lineno) + 1))
     lines = text.splitlines()
-    return "\n".join(line.split("  #")[0] for n, line in enumerate(lines, 1)
-                     if n not in prose and not line.lstrip().startswith("#"))
+    return "\n".join(
+        line.split("  #")[0]
+        for n, line in enumerate(lines, 1)
+        if n not in prose and not line.lstrip().startswith("#")
+    )
 
 
 def test_rendered_script_uses_the_protocol_values() -> None:
-    script = render(spec_from_options({"profile": "local", "mode": "gloo", "nodes": 2,
-                                       "signal": "USR1@60", "launcher": "torchrun"}))
+    script = render(
+        spec_from_options(
+            {
+                "profile": "local",
+                "mode": "gloo",
+                "nodes": 2,
+                "signal": "USR1@60",
+                "launcher": "torchrun",
+            }
+        )
+    )
     assert f"export {protocol.SIGNAL_VAR}=USR1\n" in script
     marker = f'{protocol.MARKER_VAR}="${{SLURM_SUBMIT_DIR:-$PWD}}/{protocol.MARKER_DIR}/'
     assert f"export {marker}" in script
@@ -60,15 +93,24 @@ def test_the_scripts_port_expression_is_derive_port(job_id: int) -> None:
     import subprocess
 
     expression = protocol.port_shell_expression("J", "0")
-    out = subprocess.run(["bash", "-c", f"J={job_id}; echo {expression}"], capture_output=True,
-                         text=True, check=True).stdout
+    out = subprocess.run(
+        ["bash", "-c", f"J={job_id}; echo {expression}"], capture_output=True, text=True, check=True
+    ).stdout
     assert int(out) == protocol.derive_port(job_id, 0)
 
 
-@pytest.mark.parametrize(("name", "inherited"), [
-    ("SLURM_JOB_ID", True), ("SBATCH_PARTITION", True), ("SRUN_CPUS_PER_TASK", True),
-    ("SALLOC_ACCOUNT", True), ("SLURM_CONF", False), ("SLURMD_NODENAME", False),
-    ("MY_SLURM_JOB_ID", False), ("PATH", False),
-])
+@pytest.mark.parametrize(
+    ("name", "inherited"),
+    [
+        ("SLURM_JOB_ID", True),
+        ("SBATCH_PARTITION", True),
+        ("SRUN_CPUS_PER_TASK", True),
+        ("SALLOC_ACCOUNT", True),
+        ("SLURM_CONF", False),
+        ("SLURMD_NODENAME", False),
+        ("MY_SLURM_JOB_ID", False),
+        ("PATH", False),
+    ],
+)
 def test_inherited_variables(name: str, inherited: bool) -> None:
     assert protocol.is_inherited(name) is inherited

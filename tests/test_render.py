@@ -68,8 +68,9 @@ def test_every_mode_renders_a_script_bash_can_parse(flags: dict[str, Any], tmp_p
 
 
 def test_srun_gets_cpus_per_task_explicitly() -> None:
-    spec = spec_from_options({"profile": None, "mode": "gloo", "nodes": 2, "tasks_per_node": 2,
-                              "cpus_per_task": 1})
+    spec = spec_from_options(
+        {"profile": None, "mode": "gloo", "nodes": 2, "tasks_per_node": 2, "cpus_per_task": 1}
+    )
     script = render(spec)
     assert "#SBATCH --nodes=2\n#SBATCH --ntasks-per-node=2\n#SBATCH --cpus-per-task=1\n" in script
     assert "srun --nodes=2 --ntasks-per-node=2 --cpus-per-task=1 --kill-on-bad-exit=1" in script
@@ -77,8 +78,9 @@ def test_srun_gets_cpus_per_task_explicitly() -> None:
 
 
 def test_nccl_asks_for_gpus_and_torchrun_starts_one_per_node() -> None:
-    spec = spec_from_options({"profile": "gpu-cluster", "mode": "nccl", "nodes": 2,
-                              "launcher": "torchrun"})
+    spec = spec_from_options(
+        {"profile": "gpu-cluster", "mode": "nccl", "nodes": 2, "launcher": "torchrun"}
+    )
     script = render(spec)
     assert "#SBATCH --gpus-per-node=4" in script
     assert "#SBATCH --ntasks-per-node=1\n#SBATCH --cpus-per-task=64" in script
@@ -121,8 +123,9 @@ def _run_script(
         "SLURM_CPUS_PER_TASK": "2",
         **(extra_env or {}),
     }
-    proc = subprocess.run(["bash", str(job)], cwd=tmp_path, env=env, capture_output=True,
-                          text=True, timeout=30)
+    proc = subprocess.run(
+        ["bash", str(job)], cwd=tmp_path, env=env, capture_output=True, text=True, timeout=30
+    )
     argv = argv_file.read_text().splitlines() if argv_file.exists() else []
     return proc, argv
 
@@ -150,8 +153,10 @@ def test_nccl_without_a_gpu_count_asks_for_whole_nodes() -> None:
         assert not any(d.startswith(f"#SBATCH {option}") for d in directives), directives
     assert 'gpus="${SLURM_GPUS_ON_NODE}"' in script
     assert "nvidia-smi -L" in script
-    assert ('srun --nodes=2 --ntasks-per-node="$gpus" --cpus-per-task="$cpus" '
-            '${gpu_request:+"$gpu_request"} --kill-on-bad-exit=1 \\\n') in script
+    assert (
+        'srun --nodes=2 --ntasks-per-node="$gpus" --cpus-per-task="$cpus" '
+        '${gpu_request:+"$gpu_request"} --kill-on-bad-exit=1 \\\n'
+    ) in script
     assert 'export OMP_NUM_THREADS="$cpus"\nexport MKL_NUM_THREADS="$cpus"\n' in script
 
 
@@ -161,8 +166,13 @@ def test_nccl_without_a_gpu_count_asks_for_whole_nodes() -> None:
         # No SLURM count: the GPUs nvidia-smi lists (MIG instances are not extra GPUs). SLURM
         # does not hand them out, so srun must not ask for GRES (it would refuse).
         ({"SLURM_CPUS_ON_NODE": "12"}, _gpu_list(3), "3", "4", None),
-        ({"SLURM_CPUS_ON_NODE": "12"},
-         _gpu_list(1) + "  MIG 3g.40gb Device 0: (UUID: MIG-0)\n", "1", "12", None),
+        (
+            {"SLURM_CPUS_ON_NODE": "12"},
+            _gpu_list(1) + "  MIG 3g.40gb Device 0: (UUID: MIG-0)\n",
+            "1",
+            "12",
+            None,
+        ),
         # SLURM's count wins over the driver's list, and srun asks for them again (steps do
         # not inherit GRES from --exclusive). Nothing may assume <= 4 GPUs per node.
         ({"SLURM_GPUS_ON_NODE": "8", "SLURM_CPUS_ON_NODE": "96"}, _gpu_list(2), "8", "12", "8"),
@@ -171,18 +181,26 @@ def test_nccl_without_a_gpu_count_asks_for_whole_nodes() -> None:
     ],
 )
 def test_auto_script_launches_one_task_per_counted_gpu(
-    slurm_env: dict[str, str], listed: str | None, tasks: str, cpus: str,
-    gpu_request: str | None, tmp_path: Path,
+    slurm_env: dict[str, str],
+    listed: str | None,
+    tasks: str,
+    cpus: str,
+    gpu_request: str | None,
+    tmp_path: Path,
 ) -> None:
     script = render(spec_from_options({"profile": None, "mode": "nccl", "nodes": 2}))
-    proc, argv = _run_script(script, tmp_path, {"SLURMD_NODENAME": "gpu-07", **slurm_env},
-                             nvidia_smi=listed)
+    proc, argv = _run_script(
+        script, tmp_path, {"SLURMD_NODENAME": "gpu-07", **slurm_env}, nvidia_smi=listed
+    )
     assert proc.returncode == 0, proc.stderr
     assert _srun_option(argv, "nodes") == "2"
     assert _srun_option(argv, "ntasks-per-node") == tasks
     assert _srun_option(argv, "cpus-per-task") == cpus
-    seen = dict(line.split("=", 1) for line in (tmp_path / "srun-env").read_text().splitlines()
-                if "=" in line)
+    seen = dict(
+        line.split("=", 1)
+        for line in (tmp_path / "srun-env").read_text().splitlines()
+        if "=" in line
+    )
     if gpu_request is None:
         assert not any(arg.startswith("--gpus-per-node") for arg in argv), argv
         # ... and the script tells the tasks the node's GPUs are theirs, as SLURM would.
@@ -210,8 +228,9 @@ def test_auto_script_without_gpus_fails_in_one_line_naming_the_node(
     slurm_env: dict[str, str], listed: str, cause: str, tmp_path: Path
 ) -> None:
     script = render(spec_from_options({"profile": None, "mode": "nccl"}))
-    proc, argv = _run_script(script, tmp_path, {"SLURMD_NODENAME": "cpu-13", **slurm_env},
-                             nvidia_smi=listed)
+    proc, argv = _run_script(
+        script, tmp_path, {"SLURMD_NODENAME": "cpu-13", **slurm_env}, nvidia_smi=listed
+    )
     assert proc.returncode != 0
     assert argv == []  # srun never started
     lines = proc.stderr.strip().splitlines()
@@ -223,9 +242,16 @@ def test_auto_script_without_gpus_fails_in_one_line_naming_the_node(
 
 def test_auto_script_with_torchrun_starts_one_torchrun_per_node(tmp_path: Path) -> None:
     spec = spec_from_options({"profile": None, "mode": "nccl", "launcher": "torchrun"})
-    proc, argv = _run_script(render(spec), tmp_path,
-                             {"SLURM_GPUS_ON_NODE": "8", "SLURM_CPUS_ON_NODE": "64",
-                              "SLURM_JOB_NUM_NODES": "1", "SLURM_NODEID": "0"})
+    proc, argv = _run_script(
+        render(spec),
+        tmp_path,
+        {
+            "SLURM_GPUS_ON_NODE": "8",
+            "SLURM_CPUS_ON_NODE": "64",
+            "SLURM_JOB_NUM_NODES": "1",
+            "SLURM_NODEID": "0",
+        },
+    )
     assert proc.returncode == 0, proc.stderr
     assert _srun_option(argv, "ntasks-per-node") == "1"
     assert _srun_option(argv, "cpus-per-task") == "64"
@@ -237,24 +263,31 @@ def test_auto_script_with_torchrun_starts_one_torchrun_per_node(tmp_path: Path) 
 
 def test_auto_script_keeps_a_given_cpus_per_task(tmp_path: Path) -> None:
     spec = spec_from_options({"profile": None, "mode": "nccl", "cpus_per_task": 2})
-    proc, argv = _run_script(render(spec), tmp_path,
-                             {"SLURM_GPUS_ON_NODE": "4", "SLURM_CPUS_ON_NODE": "64"})
+    proc, argv = _run_script(
+        render(spec), tmp_path, {"SLURM_GPUS_ON_NODE": "4", "SLURM_CPUS_ON_NODE": "64"}
+    )
     assert proc.returncode == 0, proc.stderr
     assert (_srun_option(argv, "ntasks-per-node"), _srun_option(argv, "cpus-per-task")) == (
-        "4", "2")
+        "4",
+        "2",
+    )
 
 
 def test_test_mode_with_gpus_asks_for_one_task_per_gpu(tmp_path: Path) -> None:
-    spec = spec_from_options({"profile": "gpu-cluster", "mode": "test", "nodes": 2,
-                              "gpus_per_node": 2})
+    spec = spec_from_options(
+        {"profile": "gpu-cluster", "mode": "test", "nodes": 2, "gpus_per_node": 2}
+    )
     script = render(spec)
     directives = _sbatch_directives(script)
     assert "#SBATCH --ntasks-per-node=2" in directives
     assert "#SBATCH --gpus-per-node=2" in directives
     assert "#SBATCH --cpus-per-task=32" in directives
     assert "one GPU each (nccl)" in script.splitlines()[1]
-    for line in ("export NCCL_NVLS_ENABLE=0", "export TORCH_SYMM_MEM_DISABLE_MULTICAST=1",
-                 "export NVSHMEM_DISABLE_NVLS=1"):
+    for line in (
+        "export NCCL_NVLS_ENABLE=0",
+        "export TORCH_SYMM_MEM_DISABLE_MULTICAST=1",
+        "export NVSHMEM_DISABLE_NVLS=1",
+    ):
         assert line in script
     proc, argv = _run_script(script, tmp_path)
     assert proc.returncode == 0, proc.stderr
@@ -281,8 +314,11 @@ def test_test_mode_without_gpus_stays_a_cpu_check() -> None:
 )
 def test_every_nccl_script_keeps_multicast_off(flags: dict[str, Any]) -> None:
     script = render(spec_from_options(flags))
-    for line in ("export NCCL_NVLS_ENABLE=0", "export TORCH_SYMM_MEM_DISABLE_MULTICAST=1",
-                 "export NVSHMEM_DISABLE_NVLS=1"):
+    for line in (
+        "export NCCL_NVLS_ENABLE=0",
+        "export TORCH_SYMM_MEM_DISABLE_MULTICAST=1",
+        "export NVSHMEM_DISABLE_NVLS=1",
+    ):
         assert f"\n{line}\n" in script
     assert "export NCCL_ASYNC_ERROR_HANDLING" not in script
 
@@ -291,16 +327,18 @@ def test_every_nccl_script_keeps_multicast_off(flags: dict[str, Any]) -> None:
 def test_user_values_never_execute(payload: str, tmp_path: Path) -> None:
     marker = tmp_path / "MARKER"
     value = payload.replace("MARKER", str(marker))
-    spec = spec_from_options({
-        "profile": None,
-        "mode": "gloo",
-        "job_name": value,
-        "output": value + "-%j.out",
-        "error": value + ".err",
-        "workdir": value,
-        "env": (f"PAYLOAD={value}",),
-        "command": f"python3 -c 'pass' {quote(value)}",
-    })
+    spec = spec_from_options(
+        {
+            "profile": None,
+            "mode": "gloo",
+            "job_name": value,
+            "output": value + "-%j.out",
+            "error": value + ".err",
+            "workdir": value,
+            "env": (f"PAYLOAD={value}",),
+            "command": f"python3 -c 'pass' {quote(value)}",
+        }
+    )
     script = render(spec)
     assert _bash_n(script, tmp_path).returncode == 0
     proc, argv = _run_script(script, tmp_path)
@@ -368,16 +406,16 @@ def test_rendering_imports_neither_torch_nor_submitit() -> None:
         "bad = [m for m in ('torch', 'submitit') if m in sys.modules];"
         "sys.exit(f'imported {bad}' if bad else rc)"
     )
-    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
-                          cwd=REPO)
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=REPO)
     assert proc.returncode == 0, proc.stderr
     assert "#SBATCH --nodes=2" in proc.stdout
 
 
 def test_auto_script_keeps_a_cuda_visible_devices_it_was_given(tmp_path: Path) -> None:
     script = render(spec_from_options({"profile": None, "mode": "nccl"}))
-    proc, argv = _run_script(script, tmp_path, {"CUDA_VISIBLE_DEVICES": "5,6"},
-                             nvidia_smi=_gpu_list(2))
+    proc, argv = _run_script(
+        script, tmp_path, {"CUDA_VISIBLE_DEVICES": "5,6"}, nvidia_smi=_gpu_list(2)
+    )
     assert proc.returncode == 0, proc.stderr
     assert _srun_option(argv, "ntasks-per-node") == "2"
     assert "CUDA_VISIBLE_DEVICES=5,6" in (tmp_path / "srun-env").read_text().splitlines()
@@ -390,19 +428,26 @@ def _requeue_harness(tmp_path: Path, with_scontrol: bool) -> tuple[Path, dict[st
     bindir.mkdir()
     tools = {
         "srun": 'mkdir -p "$(dirname "$HPCDIST_REQUEUE_MARKER")"; '
-                'echo runs/77 > "$HPCDIST_REQUEUE_MARKER"; exit 143',
+        'echo runs/77 > "$HPCDIST_REQUEUE_MARKER"; exit 143',
         "sbatch": f'printf "%s\\n" "$@" > {quote(str(tmp_path / "sbatch-argv"))}; '
-                  f'env > {quote(str(tmp_path / "sbatch-env"))}',
+        f"env > {quote(str(tmp_path / 'sbatch-env'))}",
     }
     if with_scontrol:
         tools["scontrol"] = f'printf "%s\\n" "$@" > {quote(str(tmp_path / "scontrol-argv"))}'
     for name, body in tools.items():
         (bindir / name).write_text(f"#!/bin/bash\n{body}\n")
         (bindir / name).chmod(0o755)
-    env = {"PATH": f"{bindir}:/usr/bin:/bin", "HOME": str(tmp_path), "SLURM_JOB_ID": "77",
-           "SLURM_JOB_NODELIST": "node[1-2]", "SLURM_CPUS_PER_TASK": "2",
-           "SLURM_SUBMIT_DIR": str(tmp_path), "SLURM_NODELIST": "node[1-2]",
-           "SLURM_CONF": "/etc/slurm/slurm.conf", "SBATCH_PARTITION": "debug"}
+    env = {
+        "PATH": f"{bindir}:/usr/bin:/bin",
+        "HOME": str(tmp_path),
+        "SLURM_JOB_ID": "77",
+        "SLURM_JOB_NODELIST": "node[1-2]",
+        "SLURM_CPUS_PER_TASK": "2",
+        "SLURM_SUBMIT_DIR": str(tmp_path),
+        "SLURM_NODELIST": "node[1-2]",
+        "SLURM_CONF": "/etc/slurm/slurm.conf",
+        "SBATCH_PARTITION": "debug",
+    }
     return bindir, env
 
 
@@ -424,8 +469,9 @@ def test_requeue_marker_requeues_even_when_srun_reports_a_killed_rank(
         env["PATH"] = f"{tmp_path / 'bin'}:{shell_tools}"
     job = tmp_path / "job.sh"
     job.write_text(script)
-    proc = subprocess.run(["bash", str(job)], cwd=tmp_path, env=env, capture_output=True,
-                          text=True, timeout=30)
+    proc = subprocess.run(
+        ["bash", str(job)], cwd=tmp_path, env=env, capture_output=True, text=True, timeout=30
+    )
     assert proc.returncode == 0, proc.stderr
     assert not (tmp_path / ".hpcdist" / "requeue" / "77").exists()
     if with_scontrol:
@@ -433,8 +479,11 @@ def test_requeue_marker_requeues_even_when_srun_reports_a_killed_rank(
         assert not (tmp_path / "sbatch-argv").exists()
         return
     assert "scontrol missing, resubmitting" in proc.stderr
-    sbatch_env = dict(line.split("=", 1) for line in
-                      (tmp_path / "sbatch-env").read_text().splitlines() if "=" in line)
+    sbatch_env = dict(
+        line.split("=", 1)
+        for line in (tmp_path / "sbatch-env").read_text().splitlines()
+        if "=" in line
+    )
     assert sbatch_env["HPCDIST_RUN_DIR"] == "runs/77"  # the new job resumes this folder
     assert sbatch_env["HPCDIST_RESTARTS"] == "1"
     assert sbatch_env["SLURM_CONF"] == "/etc/slurm/slurm.conf"
@@ -448,26 +497,27 @@ def test_requeue_stops_at_max_restarts(tmp_path: Path) -> None:
     env["SLURM_RESTART_COUNT"] = "2"
     job = tmp_path / "job.sh"
     job.write_text(script)
-    proc = subprocess.run(["bash", str(job)], cwd=tmp_path, env=env, capture_output=True,
-                          text=True, timeout=30)
+    proc = subprocess.run(
+        ["bash", str(job)], cwd=tmp_path, env=env, capture_output=True, text=True, timeout=30
+    )
     assert proc.returncode == 143
     assert "not requeueing: restart 2 reached --max-restarts 2" in proc.stderr
     assert not (tmp_path / "scontrol-argv").exists()
 
 
 def test_torchrun_ignores_the_warning_its_ranks_catch() -> None:
-    spec = spec_from_options({"profile": None, "mode": "gloo", "nodes": 2,
-                              "launcher": "torchrun", "signal": "USR1@60"})
+    spec = spec_from_options(
+        {"profile": None, "mode": "gloo", "nodes": 2, "launcher": "torchrun", "signal": "USR1@60"}
+    )
     script = render(spec)
     assert "export HPCDIST_SIGNAL=USR1" in script
     assert """bash -c 'trap "" USR1 && exec "$@"' torchrun torchrun --nnodes=""" in script
 
 
 def test_batch_shell_signal_is_passed_on_to_srun(tmp_path: Path) -> None:
-    spec = spec_from_options({"profile": None, "mode": "gloo", "nodes": 2,
-                              "signal": "B:USR2@90"})
+    spec = spec_from_options({"profile": None, "mode": "gloo", "nodes": 2, "signal": "B:USR2@90"})
     script = render(spec)
-    assert "#SBATCH --signal=\"B:USR2@90\"" in script
+    assert '#SBATCH --signal="B:USR2@90"' in script
     assert """kill -s USR2 "${srun_pid}\"""" in script
     assert _bash_n(script, tmp_path).returncode == 0
     plain = render(spec_from_options({"profile": None, "mode": "gloo", "nodes": 2}))
@@ -480,8 +530,13 @@ def test_batch_shell_passes_the_warning_to_srun_and_keeps_its_exit_status(
 ) -> None:
     """Under --signal=B:USR1 the shell traps the warning from its first line, passes it on
     to srun (at once, or once srun has started) and still exits with srun's own status."""
-    flags: dict[str, Any] = {"profile": None, "mode": "gloo", "nodes": 2,
-                             "signal": "B:USR1@60", "requeue": False}
+    flags: dict[str, Any] = {
+        "profile": None,
+        "mode": "gloo",
+        "nodes": 2,
+        "signal": "B:USR1@60",
+        "requeue": False,
+    }
     started, warned = tmp_path / "started", tmp_path / "warned"
     ready = tmp_path / "ready"  # the shell has set its trap and is in the setup lines
     flags["setup"] = (f"touch {quote(str(ready))}; sleep 2",) if early else ()
@@ -498,10 +553,21 @@ def test_batch_shell_passes_the_warning_to_srun_and_keeps_its_exit_status(
     (bindir / "srun").chmod(0o755)
     job = tmp_path / "job.sh"
     job.write_text(script)
-    env = {"PATH": f"{bindir}:{os.environ['PATH']}", "HOME": str(tmp_path),
-           "SLURM_JOB_ID": "77", "SLURM_JOB_NODELIST": "node[1-2]", "SLURM_CPUS_PER_TASK": "1"}
-    proc = subprocess.Popen(["bash", str(job)], cwd=tmp_path, env=env,
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    env = {
+        "PATH": f"{bindir}:{os.environ['PATH']}",
+        "HOME": str(tmp_path),
+        "SLURM_JOB_ID": "77",
+        "SLURM_JOB_NODELIST": "node[1-2]",
+        "SLURM_CPUS_PER_TASK": "1",
+    }
+    proc = subprocess.Popen(
+        ["bash", str(job)],
+        cwd=tmp_path,
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
     marker = ready if early else started
     deadline = time.monotonic() + 10
     while not marker.exists() and time.monotonic() < deadline:

@@ -36,22 +36,65 @@ def _sacct(job_id: str) -> list[dict[str, str]]:
 @pytest.mark.parametrize(
     ("job_id", "state", "reason", "nodes", "elapsed", "limit", "exit_code", "signal", "stdout"),
     [
-        ("9569844", "COMPLETED", None, "node[3-4]", 4.0, 1800.0, 0, 0,
-         "/tmp/jobsfx/hpcdist-commcheck-9569844.out"),
-        ("9569845", "PENDING", "BeginTime", None, 0.0, None, 0, 0,
-         "/tmp/jobsfx/held-9569845.out"),
-        ("9569850", "TIMEOUT", "TimeLimit", "node1", 87.0, 60.0, 0, 15,
-         "/tmp/jobsfx/to-9569850.out"),
-        ("9569851", "FAILED", "NonZeroExitCode", "node2", 0.0, None, 3, 0,
-         "/tmp/jobsfx/fail-9569851.out"),
-        ("9569852", "FAILED", "JobLaunchFailure", "node3", 0.0, None, 0, 9,
-         "/tmp/jobsfx/kill-9569852.out"),
+        (
+            "9569844",
+            "COMPLETED",
+            None,
+            "node[3-4]",
+            4.0,
+            1800.0,
+            0,
+            0,
+            "/tmp/jobsfx/hpcdist-commcheck-9569844.out",
+        ),
+        ("9569845", "PENDING", "BeginTime", None, 0.0, None, 0, 0, "/tmp/jobsfx/held-9569845.out"),
+        (
+            "9569850",
+            "TIMEOUT",
+            "TimeLimit",
+            "node1",
+            87.0,
+            60.0,
+            0,
+            15,
+            "/tmp/jobsfx/to-9569850.out",
+        ),
+        (
+            "9569851",
+            "FAILED",
+            "NonZeroExitCode",
+            "node2",
+            0.0,
+            None,
+            3,
+            0,
+            "/tmp/jobsfx/fail-9569851.out",
+        ),
+        (
+            "9569852",
+            "FAILED",
+            "JobLaunchFailure",
+            "node3",
+            0.0,
+            None,
+            0,
+            9,
+            "/tmp/jobsfx/kill-9569852.out",
+        ),
     ],
     ids=["completed", "held", "timeout", "exit-3", "killed"],
 )
-def test_scontrol_records_of_the_testbed(job_id: str, state: str, reason: str | None,
-                                         nodes: str | None, elapsed: float, limit: float | None,
-                                         exit_code: int, signal: int, stdout: str) -> None:
+def test_scontrol_records_of_the_testbed(
+    job_id: str,
+    state: str,
+    reason: str | None,
+    nodes: str | None,
+    elapsed: float,
+    limit: float | None,
+    exit_code: int,
+    signal: int,
+    stdout: str,
+) -> None:
     (record,) = _scontrol(job_id)
     info = from_scontrol(record)
     assert (info.job_id, info.state, info.reason, info.nodes) == (job_id, state, reason, nodes)
@@ -82,7 +125,12 @@ def test_sacct_rows_of_the_testbed() -> None:
     info = from_sacct(rows, "9569844")
     assert info is not None
     assert (info.state, info.exit_code, info.elapsed_s, info.limit_s, info.num_nodes) == (
-        "COMPLETED", 0, 4.0, 1800.0, 2)
+        "COMPLETED",
+        0,
+        4.0,
+        1800.0,
+        2,
+    )
     pending = from_sacct(_sacct("9569845"), "9569845")
     assert pending is not None and (pending.nodes, pending.reason) == (None, "BeginTime")
     assert pending.limit_s is None  # Partition_Limit
@@ -90,10 +138,12 @@ def test_sacct_rows_of_the_testbed() -> None:
 
 
 def test_sacct_counts_requeued_attempts_as_restarts() -> None:
-    rows = parse_sacct("JobID|State|ExitCode|Elapsed|Timelimit|NNodes\n"
-                       "77|REQUEUED|0:15|00:01:00|00:10:00|1\n"
-                       "77.batch|CANCELLED|0:15|00:01:00||1\n"
-                       "77|COMPLETED|0:0|00:02:00|00:10:00|1\n")
+    rows = parse_sacct(
+        "JobID|State|ExitCode|Elapsed|Timelimit|NNodes\n"
+        "77|REQUEUED|0:15|00:01:00|00:10:00|1\n"
+        "77.batch|CANCELLED|0:15|00:01:00||1\n"
+        "77|COMPLETED|0:0|00:02:00|00:10:00|1\n"
+    )
     info = from_sacct(rows, "77")
     assert info is not None and (info.state, info.restarts, info.elapsed_s) == ("COMPLETED", 1, 120)
 
@@ -105,8 +155,17 @@ def test_sacct_row_with_a_missing_field_is_an_error_quoting_it() -> None:
 
 @pytest.mark.parametrize(
     ("text", "seconds"),
-    [("1-02:03:04", 93784), ("02:03:04", 7384), ("03:04", 184), ("03:04.512", 184.512),
-     ("00:00:00", 0), ("4", 4), ("UNLIMITED", None), ("Partition_Limit", None), ("", None)],
+    [
+        ("1-02:03:04", 93784),
+        ("02:03:04", 7384),
+        ("03:04", 184),
+        ("03:04.512", 184.512),
+        ("00:00:00", 0),
+        ("4", 4),
+        ("UNLIMITED", None),
+        ("Partition_Limit", None),
+        ("", None),
+    ],
 )
 def test_durations(text: str, seconds: float | None) -> None:
     assert parse_duration(text) == seconds
@@ -125,16 +184,23 @@ def test_format_then_parse_duration_round_trips(seconds: int) -> None:
 
 @pytest.mark.parametrize(
     ("text", "bare", "expected"),
-    [("4000M", "M", (4000.0, "job")), ("1.5G", "M", (1536.0, "job")),
-     ("2000Mn", "M", (2000.0, "node")), ("500Mc", "M", (500.0, "cpu")),
-     ("1048576K", "K", (1024.0, "job")), ("0", "K", (0.0, "job")), ("", "M", None)],
+    [
+        ("4000M", "M", (4000.0, "job")),
+        ("1.5G", "M", (1536.0, "job")),
+        ("2000Mn", "M", (2000.0, "node")),
+        ("500Mc", "M", (500.0, "cpu")),
+        ("1048576K", "K", (1024.0, "job")),
+        ("0", "K", (0.0, "job")),
+        ("", "M", None),
+    ],
 )
 def test_memory_sizes(text: str, bare: str, expected: tuple[float, str] | None) -> None:
     assert parse_memory_mb(text, bare_unit=bare) == expected
 
 
-@pytest.mark.parametrize(("text", "expected"), [("0:0", (0, 0)), ("3:0", (3, 0)),
-                                                ("0:9", (0, 9)), ("0:15", (0, 15))])
+@pytest.mark.parametrize(
+    ("text", "expected"), [("0:0", (0, 0)), ("3:0", (3, 0)), ("0:9", (0, 9)), ("0:15", (0, 15))]
+)
 def test_exit_codes(text: str, expected: tuple[int, int]) -> None:
     assert parse_exit_code(text) == expected
 
@@ -145,22 +211,34 @@ def test_cancelled_by_uid_is_cancelled() -> None:
 
 def test_queue_view_wins_over_the_lagging_database_newest_first() -> None:
     live = [JobSummary("12", "RUNNING", 5.0, "a")]
-    accounted = [JobSummary("12", "PENDING", 0.0, "a"), JobSummary("9_1", "COMPLETED", 1, "b"),
-                 JobSummary("100", "FAILED", 2, "c")]
+    accounted = [
+        JobSummary("12", "PENDING", 0.0, "a"),
+        JobSummary("9_1", "COMPLETED", 1, "b"),
+        JobSummary("100", "FAILED", 2, "c"),
+    ]
     merged = merge_summaries(live, accounted)
     assert [(job.job_id, job.state) for job in merged] == [
-        ("100", "FAILED"), ("12", "RUNNING"), ("9_1", "COMPLETED")]
+        ("100", "FAILED"),
+        ("12", "RUNNING"),
+        ("9_1", "COMPLETED"),
+    ]
 
 
 _KEYS = st.from_regex(r"[A-Za-z][A-Za-z0-9_/:]{0,12}", fullmatch=True)
 # A value: words without whitespace ('=' and ',' allowed, as in TRES=cpu=4,node=2); words
 # after a space hold no '=', or they would read as a new pair (as in SLURM's own output).
 _FIRST_WORD = st.text(st.characters(blacklist_categories=("Z", "C")), max_size=20)
-_MORE_WORDS = st.lists(st.text(st.characters(blacklist_categories=("Z", "C"),
-                                             blacklist_characters="="), min_size=1, max_size=8),
-                       max_size=2)
-_VALUES = st.builds(lambda first, more: " ".join([first, *more]) if first else first,
-                    _FIRST_WORD, _MORE_WORDS)
+_MORE_WORDS = st.lists(
+    st.text(
+        st.characters(blacklist_categories=("Z", "C"), blacklist_characters="="),
+        min_size=1,
+        max_size=8,
+    ),
+    max_size=2,
+)
+_VALUES = st.builds(
+    lambda first, more: " ".join([first, *more]) if first else first, _FIRST_WORD, _MORE_WORDS
+)
 
 
 @given(st.dictionaries(_KEYS, _VALUES, min_size=1, max_size=12))

@@ -22,28 +22,46 @@ BAD_REQUESTS: list[tuple[list[str], str]] = [
     (["--nodes", "5"], "--nodes 5 exceeds profile 'local' limit of 4 nodes"),
     (["--mode", "threads", "--nodes", "2"], "--mode threads runs on exactly 1 node, got --nodes 2"),
     (["--mode", "threads", "--tasks-per-node", "2"], "--mode threads runs 1 task"),
-    (["--mode", "gloo", "--gpus-per-node", "1"],
-     "--gpus-per-node 1 needs --mode nccl or --mode test, got --mode gloo"),
+    (
+        ["--mode", "gloo", "--gpus-per-node", "1"],
+        "--gpus-per-node 1 needs --mode nccl or --mode test, got --mode gloo",
+    ),
     (["--mode", "threads", "--gpus-per-node", "2"], "needs --mode nccl or --mode test"),
     # No GPU count anywhere means "count them at run time"; half a count is a mistake.
-    (["--mode", "nccl", "--tasks-per-node", "2"],
-     "--tasks-per-node 2 with --mode nccl needs a GPU count: pass --gpus-per-node 2"),
-    (["--mode", "nccl", "--gpus-per-node", "0"],
-     "--gpus-per-node must be >= 1 for --mode nccl, got 0; leave it out"),
-    (["--profile", "gpu-cluster", "--mode", "nccl", "--gpus-per-node", "-1"],
-     "--gpus-per-node must be >= 1 for --mode nccl, got -1"),
-    (["--mode", "nccl", "--cpus-per-task", "3"],
-     "--cpus-per-task 3 exceeds profile 'local' limit of 2 cores per node"),
+    (
+        ["--mode", "nccl", "--tasks-per-node", "2"],
+        "--tasks-per-node 2 with --mode nccl needs a GPU count: pass --gpus-per-node 2",
+    ),
+    (
+        ["--mode", "nccl", "--gpus-per-node", "0"],
+        "--gpus-per-node must be >= 1 for --mode nccl, got 0; leave it out",
+    ),
+    (
+        ["--profile", "gpu-cluster", "--mode", "nccl", "--gpus-per-node", "-1"],
+        "--gpus-per-node must be >= 1 for --mode nccl, got -1",
+    ),
+    (
+        ["--mode", "nccl", "--cpus-per-task", "3"],
+        "--cpus-per-task 3 exceeds profile 'local' limit of 2 cores per node",
+    ),
     (["--mode", "nccl", "--cpus-per-task", "0"], "--cpus-per-task must be >= 1, got 0"),
     (["--mode", "test", "--gpus-per-node", "-1"], "--gpus-per-node must be >= 0, got -1"),
-    (["--mode", "test", "--gpus-per-node", "2", "--tasks-per-node", "1"],
-     "--mode test runs one task per GPU: --tasks-per-node 1 != --gpus-per-node 2"),
-    (["--profile", "gpu-cluster", "--mode", "test", "--gpus-per-node", "8"],
-     "--gpus-per-node 8 exceeds profile 'gpu-cluster' limit of 4 GPUs per node"),
-    (["--profile", "gpu-cluster", "--mode", "nccl", "--gpus-per-node", "5"],
-     "--gpus-per-node 5 exceeds profile 'gpu-cluster' limit of 4 GPUs per node"),
-    (["--profile", "gpu-cluster", "--mode", "nccl", "--tasks-per-node", "2"],
-     "--tasks-per-node 2 != --gpus-per-node 4"),
+    (
+        ["--mode", "test", "--gpus-per-node", "2", "--tasks-per-node", "1"],
+        "--mode test runs one task per GPU: --tasks-per-node 1 != --gpus-per-node 2",
+    ),
+    (
+        ["--profile", "gpu-cluster", "--mode", "test", "--gpus-per-node", "8"],
+        "--gpus-per-node 8 exceeds profile 'gpu-cluster' limit of 4 GPUs per node",
+    ),
+    (
+        ["--profile", "gpu-cluster", "--mode", "nccl", "--gpus-per-node", "5"],
+        "--gpus-per-node 5 exceeds profile 'gpu-cluster' limit of 4 GPUs per node",
+    ),
+    (
+        ["--profile", "gpu-cluster", "--mode", "nccl", "--tasks-per-node", "2"],
+        "--tasks-per-node 2 != --gpus-per-node 4",
+    ),
     (["--cpus-per-task", "3"], "3 CPUs per node exceeds profile 'local' limit of 2 cores per node"),
     (["--tasks-per-node", "2", "--cpus-per-task", "2"], "4 CPUs per node exceeds"),
     (["--cpus-per-task", "0"], "--cpus-per-task must be >= 1, got 0"),
@@ -143,8 +161,11 @@ def test_nccl_without_a_gpu_count_anywhere_counts_them_at_run_time(profile: str)
     assert (spec.gpus_per_node, spec.tasks_per_node, spec.cpus_per_task) == ("auto", "auto", "auto")
     assert spec.world_size is None
     env = dict(spec.env)
-    assert (env["NCCL_NVLS_ENABLE"], env["TORCH_SYMM_MEM_DISABLE_MULTICAST"],
-            env["NVSHMEM_DISABLE_NVLS"]) == ("0", "1", "1")
+    assert (
+        env["NCCL_NVLS_ENABLE"],
+        env["TORCH_SYMM_MEM_DISABLE_MULTICAST"],
+        env["NVSHMEM_DISABLE_NVLS"],
+    ) == ("0", "1", "1")
 
 
 def test_nccl_auto_keeps_an_explicit_cpus_per_task() -> None:

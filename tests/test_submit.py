@@ -34,7 +34,6 @@ REPO = Path(__file__).resolve().parents[1]
 _DIRECTIVE = re.compile(r"^#SBATCH --([a-z-]+)(?:=(.*))?$")
 
 
-
 def _directives(script: str) -> dict[str, str]:
     found = {}
     for line in script.splitlines():
@@ -82,16 +81,32 @@ def _submitit_script(spec: JobSpec, tmp_path: Path, monkeypatch: pytest.MonkeyPa
     "flags",
     [
         {"mode": "gloo", "nodes": 4, "job_name": "emu run #1"},
-        {"mode": "gloo", "job_name": "a b\\c 'it's' \"x\"; rm -rf ~ #", "output": "o\\%j.log",
-         "error": "e-%j.err"},
+        {
+            "mode": "gloo",
+            "job_name": "a b\\c 'it's' \"x\"; rm -rf ~ #",
+            "output": "o\\%j.log",
+            "error": "e-%j.err",
+        },
         {"mode": "test", "nodes": 2, "tasks_per_node": 2, "cpus_per_task": 1},
-        {"mode": "threads", "profile": "cpu-cluster", "account": "proj", "qos": "high",
-         "memory": "64G", "time": "1-12"},
+        {
+            "mode": "threads",
+            "profile": "cpu-cluster",
+            "account": "proj",
+            "qos": "high",
+            "memory": "64G",
+            "time": "1-12",
+        },
         {"mode": "nccl", "profile": "gpu-cluster", "nodes": 2, "time": "90"},
         {"mode": "nccl", "profile": "gpu-cluster", "nodes": 2, "launcher": "torchrun"},
         {"mode": "test", "profile": "gpu-cluster", "nodes": 2, "gpus_per_node": 2},
-        {"mode": "gloo", "nodes": 2, "requeue": False, "workdir": "/scratch/me",
-         "memory": "1500M", "max_restarts": 0},
+        {
+            "mode": "gloo",
+            "nodes": 2,
+            "requeue": False,
+            "workdir": "/scratch/me",
+            "memory": "1500M",
+            "max_restarts": 0,
+        },
     ],
 )
 def test_render_and_submit_ask_slurm_for_the_same_resources(
@@ -102,8 +117,16 @@ def test_render_and_submit_ask_slurm_for_the_same_resources(
     submitted = _normalise(_directives(_submitit_script(spec, tmp_path, monkeypatch)))
     assert rendered == submitted
     # Not only equal to each other: each holds the values the user gave.
-    given = {"nodes": "nodes", "job_name": "job-name", "account": "account", "qos": "qos",
-             "memory": "mem", "workdir": "chdir", "output": "output", "error": "error"}
+    given = {
+        "nodes": "nodes",
+        "job_name": "job-name",
+        "account": "account",
+        "qos": "qos",
+        "memory": "mem",
+        "workdir": "chdir",
+        "output": "output",
+        "error": "error",
+    }
     for flag, directive in given.items():
         if flag in flags:
             assert submitted[directive] == str(flags[flag])
@@ -118,8 +141,10 @@ def _srun_line(script: str) -> str:
     return next(line for line in script.splitlines() if line.startswith("srun "))
 
 
-AUTO_MESSAGE = ("--mode nccl with no GPU count is supported by render/sbatch only; "
-                "pass --gpus-per-node N for submit")
+AUTO_MESSAGE = (
+    "--mode nccl with no GPU count is supported by render/sbatch only; "
+    "pass --gpus-per-node N for submit"
+)
 
 
 @pytest.mark.parametrize("executor", ["slurm", "local", "auto"])
@@ -140,8 +165,11 @@ def test_submit_refuses_gpus_counted_at_run_time_in_one_line(
 def test_submit_functions_refuse_auto_before_anything_else(tmp_path: Path) -> None:
     spec = spec_from_options({"profile": None, "mode": "nccl"})
     assert AUTO_GPUS_REFUSED == AUTO_MESSAGE
-    for call in (lambda: slurm_parameters(spec), lambda: describe(spec, "local"),
-                 lambda: submit(spec, "local", project_dir=tmp_path)):
+    for call in (
+        lambda: slurm_parameters(spec),
+        lambda: describe(spec, "local"),
+        lambda: submit(spec, "local", project_dir=tmp_path),
+    ):
         with pytest.raises(SpecError) as info:
             call()
         assert str(info.value) == AUTO_MESSAGE
@@ -149,11 +177,15 @@ def test_submit_functions_refuse_auto_before_anything_else(tmp_path: Path) -> No
 
 
 def test_submit_takes_the_gpu_count_when_given() -> None:
-    spec = spec_from_options({"profile": None, "mode": "nccl", "gpus_per_node": 2,
-                              "cpus_per_task": 1})
+    spec = spec_from_options(
+        {"profile": None, "mode": "nccl", "gpus_per_node": 2, "cpus_per_task": 1}
+    )
     params = slurm_parameters(spec)["additional_parameters"]
     assert (params["ntasks_per_node"], params["gpus_per_node"], params["cpus_per_task"]) == (
-        2, 2, 1)
+        2,
+        2,
+        1,
+    )
 
 
 def test_dry_run_prints_parameters_and_submits_nothing(tmp_path: Path) -> None:
@@ -186,9 +218,11 @@ def _local(flags: dict[str, Any], project: Path) -> tuple[str, str]:
 
 
 def test_local_executor_runs_every_rank_and_completes(tmp_path: Path) -> None:
-    probe = ("import os; print('rank', os.environ['SUBMITIT_LOCAL_GLOBALID'], "
-             "'of', os.environ['SUBMITIT_LOCAL_NTASKS'], 'signal', os.environ['HPCDIST_SIGNAL'])")
-    job_id, state = _local({"nodes": 2, "command": f"{sys.executable} -c \"{probe}\""}, tmp_path)
+    probe = (
+        "import os; print('rank', os.environ['SUBMITIT_LOCAL_GLOBALID'], "
+        "'of', os.environ['SUBMITIT_LOCAL_NTASKS'], 'signal', os.environ['HPCDIST_SIGNAL'])"
+    )
+    job_id, state = _local({"nodes": 2, "command": f'{sys.executable} -c "{probe}"'}, tmp_path)
     assert state == "COMPLETED"
     record = load_record(job_id, tmp_path)
     logs = [record.log_path(r).read_text() for r in range(2)]
@@ -209,31 +243,54 @@ def test_cli_local_submit_wait_status_logs_list(tmp_path: Path) -> None:
     env["PATH"] = os.path.dirname(sys.executable) + ":/usr/bin:/bin"  # no sbatch on PATH
     hpcdist = [sys.executable, "-m", "hpcdist.cli"]
     command = f"{sys.executable} -c \"print('hello from the job')\""
-    run = subprocess.run([*hpcdist, "submit", "--nodes", "2", "--backend", "gloo", "--wait",
-                          "--command", command], cwd=tmp_path, env=env, capture_output=True,
-                         text=True, timeout=180)
+    run = subprocess.run(
+        [*hpcdist, "submit", "--nodes", "2", "--backend", "gloo", "--wait", "--command", command],
+        cwd=tmp_path,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=180,
+    )
     assert run.returncode == 0, run.stderr
     assert "(local, gloo, 2 nodes x 1 tasks)" in run.stdout
     assert "hello from the job" in run.stdout
     job_id = re.search(r"Submitted job (\d+)", run.stdout).group(1)  # type: ignore[union-attr]
-    status = subprocess.run([*hpcdist, "status", job_id], cwd=tmp_path, env=env,
-                            capture_output=True, text=True)
+    status = subprocess.run(
+        [*hpcdist, "status", job_id], cwd=tmp_path, env=env, capture_output=True, text=True
+    )
     assert status.stdout.splitlines()[0] == f"{job_id} COMPLETED"
-    logs = subprocess.run([*hpcdist, "logs", job_id, "--rank", "1"], cwd=tmp_path, env=env,
-                          capture_output=True, text=True)
+    logs = subprocess.run(
+        [*hpcdist, "logs", job_id, "--rank", "1"],
+        cwd=tmp_path,
+        env=env,
+        capture_output=True,
+        text=True,
+    )
     assert "hello from the job" in logs.stdout
-    listing = subprocess.run([*hpcdist, "list"], cwd=tmp_path, env=env, capture_output=True,
-                             text=True)
+    listing = subprocess.run(
+        [*hpcdist, "list"], cwd=tmp_path, env=env, capture_output=True, text=True
+    )
     assert re.search(rf"{job_id}\s+COMPLETED", listing.stdout)
-    bad_rank = subprocess.run([*hpcdist, "logs", job_id, "--rank", "5"], cwd=tmp_path, env=env,
-                              capture_output=True, text=True)
+    bad_rank = subprocess.run(
+        [*hpcdist, "logs", job_id, "--rank", "5"],
+        cwd=tmp_path,
+        env=env,
+        capture_output=True,
+        text=True,
+    )
     assert bad_rank.returncode == 2
     assert "5 is not a rank of job" in bad_rank.stderr
 
 
 def test_cancel_local_job_shows_cancelled(tmp_path: Path) -> None:
-    spec = spec_from_options({"profile": None, "mode": "gloo", "nodes": 1,
-                              "command": f"{sys.executable} -c \"import time; time.sleep(60)\""})
+    spec = spec_from_options(
+        {
+            "profile": None,
+            "mode": "gloo",
+            "nodes": 1,
+            "command": f'{sys.executable} -c "import time; time.sleep(60)"',
+        }
+    )
     record = submit(spec, "local", project_dir=tmp_path).record
     from hpcdist.jobs import cancel
 
@@ -248,7 +305,8 @@ def test_status_of_unknown_job_is_a_user_error(tmp_path: Path) -> None:
 
 
 @pytest.mark.parametrize(
-    "option", [o for o in JOB_OPTIONS if o.sbatch is not None], ids=lambda o: o.name)
+    "option", [o for o in JOB_OPTIONS if o.sbatch is not None], ids=lambda o: o.name
+)
 def test_every_pass_through_option_reaches_render_and_submit_with_its_value(
     option: JobOption, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -259,4 +317,5 @@ def test_every_pass_through_option_reaches_render_and_submit_with_its_value(
     unset = spec_from_options({"profile": None, "mode": "gloo"})
     # Unset: no directive, unless a default or the profile (its partition) gives a value.
     assert (option.sbatch in _directives(render(unset))) == (
-        getattr(unset, option.name) is not None)
+        getattr(unset, option.name) is not None
+    )

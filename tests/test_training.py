@@ -25,12 +25,27 @@ from ufsemulator.training import StopFlag, TrainResult, train
 
 REPO = Path(__file__).resolve().parents[1]
 SMOKE = REPO / "ufsemulator" / "configs" / "smoke.yaml"
-RUN_FILES = {"checkpoint.pt", "best_model.pt", "model.pt", "loss_curves.png",
-             "training_results.json"}  # fmt: skip
+RUN_FILES = {
+    "checkpoint.pt",
+    "best_model.pt",
+    "model.pt",
+    "loss_curves.png",
+    "training_results.json",
+}
 # Launcher variables a test run must not inherit (and setup_distributed exports).
-LAUNCH_VARS = ("RANK", "LOCAL_RANK", "WORLD_SIZE", "LOCAL_WORLD_SIZE", "GROUP_RANK",
-               "MASTER_ADDR", "MASTER_PORT", "SLURM_PROCID", "SLURM_JOB_ID",
-               "SUBMITIT_LOCAL_GLOBALID", "SUBMITIT_LOCAL_JOB_ID")  # fmt: skip
+LAUNCH_VARS = (
+    "RANK",
+    "LOCAL_RANK",
+    "WORLD_SIZE",
+    "LOCAL_WORLD_SIZE",
+    "GROUP_RANK",
+    "MASTER_ADDR",
+    "MASTER_PORT",
+    "SLURM_PROCID",
+    "SLURM_JOB_ID",
+    "SUBMITIT_LOCAL_GLOBALID",
+    "SUBMITIT_LOCAL_JOB_ID",
+)
 
 
 @pytest.fixture(scope="session")
@@ -78,9 +93,19 @@ def test_single_process_run_writes_the_run_folder(
     assert re.search(r"^\[Rank 0\] Training samples: \d+$", out, re.M)
     assert re.search(r"^Epoch 3/3 - Train: [\d.e-]+, Val: [\d.e-]+$", out, re.M)
     results = json.loads((tmp_path / "run" / "training_results.json").read_text())
-    for key in ("world_size", "backend", "device", "threads", "epoch_times_s",
-                "samples_per_second", "final_train_loss", "final_val_loss", "best_val_loss",
-                "best_val_r2", "epochs_run"):  # fmt: skip
+    for key in (
+        "world_size",
+        "backend",
+        "device",
+        "threads",
+        "epoch_times_s",
+        "samples_per_second",
+        "final_train_loss",
+        "final_val_loss",
+        "best_val_loss",
+        "best_val_r2",
+        "epochs_run",
+    ):
         assert key in results, key
     assert results["world_size"] == 1 and len(results["epoch_times_s"]) == 3
     assert results["final_val_loss"] == pytest.approx(result.final_val_loss)
@@ -98,9 +123,11 @@ def test_stop_and_resume_is_bitwise_identical(
     first = run_single(monkeypatch, smoke(epochs=2), run_dir=tmp_path / "b")
     assert first.epochs_run == 2
     resumed = run_single(
-        monkeypatch, smoke(epochs=4), resume=tmp_path / "b" / "checkpoint.pt",
+        monkeypatch,
+        smoke(epochs=4),
+        resume=tmp_path / "b" / "checkpoint.pt",
         run_dir=tmp_path / "b",
-    )  # fmt: skip
+    )
     assert resumed.epochs_run == 4
     assert_same_weights(straight.model, resumed.model)
     a = json.loads((tmp_path / "a" / "training_results.json").read_text())["history"]
@@ -122,8 +149,7 @@ def test_mid_epoch_preemption_resumes_bitwise(
         if step == 7:  # the scheduler's warning arrives in epoch 2, step 2
             os.kill(os.getpid(), signal.SIGUSR2)
 
-    stopped = run_single(monkeypatch, config, run_dir=tmp_path / "b",
-                         step_callback=warn_at_step_7)  # fmt: skip
+    stopped = run_single(monkeypatch, config, run_dir=tmp_path / "b", step_callback=warn_at_step_7)
     assert stopped.status == "preempted"
     ckpt = load_checkpoint(tmp_path / "b" / "checkpoint.pt")
     assert (ckpt["epoch"], ckpt["step_in_epoch"], ckpt["step"]) == (1, 2, 7)
@@ -152,8 +178,9 @@ def test_gradient_accumulation_matches_one_big_batch(
     big = run_single(monkeypatch, smoke(epochs=2, batch_size=60), run_dir=tmp_path / "a")
     assert not calls
     # 154 rows: steps of 60, 60 and 34 rows = micro-batches of 30+30, 30+30 and 30+4
-    accum = run_single(monkeypatch, smoke(epochs=2, batch_size=30, grad_accum_steps=2),
-                       run_dir=tmp_path / "b")  # fmt: skip
+    accum = run_single(
+        monkeypatch, smoke(epochs=2, batch_size=30, grad_accum_steps=2), run_dir=tmp_path / "b"
+    )
     assert len(calls) == 2 * 3  # one no_sync (the first micro-batch) per step
     for p, q in zip(big.model.parameters(), accum.model.parameters(), strict=True):
         torch.testing.assert_close(p, q, rtol=1e-4, atol=1e-5)
@@ -162,8 +189,9 @@ def test_gradient_accumulation_matches_one_big_batch(
 def test_early_stopping_stops_and_keeps_the_best_model(
     monkeypatch: pytest.MonkeyPatch, tmp_path: Path
 ) -> None:
-    result = run_single(monkeypatch, smoke(epochs=50, lr=0.5, early_stopping_patience=2),
-                        run_dir=tmp_path)  # fmt: skip
+    result = run_single(
+        monkeypatch, smoke(epochs=50, lr=0.5, early_stopping_patience=2), run_dir=tmp_path
+    )
     assert result.status == "early_stopped" and result.epochs_run < 50
     assert result.epochs_run == result.best_epoch + 2
     assert load_checkpoint(tmp_path / "best_model.pt")["epoch"] == result.best_epoch
@@ -215,15 +243,36 @@ def run_ranks(
     procs = []
     for rank in range(world):
         env = {k: v for k, v in os.environ.items() if k not in LAUNCH_VARS}
-        env.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port), WORLD_SIZE=str(world),
-                   RANK=str(rank), LOCAL_RANK=str(rank), LOCAL_WORLD_SIZE=str(world),
-                   PYTHONPATH=str(REPO), HPCDIST_DATA_DIR=str(data_dir),
-                   OMP_NUM_THREADS="1")  # fmt: skip
-        procs.append(subprocess.Popen(
-            [sys.executable, "-c", RANK_SCRIPT, str(tmp_path), str(tmp_path / "run"),
-             strategy, str(rank), str(config)],
-            env=env, cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-        ))  # fmt: skip
+        env.update(
+            MASTER_ADDR="127.0.0.1",
+            MASTER_PORT=str(port),
+            WORLD_SIZE=str(world),
+            RANK=str(rank),
+            LOCAL_RANK=str(rank),
+            LOCAL_WORLD_SIZE=str(world),
+            PYTHONPATH=str(REPO),
+            HPCDIST_DATA_DIR=str(data_dir),
+            OMP_NUM_THREADS="1",
+        )
+        procs.append(
+            subprocess.Popen(
+                [
+                    sys.executable,
+                    "-c",
+                    RANK_SCRIPT,
+                    str(tmp_path),
+                    str(tmp_path / "run"),
+                    strategy,
+                    str(rank),
+                    str(config),
+                ],
+                env=env,
+                cwd=tmp_path,
+                stdout=subprocess.PIPE,
+                stderr=subprocess.STDOUT,
+                text=True,
+            )
+        )
     outputs = [p.communicate(timeout=180)[0] for p in procs]
     for proc, out in zip(procs, outputs, strict=True):
         assert proc.returncode == 0, out
@@ -265,10 +314,12 @@ def test_two_gloo_ranks_agree_and_only_rank_0_writes(ddp_ranks: tuple[Path, Rank
     order = torch.randperm(n, generator=torch.Generator().manual_seed(42))
     train_idx = order[n_val:][: 2 * ((n - n_val) // 2)].numpy()
     stats = stats_from_shard(dataset.inputs[train_idx], dataset.targets[train_idx])
-    torch.testing.assert_close(r0["state"]["input_mean"],
-                               torch.tensor(stats.input_mean, dtype=torch.float32))  # fmt: skip
-    torch.testing.assert_close(r0["state"]["output_std"],
-                               torch.tensor(stats.output_std, dtype=torch.float32))  # fmt: skip
+    torch.testing.assert_close(
+        r0["state"]["input_mean"], torch.tensor(stats.input_mean, dtype=torch.float32)
+    )
+    torch.testing.assert_close(
+        r0["state"]["output_std"], torch.tensor(stats.output_std, dtype=torch.float32)
+    )
 
 
 def test_ranks_of_one_host_share_their_gradients_in_memory_with_gloos_result(
@@ -278,8 +329,9 @@ def test_ranks_of_one_host_share_their_gradients_in_memory_with_gloos_result(
     (out0, shared), _ = run_ranks(tmp_path / "shared", "ddp", data_dir)
     assert "Gradient all-reduce: shared memory (this host)" in out0
     assert set(gradreduce.SHM_DIR.glob("hpcdist-grads-*")) == before  # removed once mapped
-    (gloo_out, gloo), (_, gloo1) = run_ranks(tmp_path / "gloo", "ddp", data_dir,
-                                             training="  grad_allreduce: backend\n")  # fmt: skip
+    (gloo_out, gloo), (_, gloo1) = run_ranks(
+        tmp_path / "gloo", "ddp", data_dir, training="  grad_allreduce: backend\n"
+    )
     assert "Gradient all-reduce: backend" in gloo_out
     # Two ranks: a/2 + b/2 in either order is the same sum, so the same bits.
     for key in shared["state"]:
@@ -295,8 +347,13 @@ def test_shared_memory_with_several_buckets_and_micro_batches_on_three_ranks(
     training = "  ddp_bucket_cap_mb: 0.005\n  grad_accum_steps: 2\n"
     shared = run_ranks(tmp_path / "shared", "ddp", data_dir, world=3, training=training)
     assert "Gradient all-reduce: shared memory (this host)" in shared[0][0]
-    gloo = run_ranks(tmp_path / "gloo", "ddp", data_dir, world=3,
-                     training=training + "  grad_allreduce: backend\n")  # fmt: skip
+    gloo = run_ranks(
+        tmp_path / "gloo",
+        "ddp",
+        data_dir,
+        world=3,
+        training=training + "  grad_allreduce: backend\n",
+    )
     for key in shared[0][1]["state"]:
         for _, rank in shared[1:]:  # every rank summed in the same order: the same bits
             assert torch.equal(rank["state"][key], shared[0][1]["state"][key]), key
@@ -322,13 +379,34 @@ def test_cli_trains_and_exports(tmp_path: Path, capsys: pytest.CaptureFixture[st
     data = tmp_path / "grid.nc"
     assert main(["make-data", "--out", str(data), "--ni", "40", "--nj", "32"]) == 0
     run = tmp_path / "run"
-    assert main(["train", "--config", str(SMOKE), "--data", str(data), "--run-dir", str(run),
-                 "--epochs", "2"]) == 0  # fmt: skip
+    assert (
+        main(
+            [
+                "train",
+                "--config",
+                str(SMOKE),
+                "--data",
+                str(data),
+                "--run-dir",
+                str(run),
+                "--epochs",
+                "2",
+            ]
+        )
+        == 0
+    )
     assert json.loads((run / "training_results.json").read_text())["epochs_run"] == 2
-    assert main(["export", "--checkpoint", str(run / "checkpoint.pt"),
-                 "--out", str(tmp_path / "m.pt")]) == 0  # fmt: skip
+    assert (
+        main(
+            ["export", "--checkpoint", str(run / "checkpoint.pt"), "--out", str(tmp_path / "m.pt")]
+        )
+        == 0
+    )
     assert torch.jit.load(str(tmp_path / "m.pt")).jac_physical(torch.randn(3, 14)).shape == (
-        3, 1, 14)  # fmt: skip
+        3,
+        1,
+        14,
+    )
     # Resuming without --config takes the checkpoint's config; --epochs extends the run.
     assert main(["train", "--resume", str(run / "checkpoint.pt"), "--epochs", "3"]) == 0
     assert load_checkpoint(run / "checkpoint.pt")["epoch"] == 3
@@ -444,9 +522,18 @@ def test_cuda_graph_blockers() -> None:
     from ufsemulator.parallel import cuda_graph_blocker
 
     def ctx(backend: str, device: str) -> DistContext:
-        env = DistEnv(rank=0, local_rank=0, world_size=1, local_world_size=1, node_rank=0,
-                      master_addr="127.0.0.1", master_port=29500, num_threads=None,
-                      source="single", hostname="localhost")  # fmt: skip
+        env = DistEnv(
+            rank=0,
+            local_rank=0,
+            world_size=1,
+            local_world_size=1,
+            node_rank=0,
+            master_addr="127.0.0.1",
+            master_port=29500,
+            num_threads=None,
+            source="single",
+            hostname="localhost",
+        )
         return DistContext(env=env, backend=backend, device=torch.device(device), is_main=True)
 
     assert cuda_graph_blocker("ddp", False, ctx("gloo", "cpu")) == "not on a GPU"
@@ -483,8 +570,13 @@ def test_graph_bookkeeping_trains_like_eager_steps(
 
     fakes: list[ReplayEagerly] = []
 
-    def capture(self: stepgraph.GraphedSteps, step: stepgraph.Step, x: torch.Tensor,
-                y: torch.Tensor, at_step: int) -> stepgraph.StepGraph:  # fmt: skip
+    def capture(
+        self: stepgraph.GraphedSteps,
+        step: stepgraph.Step,
+        x: torch.Tensor,
+        y: torch.Tensor,
+        at_step: int,
+    ) -> stepgraph.StepGraph:
         captures.append((self.eager_steps, at_step))
         static_x, static_y = torch.full_like(x, 7.0), torch.full_like(y, 7.0)
         fakes.append(ReplayEagerly(step, static_x, static_y))
@@ -507,8 +599,9 @@ def test_graph_bookkeeping_trains_like_eager_steps(
     # 40x32 grid: 154 training rows, batch 32: 4 full steps and one of 26 rows an epoch
     graphed = run_single(monkeypatch, smoke(epochs=6, batch_size=32), run_dir=tmp_path / "a")
     assert captures == [(11, 12)]  # after 11 eager steps: step 12, the 2nd of epoch 3
-    plain = run_single(monkeypatch, smoke(epochs=6, batch_size=32, cuda_graph=False),
-                       run_dir=tmp_path / "b")  # fmt: skip
+    plain = run_single(
+        monkeypatch, smoke(epochs=6, batch_size=32, cuda_graph=False), run_dir=tmp_path / "b"
+    )
     assert_same_weights(graphed.model, plain.model)
     a = json.loads((tmp_path / "a" / "training_results.json").read_text())["history"]
     b = json.loads((tmp_path / "b" / "training_results.json").read_text())["history"]
@@ -525,8 +618,13 @@ def test_failed_capture_goes_on_eagerly_and_trains_like_the_plain_loop(
 
     statuses: list[str] = []
 
-    def failing_capture(self: stepgraph.GraphedSteps, step: stepgraph.Step, x: torch.Tensor,
-                        y: torch.Tensor, at_step: int) -> stepgraph.StepGraph:  # fmt: skip
+    def failing_capture(
+        self: stepgraph.GraphedSteps,
+        step: stepgraph.Step,
+        x: torch.Tensor,
+        y: torch.Tensor,
+        at_step: int,
+    ) -> stepgraph.StepGraph:
         # A real capture records kernels without running them; on the CPU the stand-in
         # cannot, so it fails before the step's first operation.
         raise RuntimeError("operation not permitted when stream is capturing")
@@ -546,11 +644,13 @@ def test_failed_capture_goes_on_eagerly_and_trains_like_the_plain_loop(
     monkeypatch.setattr(stepgraph.GraphedSteps, "capture", failing_capture)
     monkeypatch.setattr(loop_module.Loop, "run", run)
     failed = run_single(monkeypatch, smoke(epochs=6, batch_size=32), run_dir=tmp_path / "a")
-    assert statuses == ["capture failed (RuntimeError: operation not permitted when stream "
-                        "is capturing); eager"]  # fmt: skip
+    assert statuses == [
+        "capture failed (RuntimeError: operation not permitted when stream is capturing); eager"
+    ]
     assert "training.cuda_graph: capture failed" in capsys.readouterr().out
-    plain = run_single(monkeypatch, smoke(epochs=6, batch_size=32, cuda_graph=False),
-                       run_dir=tmp_path / "b")  # fmt: skip
+    plain = run_single(
+        monkeypatch, smoke(epochs=6, batch_size=32, cuda_graph=False), run_dir=tmp_path / "b"
+    )
     assert_same_weights(failed.model, plain.model)
 
 

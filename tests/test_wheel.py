@@ -21,8 +21,17 @@ def _run(argv: list[str], cwd: Path) -> subprocess.CompletedProcess[str]:
 def test_base_install_without_torch_renders_submits_and_follows(tmp_path: Path) -> None:
     wheels = tmp_path / "wheels"
     subprocess.run(
-        [sys.executable, "-m", "pip", "wheel", "--no-deps", "--quiet", "-w", str(wheels),
-         str(REPO)],
+        [
+            sys.executable,
+            "-m",
+            "pip",
+            "wheel",
+            "--no-deps",
+            "--quiet",
+            "-w",
+            str(wheels),
+            str(REPO),
+        ],
         check=True,
         cwd=tmp_path,
     )
@@ -48,15 +57,26 @@ def test_base_install_without_torch_renders_submits_and_follows(tmp_path: Path) 
     assert gpu.returncode == 0, gpu.stderr
     assert "#SBATCH --gpus-per-node=4" in gpu.stdout
 
-    dry = _run([hpcdist, "submit", "--nodes", "3", "--executor", "local", "--dry-run"],
-               elsewhere)
+    dry = _run([hpcdist, "submit", "--nodes", "3", "--executor", "local", "--dry-run"], elsewhere)
     assert dry.returncode == 0, dry.stderr
     assert '"tasks": 3' in dry.stdout
     assert not (elsewhere / ".hpcdist").exists()
 
     # A job that needs no torch, run by the local executor, then followed.
-    done = _run([hpcdist, "submit", "--nodes", "1", "--executor", "local", "--command",
-                 "echo from-the-job", "--wait"], elsewhere)
+    done = _run(
+        [
+            hpcdist,
+            "submit",
+            "--nodes",
+            "1",
+            "--executor",
+            "local",
+            "--command",
+            "echo from-the-job",
+            "--wait",
+        ],
+        elsewhere,
+    )
     assert done.returncode == 0, done.stdout + done.stderr
     assert "from-the-job" in done.stdout
     status = _run([hpcdist, "status"], elsewhere)

@@ -36,21 +36,35 @@ def _parser() -> argparse.ArgumentParser:
     data.add_argument("--nj", type=int, default=320, help="grid points along y (320)")
     data.add_argument("--seed", type=int, default=0)
     data.add_argument(
-        "--layout", choices=["hourly", "daily", "monthly", "cf"], default="hourly",
+        "--layout",
+        choices=["hourly", "daily", "monthly", "cf"],
+        default="hourly",
         help="CICE stream (fields aice_h, aice_d, aice) or the CF-named ocean/ice + "
         "atmosphere pair (OUT and OUT_atm); default hourly",
-    )  # fmt: skip
+    )
     data.add_argument("--records", type=int, default=1, help="records per file (1)")
-    data.add_argument("--files", type=int, default=1,
-                      help="files of a time series, OUT.0001.nc, ... (1: just OUT)")  # fmt: skip
+    data.add_argument(
+        "--files",
+        type=int,
+        default=1,
+        help="files of a time series, OUT.0001.nc, ... (1: just OUT)",
+    )
 
     train = sub.add_parser("train", help="train (under torchrun, srun or alone)")
     train.add_argument("--config", type=Path, help="YAML merged over the default config")
-    train.add_argument("--data", nargs="+", metavar="FILE",
-                       help="CICE history or ocean/ice files, or a quoted glob, in time "
-                       "order (default: data.path, else synthetic)")  # fmt: skip
-    train.add_argument("--atmosphere", nargs="+", metavar="FILE",
-                       help="the atmosphere file paired with each --data file (CF pair)")
+    train.add_argument(
+        "--data",
+        nargs="+",
+        metavar="FILE",
+        help="CICE history or ocean/ice files, or a quoted glob, in time "
+        "order (default: data.path, else synthetic)",
+    )
+    train.add_argument(
+        "--atmosphere",
+        nargs="+",
+        metavar="FILE",
+        help="the atmosphere file paired with each --data file (CF pair)",
+    )
     train.add_argument("--resume", type=Path, metavar="CKPT", help="checkpoint to resume")
     train.add_argument("--run-dir", type=Path, help="output folder (default runs/<job id>)")
     train.add_argument("--epochs", type=int, help="override training.epochs")
@@ -58,10 +72,16 @@ def _parser() -> argparse.ArgumentParser:
     export = sub.add_parser("export", help="TorchScript export of a checkpoint")
     export.add_argument("--checkpoint", type=Path, required=True)
     export.add_argument("--out", type=Path, required=True)
-    export.add_argument("--names", choices=["short", "jedi"],
-                        help="input/output names (default: the checkpoint's export.names)")
-    export.add_argument("--units", choices=["native", "jedi"],
-                        help="units the module takes (default: the checkpoint's export.units)")
+    export.add_argument(
+        "--names",
+        choices=["short", "jedi"],
+        help="input/output names (default: the checkpoint's export.names)",
+    )
+    export.add_argument(
+        "--units",
+        choices=["native", "jedi"],
+        help="units the module takes (default: the checkpoint's export.units)",
+    )
     return parser
 
 
@@ -88,12 +108,16 @@ def _make_data(args: argparse.Namespace) -> int:
     if args.ni < 4 or args.nj < 4:
         raise ConfigError(f"--ni and --nj must be >= 4, got {args.ni} and {args.nj}")
     if args.records < 1 or args.files < 1:
-        raise ConfigError(f"--records and --files must be >= 1, got {args.records} and "
-                          f"{args.files}")  # fmt: skip
-    paths = write_layout(args.out, args.layout, args.ni, args.nj, args.seed, args.records,
-                         args.files)  # fmt: skip
-    print(f"Wrote synthetic {args.layout} data {args.ni}x{args.nj} (seed {args.seed}, "
-          f"{args.records} record(s) per file) to {', '.join(map(str, paths))}")  # fmt: skip
+        raise ConfigError(
+            f"--records and --files must be >= 1, got {args.records} and {args.files}"
+        )
+    paths = write_layout(
+        args.out, args.layout, args.ni, args.nj, args.seed, args.records, args.files
+    )
+    print(
+        f"Wrote synthetic {args.layout} data {args.ni}x{args.nj} (seed {args.seed}, "
+        f"{args.records} record(s) per file) to {', '.join(map(str, paths))}"
+    )
     return 0
 
 
@@ -135,13 +159,16 @@ def _export(args: argparse.Namespace) -> int:
     from ufsemulator.export import checkpoint_export_config, export_checkpoint
 
     options = checkpoint_export_config(args.checkpoint)
-    overrides = {key: value for key in ("names", "units")
-                 if (value := getattr(args, key)) is not None}  # fmt: skip
+    overrides = {
+        key: value for key in ("names", "units") if (value := getattr(args, key)) is not None
+    }
     options = dataclasses.replace(options, **overrides)
     path = export_checkpoint(args.checkpoint, args.out, options)
-    print(f"Exported {args.checkpoint} to {path} (TorchScript: predict, jac_physical, tlm, "
-          f"adjoint in physical units; forward normalised; names {options.names}, units "
-          f"{options.units})")
+    print(
+        f"Exported {args.checkpoint} to {path} (TorchScript: predict, jac_physical, tlm, "
+        f"adjoint in physical units; forward normalised; names {options.names}, units "
+        f"{options.units})"
+    )
     return 0
 
 

@@ -73,8 +73,9 @@ class ExportConfig:
         for key, words in (("names", ("short", "jedi")), ("units", ("native", "jedi"))):
             value = getattr(self, key)
             if isinstance(value, str) and value not in words:
-                raise ConfigError(f"'export.{key}' must be {' or '.join(words)} or a mapping, "
-                                  f"got {value!r}")  # fmt: skip
+                raise ConfigError(
+                    f"'export.{key}' must be {' or '.join(words)} or a mapping, got {value!r}"
+                )
 
 
 @dataclass(frozen=True)
@@ -112,9 +113,7 @@ class TrainingConfig:
 
     def __post_init__(self) -> None:
         if not 0.0 < self.val_fraction < 1.0:
-            raise ConfigError(
-                f"'training.val_fraction' must be in (0, 1), got {self.val_fraction}"
-            )
+            raise ConfigError(f"'training.val_fraction' must be in (0, 1), got {self.val_fraction}")
 
 
 @dataclass(frozen=True)
@@ -157,16 +156,20 @@ class Config:
     def with_epochs(self, epochs: int) -> Config:
         if epochs < 1:
             raise ConfigError(f"epochs must be >= 1, got {epochs}")
-        return dataclasses.replace(
-            self, training=dataclasses.replace(self.training, epochs=epochs)
-        )
+        return dataclasses.replace(self, training=dataclasses.replace(self.training, epochs=epochs))
 
 
 _POSITIVE = {
-    "training.epochs", "training.batch_size", "training.grad_accum_steps",
-    "training.checkpoint_every", "data.thin", "data.synthetic.ni", "data.synthetic.nj",
-    "preemption.check_every_steps", "model.hidden_sizes",
-}  # fmt: skip
+    "training.epochs",
+    "training.batch_size",
+    "training.grad_accum_steps",
+    "training.checkpoint_every",
+    "data.thin",
+    "data.synthetic.ni",
+    "data.synthetic.nj",
+    "preemption.check_every_steps",
+    "model.hidden_sizes",
+}
 
 
 # Integers that may be negative (a record counted from the end).

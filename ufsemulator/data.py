@@ -49,7 +49,7 @@ from ufsemulator.variables import (
     OTHER_NAMES,
     TARGET_NAMES,
     check_inputs,
-)  # fmt: skip
+)
 
 if TYPE_CHECKING:
     from ufsemulator.ncread import GroupReader
@@ -100,8 +100,13 @@ class DataOptions:
 
     def cache_key_fields(self) -> dict[str, Any]:
         """The options that change the arrays (not where they are cached)."""
-        return {"mask": self.mask, "thin": self.thin, "target": self.target,
-                "time": str(self.time), "inputs": list(self.inputs)}  # fmt: skip
+        return {
+            "mask": self.mask,
+            "thin": self.thin,
+            "target": self.target,
+            "time": str(self.time),
+            "inputs": list(self.inputs),
+        }
 
 
 @dataclass(frozen=True, eq=False)
@@ -172,8 +177,10 @@ def _read(groups: list[tuple[Path, ...]], options: DataOptions) -> Dataset:
             for note in dict.fromkeys(reader.notes):
                 notes[note] = notes.get(note, 0) + 1
             if shape is not None and reader.lat.shape != shape:
-                raise DataError(f"{reader.where} is on a {reader.lat.shape} grid, the files "
-                                f"before it on {shape}")  # fmt: skip
+                raise DataError(
+                    f"{reader.where} is on a {reader.lat.shape} grid, the files "
+                    f"before it on {shape}"
+                )
             shape = reader.lat.shape
             for r in mine:
                 parts.append(_select_record(reader.fields(r - first), reader, options, r))
@@ -187,10 +194,13 @@ def _read(groups: list[tuple[Path, ...]], options: DataOptions) -> Dataset:
             f"no points selected from '{where}' with mask '{options.mask}' "
             f"(ocean points: {ocean}, valid: {valid}, records: {len(picked)})"
         )
-    n_groups = sum(1 for _, first, count in with_readers
-                   if any(first <= r < first + count for r in picked))  # fmt: skip
-    summary = tuple(note if count == n_groups else f"{note} ({count} of {n_groups} files)"
-                    for note, count in notes.items())  # fmt: skip
+    n_groups = sum(
+        1 for _, first, count in with_readers if any(first <= r < first + count for r in picked)
+    )
+    summary = tuple(
+        note if count == n_groups else f"{note} ({count} of {n_groups} files)"
+        for note, count in notes.items()
+    )
     return Dataset(
         inputs=np.concatenate([p["inputs"] for p in parts]),
         targets=np.concatenate([p["targets"] for p in parts]),
@@ -284,10 +294,13 @@ def _load_cache(path: Path) -> Dataset | None:
             meta = json.loads(str(z["meta"]))
             arrays = {name: z[name] for name in _ARRAYS}
             return Dataset(
-                **arrays, grid_shape=tuple(meta["grid_shape"]),
-                target_names=tuple(meta["target_names"]), source=meta["source"],
-                input_names=tuple(meta["input_names"]), notes=tuple(meta["notes"]),
-            )  # fmt: skip
+                **arrays,
+                grid_shape=tuple(meta["grid_shape"]),
+                target_names=tuple(meta["target_names"]),
+                source=meta["source"],
+                input_names=tuple(meta["input_names"]),
+                notes=tuple(meta["notes"]),
+            )
     except (OSError, ValueError, KeyError, zipfile.BadZipFile):
         return None  # a damaged cache is rebuilt, not fatal
 
@@ -304,8 +317,11 @@ def _save_cache(path: Path, dataset: Dataset) -> None:
     tmp_name = path.with_name(f".{path.name}.{os.getpid()}.{uuid.uuid4().hex[:8]}.tmp")
     try:
         with open(tmp_name, "xb") as out:
-            np.savez(out, meta=np.array(json.dumps(meta)),
-                     **{name: getattr(dataset, name) for name in _ARRAYS})  # fmt: skip
+            np.savez(
+                out,
+                meta=np.array(json.dumps(meta)),
+                **{name: getattr(dataset, name) for name in _ARRAYS},
+            )
         os.replace(tmp_name, path)
     except BaseException:
         Path(tmp_name).unlink(missing_ok=True)

@@ -71,8 +71,10 @@ def prepare_export(model: EmulatorMLP, options: ExportConfig) -> EmulatorMLP:
         output_units = exported_units(outs, options.units, ins)
     except ValueError as exc:
         raise ConfigError(str(exc)) from None
-    chosen_levels = (("input_levels", options.input_levels, config.n_in),
-                     ("output_levels", options.output_levels, config.n_out))  # fmt: skip
+    chosen_levels = (
+        ("input_levels", options.input_levels, config.n_in),
+        ("output_levels", options.output_levels, config.n_out),
+    )
     for attr, levels, count in chosen_levels:
         if levels is not None:
             if len(levels) != count:
@@ -122,8 +124,12 @@ def _convert_units(
     std = model.output_std.double().numpy()
     new_out = (y_f[:, 0] * mean + y_f[:, 1], y_f[:, 0] * std)
     with torch.no_grad():
-        for name, values in (("input_mean", new_in[0]), ("input_std", new_in[1]),
-                             ("output_mean", new_out[0]), ("output_std", new_out[1])):  # fmt: skip
+        for name, values in (
+            ("input_mean", new_in[0]),
+            ("input_std", new_in[1]),
+            ("output_mean", new_out[0]),
+            ("output_std", new_out[1]),
+        ):
             buffer = getattr(model, name)
             buffer.copy_(torch.as_tensor(values, dtype=buffer.dtype))
 

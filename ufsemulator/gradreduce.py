@@ -60,8 +60,11 @@ def comm_hook(reducer: LocalAllReduce) -> Any:
         return future
 
     # DDP compares the annotations with the classes themselves, not with their names.
-    hook.__annotations__ = {"state": object, "bucket": dist.GradBucket,
-                            "return": torch.futures.Future[torch.Tensor]}  # fmt: skip
+    hook.__annotations__ = {
+        "state": object,
+        "bucket": dist.GradBucket,
+        "return": torch.futures.Future[torch.Tensor],
+    }
     return hook
 
 
@@ -122,11 +125,15 @@ class SharedMemoryAllReduce:
         for r in late:
             pid = int(self._pids[r])
             if pid > 0 and not _process_exists(pid):
-                raise RuntimeError(f"shared-memory all-reduce: rank {r} (process {pid}) has "
-                                   f"exited; step {step} cannot complete")  # fmt: skip
+                raise RuntimeError(
+                    f"shared-memory all-reduce: rank {r} (process {pid}) has "
+                    f"exited; step {step} cannot complete"
+                )
         if waited > ARRIVAL_TIMEOUT_S:
-            raise RuntimeError(f"shared-memory all-reduce: rank(s) {late} did not reach "
-                               f"step {step} within {ARRIVAL_TIMEOUT_S:.0f} s")
+            raise RuntimeError(
+                f"shared-memory all-reduce: rank(s) {late} did not reach "
+                f"step {step} within {ARRIVAL_TIMEOUT_S:.0f} s"
+            )
 
 
 def _process_exists(pid: int) -> bool:
@@ -230,8 +237,7 @@ def symmetric_allreduce(numel: int, ctx: DistContext) -> SymmetricAllReduce:
     group = dist.group.WORLD
     assert group is not None
     try:
-        buffer: torch.Tensor | None = symm_mem.empty(numel, dtype=torch.float32,
-                                                     device=ctx.device)  # fmt: skip
+        buffer: torch.Tensor | None = symm_mem.empty(numel, dtype=torch.float32, device=ctx.device)
         error = ""
     except Exception as exc:
         buffer, error = None, f"{type(exc).__name__}: {exc}"
@@ -272,8 +278,10 @@ def local_allreduce(numel: int, ctx: DistContext) -> tuple[LocalAllReduce | None
 def _blocker(ctx: DistContext, numel: int) -> str | None:
     """Why this rank cannot take part (None: it can); the ranks then agree."""
     if 4 * numel > MAX_BYTES:
-        return (f"{4 * numel / 2**20:.0f} MiB of gradients, more than the "
-                f"{MAX_BYTES // 2**20} MiB where sharing memory pays")  # fmt: skip
+        return (
+            f"{4 * numel / 2**20:.0f} MiB of gradients, more than the "
+            f"{MAX_BYTES // 2**20} MiB where sharing memory pays"
+        )
     if ctx.env.local_world_size != ctx.env.world_size:
         return "ranks on several hosts"
     if ctx.device.type == "cuda":

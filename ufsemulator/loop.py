@@ -131,8 +131,9 @@ class Loop:
             else:
                 self._graphs_off = f"off ({blocker})"
                 if ctx.is_main and ctx.device.type == "cuda":
-                    print(f"training.cuda_graph ignored: {blocker}; the steps run eagerly",
-                          flush=True)  # fmt: skip
+                    print(
+                        f"training.cuda_graph ignored: {blocker}; the steps run eagerly", flush=True
+                    )
         self.grad_reducer: LocalAllReduce | None = None  # None: the backend's all-reduce
         self.grad_allreduce_status = "backend"
         if cfg.grad_allreduce == "auto" and cfg.strategy == "ddp":
@@ -145,8 +146,13 @@ class Loop:
                 self.grad_allreduce_status = reducer.name
         self.model = self._wrap(model)
         scale = ctx.env.world_size if cfg.scale_lr_with_world_size else 1
-        self.optimizer = adam(self.model, cfg.lr * scale, cfg.weight_decay, cfg.strategy,
-                              capturable=self._graphs is not None)  # fmt: skip
+        self.optimizer = adam(
+            self.model,
+            cfg.lr * scale,
+            cfg.weight_decay,
+            cfg.strategy,
+            capturable=self._graphs is not None,
+        )
         self.loss_fn = loss_function(cfg.loss, cfg.huber_delta)
         self.progress = RunProgress()
         self._sums = TrainSums(ctx.device)
@@ -178,9 +184,11 @@ class Loop:
             with warnings.catch_warnings():  # a capturable Adam's first, uncaptured step
                 warnings.filterwarnings("ignore", message=".*capturable=True.*")
                 set_optimizer_state_dict(
-                    self.model, self.optimizer, state.optimizer,
+                    self.model,
+                    self.optimizer,
+                    state.optimizer,
                     options=StateDictOptions(full_state_dict=True),
-                )  # fmt: skip
+                )
         except (KeyError, TypeError, ValueError, RuntimeError) as exc:
             raise CheckpointError(f"checkpoint '{source}' cannot resume training: {exc}") from exc
         self.progress = state.progress
@@ -188,13 +196,19 @@ class Loop:
         self._fit_optimizer_flags()
         world = self.ctx.env.world_size
         if self.ctx.is_main and state.world_size != world:
-            print(f"Warning: '{source}' was written by {state.world_size} ranks, resuming "
-                  f"with {world}: the shards differ, so the result is not bitwise that of an "
-                  "uninterrupted run", flush=True)  # fmt: skip
+            print(
+                f"Warning: '{source}' was written by {state.world_size} ranks, resuming "
+                f"with {world}: the shards differ, so the result is not bitwise that of an "
+                "uninterrupted run",
+                flush=True,
+            )
         if self.ctx.is_main:
             p = self.progress
-            print(f"Resumed from {source}: epoch {p.epoch + 1}, step {p.step_in_epoch} "
-                  f"of the epoch, {p.step} steps done", flush=True)  # fmt: skip
+            print(
+                f"Resumed from {source}: epoch {p.epoch + 1}, step {p.step_in_epoch} "
+                f"of the epoch, {p.step} steps done",
+                flush=True,
+            )
 
     def _fit_optimizer_flags(self) -> None:
         """A loaded optimiser state brings the flags of the run that wrote it (a CPU run, or
@@ -225,8 +239,11 @@ class Loop:
             world_size=self.ctx.env.world_size,
             progress=self.progress,
         )
-        paths = [self.run_dir / name for name, wanted in
-                 (("checkpoint.pt", checkpoint), ("best_model.pt", best)) if wanted]  # fmt: skip
+        paths = [
+            self.run_dir / name
+            for name, wanted in (("checkpoint.pt", checkpoint), ("best_model.pt", best))
+            if wanted
+        ]
         self._writer.submit(state.to_dict(), paths)
 
     # ------------------------------------------------------------------------ loop
@@ -338,8 +355,15 @@ class Loop:
         graph.replay(x, y)
         self._sums.rows += rows
 
-    def _capture(self, graphs: GraphedSteps, x: torch.Tensor, y: torch.Tensor, micro: int,
-                 batch: int, at_step: int) -> None:  # fmt: skip
+    def _capture(
+        self,
+        graphs: GraphedSteps,
+        x: torch.Tensor,
+        y: torch.Tensor,
+        micro: int,
+        batch: int,
+        at_step: int,
+    ) -> None:
         """Capture ``_step`` over ``micro`` full micro-batches of rows ``x``, ``y``."""
         host_rows = self._sums.rows  # each replay counts its rows on the host instead
         # Gradients must not exist yet: backward then allocates them in the graph's pool,
@@ -350,8 +374,10 @@ class Loop:
         except Exception as exc:  # any capture error: run eagerly instead
             reason = graphs.give_up(exc)
             if self.ctx.is_main:
-                print(f"training.cuda_graph: capture failed ({reason}); the steps run eagerly",
-                      flush=True)  # fmt: skip
+                print(
+                    f"training.cuda_graph: capture failed ({reason}); the steps run eagerly",
+                    flush=True,
+                )
             self._rewrap()
         finally:
             self._sums.rows = host_rows
@@ -412,8 +438,11 @@ class Loop:
         if due or progress.improved:
             self._save(checkpoint=due, best=progress.improved)
         if self.ctx.is_main:
-            print(f"Epoch {progress.epoch}/{cfg.epochs} - Train: {record.train_loss:.5g}, "
-                  f"Val: {val_loss:.5g}", flush=True)  # fmt: skip
+            print(
+                f"Epoch {progress.epoch}/{cfg.epochs} - Train: {record.train_loss:.5g}, "
+                f"Val: {val_loss:.5g}",
+                flush=True,
+            )
         if early:  # finished: a stop request that came with it needs no resume
             if self.ctx.is_main:
                 print(
@@ -431,8 +460,13 @@ class Loop:
         net = self.model.module if isinstance(self.model, DistributedDataParallel) else self.model
         # Same chunk count on every rank: FSDP gathers weights in every forward call.
         per_rank = math.ceil(self.shards.n_val / self.ctx.env.world_size)
-        return validation_sums(net, self.shards.x_val, self.shards.y_val, self.loss_fn,
-                               chunks=max(1, math.ceil(per_rank / _VAL_CHUNK)))  # fmt: skip
+        return validation_sums(
+            net,
+            self.shards.x_val,
+            self.shards.y_val,
+            self.loss_fn,
+            chunks=max(1, math.ceil(per_rank / _VAL_CHUNK)),
+        )
 
     def _stop(self) -> bool:
         """Whether any rank was asked to stop: every rank gets the same answer."""
@@ -445,9 +479,12 @@ class Loop:
             self._writer.wait()  # the message promises a checkpoint on disk
         if self.ctx.is_main:
             path, p = self.run_dir / "checkpoint.pt", self.progress
-            print(f"Stop requested: checkpoint at epoch {p.epoch + 1}, step "
-                  f"{p.step_in_epoch} of the epoch ({p.step} steps) in {path}; "
-                  "resume with --resume", flush=True)  # fmt: skip
+            print(
+                f"Stop requested: checkpoint at epoch {p.epoch + 1}, step "
+                f"{p.step_in_epoch} of the epoch ({p.step} steps) in {path}; "
+                "resume with --resume",
+                flush=True,
+            )
 
 
 def full_model(model: nn.Module, config: ModelConfig) -> EmulatorMLP:

@@ -24,8 +24,9 @@ def loss_function(name: str, delta: float) -> LossFn:
 
 
 @torch.no_grad()
-def validation_sums(net: nn.Module, x: torch.Tensor, y: torch.Tensor, loss_fn: LossFn,
-                    chunks: int) -> torch.Tensor:  # fmt: skip
+def validation_sums(
+    net: nn.Module, x: torch.Tensor, y: torch.Tensor, loss_fn: LossFn, chunks: int
+) -> torch.Tensor:
     """This rank's sums over its validation rows (float64, on their device): loss, squared
     error, sum and sum of squares of the targets, count. Sums, so that one all-reduce
     gives the whole set's; ``val_metrics`` turns them into numbers."""
@@ -33,10 +34,15 @@ def validation_sums(net: nn.Module, x: torch.Tensor, y: torch.Tensor, loss_fn: L
     for xc, yc in zip(x.tensor_split(chunks), y.tensor_split(chunks), strict=True):
         pred = net(xc).double()
         yd = yc.double()
-        sums += torch.stack([
-            loss_fn(pred, yd, reduction="sum"), ((pred - yd) ** 2).sum(),
-            yd.sum(), (yd * yd).sum(), torch.tensor(float(yd.numel()), device=x.device),
-        ])  # fmt: skip
+        sums += torch.stack(
+            [
+                loss_fn(pred, yd, reduction="sum"),
+                ((pred - yd) ** 2).sum(),
+                yd.sum(),
+                (yd * yd).sum(),
+                torch.tensor(float(yd.numel()), device=x.device),
+            ]
+        )
     return sums
 
 

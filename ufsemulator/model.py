@@ -45,24 +45,29 @@ class ModelConfig:
         if self.n_in < 1 or self.n_out < 1:
             raise ValueError(f"n_in and n_out must be >= 1, got {self.n_in}, {self.n_out}")
         if not self.hidden or any(h < 1 for h in self.hidden):
-            raise ValueError(f"hidden sizes must be a non-empty list of ints >= 1, got "
-                             f"{list(self.hidden)}")  # fmt: skip
+            raise ValueError(
+                f"hidden sizes must be a non-empty list of ints >= 1, got {list(self.hidden)}"
+            )
         if self.activation not in ACTIVATIONS:
             raise ValueError(
                 f"activation must be one of {', '.join(ACTIVATIONS)}, got {self.activation!r}"
             )
         for name, expected in (
-            ("input_names", self.n_in), ("input_levels", self.n_in),
-            ("output_names", self.n_out), ("output_levels", self.n_out),
-        ):  # fmt: skip
+            ("input_names", self.n_in),
+            ("input_levels", self.n_in),
+            ("output_names", self.n_out),
+            ("output_levels", self.n_out),
+        ):
             got = len(getattr(self, name))
             if got != expected:
                 raise ValueError(f"{name} must have {expected} entries, got {got}")
 
     def to_dict(self) -> dict[str, Any]:
         """Plain ints, strings and lists: safe for YAML, JSON and ``weights_only`` loads."""
-        return {key: list(value) if isinstance(value, tuple) else value
-                for key, value in asdict(self).items()}  # fmt: skip
+        return {
+            key: list(value) if isinstance(value, tuple) else value
+            for key, value in asdict(self).items()
+        }
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> ModelConfig:
@@ -125,9 +130,11 @@ class EmulatorMLP(nn.Module):
     @torch.jit.ignore
     def set_normalization(self, stats: Stats) -> None:
         pairs = (
-            ("input_mean", stats.input_mean), ("input_std", stats.input_std),
-            ("output_mean", stats.output_mean), ("output_std", stats.output_std),
-        )  # fmt: skip
+            ("input_mean", stats.input_mean),
+            ("input_std", stats.input_std),
+            ("output_mean", stats.output_mean),
+            ("output_std", stats.output_std),
+        )
         for name, values in pairs:
             buffer = getattr(self, name)
             if tuple(values.shape) != tuple(buffer.shape):
@@ -244,8 +251,7 @@ class EmulatorMLP(nn.Module):
     ) -> torch.Tensor:
         """Tangent linear at ``inputs``: ``J dx``, ``[N, n_out]`` (same rules as jac)."""
         if dx.shape != inputs.shape:
-            raise ValueError(f"dx must have the shape of inputs {inputs.shape}, got "
-                             f"{dx.shape}")  # fmt: skip
+            raise ValueError(f"dx must have the shape of inputs {inputs.shape}, got {dx.shape}")
         jac = self.jac_physical(inputs, mask)
         return torch.bmm(jac, dx.to(jac.dtype).unsqueeze(2)).squeeze(2)
 
@@ -255,8 +261,7 @@ class EmulatorMLP(nn.Module):
     ) -> torch.Tensor:
         """Adjoint at ``inputs``: ``J^T dy``, ``[N, n_in]``, for ``dy`` ``[N, n_out]``."""
         if dy.dim() != 2 or dy.shape[0] != inputs.shape[0] or dy.shape[1] != self.n_out:
-            raise ValueError(f"dy must be [{inputs.shape[0]}, {self.n_out}], got "
-                             f"{dy.shape}")  # fmt: skip
+            raise ValueError(f"dy must be [{inputs.shape[0]}, {self.n_out}], got {dy.shape}")
         jac = self.jac_physical(inputs, mask)
         return torch.bmm(jac.transpose(1, 2), dy.to(jac.dtype).unsqueeze(2)).squeeze(2)
 
@@ -267,8 +272,11 @@ class EmulatorMLP(nn.Module):
         9k numbers), any other dtype in the model's. A row with a missing value is
         computed at the mean instead, so nothing non-finite runs through the network."""
         if inputs.dim() != 2 or inputs.shape[1] != self.n_in:
-            raise ValueError("inputs must be [N, {}] ({}), got shape {}".format(
-                self.n_in, ", ".join(self.input_names), inputs.shape))  # fmt: skip
+            raise ValueError(
+                "inputs must be [N, {}] ({}), got shape {}".format(
+                    self.n_in, ", ".join(self.input_names), inputs.shape
+                )
+            )
         dtype = self.input_mean.dtype
         if inputs.dtype == torch.float32 or inputs.dtype == torch.float64:
             dtype = inputs.dtype

@@ -41,7 +41,7 @@ from ufsemulator.variables import (
     UNITS,
     canonical_unit,
     conversion,
-)  # fmt: skip
+)
 
 FloatArray = npt.NDArray[np.float64]
 
@@ -69,8 +69,9 @@ class Found:
 def detect_suffix(variables: Sequence[str]) -> str | None:
     """The CICE stream suffix most CICE field names in ``variables`` carry; None if none."""
     present = set(variables)
-    counts = {s: sum(f"{base}{s}" in present for base in CICE_NAMES.values())
-              for s in CICE_SUFFIXES}  # fmt: skip
+    counts = {
+        s: sum(f"{base}{s}" in present for base in CICE_NAMES.values()) for s in CICE_SUFFIXES
+    }
     best = max(CICE_SUFFIXES, key=lambda s: counts[s])  # ties: the earlier suffix
     return best if counts[best] else None
 
@@ -134,8 +135,11 @@ class GroupReader:
 
     def _resolve(self) -> dict[str, Found]:
         suffixes = [detect_suffix(list(nc.variables)) for nc in self._nc]
-        self.notes += [f"CICE history names with stream suffix '{suffix or '(none)'}'"
-                       for suffix in suffixes if suffix is not None]
+        self.notes += [
+            f"CICE history names with stream suffix '{suffix or '(none)'}'"
+            for suffix in suffixes
+            if suffix is not None
+        ]
         found: dict[str, Found] = {}
         missing: list[str] = []
         for name in self.names:
@@ -148,11 +152,15 @@ class GroupReader:
         if missing:
             # A model can be trained without an input the files lack; not without aice.
             lacking = [name for name in self.names if name not in found]
-            hint = ("; inputs can be left out with data.inputs"
-                    if any(name in INPUT_NAMES for name in lacking) else "")  # fmt: skip
+            hint = (
+                "; inputs can be left out with data.inputs"
+                if any(name in INPUT_NAMES for name in lacking)
+                else ""
+            )
             verb = "lacks" if len(self.files) == 1 else "lack"
-            raise DataError(f"{self.where} {verb} {len(missing)} needed field(s): "
-                            f"{'; '.join(missing)}{hint}")  # fmt: skip
+            raise DataError(
+                f"{self.where} {verb} {len(missing)} needed field(s): {'; '.join(missing)}{hint}"
+            )
         return found
 
     def _find(self, name: str, suffixes: Sequence[str | None]) -> Found | None:
@@ -161,9 +169,14 @@ class GroupReader:
             by_name = next((c for c in candidate_names(name, suffix) if c in variables), None)
             if by_name is None:
                 standard = CF_NAMES.get(name, ())
-                by_name = next((v for v in variables
-                                if getattr(variables[v], "standard_name", None) in standard),
-                               None)  # fmt: skip
+                by_name = next(
+                    (
+                        v
+                        for v in variables
+                        if getattr(variables[v], "standard_name", None) in standard
+                    ),
+                    None,
+                )
             if by_name is not None:
                 return self._with_units(index, by_name, name)
         return None
@@ -174,8 +187,7 @@ class GroupReader:
         if not isinstance(units, str) or not units.strip():
             return Found(index, variable)
         if canonical_unit(units) is None:
-            self.notes.append(f"units '{units}' of '{variable}' not recognised: read as "
-                              f"{expected}")  # fmt: skip
+            self.notes.append(f"units '{units}' of '{variable}' not recognised: read as {expected}")
             return Found(index, variable)
         factor = conversion(units, expected)
         if factor is None:
@@ -209,10 +221,11 @@ class GroupReader:
                 " after the time axis, expected (nj, ni)"
             )
         chosen: dict[str, tuple[int, str] | None] = {
-            key: next(((i, n) for n in names for i, nc in enumerate(self._nc)
-                       if n in nc.variables), None)
+            key: next(
+                ((i, n) for n in names for i, nc in enumerate(self._nc) if n in nc.variables), None
+            )
             for key, names in GRID_NAMES.items()
-        }  # fmt: skip
+        }
         used_u = [hit[1] for hit in chosen.values() if hit is not None and hit[1] in _U_POINTS]
         if used_u:
             self.notes.append(
@@ -223,8 +236,9 @@ class GroupReader:
         for key in ("lat", "lon"):
             hit = chosen[key]
             if hit is None:
-                raise DataError(f"{self.where} have no {key} coordinate (tried: "
-                                f"{', '.join(GRID_NAMES[key])})")  # fmt: skip
+                raise DataError(
+                    f"{self.where} have no {key} coordinate (tried: {', '.join(GRID_NAMES[key])})"
+                )
             coords.append(self._coordinate(*hit, key, shape))
         mask_hit = chosen["mask"]
         if mask_hit is None:
@@ -232,8 +246,10 @@ class GroupReader:
             return coords[0], coords[1], np.ones(shape, dtype=bool)
         mask = read_float(self._nc[mask_hit[0]].variables[mask_hit[1]], 0, self.files[mask_hit[0]])
         if mask.shape != shape:
-            raise DataError(f"mask '{mask_hit[1]}' in '{self.files[mask_hit[0]]}' has shape "
-                            f"{mask.shape}, expected {shape}")  # fmt: skip
+            raise DataError(
+                f"mask '{mask_hit[1]}' in '{self.files[mask_hit[0]]}' has shape "
+                f"{mask.shape}, expected {shape}"
+            )
         return coords[0], coords[1], mask > 0.5
 
     def _coordinate(self, index: int, name: str, key: str, shape: tuple[int, ...]) -> FloatArray:
@@ -242,8 +258,10 @@ class GroupReader:
         if values.ndim == 1:  # a regular grid stores lat(nj) and lon(ni)
             axis = 0 if key == "lat" else 1
             if values.size != shape[axis]:
-                raise DataError(f"coordinate '{name}' in '{path}' has {values.size} values, "
-                                f"expected {shape[axis]}")  # fmt: skip
+                raise DataError(
+                    f"coordinate '{name}' in '{path}' has {values.size} values, "
+                    f"expected {shape[axis]}"
+                )
             values = np.broadcast_to(
                 values[:, None] if axis == 0 else values[None, :], shape
             ).copy()
@@ -259,8 +277,10 @@ def read_float(var: Any, record: int, path: Path) -> FloatArray:
     with every kind of missing value as NaN."""
     if var.ndim == 3:
         if record >= var.shape[0]:
-            raise DataError(f"variable '{var.name}' in '{path}' has {var.shape[0]} records, "
-                            f"record {record} requested")  # fmt: skip
+            raise DataError(
+                f"variable '{var.name}' in '{path}' has {var.shape[0]} records, "
+                f"record {record} requested"
+            )
         raw = var[record]
     else:
         raw = var[...]

@@ -21,7 +21,10 @@ from ufsemulator.model import EmulatorMLP
 
 
 def wrap(
-    model: EmulatorMLP, strategy: str, bucket_cap_mb: float | None, ctx: DistContext,
+    model: EmulatorMLP,
+    strategy: str,
+    bucket_cap_mb: float | None,
+    ctx: DistContext,
     comm_hook: Callable[[Any, dist.GradBucket], torch.futures.Future[torch.Tensor]] | None = None,
 ) -> nn.Module:
     """DDP (with ``comm_hook`` as its gradient all-reduce, if given) or FSDP2."""
@@ -41,10 +44,11 @@ def wrap(
     if bucket_cap_mb is not None:  # torch < 2.4 takes no None for its default
         options["bucket_cap_mb"] = bucket_cap_mb
     ddp = DistributedDataParallel(
-        model, device_ids=device_ids,
+        model,
+        device_ids=device_ids,
         gradient_as_bucket_view=True,  # the gradients live in the all-reduce buffer: no copies
         **options,
-    )  # fmt: skip
+    )
     if comm_hook is not None:
         ddp.register_comm_hook(None, comm_hook)
     return ddp
@@ -63,10 +67,16 @@ def adam(
     # the device either way; it only lets ``step()`` run inside a graph capture.
     if strategy == "ddp":
         with contextlib.suppress(RuntimeError):
-            return torch.optim.Adam(model.parameters(), lr=lr, weight_decay=weight_decay,
-                                    fused=True, capturable=capturable)  # fmt: skip
-    return torch.optim.Adam(model.parameters(), lr=lr, weight_decay=weight_decay, foreach=False,
-                            capturable=capturable)  # fmt: skip
+            return torch.optim.Adam(
+                model.parameters(),
+                lr=lr,
+                weight_decay=weight_decay,
+                fused=True,
+                capturable=capturable,
+            )
+    return torch.optim.Adam(
+        model.parameters(), lr=lr, weight_decay=weight_decay, foreach=False, capturable=capturable
+    )
 
 
 def cuda_graph_blocker(strategy: str, compile_: bool, ctx: DistContext) -> str | None:

@@ -21,8 +21,10 @@ class Progress:
         self.last = now
         done = int(30 * step / self.steps)
         loss = float(partial[0] / partial[1]) if float(partial[1]) else float("nan")
-        sys.stdout.write(f"\rEpoch {epoch + 1}/{self.epochs} [{'#' * done}{'.' * (30 - done)}] "
-                         f"{step}/{self.steps} loss {loss:.4g}")  # fmt: skip
+        sys.stdout.write(
+            f"\rEpoch {epoch + 1}/{self.epochs} [{'#' * done}{'.' * (30 - done)}] "
+            f"{step}/{self.steps} loss {loss:.4g}"
+        )
         sys.stdout.flush()
 
     def clear(self) -> None:

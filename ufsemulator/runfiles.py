@@ -94,8 +94,11 @@ def ensure_data(ctx: DistContext, config: Config, data_path: PathSpec | None) ->
     # shared file system each leave a complete, identical file.
     for writer in (ctx.is_main, ctx.env.local_rank == 0):
         if writer and not path.is_file():
-            print(f"[Rank {ctx.env.rank}] Generating synthetic data {syn.ni}x{syn.nj} "
-                  f"(seed {syn.seed}) at {path}", flush=True)  # fmt: skip
+            print(
+                f"[Rank {ctx.env.rank}] Generating synthetic data {syn.ni}x{syn.nj} "
+                f"(seed {syn.seed}) at {path}",
+                flush=True,
+            )
             make_synthetic(path, ni=syn.ni, nj=syn.nj, seed=syn.seed)
         dist.barrier()
     return path

@@ -95,8 +95,13 @@ class GraphedSteps:
 
     def may_capture(self) -> bool:
         n = self._eager_steps  # DDP's iteration count; the capture is iteration n + 1
-        return (not self._failed and self._graph is None and n >= WARMUP_STEPS
-                and n % DDP_TIMED_EVERY != 0 and (n + 1) % DDP_TIMED_EVERY != 0)  # fmt: skip
+        return (
+            not self._failed
+            and self._graph is None
+            and n >= WARMUP_STEPS
+            and n % DDP_TIMED_EVERY != 0
+            and (n + 1) % DDP_TIMED_EVERY != 0
+        )
 
     def capture(self, step: Step, x: torch.Tensor, y: torch.Tensor, at_step: int) -> StepGraph:
         """Capture ``step`` reading static copies of ``x`` and ``y``; nothing runs here.
@@ -105,8 +110,7 @@ class GraphedSteps:
         static = StepGraph(torch.cuda.CUDAGraph(), x.clone(), y.clone())
         # thread_local: the NCCL watchdog and the checkpoint writer may call CUDA in their
         # threads meanwhile; only this thread's calls must be capturable.
-        with torch.cuda.graph(static.graph, stream=self.stream,
-                              capture_error_mode="thread_local"):  # fmt: skip
+        with torch.cuda.graph(static.graph, stream=self.stream, capture_error_mode="thread_local"):
             step(static.x, static.y)
         self._graph = static
         self._status = f"captured at step {at_step} of this run"

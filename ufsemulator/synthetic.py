@@ -163,10 +163,22 @@ def synthetic_fields(
     vocn = 0.02 * vatm + 0.08 * smooth(4.0)
 
     fields = {
-        "aice_h": aice, "hi_h": hi, "hs_h": hs, "Tsfc_h": tsfc, "sst_h": sst,
-        "sss_h": sss, "sice_h": sice, "Tair_h": tair, "Qref_h": qref, "flwdn_h": flwdn,
-        "fswdn_h": fswdn, "uocn_h": uocn, "vocn_h": vocn, "uatm_h": uatm, "vatm_h": vatm,
-    }  # fmt: skip
+        "aice_h": aice,
+        "hi_h": hi,
+        "hs_h": hs,
+        "Tsfc_h": tsfc,
+        "sst_h": sst,
+        "sss_h": sss,
+        "sice_h": sice,
+        "Tair_h": tair,
+        "Qref_h": qref,
+        "flwdn_h": flwdn,
+        "fswdn_h": fswdn,
+        "uocn_h": uocn,
+        "vocn_h": vocn,
+        "uatm_h": uatm,
+        "vatm_h": vatm,
+    }
     return fields, lat, lon, ocean
 
 

@@ -34,7 +34,7 @@ from ufsemulator.synthetic import (
     FloatArray,
     solar_declination,
     synthetic_fields,
-)  # fmt: skip
+)
 from ufsemulator.variables import CICE_SUFFIXES
 
 # layout -> CICE stream suffix (None: the CF pair) and days between records.
@@ -48,8 +48,12 @@ _SEED_STRIDE = 7919
 _VELOCITIES = ("uocn", "vocn", "uatm", "vatm")
 # The CF pair: history name -> (file, variable name, standard_name, units).
 _CF_VARIABLES: dict[str, tuple[str, str, str, str]] = {
-    "sst_h": ("ocean", "sea_water_potential_temperature", "sea_water_potential_temperature",
-              "degC"),
+    "sst_h": (
+        "ocean",
+        "sea_water_potential_temperature",
+        "sea_water_potential_temperature",
+        "degC",
+    ),
     "sss_h": ("ocean", "sea_water_salinity", "sea_water_salinity", "psu"),
     "aice_h": ("ocean", "sea_ice_area_fraction", "sea_ice_area_fraction", "1"),
     "hi_h": ("ocean", "sea_ice_volume", "sea_ice_thickness", "m"),
@@ -63,11 +67,19 @@ _CF_VARIABLES: dict[str, tuple[str, str, str, str]] = {
     "Qref_h": ("atmosphere", "specific_humidity", "specific_humidity", "kg kg-1"),
     "uatm_h": ("atmosphere", "eastward_wind", "eastward_wind", "m s-1"),
     "vatm_h": ("atmosphere", "northward_wind", "northward_wind", "m s-1"),
-    "flwdn_h": ("atmosphere", "surface_downwelling_longwave_flux_in_air",
-                "surface_downwelling_longwave_flux_in_air", "W m-2"),
-    "fswdn_h": ("atmosphere", "surface_downwelling_shortwave_flux_in_air",
-                "surface_downwelling_shortwave_flux_in_air", "W m-2"),
-}  # fmt: skip
+    "flwdn_h": (
+        "atmosphere",
+        "surface_downwelling_longwave_flux_in_air",
+        "surface_downwelling_longwave_flux_in_air",
+        "W m-2",
+    ),
+    "fswdn_h": (
+        "atmosphere",
+        "surface_downwelling_shortwave_flux_in_air",
+        "surface_downwelling_shortwave_flux_in_air",
+        "W m-2",
+    ),
+}
 # Applied to the (degC, g/kg) fields for the units above.
 _TO_CF_UNITS = {"K": (1.0, 273.15), "kg kg-1": (1.0e-3, 0.0)}
 
@@ -75,9 +87,14 @@ Records = list[dict[str, FloatArray]]
 
 
 def write_layout(
-    out: str | Path, layout: str, ni: int, nj: int, seed: int = 0, records: int = 1,
+    out: str | Path,
+    layout: str,
+    ni: int,
+    nj: int,
+    seed: int = 0,
+    records: int = 1,
     files: int = 1,
-) -> list[Path]:  # fmt: skip
+) -> list[Path]:
     """Write ``files`` files of ``records`` records each in ``layout``; their paths in time
     order (for the CF pair: ocean/ice file, then its atmosphere file, for each time)."""
     if layout not in LAYOUTS:
@@ -99,9 +116,15 @@ def write_layout(
 
 
 def write_cice(
-    path: str | Path, ni: int = 384, nj: int = 320, seed: int = 0, suffix: str = "_h",
-    records: int = 1, first_record: int = 0, layout: str | None = None,
-) -> Path:  # fmt: skip
+    path: str | Path,
+    ni: int = 384,
+    nj: int = 320,
+    seed: int = 0,
+    suffix: str = "_h",
+    records: int = 1,
+    first_record: int = 0,
+    layout: str | None = None,
+) -> Path:
     """One CICE history file with fields ``<name><suffix>`` and ``records`` records."""
     if suffix not in CICE_SUFFIXES:
         raise ValueError(f"suffix must be one of {CICE_SUFFIXES}, got {suffix!r}")
@@ -160,9 +183,14 @@ def write_cice(
 
 
 def write_cf_pair(
-    ocean_path: str | Path, atmosphere_path: str | Path, ni: int = 384, nj: int = 320,
-    seed: int = 0, records: int = 1, first_record: int = 0,
-) -> list[Path]:  # fmt: skip
+    ocean_path: str | Path,
+    atmosphere_path: str | Path,
+    ni: int = 384,
+    nj: int = 320,
+    seed: int = 0,
+    records: int = 1,
+    first_record: int = 0,
+) -> list[Path]:
     """The CF-named pair: ``[ocean/ice file, atmosphere file]``."""
     lat, lon, ocean, series = _series(ni, nj, seed, records, first_record)
     paths = {"ocean": Path(ocean_path), "atmosphere": Path(atmosphere_path)}
@@ -175,11 +203,12 @@ def write_cf_pair(
             ds.createDimension("lat", nj)
             ds.createDimension("lon", ni)
             _time_axis(ds, "cf", records, first_record)
-            for name, values, units in (("lat", lat[:, 0], "degrees_north"),
-                                        ("lon", lon[0, :], "degrees_east")):  # fmt: skip
+            for name, values, units in (
+                ("lat", lat[:, 0], "degrees_north"),
+                ("lon", lon[0, :], "degrees_east"),
+            ):
                 var = ds.createVariable(name, "f8", (name,))
-                var.units, var.standard_name = units, ("latitude" if name == "lat"
-                                                       else "longitude")  # fmt: skip
+                var.units, var.standard_name = units, ("latitude" if name == "lat" else "longitude")
                 var[:] = values
             for key, (where, name, standard_name, units) in _CF_VARIABLES.items():
                 if where != part:

@@ -40,8 +40,14 @@ from ufsemulator.summary import RunSummary, Status
 
 __all__ = ["StopFlag", "TrainResult", "split", "train"]
 
-_EXPORTED_VARS = ("MASTER_ADDR", "MASTER_PORT", "RANK", "WORLD_SIZE", "LOCAL_RANK",
-                  "LOCAL_WORLD_SIZE")  # fmt: skip
+_EXPORTED_VARS = (
+    "MASTER_ADDR",
+    "MASTER_PORT",
+    "RANK",
+    "WORLD_SIZE",
+    "LOCAL_RANK",
+    "LOCAL_WORLD_SIZE",
+)
 
 
 @dataclass(frozen=True)
@@ -123,8 +129,7 @@ def train(
         names = (config.preemption.signal, "SIGTERM", *([job_signal.name] if job_signal else []))
         with _stop_on_signal(names, flag):
             ctx = setup_distributed()
-            return _train(ctx, config, data_path, checkpoint, resume, run_dir, flag, hooks,
-                          started)  # fmt: skip
+            return _train(ctx, config, data_path, checkpoint, resume, run_dir, flag, hooks, started)
     finally:
         cleanup_distributed()  # collects the DDP reducer first (see there)
         for var, value in saved_env.items():
@@ -153,12 +158,19 @@ def _train(
         checkpoint = read_state(resume)
         if ctx.is_main:
             restarts = os.environ.get("SLURM_RESTART_COUNT", "0")
-            print(f"Resuming from {resume} (epoch {checkpoint.progress.epoch}, "
-                  f"restart {restarts})", flush=True)
+            print(
+                f"Resuming from {resume} (epoch {checkpoint.progress.epoch}, restart {restarts})",
+                flush=True,
+            )
     path = runfiles.ensure_data(ctx, config, data_path)
-    options = DataOptions(mask=config.data.mask, thin=config.data.thin,
-                          target=config.data.target, cache_dir=runfiles.data_dir(),
-                          time=config.data.time, inputs=config.data.inputs)  # fmt: skip
+    options = DataOptions(
+        mask=config.data.mask,
+        thin=config.data.thin,
+        target=config.data.target,
+        cache_dir=runfiles.data_dir(),
+        time=config.data.time,
+        inputs=config.data.inputs,
+    )
     dataset = load_dataset(path, options, atmosphere=config.data.atmosphere)
     torch.manual_seed(config.training.seed)  # same initial weights on every rank
     model_config = ModelConfig(
@@ -174,8 +186,8 @@ def _train(
     print(f"[Rank {env.rank}] Training samples: {shards.x_train.shape[0]}", flush=True)
     if ctx.is_main:
         print(
-            "".join(f"Data: {note}\n" for note in dataset.notes) +
-            f"Data: {dataset.source} ({len(dataset)} points, mask {config.data.mask}, thin "
+            "".join(f"Data: {note}\n" for note in dataset.notes)
+            + f"Data: {dataset.source} ({len(dataset)} points, mask {config.data.mask}, thin "
             f"{config.data.thin}): train {shards.n_train}, validation {shards.n_val}, "
             f"target {config.data.target}",
             flush=True,
@@ -209,8 +221,10 @@ def _stop_on_signal(names: tuple[str, ...], flag: StopFlag) -> Iterator[None]:
     def handler(received: int, frame: object) -> None:
         flag.set()  # nothing else: the loop checkpoints at the next agreed step boundary
 
-    previous = {signum: signal.signal(signum, handler)
-                for signum in {signal.Signals[name] for name in names}}
+    previous = {
+        signum: signal.signal(signum, handler)
+        for signum in {signal.Signals[name] for name in names}
+    }
     try:
         yield
     finally:
@@ -245,6 +259,7 @@ def split(
     stats = stats_from_shard(x_all[mine], y_all[mine], all_reduce=torch_all_reduce(ctx.device))
     model.set_normalization(stats)
     with torch.no_grad():
+
         def norm_y(y: torch.Tensor) -> torch.Tensor:
             return (y - model.output_mean) / model.output_std
 
@@ -279,10 +294,12 @@ def _write_outputs(
             export_checkpoint(source, run_dir / "model.pt")
     if summary.epochs_run:
         runfiles.plot_loss_curves(
-            run_dir / "loss_curves.png", history["train_loss"], history["val_loss"],
+            run_dir / "loss_curves.png",
+            history["train_loss"],
+            history["val_loss"],
             summary.best_epoch or None,
             f"ufsemulator {config.data.target}: {ctx.env.world_size} x {ctx.backend}",
-        )  # fmt: skip
+        )
     run = summary.to_json()
     results = {
         "status": run.pop("status"),

@@ -17,9 +17,21 @@ from collections.abc import Mapping
 from typing import Any
 
 INPUT_NAMES: tuple[str, ...] = (
-    "sst", "sss", "tair", "tsfc", "hi", "hs", "sice",
-    "uocn", "vocn", "uatm", "vatm", "qref", "flwdn", "fswdn",
-)  # fmt: skip
+    "sst",
+    "sss",
+    "tair",
+    "tsfc",
+    "hi",
+    "hs",
+    "sice",
+    "uocn",
+    "vocn",
+    "uatm",
+    "vatm",
+    "qref",
+    "flwdn",
+    "fswdn",
+)
 TARGET_NAMES: tuple[str, ...] = ("aice", "sst", "tair")
 MASK_MODES: tuple[str, ...] = ("sea_ice", "ocean", "both")
 
@@ -28,16 +40,34 @@ MASK_MODES: tuple[str, ...] = ("sea_ice", "ocean", "both")
 CICE_SUFFIXES: tuple[str, ...] = ("_h", "_d", "", "_m", "_y", "_1")
 
 CICE_NAMES: dict[str, str] = {
-    "aice": "aice", "sst": "sst", "sss": "sss", "tair": "Tair", "tsfc": "Tsfc",
-    "hi": "hi", "hs": "hs", "sice": "sice", "uocn": "uocn", "vocn": "vocn",
-    "uatm": "uatm", "vatm": "vatm", "qref": "Qref", "flwdn": "flwdn", "fswdn": "fswdn",
-}  # fmt: skip
+    "aice": "aice",
+    "sst": "sst",
+    "sss": "sss",
+    "tair": "Tair",
+    "tsfc": "Tsfc",
+    "hi": "hi",
+    "hs": "hs",
+    "sice": "sice",
+    "uocn": "uocn",
+    "vocn": "vocn",
+    "uatm": "uatm",
+    "vatm": "vatm",
+    "qref": "Qref",
+    "flwdn": "flwdn",
+    "fswdn": "fswdn",
+}
 
 # Other plain names seen in files written by other tools; tried after the CICE names.
 OTHER_NAMES: dict[str, tuple[str, ...]] = {
-    "aice": ("siconc",), "sst": ("SST",), "sss": ("SSS",), "tair": ("tair",),
-    "tsfc": ("tsfc",), "qref": ("qref",), "flwdn": ("flw",), "fswdn": ("fsw",),
-}  # fmt: skip
+    "aice": ("siconc",),
+    "sst": ("SST",),
+    "sss": ("SSS",),
+    "tair": ("tair",),
+    "tsfc": ("tsfc",),
+    "qref": ("qref",),
+    "flwdn": ("flw",),
+    "fswdn": ("fsw",),
+}
 
 JEDI_NAMES: dict[str, str] = {
     "aice": "sea_ice_area_fraction",
@@ -61,12 +91,10 @@ JEDI_NAMES: dict[str, str] = {
 # name and its standard_name attribute.
 CF_NAMES: dict[str, tuple[str, ...]] = {
     "aice": ("sea_ice_area_fraction",),
-    "sst": ("sea_surface_temperature", "sea_water_potential_temperature",
-            "sea_water_temperature"),
+    "sst": ("sea_surface_temperature", "sea_water_potential_temperature", "sea_water_temperature"),
     "sss": ("sea_surface_salinity", "sea_water_salinity"),
     "tair": ("air_temperature",),
-    "tsfc": ("sea_ice_surface_temperature", "snow_ice_surface_temperature",
-             "surface_temperature"),
+    "tsfc": ("sea_ice_surface_temperature", "snow_ice_surface_temperature", "surface_temperature"),
     "hi": ("sea_ice_thickness", "sea_ice_volume"),
     "hs": ("surface_snow_thickness", "sea_ice_snow_thickness", "sea_ice_snow_volume"),
     "sice": ("sea_ice_salinity",),
@@ -77,19 +105,42 @@ CF_NAMES: dict[str, tuple[str, ...]] = {
     "qref": ("specific_humidity", "water_vapor_mixing_ratio_wrt_moist_air"),
     "flwdn": ("surface_downwelling_longwave_flux_in_air",),
     "fswdn": ("surface_downwelling_shortwave_flux_in_air",),
-}  # fmt: skip
+}
 
 UNITS: dict[str, str] = {
-    "aice": "1", "sst": "degC", "sss": "ppt", "tair": "degC", "tsfc": "degC",
-    "hi": "m", "hs": "m", "sice": "ppt", "uocn": "m/s", "vocn": "m/s",
-    "uatm": "m/s", "vatm": "m/s", "qref": "g/kg", "flwdn": "W/m2", "fswdn": "W/m2",
-}  # fmt: skip
+    "aice": "1",
+    "sst": "degC",
+    "sss": "ppt",
+    "tair": "degC",
+    "tsfc": "degC",
+    "hi": "m",
+    "hs": "m",
+    "sice": "ppt",
+    "uocn": "m/s",
+    "vocn": "m/s",
+    "uatm": "m/s",
+    "vatm": "m/s",
+    "qref": "g/kg",
+    "flwdn": "W/m2",
+    "fswdn": "W/m2",
+}
 JEDI_UNITS: dict[str, str] = {"sst": "K", "tair": "K", "tsfc": "K", "qref": "kg/kg"}
 
 # Spellings of each unit, compared in lower case with blanks collapsed.
 _ALIASES: dict[str, tuple[str, ...]] = {
-    "degC": ("degc", "deg_c", "deg c", "c", "celsius", "degree_c", "degrees_c",
-             "degree_celsius", "degrees_celsius", "degree celsius", "degrees celsius"),
+    "degC": (
+        "degc",
+        "deg_c",
+        "deg c",
+        "c",
+        "celsius",
+        "degree_c",
+        "degrees_c",
+        "degree_celsius",
+        "degrees_celsius",
+        "degree celsius",
+        "degrees celsius",
+    ),
     "K": ("k", "kelvin", "degk", "deg_k", "degree_k", "degrees_k", "degree_kelvin"),
     "g/kg": ("g/kg", "g kg-1", "g kg^-1", "g.kg-1"),
     "kg/kg": ("kg/kg", "kg kg-1", "kg kg^-1", "kg.kg-1"),
@@ -99,7 +150,7 @@ _ALIASES: dict[str, tuple[str, ...]] = {
     "W/m2": ("w/m2", "w m-2", "w/m^2", "w m^-2", "w.m-2"),
     "1": ("1", "fraction", "0-1"),
     "%": ("%", "percent"),
-}  # fmt: skip
+}
 _CANONICAL = {alias: unit for unit, aliases in _ALIASES.items() for alias in aliases}
 
 # (from, to) -> (scale, offset): value_to = value_from * scale + offset. Salinity in g/kg

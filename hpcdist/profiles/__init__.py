@@ -18,6 +18,7 @@ from hpcdist.errors import ProfileError
 PROFILE_DIR = Path(__file__).resolve().parent
 DEFAULT_PROFILE = "local"
 
+
 @dataclass(frozen=True)
 class Profile:
     name: str
@@ -69,8 +70,9 @@ def load_profile(name_or_path: str = DEFAULT_PROFILE) -> Profile:
     except OSError as exc:
         raise ProfileError(f"profile {str(path)!r} cannot be read: {exc.strerror}") from exc
     except UnicodeDecodeError as exc:
-        raise ProfileError(f"profile {str(path)!r} is not UTF-8 text (byte {exc.start}); "
-                           "expected a YAML file") from exc
+        raise ProfileError(
+            f"profile {str(path)!r} is not UTF-8 text (byte {exc.start}); expected a YAML file"
+        ) from exc
     except yaml.YAMLError as exc:
         where = getattr(exc, "problem_mark", None)
         line = f" at line {where.line + 1}" if where is not None else ""
@@ -154,12 +156,15 @@ def _expect_defaults(source: str, value: object) -> dict[str, Any]:
             out[key] = _expect_int(source, f"defaults.{key}", item)
         elif kind == "bool":
             if not isinstance(item, bool):
-                raise ProfileError(f"profile {source!r}: defaults.{key} must be true or false, "
-                                   f"got {item!r}")
+                raise ProfileError(
+                    f"profile {source!r}: defaults.{key} must be true or false, got {item!r}"
+                )
             out[key] = item
         else:
             out[key] = _expect_str(source, f"defaults.{key}", item)
         if options[key].choices and out[key] not in options[key].choices:
-            raise ProfileError(f"profile {source!r}: defaults.{key} {item!r}; expected one of "
-                               f"{', '.join(options[key].choices)}")
+            raise ProfileError(
+                f"profile {source!r}: defaults.{key} {item!r}; expected one of "
+                f"{', '.join(options[key].choices)}"
+            )
     return out

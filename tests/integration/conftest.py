@@ -122,9 +122,14 @@ def release_requeue_hold(job_id: int) -> str:
 
 def submit_waiting(argv: list[str], cwd: Path) -> tuple[subprocess.Popen[str], int]:
     """Start `hpcdist submit ... --wait` in the background; (its process, the job id)."""
-    waiter = subprocess.Popen([sys.executable, "-m", "hpcdist.cli", "submit", *argv], cwd=cwd,
-                              env=slurm_env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                              text=True)  # fmt: skip
+    waiter = subprocess.Popen(
+        [sys.executable, "-m", "hpcdist.cli", "submit", *argv],
+        cwd=cwd,
+        env=slurm_env(),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
     assert waiter.stdout is not None
     line = waiter.stdout.readline()
     found = re.findall(r"Submitted job (\d+)", line)
@@ -253,14 +258,21 @@ def testbed_up(slurm_cluster: SlurmCluster) -> None:
     runs and every node is usable, and otherwise starts what is missing. A SLURM daemon
     that dies during one test (slurmd once crashed here while launching two jobs at once)
     then fails that test only, not every test after it; the restart is reported."""
-    proc = subprocess.run([str(TESTBED), "up"], capture_output=True, text=True, timeout=300,
-                          check=False)  # fmt: skip
+    proc = subprocess.run(
+        [str(TESTBED), "up"], capture_output=True, text=True, timeout=300, check=False
+    )
     if proc.returncode != 0:
-        pytest.fail(f"SLURM testbed is down and did not restart ({TESTBED} up exited "
-                    f"{proc.returncode}):\n{proc.stderr}", pytrace=False)  # fmt: skip
+        pytest.fail(
+            f"SLURM testbed is down and did not restart ({TESTBED} up exited "
+            f"{proc.returncode}):\n{proc.stderr}",
+            pytrace=False,
+        )
     if "cluster already up" not in proc.stderr:
-        warnings.warn(f"the SLURM testbed was not healthy before this test and was "
-                      f"restarted:\n{proc.stderr.strip()}", stacklevel=1)  # fmt: skip
+        warnings.warn(
+            f"the SLURM testbed was not healthy before this test and was "
+            f"restarted:\n{proc.stderr.strip()}",
+            stacklevel=1,
+        )
 
 
 @pytest.fixture(name="job_state")

@@ -29,8 +29,12 @@ def test_committed_test_distributed_script_passes_on_two_nodes(
     slurm_cluster: SlurmCluster, tmp_path: Path
 ) -> None:
     # As a user would: plain sbatch of the committed script from the repository root.
-    job = sbatch(REPO / "hpc" / "test_distributed.sh", f"--output={tmp_path}/%x-%j.out",
-                 cwd=REPO, timeout=300)
+    job = sbatch(
+        REPO / "hpc" / "test_distributed.sh",
+        f"--output={tmp_path}/%x-%j.out",
+        cwd=REPO,
+        timeout=300,
+    )
     text = _output(tmp_path, job.job_id)
     assert job.returncode == 0, text
     assert slurm_cluster.job_state(job.job_id) == "COMPLETED"
@@ -74,7 +78,10 @@ def test_unreachable_master_fails_with_diagnosis_within_timeout(
     slurm_cluster: SlurmCluster, tmp_path: Path
 ) -> None:
     script = _render_test_job(
-        tmp_path, nodes=2, time="10:00", env=("MASTER_ADDR=10.255.255.1",),
+        tmp_path,
+        nodes=2,
+        time="10:00",
+        env=("MASTER_ADDR=10.255.255.1",),
         command="python3 -m hpcdist.commcheck --timeout 15",
     )
     started = time.monotonic()

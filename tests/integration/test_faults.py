@@ -43,12 +43,18 @@ preemption: {{check_every_steps: 5}}
 def _training_job(tmp_path: Path, name: str, epochs: int, **flags: object) -> Path:
     config = tmp_path / f"{name}.yaml"
     config.write_text(CONFIG.format(epochs=epochs))
-    spec = spec_from_options({
-        "profile": "local", "mode": "gloo", "nodes": 2, "cpus_per_task": 1,
-        "job_name": name, "time": "20:00",
-        "command": f"python3 -m ufsemulator train --config {config}",
-        **flags,
-    })
+    spec = spec_from_options(
+        {
+            "profile": "local",
+            "mode": "gloo",
+            "nodes": 2,
+            "cpus_per_task": 1,
+            "job_name": name,
+            "time": "20:00",
+            "command": f"python3 -m ufsemulator train --config {config}",
+            **flags,
+        }
+    )
     script = tmp_path / f"{name}.sh"
     script.write_text(render(spec))
     return script
@@ -96,15 +102,13 @@ def _wait_for(predicate: object, timeout: float, what: str) -> None:
 
 
 @pytest.fixture(scope="module")
-def epoch_seconds(slurm_cluster: SlurmCluster, tmp_path_factory: pytest.TempPathFactory
-                  ) -> float:
+def epoch_seconds(slurm_cluster: SlurmCluster, tmp_path_factory: pytest.TempPathFactory) -> float:
     """Seconds per epoch of the fault-test training on this machine, measured on the
     testbed: the time-limit tests size their trainings in seconds, not epochs."""
     folder = tmp_path_factory.mktemp("calibration")
     job = sbatch(_training_job(folder, "calibration", epochs=6), cwd=folder, timeout=300)
     assert job.returncode == 0, _log(folder, "calibration", job.job_id)
-    results = json.loads((folder / "runs" / str(job.job_id) / "training_results.json")
-                         .read_text())
+    results = json.loads((folder / "runs" / str(job.job_id) / "training_results.json").read_text())
     later = sorted(results["epoch_times_s"][1:])
     return float(later[len(later) // 2])
 
@@ -124,21 +128,21 @@ def test_time_limit_interrupts_twice_and_ends_with_the_uninterrupted_weights(
     # Under --time=1 --signal=USR2@30, SLURM's coarse timer sends the warning anywhere in
     # the first ~30 s: 70 s of training takes three or more allocations.
     epochs = _epochs_for(70, epoch_seconds)
-    reference = sbatch(_training_job(tmp_path, "reference", epochs), cwd=tmp_path,
-                       timeout=900)
+    reference = sbatch(_training_job(tmp_path, "reference", epochs), cwd=tmp_path, timeout=900)
     assert reference.returncode == 0, _log(tmp_path, "reference", reference.job_id)
 
     # --time=1 with the warning 30 s before the limit: SLURM signals between 30 and 60 s in.
-    script = _training_job(tmp_path, "limited", epochs, time="1", signal="USR2@30",
-                           max_restarts=20)
+    script = _training_job(tmp_path, "limited", epochs, time="1", signal="USR2@30", max_restarts=20)
     job = sbatch(script, cwd=tmp_path, wait=False)
     state = _follow(job.job_id, timeout=900)
     log = _log(tmp_path, "limited", job.job_id)
     assert state == "COMPLETED", log
     restarts = {int(n) for n in re.findall(r"restart (\d+)", log)}
     assert max(restarts) >= 2, f"interrupted only {max(restarts)} times:\n{log}"
-    print(f"measured: time-limited training of {epochs} epochs ({epoch_seconds:.3f} s each) "
-          f"completed after {max(restarts)} restarts, weights equal to the reference run")
+    print(
+        f"measured: time-limited training of {epochs} epochs ({epoch_seconds:.3f} s each) "
+        f"completed after {max(restarts)} restarts, weights equal to the reference run"
+    )
     assert log.count("checkpoint written, requeueing") >= 2
     final = _weights(tmp_path / "runs" / str(job.job_id))
     expected = _weights(tmp_path / "runs" / str(reference.job_id))
@@ -164,15 +168,20 @@ def test_scontrol_requeue_resumes_and_scancel_leaves_the_checkpoint_intact(
     log = _log(tmp_path, "requeued", job.job_id)
     resumed_epoch = int(re.findall(r"Resuming from \S+ \(epoch (\d+), restart 1\)", log)[-1])
     assert resumed_epoch >= 1
-    _wait_for(lambda: f"Epoch {resumed_epoch + 2}/" in _log(tmp_path, "requeued", job.job_id),
-              120, "an epoch after the resume")
+    _wait_for(
+        lambda: f"Epoch {resumed_epoch + 2}/" in _log(tmp_path, "requeued", job.job_id),
+        120,
+        "an epoch after the resume",
+    )
 
     run_slurm("scancel", str(job.job_id))
     assert _follow(job.job_id, timeout=120, release=False) == "CANCELLED"
     after = load_checkpoint(checkpoint)  # loadable: never left half-written
     assert after["epoch"] >= resumed_epoch
-    print(f"measured: requeued job resumed at epoch {resumed_epoch}; cancelled with a "
-          f"loadable checkpoint of epoch {after['epoch']}")
+    print(
+        f"measured: requeued job resumed at epoch {resumed_epoch}; cancelled with a "
+        f"loadable checkpoint of epoch {after['epoch']}"
+    )
 
 
 def _rank_pid(run_marker: str, rank: int) -> int | None:
@@ -184,8 +193,10 @@ def _rank_pid(run_marker: str, rank: int) -> int | None:
             environ = (entry / "environ").read_bytes().split(b"\0")
         except OSError:
             continue
-        if "ufsemulator train" in cmdline and run_marker in cmdline and (
-            f"SLURM_PROCID={rank}".encode() in environ
+        if (
+            "ufsemulator train" in cmdline
+            and run_marker in cmdline
+            and (f"SLURM_PROCID={rank}".encode() in environ)
         ):
             return int(entry.name)
     return None
@@ -218,7 +229,8 @@ def test_two_trainings_on_the_same_nodes_both_finish_apart(
         jobs[name] = sbatch(script, "--nodelist=node1,node2", cwd=tmp_path, wait=False)
     for name, job in jobs.items():
         assert _follow(job.job_id, timeout=300, release=False) == "COMPLETED", _log(
-            tmp_path, name, job.job_id)
+            tmp_path, name, job.job_id
+        )
     ports = set()
     for name, job in jobs.items():
         log = _log(tmp_path, name, job.job_id)
@@ -235,9 +247,20 @@ def test_submitit_job_checkpoints_requeues_and_completes_through_its_time_limit(
     config = tmp_path / "submitit.yaml"
     config.write_text(CONFIG.format(epochs=_epochs_for(45, epoch_seconds)))
     waiter, job_id = submit_waiting(
-        ["--nodes=2", "--backend=gloo", "--cpus-per-task=1", "--time=1", "--signal=USR2@30",
-         "--max-restarts=20", "--job-name=submitit-preempt", "--wait",
-         "--command", f"python3 -m ufsemulator train --config {config}"], tmp_path)
+        [
+            "--nodes=2",
+            "--backend=gloo",
+            "--cpus-per-task=1",
+            "--time=1",
+            "--signal=USR2@30",
+            "--max-restarts=20",
+            "--job-name=submitit-preempt",
+            "--wait",
+            "--command",
+            f"python3 -m ufsemulator train --config {config}",
+        ],
+        tmp_path,
+    )
     out = finish_waiting(waiter, job_id, timeout=600)
     assert f"Job {job_id} ended COMPLETED" in out
     log = (tmp_path / ".hpcdist" / "submitit" / str(job_id) / f"{job_id}_0_log.out").read_text()

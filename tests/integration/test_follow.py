@@ -19,8 +19,15 @@ HPCDIST = [sys.executable, "-m", "hpcdist.cli"]
 
 
 def hpcdist(*args: str, cwd: Path, timeout: float = 120.0) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([*HPCDIST, *args], cwd=cwd, env=slurm_env({"PYTHONPATH": str(REPO)}),
-                          capture_output=True, text=True, timeout=timeout, check=False)
+    return subprocess.run(
+        [*HPCDIST, *args],
+        cwd=cwd,
+        env=slurm_env({"PYTHONPATH": str(REPO)}),
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        check=False,
+    )
 
 
 def _field(status: str, name: str) -> str:
@@ -33,12 +40,19 @@ def _field(status: str, name: str) -> str:
 
 
 @pytest.fixture(scope="module")
-def timed_out_job(slurm_cluster: SlurmCluster,
-                  tmp_path_factory: pytest.TempPathFactory) -> Iterator[SubmittedJob]:
+def timed_out_job(
+    slurm_cluster: SlurmCluster, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[SubmittedJob]:
     """A job killed by its 1-minute limit: submitted first, checked last (it takes ~90 s)."""
     folder = tmp_path_factory.mktemp("timeout")
-    job = sbatch("#!/bin/bash\necho started\nsleep 300\n", "--time=1", "--job-name=sleeper",
-                 f"--output={folder}/%x-%j.out", wait=False, cwd=folder)
+    job = sbatch(
+        "#!/bin/bash\necho started\nsleep 300\n",
+        "--time=1",
+        "--job-name=sleeper",
+        f"--output={folder}/%x-%j.out",
+        wait=False,
+        cwd=folder,
+    )
     yield job
     run_slurm("scancel", str(job.job_id), check=False)
 
@@ -47,8 +61,12 @@ def test_plain_sbatch_job_status_efficiency_logs_and_list(
     slurm_cluster: SlurmCluster, tmp_path: Path, timed_out_job: SubmittedJob
 ) -> None:
     # As the README says for plain SLURM: sbatch the committed script, no hpcdist involved.
-    job = sbatch(REPO / "hpc" / "test_distributed.sh", f"--output={tmp_path}/%x-%j.out",
-                 cwd=REPO, timeout=300)
+    job = sbatch(
+        REPO / "hpc" / "test_distributed.sh",
+        f"--output={tmp_path}/%x-%j.out",
+        cwd=REPO,
+        timeout=300,
+    )
     assert job.returncode == 0, job.stderr
     assert slurm_cluster.job_state(job.job_id) == "COMPLETED"  # sacct has its rows now
     status = hpcdist("status", str(job.job_id), cwd=tmp_path)
@@ -64,7 +82,11 @@ def test_plain_sbatch_job_status_efficiency_logs_and_list(
 
     data = json.loads(hpcdist("status", "--json", str(job.job_id), cwd=tmp_path).stdout)
     assert (data["state"], data["exit_code"], data["signal"], data["num_nodes"]) == (
-        "COMPLETED", 0, 0, 2)
+        "COMPLETED",
+        0,
+        0,
+        2,
+    )
     assert data["limit_s"] == 1800 and data["efficiency"]["time_fraction"] < 0.5
 
     logs = hpcdist("logs", str(job.job_id), cwd=tmp_path)
@@ -74,13 +96,19 @@ def test_plain_sbatch_job_status_efficiency_logs_and_list(
     assert rank1 and all(line.startswith("[Rank 1]") for line in rank1)
 
     listing = hpcdist("list", cwd=tmp_path)
-    assert any(line.split()[:2] == [str(job.job_id), "COMPLETED"]
-               for line in listing.stdout.splitlines()), listing.stdout
+    assert any(
+        line.split()[:2] == [str(job.job_id), "COMPLETED"] for line in listing.stdout.splitlines()
+    ), listing.stdout
 
 
 def test_held_job_is_pending_for_begin_time(slurm_cluster: SlurmCluster, tmp_path: Path) -> None:
-    job = sbatch("#!/bin/bash\ntrue\n", "--begin=now+1hour", f"--output={tmp_path}/held-%j.out",
-                 wait=False, cwd=tmp_path)
+    job = sbatch(
+        "#!/bin/bash\ntrue\n",
+        "--begin=now+1hour",
+        f"--output={tmp_path}/held-%j.out",
+        wait=False,
+        cwd=tmp_path,
+    )
     try:
         deadline = time.monotonic() + 30
         while True:  # the scheduler names the reason on its first pass over the job
@@ -92,8 +120,7 @@ def test_held_job_is_pending_for_begin_time(slurm_cluster: SlurmCluster, tmp_pat
         assert _field(status.stdout, "reason") == "BeginTime"
         assert _field(status.stdout, "nodes") == "none yet"
         data = json.loads(hpcdist("status", "--json", str(job.job_id), cwd=tmp_path).stdout)
-        assert (data["state"], data["reason"], data["efficiency"]) == ("PENDING", "BeginTime",
-                                                                       None)
+        assert (data["state"], data["reason"], data["efficiency"]) == ("PENDING", "BeginTime", None)
     finally:
         run_slurm("scancel", str(job.job_id), check=False)
 
@@ -104,12 +131,17 @@ def test_unknown_job_is_one_line_exit_2(slurm_cluster: SlurmCluster, tmp_path: P
     assert status.stdout == ""
     assert status.stderr.count("\n") == 1
     assert "job '999999999' was not submitted from this folder and SLURM does not know it" in (
-        status.stderr)
+        status.stderr
+    )
 
 
 def test_logs_follow_until_the_job_ends(slurm_cluster: SlurmCluster, tmp_path: Path) -> None:
-    job = sbatch("#!/bin/bash\necho first\nsleep 4\necho last\n", f"--output={tmp_path}/f-%j.out",
-                 wait=False, cwd=tmp_path)
+    job = sbatch(
+        "#!/bin/bash\necho first\nsleep 4\necho last\n",
+        f"--output={tmp_path}/f-%j.out",
+        wait=False,
+        cwd=tmp_path,
+    )
     followed = hpcdist("logs", str(job.job_id), "--follow", cwd=tmp_path, timeout=120)
     assert followed.returncode == 0, followed.stderr
     assert followed.stdout.splitlines() == ["first", "last"]
@@ -118,12 +150,19 @@ def test_logs_follow_until_the_job_ends(slurm_cluster: SlurmCluster, tmp_path: P
 def test_run_inside_salloc_runs_the_communication_check(
     slurm_cluster: SlurmCluster, tmp_path: Path
 ) -> None:
-    proc = subprocess.run(["salloc", "-N", "2", *HPCDIST, "run", "--mode", "test", "--profile",
-                           "local"], cwd=tmp_path, env=slurm_env({"PYTHONPATH": str(REPO)}),
-                          capture_output=True, text=True, timeout=180, check=False)
+    proc = subprocess.run(
+        ["salloc", "-N", "2", *HPCDIST, "run", "--mode", "test", "--profile", "local"],
+        cwd=tmp_path,
+        env=slurm_env({"PYTHONPATH": str(REPO)}),
+        capture_output=True,
+        text=True,
+        timeout=180,
+        check=False,
+    )
     assert proc.returncode == 0, proc.stdout + proc.stderr
-    assert any(line.startswith("PASS: world size 2, gloo backend")
-               for line in proc.stdout.splitlines()), proc.stdout + proc.stderr
+    assert any(
+        line.startswith("PASS: world size 2, gloo backend") for line in proc.stdout.splitlines()
+    ), proc.stdout + proc.stderr
     assert "Distributed training initialized: gloo backend, 2 processes" in proc.stdout
 
 

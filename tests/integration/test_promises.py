@@ -35,8 +35,11 @@ def test_rendered_no_requeue_job_warned_is_not_requeued(
     text = script.read_text()
     assert "#SBATCH --no-requeue\n" in text and "scontrol requeue" not in text
     job = sbatch(script, cwd=tmp_path, wait=False)
-    _wait_for(lambda: "Epoch 3/" in _log(tmp_path, "norequeue", job.job_id), 180,
-              "the job to train 3 epochs")
+    _wait_for(
+        lambda: "Epoch 3/" in _log(tmp_path, "norequeue", job.job_id),
+        180,
+        "the job to train 3 epochs",
+    )
     run_slurm("scancel", "--signal=USR2", str(job.job_id))
     state = _final(job.job_id)
     log = _log(tmp_path, "norequeue", job.job_id)
@@ -55,11 +58,24 @@ def test_submitted_no_requeue_job_warned_is_not_requeued(
     config = tmp_path / "norequeue.yaml"
     config.write_text(CONFIG.format(epochs=40))
     waiter, job_id = submit_waiting(
-        ["--nodes=2", "--backend=gloo", "--cpus-per-task=1", "--time=20", "--no-requeue",
-         "--wait", "--command", f"python3 -m ufsemulator train --config {config}"], tmp_path)
+        [
+            "--nodes=2",
+            "--backend=gloo",
+            "--cpus-per-task=1",
+            "--time=20",
+            "--no-requeue",
+            "--wait",
+            "--command",
+            f"python3 -m ufsemulator train --config {config}",
+        ],
+        tmp_path,
+    )
     log = tmp_path / ".hpcdist" / "submitit" / str(job_id) / f"{job_id}_0_log.out"
-    _wait_for(lambda: log.is_file() and "Epoch 3/" in log.read_text(errors="replace"), 180,
-              "the submitted job to train 3 epochs")
+    _wait_for(
+        lambda: log.is_file() and "Epoch 3/" in log.read_text(errors="replace"),
+        180,
+        "the submitted job to train 3 epochs",
+    )
     run_slurm("scancel", "--signal=USR2", str(job_id))
     out, err = waiter.communicate(timeout=240)
     assert waiter.returncode == 1, out + err
@@ -79,15 +95,21 @@ def test_chdir_and_output_are_honoured_by_render_and_submit(
     command = f"{sys.executable} -c \"import os; print('cwd', os.getcwd())\""
     flags = ["--nodes=1", "--backend=gloo", f"--chdir={workdir}", f"--command={command}"]
     rendered = subprocess.run(
-        [*HPCDIST, "render", *flags, f"--output={logs}/rendered-%j.log"], cwd=tmp_path,
-        env=slurm_env(), capture_output=True, text=True, check=True).stdout
+        [*HPCDIST, "render", *flags, f"--output={logs}/rendered-%j.log"],
+        cwd=tmp_path,
+        env=slurm_env(),
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout
     job = sbatch(rendered, cwd=tmp_path)
     assert job.returncode == 0, job.stderr
     log = logs / f"rendered-{job.job_id}.log"
     assert f"cwd {workdir}\n" in log.read_text(), log.read_text()
 
     waiter, job_id = submit_waiting(
-        [*flags, f"--output={logs}/submitted-%j.log", "--wait"], tmp_path)
+        [*flags, f"--output={logs}/submitted-%j.log", "--wait"], tmp_path
+    )
     out, err = waiter.communicate(timeout=180)
     assert waiter.returncode == 0, out + err
     assert f"cwd {workdir}\n" in out  # rank 0's log, followed by --wait
@@ -103,16 +125,27 @@ def test_auto_executor_refuses_a_configured_cluster_that_does_not_answer(
     conf = tmp_path / "slurm.conf"
     # A cluster whose controller listens nowhere: sinfo gets "connection refused".
     lines = Path(slurm_env()["SLURM_CONF"]).read_text().splitlines()
-    conf.write_text("\n".join("SlurmctldPort=16999" if line.startswith("SlurmctldPort=")
-                              else line for line in lines) + "\n")
+    conf.write_text(
+        "\n".join(
+            "SlurmctldPort=16999" if line.startswith("SlurmctldPort=") else line for line in lines
+        )
+        + "\n"
+    )
     env = {**slurm_env(), "SLURM_CONF": str(conf)}
-    run = subprocess.run([*HPCDIST, "submit", "--nodes=2", "--backend=gloo", "--dry-run"],
-                         cwd=tmp_path, env=env, capture_output=True, text=True, timeout=120)
+    run = subprocess.run(
+        [*HPCDIST, "submit", "--nodes=2", "--backend=gloo", "--dry-run"],
+        cwd=tmp_path,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert run.returncode == 2
     assert run.stdout == ""
     assert run.stderr.startswith(
         f"hpcdist: error: SLURM is configured here (SLURM_CONF={conf}) but its controller "
-        "does not answer (sinfo: ")
+        "does not answer (sinfo: "
+    )
     assert run.stderr.endswith("); pass --executor local to run on this machine instead\n")
     assert run.stderr.count("\n") == 1
     assert not (tmp_path / ".hpcdist").exists()

@@ -16,8 +16,9 @@ COMMCHECK = f"{sys.executable} -m hpcdist.commcheck --timeout 60"
 
 
 def hpcdist(*args: str, cwd: Path, timeout: float = 300) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([*HPCDIST, *args], cwd=cwd, env=slurm_env(), capture_output=True,
-                          text=True, timeout=timeout)
+    return subprocess.run(
+        [*HPCDIST, *args], cwd=cwd, env=slurm_env(), capture_output=True, text=True, timeout=timeout
+    )
 
 
 def _job_id(output: str) -> str:
@@ -27,8 +28,9 @@ def _job_id(output: str) -> str:
 
 
 def test_submit_four_nodes_gloo_wait_completes(slurm_cluster: SlurmCluster, tmp_path: Path) -> None:
-    run = hpcdist("submit", "--nodes=4", "--backend=gloo", "--wait", "--command", COMMCHECK,
-                  cwd=tmp_path)
+    run = hpcdist(
+        "submit", "--nodes=4", "--backend=gloo", "--wait", "--command", COMMCHECK, cwd=tmp_path
+    )
     assert run.returncode == 0, run.stdout + run.stderr
     assert "PASS" in run.stdout
     job_id = _job_id(run.stdout)
@@ -42,8 +44,9 @@ def test_failing_job_is_failed_and_logs_show_the_traceback(
     slurm_cluster: SlurmCluster, tmp_path: Path
 ) -> None:
     command = f"{sys.executable} -c \"raise RuntimeError('emulator diverged at step 7')\""
-    run = hpcdist("submit", "--nodes=2", "--backend=gloo", "--wait", "--command", command,
-                  cwd=tmp_path)
+    run = hpcdist(
+        "submit", "--nodes=2", "--backend=gloo", "--wait", "--command", command, cwd=tmp_path
+    )
     assert run.returncode == 1
     job_id = _job_id(run.stdout)
     assert hpcdist("status", job_id, cwd=tmp_path).stdout.splitlines()[0] == f"{job_id} FAILED"
@@ -54,10 +57,15 @@ def test_failing_job_is_failed_and_logs_show_the_traceback(
 def test_cancelled_job_shows_cancelled_and_wait_fails(
     slurm_cluster: SlurmCluster, tmp_path: Path
 ) -> None:
-    command = f"{sys.executable} -c \"import time; time.sleep(600)\""
-    waiter = subprocess.Popen([*HPCDIST, "submit", "--nodes=1", "--backend=gloo", "--wait",
-                               "--command", command], cwd=tmp_path, env=slurm_env(),
-                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    command = f'{sys.executable} -c "import time; time.sleep(600)"'
+    waiter = subprocess.Popen(
+        [*HPCDIST, "submit", "--nodes=1", "--backend=gloo", "--wait", "--command", command],
+        cwd=tmp_path,
+        env=slurm_env(),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
     assert waiter.stdout is not None
     first = waiter.stdout.readline()
     job_id = _job_id(first)
@@ -74,8 +82,16 @@ def test_preflight_rejection_is_one_line(slurm_cluster: SlurmCluster, tmp_path: 
     # A profile that believes in more nodes than the cluster has: only SLURM can say no.
     profile = tmp_path / "optimist.yaml"
     profile.write_text("partition: debug\nmax_nodes: 16\ncores_per_node: 2\n")
-    run = hpcdist("submit", "--profile", str(profile), "--nodes=8", "--backend=gloo",
-                  "--command", "true", cwd=tmp_path)
+    run = hpcdist(
+        "submit",
+        "--profile",
+        str(profile),
+        "--nodes=8",
+        "--backend=gloo",
+        "--command",
+        "true",
+        cwd=tmp_path,
+    )
     assert run.returncode == 2
     lines = run.stderr.strip().splitlines()
     assert len(lines) == 1, run.stderr

@@ -13,16 +13,23 @@ import pytest
 from tests.integration.conftest import SlurmCluster, slurm_env
 
 HPCDIST = [sys.executable, "-m", "hpcdist.cli"]
-RUN_FILES = {"checkpoint.pt", "best_model.pt", "loss_curves.png", "training_results.json",
-             "model.pt"}
+RUN_FILES = {
+    "checkpoint.pt",
+    "best_model.pt",
+    "loss_curves.png",
+    "training_results.json",
+    "model.pt",
+}
 
 
 def _submit(tmp_path: Path, nodes: int) -> subprocess.Popen[str]:
     # The default command: the emulator training with its default config.
     return subprocess.Popen(
-        [*HPCDIST, "submit", f"--nodes={nodes}", "--backend=gloo", "--cpus-per-task=1",
-         "--wait"],
-        cwd=tmp_path, env=slurm_env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+        [*HPCDIST, "submit", f"--nodes={nodes}", "--backend=gloo", "--cpus-per-task=1", "--wait"],
+        cwd=tmp_path,
+        env=slurm_env(),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
         text=True,
     )
 
@@ -36,8 +43,9 @@ def _finish(proc: subprocess.Popen[str]) -> tuple[str, str]:
 
 
 @pytest.fixture(scope="module")
-def trainings(slurm_cluster: SlurmCluster, tmp_path_factory: pytest.TempPathFactory
-              ) -> dict[int, tuple[Path, str, str]]:
+def trainings(
+    slurm_cluster: SlurmCluster, tmp_path_factory: pytest.TempPathFactory
+) -> dict[int, tuple[Path, str, str]]:
     """Run the 1- and 2-node trainings side by side (3 nodes), then the 4-node one."""
     folder = tmp_path_factory.mktemp("trainings")
     first = {n: _submit(folder, n) for n in (1, 2)}
@@ -51,16 +59,22 @@ def test_training_completes_with_the_specified_log_lines(
     trainings: dict[int, tuple[Path, str, str]], nodes: int
 ) -> None:
     folder, job_id, out = trainings[nodes]
-    status = subprocess.run([*HPCDIST, "status", job_id], cwd=folder, env=slurm_env(),
-                            capture_output=True, text=True)
+    status = subprocess.run(
+        [*HPCDIST, "status", job_id], cwd=folder, env=slurm_env(), capture_output=True, text=True
+    )
     assert status.stdout.splitlines()[0] == f"{job_id} COMPLETED"
     processes = "1 process" if nodes == 1 else f"{nodes} processes"
     assert f"Distributed training initialized: gloo backend, {processes}" in out
     assert re.search(r"^Master: node1:\d+$", out, re.M), out
     assert re.search(r"^Epoch 1/\d+ - Train: [\d.e-]+, Val: [\d.e-]+$", out, re.M), out
     for rank in range(nodes):
-        log = subprocess.run([*HPCDIST, "logs", job_id, "--rank", str(rank)], cwd=folder,
-                             env=slurm_env(), capture_output=True, text=True).stdout
+        log = subprocess.run(
+            [*HPCDIST, "logs", job_id, "--rank", str(rank)],
+            cwd=folder,
+            env=slurm_env(),
+            capture_output=True,
+            text=True,
+        ).stdout
         assert re.search(rf"^\[Rank {rank}\] Training samples: \d+$", log, re.M), log
         if rank:
             assert "Epoch 1/" not in log  # the summary lines come from rank 0 alone
@@ -98,13 +112,18 @@ def test_committed_multinode_script_trains_with_plain_sbatch(
 
     repo = Path(__file__).resolve().parents[2]
     # Submitted from the repository root as a user would; the run folder goes to tmp_path.
-    job = sbatch(repo / "hpc" / "train_distributed_multinode.sh", f"--chdir={tmp_path}",
-                 cwd=repo, timeout=600)
+    job = sbatch(
+        repo / "hpc" / "train_distributed_multinode.sh",
+        f"--chdir={tmp_path}",
+        cwd=repo,
+        timeout=600,
+    )
     (log,) = tmp_path.glob(f"*-{job.job_id}.out")
     text = log.read_text()
     assert job.returncode == 0, text
     assert slurm_cluster.job_state(job.job_id) == "COMPLETED"
     assert "Distributed training initialized: gloo backend, 4 processes" in text
-    results = json.loads((tmp_path / "runs" / str(job.job_id) / "training_results.json")
-                         .read_text())
+    results = json.loads(
+        (tmp_path / "runs" / str(job.job_id) / "training_results.json").read_text()
+    )
     assert results["world_size"] == 4 and results["best_val_loss"] <= 0.1

@@ -25,8 +25,9 @@ EPOCHS = 40
 
 def _warn_when_training(tmp_path: Path, name: str, job_id: int, *scancel_args: str) -> None:
     """Send the warning once the job has trained a few epochs."""
-    _wait_for(lambda: "Epoch 3/" in _log(tmp_path, name, job_id), 180,
-              f"job {job_id} to train 3 epochs")
+    _wait_for(
+        lambda: "Epoch 3/" in _log(tmp_path, name, job_id), 180, f"job {job_id} to train 3 epochs"
+    )
     run_slurm("scancel", *scancel_args, str(job_id))
 
 
@@ -41,8 +42,10 @@ def _assert_resumed_and_completed(tmp_path: Path, name: str, job_id: int) -> str
     results = json.loads((tmp_path / "runs" / str(job_id) / "training_results.json").read_text())
     assert results["world_size"] == 2
     assert results["epochs_run"] == EPOCHS
-    print(f"measured: {name}: warned after epoch 3, resumed from epoch {resumed[0]}, "
-          f"COMPLETED after {EPOCHS} epochs with 2 ranks")
+    print(
+        f"measured: {name}: warned after epoch 3, resumed from epoch {resumed[0]}, "
+        f"COMPLETED after {EPOCHS} epochs with 2 ranks"
+    )
     return log
 
 
@@ -73,9 +76,19 @@ def test_submit_with_torchrun_runs_every_rank_and_resumes_after_the_warning(
     config = tmp_path / "torchrun.yaml"
     config.write_text(CONFIG.format(epochs=EPOCHS))
     waiter, job_id = submit_waiting(
-        ["--nodes=2", "--backend=gloo", "--launcher=torchrun", "--cpus-per-task=1", "--time=20",
-         "--job-name=submit-torchrun", "--wait",
-         "--command", f"python3 -m ufsemulator train --config {config}"], tmp_path)
+        [
+            "--nodes=2",
+            "--backend=gloo",
+            "--launcher=torchrun",
+            "--cpus-per-task=1",
+            "--time=20",
+            "--job-name=submit-torchrun",
+            "--wait",
+            "--command",
+            f"python3 -m ufsemulator train --config {config}",
+        ],
+        tmp_path,
+    )
     folder = tmp_path / ".hpcdist" / "submitit" / str(job_id)
 
     def logs() -> str:
