@@ -87,6 +87,23 @@ BAD_REQUESTS: list[tuple[list[str], str]] = [
     (["--command", "python3 'unclosed"], "cannot be split into words"),
     (["--max-restarts", "-1"], "--max-restarts must be >= 0, got -1"),
     (["--bogus"], "No such option '--bogus'"),
+    # Values sbatch would refuse, refused first.
+    (["--time", "\u0663\u0660"], "--time '\u0663\u0660' is not a SLURM time limit"),
+    (["--time", " 30"], "--time ' 30' is not a SLURM time limit"),
+    (["--mem", "\u0661\u0666G"], "--mem '\u0661\u0666G'; expected a size such as 4000M"),
+    (["--mem", "16G "], "--mem '16G '; expected a size"),
+    (["--signal", "USR2@\u0669\u0660"], "--signal 'USR2@\u0669\u0660'; expected [B:]SIGNAL"),
+    (["--job-name", "x" * 1025], "--job-name is 1025 characters long; expected at most 1024"),
+    (["--output", "/" + "o" * 4096], "--output is 4097 characters long; expected at most 4096"),
+    (["--chdir", "/" + "d" * 4096], "--chdir is 4097 characters long; expected at most 4096"),
+    (["--setup", 'x"; rm -rf ~ #'], "--setup 'x\"; rm -rf ~ #' is not a complete shell line"),
+    (["--setup", "if true"], "--setup 'if true' is not a complete shell line"),
+    (["--command", ""], "--command '' is empty; expected the command each rank runs"),
+    (["--command", "   "], "--command '   ' is empty"),
+    (["--output", "job.sh"], "--output 'job.sh' names the job's log, as in sbatch"),
+    (["--collective-timeout", "0"], "--collective-timeout must be >= 1 second, got 0"),
+    (["--gpus-per-node", "auto"], "--gpus-per-node auto needs --mode nccl, got --mode gloo"),
+    (["--gpus-per-node", "many"], "'many' is not an integer nor 'auto'"),
 ]
 
 
@@ -95,7 +112,7 @@ def test_bad_request_is_one_line_exit_2_nothing_written(
     args: list[str], message: str, tmp_path: Path
 ) -> None:
     out = tmp_path / "job.sh"
-    result = CliRunner().invoke(cli, ["render", *args, "-o", str(out)])
+    result = CliRunner().invoke(cli, ["render", *args, "--script", str(out)])
     assert result.exit_code == 2, result.output
     lines = result.stderr.strip().splitlines()
     assert len(lines) == 1, result.stderr
@@ -281,3 +298,31 @@ def test_spec_is_frozen() -> None:
 
 def test_spec_error_is_a_value_error() -> None:
     assert issubclass(SpecError, ValueError)
+
+
+@pytest.mark.parametrize(
+    ("length", "ok"), [(1024, True), (1025, False)], ids=["at-limit", "over-limit"]
+)
+def test_job_name_length_limit_both_sides(length: int, ok: bool) -> None:
+    flags = {"profile": None, "mode": "gloo", "job_name": "n" * length}
+    if ok:
+        assert spec_from_options(flags).job_name == "n" * length
+    else:
+        with pytest.raises(SpecError, match=f"is {length} characters long; expected at most 1024"):
+            spec_from_options(flags)
+
+
+def test_setup_adds_to_the_profiles_lines() -> None:
+    profile = load_profile("cpu-cluster")
+    spec = spec_from_options(
+        {"profile": "cpu-cluster", "mode": "gloo", "setup": ("module load mine",)}
+    )
+    assert spec.setup == (*profile.setup, "module load mine")
+    assert len(profile.setup) == 2  # the environment's activation stays
+
+
+def test_a_wrong_typed_profile_default_is_refused(tmp_path: Path) -> None:
+    site = tmp_path / "site.yaml"
+    site.write_text('defaults:\n  requeue: "no"\n')
+    with pytest.raises(ProfileError, match="defaults.requeue must be true or false, got 'no'"):
+        spec_from_options({"profile": str(site), "mode": "gloo"})
