@@ -324,5 +324,5 @@ def test_setup_adds_to_the_profiles_lines() -> None:
 def test_a_wrong_typed_profile_default_is_refused(tmp_path: Path) -> None:
     site = tmp_path / "site.yaml"
     site.write_text('defaults:\n  requeue: "no"\n')
-    with pytest.raises(ProfileError, match="defaults.requeue must be true or false, got 'no'"):
+    with pytest.raises(ProfileError, match=r"defaults\.requeue must be true or false, got 'no'"):
         spec_from_options({"profile": str(site), "mode": "gloo"})
