@@ -6,6 +6,8 @@ a test compares the script submitit writes with the rendered directives.
 
 from __future__ import annotations
 
+import contextlib
+import io
 import os
 import shutil
 import subprocess
@@ -246,10 +248,14 @@ def submit(
             threads=_local_threads(spec, shape),
             requeue=spec.requeue,
         )
+    before = _files_under(root)
     with clean_slurm_environment():
         try:
-            job = ex.submit(job_command)
+            # submitit echoes sbatch's stderr; the one line below says what went wrong.
+            with contextlib.redirect_stderr(io.StringIO()):
+                job = ex.submit(job_command)
         except (OSError, RuntimeError) as exc:  # sbatch missing, refused, or no controller
+            _remove_new_files(root, before)
             reason = (str(exc).strip().splitlines() or [type(exc).__name__])[-1]
             raise UserError(f"the {kind} executor could not submit the job: {reason}") from exc
     job_folder = Path(str(job.paths.folder))
@@ -272,6 +278,18 @@ def submit(
     )
     save_record(record, project_dir)
     return Submission(record=record, executor=kind)
+
+
+def _files_under(root: Path) -> set[Path]:
+    return set(root.rglob("*")) | {root} if root.exists() else set()
+
+
+def _remove_new_files(root: Path, before: set[Path]) -> None:
+    """A submission that failed leaves nothing behind: what submitit wrote before sbatch
+    refused (its pickle, its script, the folders it made) goes again."""
+    for path in sorted(_files_under(root) - before, key=lambda p: len(p.parts), reverse=True):
+        with contextlib.suppress(OSError):
+            path.rmdir() if path.is_dir() else path.unlink()
 
 
 def describe(spec: JobSpec, executor: str) -> Mapping[str, Any]:
