@@ -119,6 +119,11 @@ class Loop:
         self.flag, self.hooks = flag, hooks if hooks is not None else LoopHooks()
         self.model_config = model.config
         cfg = config.training
+        # Subnormal floats are flushed to zero on the CPU: as weight decay drives a weight
+        # toward zero, a few subnormal values made every CPU step about 45x slower (94 ms
+        # against 2 ms for a 1000-row step of the default model, on a checkpoint of epoch 460
+        # of a 2-node training on the testbed).
+        torch.set_flush_denormal(True)
         model = model.to(ctx.device)
         if cfg.compile:
             compile_model(model, cfg.strategy, ctx)
