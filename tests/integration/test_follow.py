@@ -4,6 +4,7 @@ did not submit, and `hpcdist run` inside an allocation made by salloc."""
 from __future__ import annotations
 
 import json
+import re
 import subprocess
 import sys
 import time
@@ -77,6 +78,8 @@ def test_plain_sbatch_job_status_efficiency_logs_and_list(
     assert _field(status.stdout, "stdout") == f"{tmp_path}/hpcdist-commcheck-{job.job_id}.out"
     efficiency = _field(status.stdout, "efficiency")
     assert "wall time" in efficiency and "of 0:30:00" in efficiency
+    # The testbed gathers accounting (jobacct_gather/linux): CPU time is recorded.
+    assert re.match(r"CPU \d+(\.\d+)?% \(", efficiency), efficiency
     # A few seconds of a 30-minute limit: the advice says so.
     assert "of its time limit: --time=0:01:00 would do" in _field(status.stdout, "advice")
 
