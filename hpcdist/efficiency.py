@@ -11,7 +11,13 @@ import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
-from hpcdist.slurmparse import format_duration, parse_duration, parse_memory_mb
+from hpcdist.slurmparse import (
+    MemoryPer,
+    SlurmOutputError,
+    format_duration,
+    parse_duration,
+    parse_memory_mb,
+)
 
 # Under this share of the memory or time asked for, the job gets one line of advice.
 ADVICE_BELOW = 0.5
@@ -51,7 +57,7 @@ class Efficiency:
 
 
 def _per_node_mb(req_mem: str, nodes: int, cpus: int) -> float | None:
-    parsed = parse_memory_mb(req_mem)
+    parsed = _memory_or_none(req_mem, "M")
     if parsed is None or parsed[0] <= 0:
         return None
     mb, per = parsed
@@ -62,8 +68,18 @@ def _per_node_mb(req_mem: str, nodes: int, cpus: int) -> float | None:
     return mb / max(nodes, 1)  # SLURM >= 21.08 prints the whole job's request
 
 
+def _memory_or_none(text: str, bare_unit: str) -> tuple[float, MemoryPer] | None:
+    """A size sacct printed, or None where it printed one without a known unit: SLURM
+    22.05 showed ReqMem '16?' for a job submitted without --mem (seen on the testbed).
+    Efficiency is an extra; a size it cannot read is "not recorded", never an error."""
+    try:
+        return parse_memory_mb(text, bare_unit=bare_unit)
+    except SlurmOutputError:
+        return None
+
+
 def _max_rss_mb(rows: Sequence[Mapping[str, str]]) -> float | None:
-    peaks = [parse_memory_mb(row.get("MaxRSS", ""), bare_unit="K") for row in rows]
+    peaks = [_memory_or_none(row.get("MaxRSS", ""), "K") for row in rows]
     values = [mb for mb, _ in (p for p in peaks if p is not None)]
     return max(values) if values else None
 

@@ -47,8 +47,9 @@ def test_cpu_memory_and_time_of_a_two_node_job() -> None:
         ("4G", 1, 1, 4096.0),
         ("0", 1, 1, None),
         ("", 1, 1, None),
+        ("16?", 2, 4, None),  # sacct of SLURM 22.05, a job submitted without --mem
     ],
-    ids=["per-node", "per-cpu", "whole-job", "gigabytes", "all-of-node", "none"],
+    ids=["per-node", "per-cpu", "whole-job", "gigabytes", "all-of-node", "none", "unknown-unit"],
 )
 def test_memory_request_per_node(
     req_mem: str, nodes: int, cpus: int, per_node_mb: float | None
