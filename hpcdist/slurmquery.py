@@ -248,7 +248,9 @@ def recent_jobs(since: str = "now-1days") -> list[JobSummary]:
     ``--starttime``: ``now-1days``, ``2026-11-26T09:00:00``): one squeue and one sacct
     call for all of them."""
     fields = "--format=JobID,State,Elapsed,JobName"
-    live = _run(["squeue", "--me", "-h", "-o", "%i|%T|%M|%j"])
+    # -t all: the controller also knows the jobs that ended in the last MinJobAge seconds,
+    # which sacct may not list yet (its rows lag the end by a few seconds).
+    live = _run(["squeue", "--me", "-t", "all", "-h", "-o", "%i|%T|%M|%j"])
     accounted = _run(["sacct", "-X", "-P", "-n", "-S", since, fields])
     return merge_summaries(
         _summaries(live.stdout) if live is not None and live.returncode == 0 else [],
