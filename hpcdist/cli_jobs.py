@@ -15,13 +15,14 @@ from hpcdist.jobs import (
     load_record,
 )
 from hpcdist.options import job_options, spec_from_options
+from hpcdist.submit import EXECUTORS
 
 
 @click.command()
 @job_options
 @click.option(
     "--executor",
-    type=click.Choice(("auto", "slurm", "local")),
+    type=click.Choice(EXECUTORS),
     default="auto",
     help="slurm, local processes, or auto: slurm where sbatch is on PATH.",
 )

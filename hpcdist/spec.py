@@ -188,8 +188,6 @@ class JobSpec:
 
 JOB_OPTIONS: tuple[JobOption, ...] = tuple(job_options(JobSpec))
 DEFAULTS: dict[str, Any] = {o.name: o.default for o in JOB_OPTIONS if o.has_default}
-# Keys of a profile's ``defaults:`` section.
-PROFILE_DEFAULTABLE: tuple[str, ...] = tuple(o.name for o in JOB_OPTIONS if o.profile)
 
 
 def default_job_name(mode: str) -> str:
