@@ -58,7 +58,7 @@ def choose_executor(kind: str) -> str:
 
 
 # Where SLURM's tools find the cluster's configuration when SLURM_CONF is not set; the last
-# is slurmd's cache on a configless cluster.
+# two are slurmd's caches on a configless cluster.
 _SLURM_CONFIGS = (
     "/etc/slurm/slurm.conf",
     "/etc/slurm-llnl/slurm.conf",
