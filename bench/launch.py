@@ -56,10 +56,16 @@ def free_port() -> int:
         return int(sock.getsockname()[1])
 
 
+def without_launcher(env: Mapping[str, str]) -> dict[str, str]:
+    """``env`` less every launcher's and scheduler's variables: a process started with it
+    is a fresh single process as far as DistEnv can tell."""
+    return {k: v for k, v in env.items() if k not in _DROP and not k.startswith(_DROP_PREFIXES)}
+
+
 def rank_env(
     base: Mapping[str, str], rank: int, world: int, port: int, threads: int
 ) -> dict[str, str]:
-    env = {k: v for k, v in base.items() if k not in _DROP and not k.startswith(_DROP_PREFIXES)}
+    env = without_launcher(base)
     path = env.get("PYTHONPATH")
     env.update(NO_MULTICAST)
     env.update(

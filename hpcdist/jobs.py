@@ -70,6 +70,8 @@ def save_record(record: JobRecord, project_dir: Path | None = None) -> Path:
     return path
 
 
+SLURM_TIMEOUT_S = 30.0  # how long a SLURM client may take to answer
+
 # A SLURM job id, an array task (123_4) or a local job's process id: never a path.
 _JOB_ID = re.compile(r"[1-9][0-9]{0,17}(_[0-9]{1,9})?")
 _EXECUTORS = ("slurm", "local")
@@ -178,14 +180,16 @@ def job_state(record: JobRecord) -> str:
 def slurm_tool(argv: list[str]) -> subprocess.CompletedProcess[str]:
     """Run a SLURM client command; a missing tool or a silent controller is one line."""
     try:
-        return subprocess.run(argv, capture_output=True, text=True, timeout=30)
+        return subprocess.run(argv, capture_output=True, text=True, timeout=SLURM_TIMEOUT_S)
     except FileNotFoundError as exc:
         raise UserError(
             f"{argv[0]} is not on PATH; expected SLURM's client tools "
             "(module load slurm, or run on a login node)"
         ) from exc
     except subprocess.TimeoutExpired as exc:
-        raise UserError(f"{argv[0]} got no answer from the SLURM controller in 30 s") from exc
+        raise UserError(
+            f"{argv[0]} got no answer from the SLURM controller in {SLURM_TIMEOUT_S:.0f} s"
+        ) from exc
 
 
 def _slurm_state(job_id: str) -> str:

@@ -8,11 +8,13 @@ The controller comes first: sacct lags it by seconds and knows no log paths befo
 from __future__ import annotations
 
 import re
+import shutil
 import subprocess
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+from hpcdist.jobs import slurm_tool
 from hpcdist.slurmparse import (
     base_state,
     parse_duration,
@@ -43,7 +45,6 @@ SACCT_FIELDS = (
 )
 # SLURM >= 23.02 also keeps the log paths in the database.
 SACCT_LOG_FIELDS = ("StdOut", "StdErr")
-_TIMEOUT_S = 30.0
 
 
 @dataclass(frozen=True)
@@ -159,13 +160,11 @@ def guess_log(workdir: Path, job_id: str) -> str | None:
 
 
 def _run(argv: Sequence[str]) -> subprocess.CompletedProcess[str] | None:
-    """A SLURM client's output; None where the client is not installed."""
-    try:
-        return subprocess.run(
-            list(argv), capture_output=True, text=True, timeout=_TIMEOUT_S, check=False
-        )
-    except FileNotFoundError:
+    """A SLURM client's output; None where the client is not installed (a silent
+    controller is one line, from jobs.slurm_tool)."""
+    if shutil.which(argv[0]) is None:
         return None
+    return slurm_tool(list(argv))
 
 
 def scontrol_records(job_id: str) -> list[dict[str, str]]:

@@ -8,19 +8,9 @@ import subprocess
 import sys
 from pathlib import Path
 
+from bench.launch import without_launcher
+
 REPO = Path(__file__).resolve().parents[1]
-# Variables of a launcher that would make the example join some other group.
-LAUNCH_PREFIXES = ("SLURM_", "SUBMITIT_", "TORCHELASTIC_")
-LAUNCH_VARS = {
-    "RANK",
-    "LOCAL_RANK",
-    "WORLD_SIZE",
-    "LOCAL_WORLD_SIZE",
-    "GROUP_RANK",
-    "MASTER_ADDR",
-    "MASTER_PORT",
-    "CUDA_VISIBLE_DEVICES",
-}
 
 
 def readme_example() -> str:
@@ -34,11 +24,8 @@ def readme_example() -> str:
 def test_readme_training_example_runs_as_one_process(tmp_path: Path) -> None:
     script = tmp_path / "my_train.py"
     script.write_text(readme_example())
-    env = {
-        k: v
-        for k, v in os.environ.items()
-        if k not in LAUNCH_VARS and not k.startswith(LAUNCH_PREFIXES)
-    }
+    # No launcher's variables: the example must not join some other group.
+    env = without_launcher(os.environ)
     env.update(PYTHONPATH=str(REPO), OMP_NUM_THREADS="1", CUDA_VISIBLE_DEVICES="")
     done = subprocess.run(
         [sys.executable, str(script)],
