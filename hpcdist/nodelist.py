@@ -6,6 +6,7 @@ A pure module with no dependencies: the CLI, DistEnv and the tests all use it.
 from __future__ import annotations
 
 import functools
+import operator
 import re
 from itertools import product
 
@@ -74,9 +75,9 @@ def _expand_token(token: str, nodelist: str, what: str) -> list[str]:
     if "]" in prefix:
         raise NodeListError(f"unbalanced ']' in {what} {nodelist!r}")
     if "[" not in rest:  # one bracket group: by far the most common form
-        inner, closed, tail = rest.partition("]")
-        if not closed or "]" in tail:
-            raise NodeListError(f"nested or unbalanced brackets in {what} {nodelist!r}")
+        # _split_top_level balanced the brackets and no ']' precedes the '[', so the one
+        # ']' closes this group.
+        inner, _, tail = rest.partition("]")
         return [prefix + v + tail for v in _expand_ranges(inner, nodelist, what)]
     literals = [prefix]
     groups: list[list[str]] = []
@@ -99,7 +100,7 @@ def _expand_token(token: str, nodelist: str, what: str) -> list[str]:
     hosts: list[str] = []
     for combo in product(*reversed(outer)):
         values = combo[::-1]
-        head = literals[0] + "".join(v + lit for v, lit in zip(values, literals[1:-1], strict=True))
+        head = literals[0] + "".join(map(operator.add, values, literals[1:-1]))
         hosts.extend([head + v + tail for v in last])
     return hosts
 
@@ -131,14 +132,10 @@ def _expand_ranges(inner: str, nodelist: str, what: str) -> list[str]:
             raise NodeListError(
                 f"range {item!r} in {what} {nodelist!r} has more than {_MAX_RANGE} hosts"
             )
-        width = len(lo_s)  # SLURM pads every number of a range to the width of its start
-        if width == 1 or lo_s[0] != "0":
-            values.extend(map(str, range(lo, hi + 1)))
-        elif hi - lo < 8:  # short ranges dominate fragmented lists; skip the comprehension
-            for n in range(lo, hi + 1):
-                values.append(str(n).zfill(width))
-        else:
-            values.extend([str(n).zfill(width) for n in range(lo, hi + 1)])
+        # SLURM pads every number of a range to the width of its start ("08-10": 08 09 10);
+        # a start without a leading zero is as wide as any number after it: no padding.
+        width = len(lo_s)
+        values.extend([str(n).zfill(width) for n in range(lo, hi + 1)])
     return values
 
 

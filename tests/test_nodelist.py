@@ -6,8 +6,6 @@ tests/integration/test_nodelist_scontrol.py compares against it on generated lis
 
 from __future__ import annotations
 
-import time
-
 import pytest
 
 from hpcdist.distributed import (
@@ -19,6 +17,7 @@ from hpcdist.distributed import (
     expand_nodelist,
     expand_tasks_per_node,
 )
+from hpcdist.nodelist import MAX_HOSTS
 
 
 @pytest.mark.parametrize(
@@ -151,6 +150,88 @@ def test_nodelist_malformed_raises_error_quoting_the_list(nodelist: str, message
     assert repr(nodelist) in str(info.value)
 
 
+@pytest.mark.parametrize(
+    ("nodelist", "message"),
+    [
+        ("", "SLURM_NODELIST '' is empty; expected e.g. 'node[01-04]'"),
+        ("a]1[2]", "unbalanced ']' in SLURM_NODELIST 'a]1[2]'"),
+        ("gpu-[01-03", "unbalanced '[' in SLURM_NODELIST 'gpu-[01-03'"),
+        ("n[1-2]]", "unbalanced ']' in SLURM_NODELIST 'n[1-2]]'"),
+        # A ']' in the literal between groups, found before the bad range that follows it.
+        ("a[1]]b[x]c[2", "nested or unbalanced brackets in SLURM_NODELIST 'a[1]]b[x]c[2'"),
+        ("a[1]b[2", "unbalanced '[' in SLURM_NODELIST 'a[1]b[2'"),
+        ("a[1-2]b[2[3]]", "nested or unbalanced brackets in SLURM_NODELIST 'a[1-2]b[2[3]]'"),
+        (
+            "n[x]",
+            "bad range '[x]' in SLURM_NODELIST 'n[x]'; "
+            "expected numbers N or LO-HI separated by commas",
+        ),
+        (
+            "a[1]b[y]",
+            "bad range '[y]' in SLURM_NODELIST 'a[1]b[y]'; "
+            "expected numbers N or LO-HI separated by commas",
+        ),
+        ("n[1-2-3]", "bad range '1-2-3' in SLURM_NODELIST 'n[1-2-3]'; expected LO-HI"),
+        ("n[6-5]", "range '6-5' in SLURM_NODELIST 'n[6-5]' runs backwards; expected LO <= HI"),
+        ("n[0-65536]", "range '0-65536' in SLURM_NODELIST 'n[0-65536]' has more than 65536 hosts"),
+        ("n[ 1]", "whitespace inside brackets in SLURM_NODELIST 'n[ 1]'"),
+    ],
+)
+def test_nodelist_error_message_names_variable_value_and_expectation(
+    nodelist: str, message: str
+) -> None:
+    with pytest.raises(NodeListError) as info:
+        expand_nodelist(nodelist, "SLURM_NODELIST")
+    assert str(info.value) == message
+
+
+def test_nodelist_error_default_name_is_node_list() -> None:
+    with pytest.raises(NodeListError) as info:
+        expand_nodelist(",")
+    assert str(info.value) == "node list ',' is empty; expected e.g. 'node[01-04]'"
+
+
+@pytest.mark.parametrize(
+    ("nodelist", "expected"),
+    [
+        ("n[5-5]", ["n5"]),  # a one-value range is not backwards
+        ("n[05-05]", ["n05"]),
+        ("n[70000-70003]", ["n70000", "n70001", "n70002", "n70003"]),  # size is hi - lo
+        ("n[0-8]", [f"n{i}" for i in range(9)]),
+        ("n[00-09]", [f"n{i:02d}" for i in range(10)]),
+        ("n[8-11]", ["n8", "n9", "n10", "n11"]),  # unpadded start: numbers grow in width
+        ("n[010-012]", ["n010", "n011", "n012"]),
+        ("n[0-2]", ["n0", "n1", "n2"]),
+    ],
+)
+def test_nodelist_range_boundaries(nodelist: str, expected: list[str]) -> None:
+    assert expand_nodelist(nodelist) == expected
+
+
+def test_nodelist_range_size_limit_is_exact() -> None:
+    assert len(expand_nodelist("n[70000-135535]")) == 65536  # hi - lo == 65535: accepted
+    with pytest.raises(NodeListError, match=r"'70000-135536' .* has more than 65536 hosts"):
+        expand_nodelist("n[70000-135536]")
+
+
+def test_nodelist_product_size_limit_is_exact() -> None:
+    hosts = expand_nodelist("a[0-1023]b[0-1023]")  # 2**20 hosts: the most a list may name
+    assert (len(hosts), hosts[0], hosts[-1]) == (MAX_HOSTS, "a0b0", "a1023b1023")
+    with pytest.raises(NodeListError) as info:
+        expand_nodelist("a[0-1023]b[0-1024]")
+    assert str(info.value) == "node list 'a[0-1023]b[0-1024]' expands to more than 1048576 hosts"
+
+
+def test_nodelist_total_size_limit_is_exact() -> None:
+    exact = ",".join(f"r{i}n[0-65535]" for i in range(16))  # 16 x 65536 == 2**20
+    assert len(expand_nodelist(exact)) == MAX_HOSTS
+    with pytest.raises(NodeListError) as info:
+        expand_nodelist(exact + ",x[0-1]", "SLURM_NODELIST")
+    assert str(info.value) == (
+        f"SLURM_NODELIST {exact + ',x[0-1]'!r} expands to more than 1048576 hosts"
+    )
+
+
 def test_nodelist_error_names_the_variable() -> None:
     with pytest.raises(NodeListError, match=r"unbalanced '\[' in SLURM_JOB_NODELIST 'gpu-\[01-03'"):
         expand_nodelist("gpu-[01-03", "SLURM_JOB_NODELIST")
@@ -175,18 +256,10 @@ _TEN_THOUSAND = {
 
 
 @pytest.mark.parametrize("nodelist", list(_TEN_THOUSAND.values()), ids=list(_TEN_THOUSAND))
-def test_nodelist_expands_ten_thousand_nodes_fast(nodelist: str) -> None:
+def test_nodelist_expands_ten_thousand_nodes(nodelist: str) -> None:
+    # Their speed is measured by bench/bench_cli.py, not here: a loaded machine is no budget.
     hosts = expand_nodelist(nodelist)
     assert len(hosts) == len(set(hosts)) == 10000
-    best = min(_seconds(nodelist) for _ in range(7))
-    # Budget 10 ms; the limit allows for a loaded CI machine, the report is the budget.
-    assert best < 0.030, f"{best * 1e3:.1f} ms to expand 10,000 nodes (budget 10 ms)"
-
-
-def _seconds(nodelist: str) -> float:
-    start = time.perf_counter()
-    expand_nodelist(nodelist)
-    return time.perf_counter() - start
 
 
 # ------------------------------------------------------------------- tasks per node

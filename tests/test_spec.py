@@ -10,9 +10,17 @@ from click.testing import CliRunner
 
 from hpcdist.cli import cli
 from hpcdist.errors import ProfileError, SpecError
+from hpcdist.hangs import COLLECTIVE_TIMEOUT_ENV
 from hpcdist.options import spec_from_options
-from hpcdist.profiles import load_profile, profile_from_mapping, shipped_profiles
+from hpcdist.profiles import Profile, load_profile, profile_from_mapping, shipped_profiles
 from hpcdist.slurmtime import time_limit_minutes, time_limit_seconds
+from hpcdist.spec import (
+    COMMCHECK_COMMAND,
+    TRAIN_COMMAND,
+    JobSpec,
+    build_spec,
+    default_job_name,
+)
 
 # (flags for `hpcdist render`, fragment the one-line error must contain)
 BAD_REQUESTS: list[tuple[list[str], str]] = [
@@ -326,3 +334,133 @@ def test_a_wrong_typed_profile_default_is_refused(tmp_path: Path) -> None:
     site.write_text('defaults:\n  requeue: "no"\n')
     with pytest.raises(ProfileError, match=r"defaults\.requeue must be true or false, got 'no'"):
         spec_from_options({"profile": str(site), "mode": "gloo"})
+
+
+# ------------------------------------------------- build_spec: the values the user gave
+
+
+def _site(**fields: Any) -> Profile:
+    return Profile(name="site", **fields)
+
+
+def _build(profile: Profile | None = None, **flags: Any) -> JobSpec:
+    return build_spec(profile or _site(), flags)
+
+
+def test_site_values_come_from_the_profile() -> None:
+    spec = _build(_site(partition="p1", partitions=("p1",), account="acct-a", qos="q-high"))
+    assert (spec.partition, spec.account, spec.qos) == ("p1", "acct-a", "q-high")
+    assert spec.profile == "site"
+
+
+def test_flags_beat_the_profiles_site_values() -> None:
+    profile = _site(partition="p1", partitions=("p1", "p2"), account="acct-a", qos="q-high")
+    spec = _build(profile, partition="p2", account="acct-b", qos="q-low")
+    assert (spec.partition, spec.account, spec.qos) == ("p2", "acct-b", "q-low")
+
+
+def test_every_user_value_reaches_the_spec() -> None:
+    spec = _build(
+        mode="gloo",
+        nodes=3,
+        tasks_per_node=2,
+        cpus_per_task=1,
+        time="01:30:00",
+        job_name="my-run",
+        output="logs/o-%j.txt",
+        error="logs/e-%j.txt",
+        workdir="/scratch/me",
+        memory="4G",
+        command=("python3", "train.py"),
+        launcher="torchrun",
+        env=(("A", "1"),),
+        setup=("module load x",),
+        signal="B:USR1@30",
+        requeue=False,
+        max_restarts=7,
+    )
+    assert (spec.mode, spec.nodes, spec.tasks_per_node, spec.cpus_per_task) == ("gloo", 3, 2, 1)
+    assert (spec.time, spec.job_name, spec.memory) == ("01:30:00", "my-run", "4G")
+    assert (spec.output, spec.error, spec.workdir) == (
+        "logs/o-%j.txt",
+        "logs/e-%j.txt",
+        "/scratch/me",
+    )
+    assert (spec.command, spec.launcher) == (("python3", "train.py"), "torchrun")
+    assert ("A", "1") in spec.env
+    assert spec.setup == ("module load x",)
+    assert (spec.signal, spec.requeue, spec.max_restarts) == ("B:USR1@30", False, 7)
+
+
+def test_defaults_when_the_user_gives_nothing() -> None:
+    spec = _build()
+    assert (spec.mode, spec.job_name, spec.command) == ("gloo", "ufsemulator-gloo", TRAIN_COMMAND)
+    assert (spec.requeue, spec.error, spec.workdir, spec.account, spec.qos) == (
+        True,
+        None,
+        None,
+        None,
+        None,
+    )
+
+
+@pytest.mark.parametrize(
+    ("mode", "name"),
+    [("test", "hpcdist-commcheck"), ("gloo", "ufsemulator-gloo"), ("nccl", "ufsemulator-nccl")],
+)
+def test_default_job_name_per_mode(mode: str, name: str) -> None:
+    assert default_job_name(mode) == name
+
+
+def test_test_mode_runs_the_communication_check_by_default() -> None:
+    spec = _build(mode="test")
+    assert (spec.command, spec.job_name) == (COMMCHECK_COMMAND, "hpcdist-commcheck")
+
+
+def test_collective_timeout_reaches_the_check_and_the_environment() -> None:
+    spec = _build(mode="test", collective_timeout=7)
+    assert spec.command == ("python3", "-m", "hpcdist.commcheck", "--timeout", "7")
+    assert (COLLECTIVE_TIMEOUT_ENV, "7") in spec.env
+    assert spec.collective_timeout == 7
+
+
+def test_collective_timeout_leaves_the_training_command_alone() -> None:
+    spec = _build(mode="gloo", collective_timeout=7)
+    assert spec.command == TRAIN_COMMAND
+    assert (COLLECTIVE_TIMEOUT_ENV, "7") in spec.env
+
+
+def test_a_users_command_is_kept_in_test_mode() -> None:
+    spec = _build(mode="test", command=("python3", "mine.py"), collective_timeout=7)
+    assert spec.command == ("python3", "mine.py")
+
+
+def test_unknown_mode_names_the_value_and_every_mode() -> None:
+    with pytest.raises(SpecError) as info:
+        _build(mode="mpi")
+    assert (
+        str(info.value) == "--mode 'mpi' is not a mode; expected one of threads, gloo, nccl, test"
+    )
+
+
+def test_nccl_accepts_one_gpu_per_node() -> None:
+    spec = _build(mode="nccl", gpus_per_node=1)
+    assert (spec.gpus_per_node, spec.tasks_per_node) == (1, 1)
+
+
+def test_nccl_refuses_zero_gpus_with_the_whole_advice() -> None:
+    with pytest.raises(SpecError) as info:
+        _build(mode="nccl", gpus_per_node=0)
+    assert str(info.value) == (
+        "--gpus-per-node must be >= 1 for --mode nccl, got 0; leave it out (or pass 'auto') "
+        "to use every GPU of each node, counted when the job starts"
+    )
+
+
+@pytest.mark.parametrize(
+    ("cores", "tasks", "cpus"),
+    [(8, 1, 8), (8, 2, 4), (8, 3, 2), (8, 8, 1), (None, 1, 1), (None, 2, 1), (9, 2, 4)],
+)
+def test_cpus_per_task_share_the_nodes_cores(cores: int | None, tasks: int, cpus: int) -> None:
+    profile = _site(cores_per_node=cores, max_nodes=4)
+    assert _build(profile, mode="gloo", tasks_per_node=tasks).cpus_per_task == cpus
