@@ -136,6 +136,16 @@ def _check_setup_line(line: str) -> None:
     """A setup line is shell code, written as it is: it must be one complete line of bash
     (closed quotes, brackets and blocks), or the rest of the script would be read as part
     of it. bash itself is the judge (``bash -n``, which runs nothing)."""
+    reason = _bash_syntax_error(line)
+    if reason is not None:
+        raise SpecError(
+            f"--setup {line!r} is not a complete shell line ({reason}); expected "
+            "e.g. 'module load cuda'"
+        )
+
+
+def _bash_syntax_error(line: str) -> str | None:
+    """bash's complaint about ``line`` (its last line, without bash's own prefix), or None."""
     try:
         proc = subprocess.run(
             ["bash", "-n", "-c", line], capture_output=True, text=True, timeout=10
@@ -143,16 +153,15 @@ def _check_setup_line(line: str) -> None:
     except (OSError, subprocess.TimeoutExpired):
         try:  # no bash here: quotes at least must close
             shlex.split(line, comments=True)
-            return
         except ValueError as exc:
-            proc = subprocess.CompletedProcess([], 2, "", str(exc))
-    if proc.returncode != 0:
-        reason = (proc.stderr.strip().splitlines() or ["syntax error"])[-1]
-        reason = reason.split(": ", 1)[-1] if reason.startswith("bash:") else reason
-        raise SpecError(
-            f"--setup {line!r} is not a complete shell line ({reason}); expected "
-            "e.g. 'module load cuda'"
-        )
+            return str(exc)
+        return None
+    if proc.returncode == 0:
+        return None
+    lines = proc.stderr.strip().splitlines()
+    if not lines:
+        return "syntax error"
+    return lines[-1].removeprefix("bash: ").removeprefix("-c: ")
 
 
 def _check_lengths(spec: JobSpec) -> None:
@@ -172,8 +181,7 @@ def _check_text_values(spec: JobSpec) -> None:
     """Newlines and NULs would end a directive or a quoted word: refuse them outright."""
     for name, value in _text_values(spec):
         if "\n" in value or "\r" in value or "\x00" in value:
-            shown = value.encode("unicode_escape").decode("ascii")
-            raise SpecError(f"{name} {shown!r} contains a newline or NUL; expected one line")
+            raise SpecError(f"{name} {value!r} contains a newline or NUL; expected one line")
 
 
 def _text_values(spec: JobSpec) -> list[tuple[str, str]]:

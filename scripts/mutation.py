@@ -46,6 +46,8 @@ CORE_MODULES: dict[str, tuple[str, ...]] = {
     "protocol": ("tests/test_protocol.py",),
 }
 KILLED = {"killed", "timeout"}
+# What the tests read besides the package (mutmut copies only the package and tests/).
+ALSO_COPY = "\n    ".join(["templates", "hpc", "ufsemulator", "bench", "scripts", "README.md"])
 
 
 @dataclass(frozen=True)
@@ -132,6 +134,7 @@ def score_module(
         f"only_mutate = hpcdist/{module}.py\n"
         f"pytest_add_cli_args_test_selection =\n    {tests}\n"
         "pytest_add_cli_args = -p no:cacheprovider\n"
+        f"also_copy =\n    {ALSO_COPY}\n"
     )
     print(f"mutation: {module} against {', '.join(CORE_MODULES[module])}", file=sys.stderr)
     mutmut(workdir, "run", "--max-children", str(jobs))

@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import subprocess
 from pathlib import Path
 from typing import Any
 
 import pytest
 from click.testing import CliRunner
 
+import hpcdist.validate as validate_module
 from hpcdist.cli import cli
 from hpcdist.errors import ProfileError, SpecError
 from hpcdist.hangs import COLLECTIVE_TIMEOUT_ENV
@@ -22,31 +24,40 @@ from hpcdist.spec import (
     default_job_name,
 )
 
-# (flags for `hpcdist render`, fragment the one-line error must contain)
+# (flags for `hpcdist render`, the whole one-line error after "hpcdist: error: ")
 BAD_REQUESTS: list[tuple[list[str], str]] = [
     (["--nodes", "0"], "--nodes must be >= 1, got 0"),
     (["--nodes", "-3"], "--nodes must be >= 1, got -3"),
-    (["--nodes", "five"], "'five' is not a valid integer"),
+    (["--nodes", "five"], "Invalid value for '--nodes' / '-N': 'five' is not a valid integer."),
     (["--nodes", "5"], "--nodes 5 exceeds profile 'local' limit of 4 nodes"),
     (["--mode", "threads", "--nodes", "2"], "--mode threads runs on exactly 1 node, got --nodes 2"),
-    (["--mode", "threads", "--tasks-per-node", "2"], "--mode threads runs 1 task"),
+    (
+        ["--mode", "threads", "--tasks-per-node", "2"],
+        "--mode threads runs 1 task, got --tasks-per-node 2",
+    ),
     (
         ["--mode", "gloo", "--gpus-per-node", "1"],
         "--gpus-per-node 1 needs --mode nccl or --mode test, got --mode gloo",
     ),
-    (["--mode", "threads", "--gpus-per-node", "2"], "needs --mode nccl or --mode test"),
+    (
+        ["--mode", "threads", "--gpus-per-node", "2"],
+        "--gpus-per-node 2 needs --mode nccl or --mode test, got --mode threads",
+    ),
     # No GPU count anywhere means "count them at run time"; half a count is a mistake.
     (
         ["--mode", "nccl", "--tasks-per-node", "2"],
-        "--tasks-per-node 2 with --mode nccl needs a GPU count: pass --gpus-per-node 2",
+        "--tasks-per-node 2 with --mode nccl needs a GPU count: pass --gpus-per-node 2 (one "
+        "task per GPU), or neither to use every GPU of each node, counted when the job starts",
     ),
     (
         ["--mode", "nccl", "--gpus-per-node", "0"],
-        "--gpus-per-node must be >= 1 for --mode nccl, got 0; leave it out",
+        "--gpus-per-node must be >= 1 for --mode nccl, got 0; leave it out (or pass 'auto') to "
+        "use every GPU of each node, counted when the job starts",
     ),
     (
         ["--profile", "gpu-cluster", "--mode", "nccl", "--gpus-per-node", "-1"],
-        "--gpus-per-node must be >= 1 for --mode nccl, got -1",
+        "--gpus-per-node must be >= 1 for --mode nccl, got -1; leave it out (or pass 'auto') "
+        "to use every GPU of each node, counted when the job starts",
     ),
     (
         ["--mode", "nccl", "--cpus-per-task", "3"],
@@ -68,50 +79,113 @@ BAD_REQUESTS: list[tuple[list[str], str]] = [
     ),
     (
         ["--profile", "gpu-cluster", "--mode", "nccl", "--tasks-per-node", "2"],
-        "--tasks-per-node 2 != --gpus-per-node 4",
+        "--mode nccl runs one task per GPU: --tasks-per-node 2 != --gpus-per-node 4",
     ),
-    (["--cpus-per-task", "3"], "3 CPUs per node exceeds profile 'local' limit of 2 cores per node"),
-    (["--tasks-per-node", "2", "--cpus-per-task", "2"], "4 CPUs per node exceeds"),
+    (
+        ["--cpus-per-task", "3"],
+        "1 tasks x --cpus-per-task 3 = 3 CPUs per node exceeds profile 'local' limit of 2 "
+        "cores per node",
+    ),
+    (
+        ["--tasks-per-node", "2", "--cpus-per-task", "2"],
+        "2 tasks x --cpus-per-task 2 = 4 CPUs per node exceeds profile 'local' limit of 2 "
+        "cores per node",
+    ),
     (["--cpus-per-task", "0"], "--cpus-per-task must be >= 1, got 0"),
     (["--tasks-per-node", "0"], "--tasks-per-node must be >= 1, got 0"),
-    (["--time", "1:2:3:4"], "--time '1:2:3:4' is not a SLURM time limit; expected one of MM,"),
-    (["--time", "ten"], "--time 'ten' is not a SLURM time limit"),
+    (
+        ["--time", "1:2:3:4"],
+        "--time '1:2:3:4' is not a SLURM time limit; expected one of MM, MM:SS, HH:MM:SS, "
+        "D-HH, D-HH:MM, D-HH:MM:SS",
+    ),
+    (
+        ["--time", "ten"],
+        "--time 'ten' is not a SLURM time limit; expected one of MM, MM:SS, HH:MM:SS, D-HH, "
+        "D-HH:MM, D-HH:MM:SS",
+    ),
     (["--time", "10:75"], "--time '10:75' has seconds=75; expected < 60"),
     (["--time", "1-25"], "--time '1-25' has hours=25; expected < 24"),
-    (["--time", "0"], "--time '0' is zero"),
+    (["--time", "0"], "--time '0' is zero; expected a positive time limit"),
     (["--time", "2-00:00:00"], "--time '2-00:00:00' exceeds profile 'local' limit of 1-00:00:00"),
     (["--partition", "gpu"], "--partition 'gpu' is not in profile 'local'; expected one of debug"),
     (["--mem", "lots"], "--mem 'lots'; expected a size such as 4000M, 16G or 0"),
-    (["--signal", "KILL@5"], "--signal 'KILL@5'; expected [B:]SIGNAL[@SECONDS]"),
+    (["--signal", "KILL@5"], "--signal 'KILL@5'; expected [B:]SIGNAL[@SECONDS], e.g. USR2@90"),
     (["--env", "NOEQUALS"], "--env 'NOEQUALS'; expected KEY=VALUE"),
-    (["--env", "1BAD=x"], "--env '1BAD' is not a variable name"),
-    (["--job-name", "a\nb"], "--job-name 'a\\\\nb' contains a newline or NUL"),
-    (["--output", "x\x00y"], "--output"),
+    (["--env", "1BAD=x"], "--env '1BAD' is not a variable name; expected [A-Za-z_][A-Za-z0-9_]*"),
+    (["--job-name", "a\nb"], "--job-name 'a\\nb' contains a newline or NUL; expected one line"),
+    (["--output", "x\x00y"], "--output 'x\\x00y' contains a newline or NUL; expected one line"),
     (["--job-name", " "], "--job-name must not be empty"),
-    (["--mode", "mpi"], "'mpi' is not one of"),
+    (
+        ["--mode", "mpi"],
+        "Invalid value for '--mode': 'mpi' is not one of 'threads', 'gloo', 'nccl', 'test'.",
+    ),
     (["--backend", "nccl", "--mode", "gloo"], "--backend 'nccl' contradicts --mode 'gloo'"),
-    (["--profile", "nosuch"], "--profile 'nosuch' is not a shipped profile"),
+    (
+        ["--profile", "nosuch"],
+        "--profile 'nosuch' is not a shipped profile (cpu-cluster, gpu-cluster, local) nor a "
+        "YAML file",
+    ),
     (["--profile", "/nonexistent/p.yaml"], "--profile '/nonexistent/p.yaml': no such file"),
-    (["--command", "python3 'unclosed"], "cannot be split into words"),
+    (
+        ["--command", "python3 'unclosed"],
+        '--command "python3 \'unclosed" cannot be split into words: No closing quotation',
+    ),
     (["--max-restarts", "-1"], "--max-restarts must be >= 0, got -1"),
-    (["--bogus"], "No such option '--bogus'"),
+    (["--bogus"], "No such option '--bogus'. Did you mean '--qos'?"),
     # Values sbatch would refuse, refused first.
-    (["--time", "\u0663\u0660"], "--time '\u0663\u0660' is not a SLURM time limit"),
-    (["--time", " 30"], "--time ' 30' is not a SLURM time limit"),
-    (["--mem", "\u0661\u0666G"], "--mem '\u0661\u0666G'; expected a size such as 4000M"),
-    (["--mem", "16G "], "--mem '16G '; expected a size"),
-    (["--signal", "USR2@\u0669\u0660"], "--signal 'USR2@\u0669\u0660'; expected [B:]SIGNAL"),
+    (
+        ["--time", "\u0663\u0660"],
+        "--time '\u0663\u0660' is not a SLURM time limit; "
+        "expected one of MM, MM:SS, HH:MM:SS, D-HH, D-HH:MM, D-HH:MM:SS",
+    ),
+    (
+        ["--time", " 30"],
+        "--time ' 30' is not a SLURM time limit; expected one of MM, MM:SS, HH:MM:SS, D-HH, "
+        "D-HH:MM, D-HH:MM:SS",
+    ),
+    (["--mem", "\u0661\u0666G"], "--mem '\u0661\u0666G'; expected a size such as 4000M, 16G or 0"),
+    (["--mem", "16G "], "--mem '16G '; expected a size such as 4000M, 16G or 0"),
+    (
+        ["--signal", "USR2@\u0669\u0660"],
+        "--signal 'USR2@\u0669\u0660'; expected [B:]SIGNAL[@SECONDS], e.g. USR2@90",
+    ),
     (["--job-name", "x" * 1025], "--job-name is 1025 characters long; expected at most 1024"),
     (["--output", "/" + "o" * 4096], "--output is 4097 characters long; expected at most 4096"),
     (["--chdir", "/" + "d" * 4096], "--chdir is 4097 characters long; expected at most 4096"),
-    (["--setup", 'x"; rm -rf ~ #'], "--setup 'x\"; rm -rf ~ #' is not a complete shell line"),
-    (["--setup", "if true"], "--setup 'if true' is not a complete shell line"),
-    (["--command", ""], "--command '' is empty; expected the command each rank runs"),
-    (["--command", "   "], "--command '   ' is empty"),
-    (["--output", "job.sh"], "--output 'job.sh' names the job's log, as in sbatch"),
+    (
+        ["--setup", 'x"; rm -rf ~ #'],
+        "--setup 'x\"; rm -rf ~ #' is not a complete shell line (line 1: unexpected EOF while "
+        "looking for matching `\"'); expected e.g. 'module load cuda'",
+    ),
+    (
+        ["--setup", "if true"],
+        "--setup 'if true' is not a complete shell line (line 2: syntax error: unexpected end "
+        "of file); expected e.g. 'module load cuda'",
+    ),
+    (
+        ["--command", ""],
+        "--command '' is empty; expected the command each rank runs (leave the flag out for "
+        "the emulator training)",
+    ),
+    (
+        ["--command", "   "],
+        "--command '   ' is empty; expected the command each rank runs (leave the flag out for "
+        "the emulator training)",
+    ),
+    (
+        ["--output", "job.sh"],
+        "--output 'job.sh' names the job's log, as in sbatch; expected a log name such as "
+        "%x-%j.out (render writes the script with --script)",
+    ),
     (["--collective-timeout", "0"], "--collective-timeout must be >= 1 second, got 0"),
-    (["--gpus-per-node", "auto"], "--gpus-per-node auto needs --mode nccl, got --mode gloo"),
-    (["--gpus-per-node", "many"], "'many' is not an integer nor 'auto'"),
+    (
+        ["--gpus-per-node", "auto"],
+        "--gpus-per-node auto needs --mode nccl, got --mode gloo; expected a GPU count",
+    ),
+    (
+        ["--gpus-per-node", "many"],
+        "Invalid value for '--gpus-per-node': 'many' is not an integer nor 'auto'",
+    ),
 ]
 
 
@@ -124,8 +198,7 @@ def test_bad_request_is_one_line_exit_2_nothing_written(
     assert result.exit_code == 2, result.output
     lines = result.stderr.strip().splitlines()
     assert len(lines) == 1, result.stderr
-    assert message in lines[0]
-    assert lines[0].startswith("hpcdist: error: ")
+    assert lines[0] == f"hpcdist: error: {message}"
     assert "Traceback" not in result.output
     assert result.stdout == ""
     assert list(tmp_path.iterdir()) == []
@@ -464,3 +537,165 @@ def test_nccl_refuses_zero_gpus_with_the_whole_advice() -> None:
 def test_cpus_per_task_share_the_nodes_cores(cores: int | None, tasks: int, cpus: int) -> None:
     profile = _site(cores_per_node=cores, max_nodes=4)
     assert _build(profile, mode="gloo", tasks_per_node=tasks).cpus_per_task == cpus
+
+
+# ------------------------------------------------------- time limits, both sides of each bound
+
+
+@pytest.mark.parametrize(
+    ("value", "seconds"),
+    [
+        ("0:59", 59),
+        ("1:00", 60),
+        ("00:59:59", 3599),
+        ("23:59:59", 86399),  # the last second before the hours field would overflow
+        ("24:00:00", 86400),  # the leading field may overflow
+        ("0-23", 23 * 3600),
+        ("1-00:59", 86400 + 59 * 60),
+        ("0-00:00:01", 1),
+        ("0:01", 1),
+        ("1", 60),
+        ("0-0:0:1", 1),
+    ],
+)
+def test_time_limit_field_bounds_accepted(value: str, seconds: int) -> None:
+    assert time_limit_seconds(value) == seconds
+
+
+@pytest.mark.parametrize(
+    ("value", "message"),
+    [
+        ("0:60", "--time '0:60' has seconds=60; expected < 60"),
+        ("00:60:00", "--time '00:60:00' has minutes=60; expected < 60"),
+        ("00:00:60", "--time '00:00:60' has seconds=60; expected < 60"),
+        ("1-24", "--time '1-24' has hours=24; expected < 24"),
+        ("1-00:60", "--time '1-00:60' has minutes=60; expected < 60"),
+        ("1-00:00:60", "--time '1-00:00:60' has seconds=60; expected < 60"),
+        ("0", "--time '0' is zero; expected a positive time limit"),
+        ("0-00:00:00", "--time '0-00:00:00' is zero; expected a positive time limit"),
+        (
+            "1h",
+            "--time '1h' is not a SLURM time limit; "
+            "expected one of MM, MM:SS, HH:MM:SS, D-HH, D-HH:MM, D-HH:MM:SS",
+        ),
+    ],
+)
+def test_time_limit_field_bounds_refused(value: str, message: str) -> None:
+    with pytest.raises(SpecError) as info:
+        time_limit_seconds(value)
+    assert str(info.value) == message
+
+
+@pytest.mark.parametrize(("value", "minutes"), [("0:59", 1), ("1:00", 1), ("1:01", 2), ("2", 2)])
+def test_time_limit_minutes_round_up_at_the_boundary(value: str, minutes: int) -> None:
+    assert time_limit_minutes(value) == minutes
+
+
+# ------------------------------------------------- validate: bounds and messages, both sides
+
+
+@pytest.mark.parametrize(("time", "ok"), [("1-00:00:00", True), ("1-00:00:01", False)])
+def test_time_limit_equal_to_the_profiles_maximum_is_allowed(time: str, ok: bool) -> None:
+    profile = _site(max_time="1-00:00:00")
+    if ok:
+        assert _build(profile, time=time).time == time
+        return
+    with pytest.raises(SpecError) as info:
+        _build(profile, time=time)
+    assert str(info.value) == "--time '1-00:00:01' exceeds profile 'site' limit of 1-00:00:00"
+
+
+def test_partition_outside_the_profile_lists_every_allowed_one() -> None:
+    profile = _site(partitions=("short", "long"))
+    with pytest.raises(SpecError) as info:
+        _build(profile, partition="gpu")
+    assert str(info.value) == (
+        "--partition 'gpu' is not in profile 'site'; expected one of short, long"
+    )
+
+
+def test_unknown_launcher_names_every_launcher() -> None:
+    with pytest.raises(SpecError) as info:
+        _build(launcher="mpirun")
+    assert str(info.value) == "--launcher 'mpirun'; expected one of srun, torchrun"
+
+
+@pytest.mark.parametrize(("seconds", "ok"), [(1, True), (0, False)])
+def test_collective_timeout_lower_bound(seconds: int, ok: bool) -> None:
+    if ok:
+        assert _build(collective_timeout=seconds).collective_timeout == seconds
+        return
+    with pytest.raises(SpecError, match=r"^--collective-timeout must be >= 1 second, got 0$"):
+        _build(collective_timeout=seconds)
+
+
+@pytest.mark.parametrize(("restarts", "ok"), [(0, True), (-1, False)])
+def test_max_restarts_lower_bound(restarts: int, ok: bool) -> None:
+    if ok:
+        assert _build(max_restarts=restarts).max_restarts == 0
+        return
+    with pytest.raises(SpecError, match=r"^--max-restarts must be >= 0, got -1$"):
+        _build(max_restarts=restarts)
+
+
+@pytest.mark.parametrize(
+    ("flags", "profile_name", "message"),
+    [
+        (
+            {"workdir": "a\nb"},
+            "site",
+            "--chdir 'a\\nb' contains a newline or NUL; expected one line",
+        ),
+        (
+            {"job_name": "a\rb"},
+            "site",
+            "--job-name 'a\\rb' contains a newline or NUL; expected one line",
+        ),
+        (
+            {"env": (("A", "x\ny"),)},
+            "site",
+            "--env A 'A=x\\ny' contains a newline or NUL; expected one line",
+        ),
+        (
+            {"setup": ("echo a\necho b",)},
+            "site",
+            "--setup 'echo a\\necho b' contains a newline or NUL; expected one line",
+        ),
+        ({}, "a\nb", "--profile 'a\\nb' contains a newline or NUL; expected one line"),
+    ],
+)
+def test_newline_in_any_text_value_names_its_flag(
+    flags: dict[str, Any], profile_name: str, message: str
+) -> None:
+    with pytest.raises(SpecError) as info:
+        build_spec(Profile(name=profile_name), flags)
+    assert str(info.value) == message
+
+
+def test_setup_is_judged_by_quotes_alone_where_bash_is_missing(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    def no_bash(*args: object, **kwargs: object) -> None:
+        raise FileNotFoundError("bash")
+
+    monkeypatch.setattr(validate_module.subprocess, "run", no_bash)
+    assert _build(setup=("module load 'x y'",)).setup == ("module load 'x y'",)
+    with pytest.raises(SpecError) as info:
+        _build(setup=("echo 'open",))
+    assert str(info.value) == (
+        '--setup "echo \'open" is not a complete shell line (No closing quotation); '
+        "expected e.g. 'module load cuda'"
+    )
+
+
+def test_setup_refused_by_a_silent_bash_still_says_why(monkeypatch: pytest.MonkeyPatch) -> None:
+    def silent_failure(argv: list[str], **kwargs: object) -> subprocess.CompletedProcess[str]:
+        return subprocess.CompletedProcess(argv, 2, "", "")
+
+    monkeypatch.setattr(validate_module.subprocess, "run", silent_failure)
+    with pytest.raises(SpecError) as info:
+        _build(setup=("true",))
+    assert str(info.value) == (
+        "--setup 'true' is not a complete shell line (syntax error); "
+        "expected e.g. 'module load cuda'"
+    )
