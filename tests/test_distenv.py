@@ -200,6 +200,55 @@ RESOLVES: dict[str, tuple[dict[str, str], Expected]] = {
         {**srun(0, 1, "node1", "1", local=0, node=0), **submitit_local(0, 1)},
         (0, 0, 1, 1, 0, "node1", derive_port(1234, 0), None, "slurm", "node1"),
     ),
+    # Secondary variables set to values their defaults would not produce: each is read.
+    "torchrun-group-rank-is-read-not-derived": (
+        torchrun(5, 8, 1, 4, 3),
+        (5, 1, 8, 4, 3, "node01", 29500, 1, "torchrun", HOST),
+    ),
+    "torchrun-multi-rank-local-rank-0": (
+        torchrun(4, 8, 0, 4, 1, SLURMD_NODENAME="gpu-02"),
+        (4, 0, 8, 4, 1, "node01", 29500, 1, "torchrun", "gpu-02"),
+    ),
+    "torchrun-highest-port": (
+        torchrun(1, 2, 1, 2, 0, MASTER_PORT="65535"),
+        (1, 1, 2, 2, 0, "node01", 65535, 1, "torchrun", HOST),
+    ),
+    "torchrun-lowest-port": (
+        torchrun(1, 2, 1, 2, 0, MASTER_PORT="1"),
+        (1, 1, 2, 2, 0, "node01", 1, 1, "torchrun", HOST),
+    ),
+    "submitit-local-second-node": (
+        submitit_local(
+            3,
+            4,
+            SUBMITIT_LOCAL_JOB_NUM_NODES="2",
+            SUBMITIT_LOCAL_NODEID="1",
+            SUBMITIT_LOCAL_LOCALID="1",
+            OMP_NUM_THREADS="2",
+            SLURMD_NODENAME="n7",
+        ),
+        (3, 1, 4, 2, 1, "127.0.0.1", derive_port(4242, 0), 2, "submitit-local", "n7"),
+    ),
+    "submitit-local-keeps-exported-master": (
+        submitit_local(0, 2, MASTER_ADDR="10.1.1.1", MASTER_PORT="23456"),
+        (0, 0, 2, 2, 0, "10.1.1.1", 23456, None, "submitit-local", HOST),
+    ),
+    "submitit-local-rank-without-localid": (
+        without(submitit_local(1, 2), "SUBMITIT_LOCAL_LOCALID"),
+        (1, 1, 2, 2, 0, "127.0.0.1", derive_port(4242, 0), None, "submitit-local", HOST),
+    ),
+    "srun-one-task-step-without-step-id": (
+        without(srun(0, 1, "node1", "1", job=77), "SLURM_STEP_ID"),
+        (0, 0, 1, 1, 0, "node1", derive_port(77, 0), None, "slurm", "node1"),
+    ),
+    "srun-step-id-read-for-the-port": (
+        srun(1, 2, "node[1-2]", "1(x2)", job=77, step=5),
+        (1, 0, 2, 1, 1, "node1", derive_port(77, 5), None, "slurm", "node2"),
+    ),
+    "single-process-exported-address": (
+        {"MASTER_ADDR": "10.2.2.2", "MASTER_PORT": "65535"},
+        (0, 0, 1, 1, 0, "10.2.2.2", 65535, None, "single", HOST),
+    ),
     "single-process": (
         {},
         (0, 0, 1, 1, 0, "127.0.0.1", 0, None, "single", HOST),
@@ -339,6 +388,22 @@ REJECTS: dict[str, tuple[dict[str, str], tuple[str, ...]]] = {
     "torchrun-port-out-of-range": (
         torchrun(1, 2, 1, 2, 0, MASTER_PORT="70000"),
         ("MASTER_PORT", "'70000'"),
+    ),
+    "torchrun-port-one-past-the-highest": (
+        torchrun(1, 2, 1, 2, 0, MASTER_PORT="65536"),
+        ("MASTER_PORT must be a TCP port 1..65535, got '65536'",),
+    ),
+    "torchrun-port-zero": (
+        torchrun(1, 2, 1, 2, 0, MASTER_PORT="0"),
+        ("MASTER_PORT must be an integer >= 1, got '0'",),
+    ),
+    "submitit-local-tasks-not-a-multiple-of-nodes": (
+        submitit_local(0, 3, SUBMITIT_LOCAL_JOB_NUM_NODES="2"),
+        ("SUBMITIT_LOCAL_NTASKS=3 is not a multiple of SUBMITIT_LOCAL_JOB_NUM_NODES=2",),
+    ),
+    "submitit-local-localid-beyond-node": (
+        submitit_local(1, 2, SUBMITIT_LOCAL_JOB_NUM_NODES="2", SUBMITIT_LOCAL_LOCALID="1"),
+        ("SUBMITIT_LOCAL_LOCALID=1 is out of range: tasks per node allows 0..0",),
     ),
     "torchrun-port-not-a-number": (
         torchrun(1, 2, 1, 2, 0, MASTER_PORT="http"),
