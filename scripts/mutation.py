@@ -97,6 +97,7 @@ def copy_tree(dest: Path) -> None:
 
 
 def mutmut(workdir: Path, *args: str) -> str:
+    # mutmut's copy must be the hpcdist imported (a subprocess imports the installed one).
     env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
     env["HPCDIST_PROPERTY_EXAMPLES"] = env.get("HPCDIST_PROPERTY_EXAMPLES", "20")
     proc = subprocess.run(
@@ -108,7 +109,8 @@ def mutmut(workdir: Path, *args: str) -> str:
         check=False,
     )
     if proc.returncode != 0:
-        raise SystemExit(f"mutmut {' '.join(args)} failed in {workdir}:\n{proc.stderr[-3000:]}")
+        tail = (proc.stdout + proc.stderr)[-3000:]
+        raise SystemExit(f"mutmut {' '.join(args)} failed in {workdir}:\n{tail}")
     return proc.stdout
 
 

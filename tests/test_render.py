@@ -8,6 +8,7 @@ import signal
 import subprocess
 import sys
 import time
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -15,9 +16,11 @@ import pytest
 from click.testing import CliRunner
 
 from hpcdist.cli import cli
+from hpcdist.directives import launch_argv, sbatch_directives, torchrun_command
 from hpcdist.hpcscripts import HPC_SCRIPTS, render_hpc_script
 from hpcdist.options import spec_from_options
 from hpcdist.render import quote, render
+from hpcdist.spec import AUTO
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -577,3 +580,89 @@ def test_batch_shell_passes_the_warning_to_srun_and_keeps_its_exit_status(
     out, err = proc.communicate(timeout=30)
     assert warned.exists(), out + err  # srun got the warning
     assert proc.returncode == 7, out + err  # srun's status, not the trap's 138
+
+
+# ------------------------------------------------ the launch line, word by word, from the spec
+
+TORCHRUN_RDZV = [
+    'torchrun --nnodes="${SLURM_JOB_NUM_NODES}"',
+    '--node-rank="${SLURM_NODEID}" --rdzv-backend=c10d',
+    '--rdzv-endpoint="${MASTER_ADDR}:${MASTER_PORT}" --rdzv-id="${SLURM_JOB_ID}"',
+]
+
+
+def test_torchrun_launch_carries_every_rendezvous_flag() -> None:
+    spec = spec_from_options(
+        {
+            "profile": "gpu-cluster",
+            "mode": "nccl",
+            "nodes": 3,
+            "gpus_per_node": 2,
+            "launcher": "torchrun",
+        }
+    )
+    assert launch_argv(spec) == [
+        # torchrun ignores the warning signal its ranks catch (the ranks checkpoint on it).
+        "bash",
+        "-c",
+        '\'trap "" USR2 && exec "$@"\'',
+        "torchrun",
+        "torchrun",
+        '--nnodes="${SLURM_JOB_NUM_NODES}"',
+        "--nproc-per-node=2",
+        '--node-rank="${SLURM_NODEID}"',
+        "--rdzv-backend=c10d",
+        '--rdzv-endpoint="${MASTER_ADDR}:${MASTER_PORT}"',
+        '--rdzv-id="${SLURM_JOB_ID}"',
+        "-m",
+        "ufsemulator",
+        "train",
+    ]
+    script = render(spec)
+    for words_in_order in TORCHRUN_RDZV:
+        assert words_in_order in script
+
+
+@pytest.mark.parametrize(
+    ("command", "tail"),
+    [
+        # torchrun is the interpreter: it takes a module (-m) or a script directly...
+        (["python3", "-m", "pkg.train", "--lr", "1"], ["-m", "pkg.train", "--lr", "1"]),
+        (["python", "train.py", "-v"], ["train.py", "-v"]),
+        # ...but no other interpreter option, and nothing that is not python or python3.
+        (["python3", "-c", "print(1)"], ["--no-python", "python3", "-c", "print(1)"]),
+        (["python3", "-u", "x.py"], ["--no-python", "python3", "-u", "x.py"]),
+        (["python3"], ["--no-python", "python3"]),
+        (["python3.11", "-m", "pkg"], ["--no-python", "python3.11", "-m", "pkg"]),
+        (["./run.sh", "python3"], ["--no-python", "./run.sh", "python3"]),
+        (["-m", "python3"], ["--no-python", "-m", "python3"]),
+    ],
+)
+def test_torchrun_takes_python_programs_directly_and_others_with_no_python(
+    command: list[str], tail: list[str]
+) -> None:
+    assert torchrun_command(["torchrun", "--nnodes=1"], command) == [
+        "torchrun",
+        "--nnodes=1",
+        *tail,
+    ]
+
+
+def test_one_gpu_per_node_is_requested() -> None:
+    spec = spec_from_options({"profile": "gpu-cluster", "mode": "nccl", "gpus_per_node": 1})
+    assert "#SBATCH --gpus-per-node=1\n" in render(spec)
+
+
+def test_whole_nodes_request_says_why_in_the_script() -> None:
+    script = render(spec_from_options({"profile": None, "mode": "nccl"}))
+    assert (
+        "# No GPU count was given: whole nodes; the script counts their GPUs when it starts.\n"
+        "#SBATCH --exclusive\n"
+    ) in script
+
+
+def test_a_count_known_only_at_run_time_has_no_directive() -> None:
+    spec = spec_from_options({"profile": None, "mode": "gloo"})
+    with pytest.raises(ValueError) as info:
+        sbatch_directives(replace(spec, tasks_per_node=AUTO))
+    assert str(info.value) == "a count of 'auto' has no directive; the script counts it"
