@@ -20,9 +20,11 @@ from hpcdist.spec import JobSpec
 VERSION = "0.1.0"
 
 
-def template_dir() -> Path:
-    """templates/ ships inside the wheel as hpcdist/templates; in a checkout it is at the top."""
-    here = Path(__file__).resolve().parent
+def template_dir(here: Path | None = None) -> Path:
+    """templates/ ships inside the wheel as hpcdist/templates; in a checkout it is at the top.
+
+    ``here`` is the package folder (this module's, unless a test names another)."""
+    here = here or Path(__file__).resolve().parent
     for candidate in (here / "templates", here.parent / "templates"):
         if (candidate / "base.sh.j2").is_file():
             return candidate
@@ -46,13 +48,12 @@ def quote(value: object, context: str = "shell") -> str:
 
 
 def _environment() -> jinja2.Environment:
+    # Shell, not HTML: no autoescaping (jinja's default); every user value goes through the
+    # `q` filter instead. A name the template misspells fails instead of rendering empty.
     env = jinja2.Environment(
         loader=jinja2.FileSystemLoader(str(template_dir())),
         undefined=jinja2.StrictUndefined,
         trim_blocks=True,
-        lstrip_blocks=True,
-        keep_trailing_newline=True,
-        autoescape=False,
     )
     env.filters["q"] = quote
     return env

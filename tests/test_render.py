@@ -12,14 +12,16 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
+import jinja2
 import pytest
 from click.testing import CliRunner
 
+import hpcdist.render as render_module
 from hpcdist.cli import cli
 from hpcdist.directives import launch_argv, sbatch_directives, torchrun_command
 from hpcdist.hpcscripts import HPC_SCRIPTS, render_hpc_script
 from hpcdist.options import spec_from_options
-from hpcdist.render import quote, render
+from hpcdist.render import quote, render, template_dir
 from hpcdist.spec import AUTO
 
 REPO = Path(__file__).resolve().parents[1]
@@ -666,3 +668,30 @@ def test_a_count_known_only_at_run_time_has_no_directive() -> None:
     with pytest.raises(ValueError) as info:
         sbatch_directives(replace(spec, tasks_per_node=AUTO))
     assert str(info.value) == "a count of 'auto' has no directive; the script counts it"
+
+
+def test_a_name_the_template_misspells_fails_instead_of_rendering_empty() -> None:
+    with pytest.raises(jinja2.UndefinedError):
+        render_module._environment().from_string("srun {{ srun_optoins }}").render()
+
+
+def test_templates_inside_the_package_win_over_the_checkouts(tmp_path: Path) -> None:
+    package = tmp_path / "hpcdist"
+    for folder in (package / "templates", tmp_path / "templates"):
+        folder.mkdir(parents=True)
+        (folder / "base.sh.j2").write_text("")
+    assert template_dir(package) == package / "templates"
+    (package / "templates" / "base.sh.j2").unlink()
+    assert template_dir(package) == tmp_path / "templates"
+
+
+def test_missing_templates_name_the_folder_searched(tmp_path: Path) -> None:
+    with pytest.raises(FileNotFoundError) as info:
+        template_dir(tmp_path / "hpcdist")
+    assert str(info.value) == f"hpcdist templates not found beside {tmp_path / 'hpcdist'}"
+
+
+def test_unknown_quoting_context_is_refused_by_name() -> None:
+    with pytest.raises(ValueError) as info:
+        quote("x", "yaml")
+    assert str(info.value) == "unknown quoting context 'yaml'; expected 'shell' or 'sbatch'"
