@@ -5,6 +5,7 @@
 - ``hpcdist render --mode gloo --nodes 4`` run ``--runs`` times as a subprocess, through
   the installed console script and through ``python3 -m hpcdist.cli`` (one untimed run
   of each first); median, min and max wall time. Target: median <= 0.3 s.
+- ``import hpcdist.distributed`` alone (what each rank imports before torch), the same way.
 - ``python3 -X importtime`` of the same command: the modules that cost the most.
 - ``expand_nodelist`` of 10,000-host lists in four shapes; median of ``--repeats``.
   Target: <= 10 ms.
@@ -119,6 +120,11 @@ def _render(runs: int) -> list[dict[str, Any]]:
         (
             "python3 -m hpcdist.cli " + " ".join(RENDER_ARGS),
             [sys.executable, "-m", "hpcdist.cli", *RENDER_ARGS],
+        ),
+        # What every rank imports before torch: the contract without torch.
+        (
+            "python3 -c 'import hpcdist.distributed'",
+            [sys.executable, "-c", "import hpcdist.distributed"],
         ),
     ]
     script = shutil.which("hpcdist")

@@ -494,15 +494,10 @@ def test_select_device_rejects(
 
 
 def test_importing_distributed_does_not_import_torch() -> None:
-    code = (
-        "import sys, time; t = time.perf_counter(); import hpcdist.distributed; "
-        "print(time.perf_counter() - t, 'torch' in sys.modules)"
-    )
-    out = subprocess.run(
-        [sys.executable, "-c", code], capture_output=True, text=True, check=True
-    ).stdout.split()
-    assert out[1] == "False"
-    assert float(out[0]) < 0.3
+    # What the import costs is measured by bench/bench_cli.py; here only what it pulls in.
+    code = "import sys; import hpcdist.distributed; print('torch' in sys.modules)"
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.split() == ["False"]
 
 
 # ------------------------------------------------------- setup_distributed, in process
