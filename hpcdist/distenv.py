@@ -8,8 +8,10 @@ from __future__ import annotations
 
 import re
 import socket
+from bisect import bisect_right
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from itertools import accumulate
 from typing import Literal
 
 from hpcdist.nodelist import MAX_HOSTS, hosts_cached
@@ -141,7 +143,7 @@ def _from_slurm(env: Mapping[str, str]) -> DistEnv:
         port = _port(env)
     else:
         step = _int(env, step_var, 0, default=0)
-        port = derive_port(_int(env, _first_present(env, ("SLURM_JOB_ID",)), 0), step)
+        port = derive_port(_int(env, _first_present(env, ("SLURM_JOB_ID",)), 1), step)
     return DistEnv(
         rank=rank,
         local_rank=local_rank,
@@ -175,7 +177,7 @@ def _from_submitit_local(env: Mapping[str, str]) -> DistEnv:
     if "MASTER_PORT" in env:
         port = _port(env)
     else:
-        port = derive_port(_int(env, _first_present(env, ("SUBMITIT_LOCAL_JOB_ID",)), 0), 0)
+        port = derive_port(_int(env, _first_present(env, ("SUBMITIT_LOCAL_JOB_ID",)), 1), 0)
     return DistEnv(
         rank=rank,
         local_rank=local_rank,
@@ -233,12 +235,11 @@ def _check_torch_vars_agree(env: Mapping[str, str], resolved: DistEnv) -> None:
 
 
 def _place(layout: Sequence[int], rank: int) -> tuple[int, int]:
-    """(node index, local rank) of ``rank`` under block distribution."""
-    for node, tasks in enumerate(layout):
-        if rank < tasks:
-            return node, rank
-        rank -= tasks
-    raise DistEnvError(f"rank beyond the layout {list(layout)!r}")  # callers checked the sum
+    """(node index, local rank) of ``rank`` under block distribution; callers checked that
+    the layout holds the rank."""
+    ends = list(accumulate(layout))  # one past the last rank of each node
+    node = bisect_right(ends, rank)
+    return node, rank - (ends[node] - layout[node])
 
 
 def _first_present(env: Mapping[str, str], names: Sequence[str]) -> str:

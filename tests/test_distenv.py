@@ -134,8 +134,8 @@ RESOLVES: dict[str, tuple[dict[str, str], Expected]] = {
         (2, 0, 4, 1, 2, "node1", derive_port(1234, 0), 2, "slurm", "node3"),
     ),
     "srun-many-tasks-per-node": (
-        srun(3, 4, "node[1-2]", "2(x2)", local=1, node=1, SLURMD_NODENAME="node2"),
-        (3, 1, 4, 2, 1, "node1", derive_port(1234, 0), None, "slurm", "node2"),
+        srun(3, 4, "node[1-2]", "2(x2)", local=1, node=1, SLURMD_NODENAME="node2.ib"),
+        (3, 1, 4, 2, 1, "node1", derive_port(1234, 0), None, "slurm", "node2.ib"),
     ),
     "srun-8-gpus-x-2-nodes": (
         srun(15, 16, "gpu-[07-08]", "8(x2)", local=7, node=1, SLURM_CPUS_PER_TASK="6"),
@@ -245,6 +245,30 @@ RESOLVES: dict[str, tuple[dict[str, str], Expected]] = {
         srun(1, 2, "node[1-2]", "1(x2)", job=77, step=5),
         (1, 0, 2, 1, 1, "node1", derive_port(77, 5), None, "slurm", "node2"),
     ),
+    "torchrun-one-process-per-node": (
+        torchrun(1, 2, 0, 1, 1),
+        (1, 0, 2, 1, 1, "node01", 29500, 1, "torchrun", HOST),
+    ),
+    "slurm-job-nodelist-alone": (
+        without(srun(1, 2, "cn[7-8]", "1(x2)"), "SLURM_STEP_NODELIST", "SLURM_NODELIST"),
+        (1, 0, 2, 1, 1, "cn7", derive_port(1234, 0), None, "slurm", "cn8"),
+    ),
+    "slurm-first-job-id": (
+        srun(0, 1, "node1", "1", job=1),
+        (0, 0, 1, 1, 0, "node1", derive_port(1, 0), None, "slurm", "node1"),
+    ),
+    "submitit-local-without-node-variables": (
+        without(submitit_local(1, 2), "SUBMITIT_LOCAL_JOB_NUM_NODES", "SUBMITIT_LOCAL_NODEID"),
+        (1, 1, 2, 2, 0, "127.0.0.1", derive_port(4242, 0), None, "submitit-local", HOST),
+    ),
+    "block-placement-third-node": (
+        without(srun(5, 6, "n[1-3]", "1,3,2"), "SLURM_LOCALID", "SLURM_NODEID"),
+        (5, 1, 6, 2, 2, "n1", derive_port(1234, 0), None, "slurm", "n3"),
+    ),
+    "block-placement-first-rank-of-a-node": (
+        without(srun(4, 6, "n[1-3]", "1,3,2"), "SLURM_LOCALID", "SLURM_NODEID"),
+        (4, 0, 6, 2, 2, "n1", derive_port(1234, 0), None, "slurm", "n3"),
+    ),
     "single-process-exported-address": (
         {"MASTER_ADDR": "10.2.2.2", "MASTER_PORT": "65535"},
         (0, 0, 1, 1, 0, "10.2.2.2", 65535, None, "single", HOST),
@@ -263,6 +287,8 @@ RESOLVES: dict[str, tuple[dict[str, str], Expected]] = {
 @pytest.mark.parametrize(("env", "expected"), list(RESOLVES.values()), ids=list(RESOLVES))
 def test_distenv_resolves(env: dict[str, str], expected: Expected) -> None:
     got = DistEnv.from_environ(env)
+    counts = (got.rank, got.local_rank, got.world_size, got.local_world_size, got.node_rank)
+    assert all(type(count) is int for count in counts), counts
     assert (
         got.rank,
         got.local_rank,
@@ -405,6 +431,20 @@ REJECTS: dict[str, tuple[dict[str, str], tuple[str, ...]]] = {
         submitit_local(1, 2, SUBMITIT_LOCAL_JOB_NUM_NODES="2", SUBMITIT_LOCAL_LOCALID="1"),
         ("SUBMITIT_LOCAL_LOCALID=1 is out of range: tasks per node allows 0..0",),
     ),
+    "batch-script-of-two-tasks": (
+        without(srun(0, 2, "node[1-2]", "1(x2)"), "SLURM_STEP_ID"),
+        ("no SLURM_STEP_ID",),
+    ),
+    "slurm-job-id-zero": (srun(0, 1, "node1", "1", job=0), ("SLURM_JOB_ID",)),
+    "submitit-local-job-id-zero": (
+        submitit_local(0, 2, SUBMITIT_LOCAL_JOB_ID="0"),
+        ("SUBMITIT_LOCAL_JOB_ID",),
+    ),
+    "torchrun-without-local-world-size": (
+        without(torchrun(1, 2, 1, 2, 0), "LOCAL_WORLD_SIZE"),
+        ("LOCAL_WORLD_SIZE",),
+    ),
+    "torchrun-local-rank-beyond-local-world": (torchrun(1, 2, 1, 1, 0), ("LOCAL_RANK=1",)),
     "torchrun-port-not-a-number": (
         torchrun(1, 2, 1, 2, 0, MASTER_PORT="http"),
         ("MASTER_PORT", "'http'"),
@@ -439,6 +479,128 @@ def test_distenv_rejects_stale_missing_or_malformed_variables(
         DistEnv.from_environ(env)
     for word in words:
         assert word in str(info.value)
+
+
+# The whole message of each rejected environment: the variable, its value, what was expected.
+REJECT_MESSAGES: dict[str, str] = {
+    "batch-script-without-srun": (
+        "SLURM_PROCID=0 and SLURM_NTASKS=4 but no SLURM_STEP_ID: this is the batch script, not "
+        "a task of a job step; start the program with srun (or torchrun)"
+    ),
+    "stale-procid-alone": (
+        "SLURM_STEP_NUM_TASKS or SLURM_NTASKS or SLURM_NPROCS is not set although "
+        "SLURM_PROCID='0' is; variables inherited from another job? start the program with "
+        "srun or torchrun"
+    ),
+    "procid-without-nodelist": (
+        "SLURM_STEP_NODELIST or SLURM_JOB_NODELIST or SLURM_NODELIST is not set although "
+        "SLURM_PROCID='0' is; variables inherited from another job? start the program with "
+        "srun or torchrun"
+    ),
+    "procid-without-tasks-per-node": (
+        "SLURM_STEP_TASKS_PER_NODE or SLURM_TASKS_PER_NODE is not set although "
+        "SLURM_PROCID='0' is; variables inherited from another job? start the program with "
+        "srun or torchrun"
+    ),
+    "no-job-id-for-the-port": (
+        "SLURM_JOB_ID is not set although SLURM_PROCID='0' is; variables inherited from "
+        "another job? start the program with srun or torchrun"
+    ),
+    "procid-beyond-world": (
+        "SLURM_PROCID=4 is out of range: SLURM_STEP_NUM_TASKS allows 0..3; stale variables "
+        "from another job?"
+    ),
+    "layout-and-nodelist-disagree": (
+        "SLURM_STEP_TASKS_PER_NODE='2(x2)' describes 2 nodes but "
+        "SLURM_STEP_NODELIST='node[1-3]' has 3; stale variables from another job?"
+    ),
+    "layout-and-ntasks-disagree": (
+        "SLURM_STEP_TASKS_PER_NODE='2(x2)' places 4 tasks but SLURM_STEP_NUM_TASKS='5'; stale "
+        "variables from another job?"
+    ),
+    "step-world-with-job-nodelist": (
+        "SLURM_TASKS_PER_NODE='1(x8)' places 8 tasks but SLURM_STEP_NUM_TASKS='4'; stale "
+        "variables from another job?"
+    ),
+    "localid-beyond-node": (
+        "SLURM_LOCALID=2 is out of range: SLURM_STEP_TASKS_PER_NODE on that node allows 0..1; "
+        "stale variables from another job?"
+    ),
+    "nodeid-beyond-nodelist": (
+        "SLURM_NODEID=2 is out of range: the 2 nodes of SLURM_STEP_NODELIST allows 0..1; stale "
+        "variables from another job?"
+    ),
+    "procid-not-a-number": "SLURM_PROCID must be an integer >= 0, got 'x'",
+    "ntasks-zero": "SLURM_STEP_NUM_TASKS must be an integer >= 1, got '0'",
+    "cpus-per-task-zero": "SLURM_CPUS_PER_TASK must be an integer >= 1, got '0'",
+    "malformed-tasks-per-node": (
+        "bad SLURM_STEP_TASKS_PER_NODE '2(x'; expected e.g. '4' or '2(x3),1'"
+    ),
+    "torchrun-rank-without-world": "WORLD_SIZE is not set although RANK='0' is",
+    "torchrun-rank-beyond-world": (
+        "RANK=8 is out of range: WORLD_SIZE allows 0..7; stale variables from another job?"
+    ),
+    "torchrun-without-local-rank": "LOCAL_RANK is not set although RANK='1' is",
+    "torchrun-without-master-addr": "MASTER_ADDR is not set although RANK='1' is",
+    "torchrun-port-out-of-range": "MASTER_PORT must be a TCP port 1..65535, got '70000'",
+    "torchrun-port-one-past-the-highest": "MASTER_PORT must be a TCP port 1..65535, got '65536'",
+    "torchrun-port-zero": "MASTER_PORT must be an integer >= 1, got '0'",
+    "submitit-local-tasks-not-a-multiple-of-nodes": (
+        "SUBMITIT_LOCAL_NTASKS=3 is not a multiple of SUBMITIT_LOCAL_JOB_NUM_NODES=2"
+    ),
+    "submitit-local-localid-beyond-node": (
+        "SUBMITIT_LOCAL_LOCALID=1 is out of range: tasks per node allows 0..0; stale variables "
+        "from another job?"
+    ),
+    "batch-script-of-two-tasks": (
+        "SLURM_PROCID=0 and SLURM_STEP_NUM_TASKS=2 but no SLURM_STEP_ID: this is the batch "
+        "script, not a task of a job step; start the program with srun (or torchrun)"
+    ),
+    "slurm-job-id-zero": "SLURM_JOB_ID must be an integer >= 1, got '0'",
+    "submitit-local-job-id-zero": "SUBMITIT_LOCAL_JOB_ID must be an integer >= 1, got '0'",
+    "torchrun-without-local-world-size": "LOCAL_WORLD_SIZE is not set although RANK='1' is",
+    "torchrun-local-rank-beyond-local-world": (
+        "LOCAL_RANK=1 is out of range: LOCAL_WORLD_SIZE allows 0..0; "
+        "stale variables from another job?"
+    ),
+    "torchrun-port-not-a-number": "MASTER_PORT must be an integer >= 1, got 'http'",
+    "stale-world-size-without-rank": (
+        "WORLD_SIZE='8' is set without RANK and contradicts the slurm environment (world_size "
+        "4); stale export? unset it"
+    ),
+    "stale-local-rank-without-rank": (
+        "LOCAL_RANK='3' is set without RANK and contradicts the single environment (local_rank "
+        "0); stale export? unset it"
+    ),
+    "stale-world-size-on-a-laptop": (
+        "WORLD_SIZE='2' is set without RANK and contradicts the single environment (world_size "
+        "1); stale export? unset it"
+    ),
+    "slurm-and-submitit-local-disagree": (
+        "SLURM says rank 0 of 4 (SLURM_PROCID) but submitit's local executor says rank 1 of 2 "
+        "(SUBMITIT_LOCAL_GLOBALID); one set is inherited: unset SLURM_* inside a local "
+        "executor (submitit.helpers.clean_env()) or SUBMITIT_LOCAL_* inside srun"
+    ),
+    "submitit-local-without-ntasks": (
+        "SUBMITIT_LOCAL_NTASKS is not set although SUBMITIT_LOCAL_GLOBALID='0' is; variables "
+        "inherited from another job? start the program with srun or torchrun"
+    ),
+    "submitit-local-without-job-id": (
+        "SUBMITIT_LOCAL_JOB_ID is not set although SUBMITIT_LOCAL_GLOBALID='0' is; variables "
+        "inherited from another job? start the program with srun or torchrun"
+    ),
+    "submitit-local-rank-beyond-ntasks": (
+        "SUBMITIT_LOCAL_GLOBALID=2 is out of range: SUBMITIT_LOCAL_NTASKS allows 0..1; stale "
+        "variables from another job?"
+    ),
+}
+
+
+@pytest.mark.parametrize("name", list(REJECTS))
+def test_distenv_rejection_message_in_full(name: str) -> None:
+    with pytest.raises(DistEnvError) as info:
+        DistEnv.from_environ(REJECTS[name][0])
+    assert str(info.value) == REJECT_MESSAGES[name]
 
 
 def test_distenv_malformed_nodelist_names_the_variable() -> None:

@@ -288,6 +288,28 @@ def test_tasks_per_node_malformed_raises_error_quoting_it(layout: str) -> None:
     assert "SLURM_TASKS_PER_NODE" in str(info.value)
 
 
+@pytest.mark.parametrize(
+    ("layout", "message"),
+    [
+        ("2x3", "bad tasks-per-node '2x3'; expected e.g. '4' or '2(x3),1'"),
+        ("2(x0)", "bad repeat count in tasks-per-node '2(x0)'"),
+        ("0(x2)", "tasks-per-node '0(x2)' places no task at all"),
+        ("1(x1048577)", "bad repeat count in tasks-per-node '1(x1048577)'"),
+        ("1,1(x1048576)", "bad repeat count in tasks-per-node '1,1(x1048576)'"),
+    ],
+)
+def test_tasks_per_node_error_message_in_full(layout: str, message: str) -> None:
+    with pytest.raises(DistEnvError) as info:
+        expand_tasks_per_node(layout)
+    assert str(info.value) == message
+
+
+def test_tasks_per_node_repeat_limit_is_exact() -> None:
+    assert len(expand_tasks_per_node("1(x1048576)")) == MAX_HOSTS
+    assert len(expand_tasks_per_node("1,1(x1048575)")) == MAX_HOSTS
+    assert expand_tasks_per_node("0,1") == [0, 1]  # a node may hold no task of a step
+
+
 # ----------------------------------------------------------------------------- ports
 
 
