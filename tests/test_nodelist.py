@@ -155,6 +155,7 @@ def test_nodelist_malformed_raises_error_quoting_the_list(nodelist: str, message
     [
         ("", "SLURM_NODELIST '' is empty; expected e.g. 'node[01-04]'"),
         ("a]1[2]", "unbalanced ']' in SLURM_NODELIST 'a]1[2]'"),
+        ("a]1[2[3]", "unbalanced ']' in SLURM_NODELIST 'a]1[2[3]'"),  # balanced, ']' first
         ("gpu-[01-03", "unbalanced '[' in SLURM_NODELIST 'gpu-[01-03'"),
         ("n[1-2]]", "unbalanced ']' in SLURM_NODELIST 'n[1-2]]'"),
         # A ']' in the literal between groups, found before the bad range that follows it.

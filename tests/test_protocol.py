@@ -114,3 +114,24 @@ def test_the_scripts_port_expression_is_derive_port(job_id: int) -> None:
 )
 def test_inherited_variables(name: str, inherited: bool) -> None:
     assert protocol.is_inherited(name) is inherited
+
+
+@pytest.mark.parametrize(
+    ("job_id", "step_id", "port"),
+    [
+        (0, 0, protocol.PORT_LOW),
+        (0, 5, protocol.PORT_LOW + 5),
+        (1, 1, protocol.PORT_LOW + protocol.PORT_STRIDE + 1),
+        (0, protocol.PORT_HIGH - protocol.PORT_LOW, protocol.PORT_HIGH),
+        (0, protocol.PORT_HIGH - protocol.PORT_LOW + 1, protocol.PORT_LOW),  # wraps round
+    ],
+)
+def test_derive_port_values(job_id: int, step_id: int, port: int) -> None:
+    assert protocol.derive_port(job_id, step_id) == port
+
+
+@pytest.mark.parametrize(("job_id", "step_id"), [(-1, 0), (0, -1), (-1, -1)])
+def test_derive_port_refuses_a_negative_id(job_id: int, step_id: int) -> None:
+    with pytest.raises(ValueError) as info:
+        protocol.derive_port(job_id, step_id)
+    assert str(info.value) == f"job id and step id must be >= 0, got {job_id} and {step_id}"
