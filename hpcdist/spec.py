@@ -213,9 +213,11 @@ def build_spec(profile: Profile, flags: Mapping[str, Any]) -> JobSpec:
     tasks = merged.get("tasks_per_node")
     if tasks is None:
         tasks = gpus if on_gpus else 1
+    elif not isinstance(tasks, int):
+        raise SpecError(f"--tasks-per-node {tasks!r}; expected a number of tasks per node")
     cpus = merged.get("cpus_per_task")
     if cpus is None:
-        cpus = AUTO if gpus == AUTO else _fair_cpus(profile, tasks)
+        cpus = _fair_cpus(profile, tasks) if isinstance(tasks, int) else AUTO
 
     env = dict(profile.env)
     if on_gpus:
@@ -224,7 +226,7 @@ def build_spec(profile: Profile, flags: Mapping[str, Any]) -> JobSpec:
             env.setdefault(key, value)
     else:
         env.update(profile.gloo_env)
-    env.update(dict(merged.get("env", ())))
+    env.update(dict(merged["env"]))  # built-in default ()
     timeout = merged.get("collective_timeout")
     if timeout is not None:
         env[COLLECTIVE_TIMEOUT_ENV] = str(int(timeout))
@@ -280,8 +282,7 @@ def _gpus(mode: str, value: Count, profile: Profile, flag: object) -> Count:
     return value or profile.gpus_per_node or AUTO
 
 
-def _fair_cpus(profile: Profile, tasks_per_node: Count) -> int:
+def _fair_cpus(profile: Profile, tasks_per_node: int) -> int:
     """All of a node's cores, shared evenly by the tasks on it."""
     cores = profile.cores_per_node or 1
-    tasks = tasks_per_node if isinstance(tasks_per_node, int) else 1
-    return max(1, cores // max(1, tasks))
+    return max(1, cores // max(1, tasks_per_node))

@@ -699,3 +699,9 @@ def test_setup_refused_by_a_silent_bash_still_says_why(monkeypatch: pytest.Monke
         "--setup 'true' is not a complete shell line (syntax error); "
         "expected e.g. 'module load cuda'"
     )
+
+
+def test_tasks_per_node_from_the_api_must_be_a_number() -> None:
+    with pytest.raises(SpecError) as info:
+        _build(mode="gloo", tasks_per_node="auto")
+    assert str(info.value) == "--tasks-per-node 'auto'; expected a number of tasks per node"
