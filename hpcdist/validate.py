@@ -13,7 +13,8 @@ from hpcdist.profiles import Profile
 from hpcdist.slurmtime import time_limit_seconds
 from hpcdist.spec import AUTO, JOB_OPTIONS, LAUNCHERS, JobSpec
 
-_FLAG_NAMES = {o.name: o.flag.partition("/")[0] for o in JOB_OPTIONS}
+# The flag that sets each JobSpec field (the profile's name comes from --profile).
+_FLAG_NAMES = {o.name: o.flag.partition("/")[0] for o in JOB_OPTIONS} | {"profile": "--profile"}
 _ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 _MEMORY = re.compile(r"[0-9]+[KMGT]?")
 _SIGNAL = re.compile(r"(B:)?(USR1|USR2|TERM|INT|HUP|URG|CONT)(@[0-9]+)?")
@@ -188,7 +189,7 @@ def _text_values(spec: JobSpec) -> list[tuple[str, str]]:
     out: list[tuple[str, str]] = []
     for f in fields(spec):
         value = getattr(spec, f.name)
-        flag = _FLAG_NAMES.get(f.name, "--" + f.name.replace("_", "-"))
+        flag = _FLAG_NAMES[f.name]
         if isinstance(value, str):
             out.append((flag, value))
         elif f.name == "env":

@@ -680,6 +680,8 @@ def test_setup_is_judged_by_quotes_alone_where_bash_is_missing(
 
     monkeypatch.setattr(validate_module.subprocess, "run", no_bash)
     assert _build(setup=("module load 'x y'",)).setup == ("module load 'x y'",)
+    # A quote inside a comment is no open quote.
+    assert _build(setup=("module load x  # it's fine",)).setup == ("module load x  # it's fine",)
     with pytest.raises(SpecError) as info:
         _build(setup=("echo 'open",))
     assert str(info.value) == (
