@@ -148,6 +148,14 @@ def check_sweep(spec: JobSpec) -> None:
         key = text.partition("=")[0].strip()
         if key in swept:
             raise SpecError(f"{SET_FLAG} {key} is also swept; expected it in one of the two")
+    if spec.sweep and any(
+        text.partition("=")[0].strip() == "output.run_dir"
+        for text in (*spec.overrides, *(f"{k}=" for k, _ in spec.sweep))
+    ):
+        raise SpecError(
+            "output.run_dir with --sweep would give every point one run folder; expected "
+            "it unset (each task trains in runs/<array job id>_<task id>)"
+        )
     all_points = points(spec) or [()]
     if len(all_points) > MAX_POINTS:
         raise SpecError(
