@@ -26,7 +26,9 @@ def report(job_id: str, as_json: bool, plot_path: Path | None) -> int:
     from hpcdist import report as reporting
 
     if plot_path is not None and not plot_path.parent.is_dir():
-        raise UserError(f"--plot {str(plot_path)!r}: folder {str(plot_path.parent)!r} does not exist")
+        raise UserError(
+            f"--plot {str(plot_path)!r}: folder {str(plot_path.parent)!r} does not exist"
+        )
     rows = reporting.collect(job_id)
     if as_json:
         click.echo(json.dumps([row.to_json() for row in rows], indent=2))

@@ -161,8 +161,10 @@ def table(rows: Sequence[Row]) -> str:
         for r, label in zip(rows, labels, strict=True)
     ]
     widths = [max(len(line[i]) for line in (head, *body)) for i in range(len(head))]
-    lines = ["  ".join(c.ljust(w) for c, w in zip(line, widths, strict=True)).rstrip()
-             for line in (head, *body)]
+    lines = [
+        "  ".join(c.ljust(w) for c, w in zip(line, widths, strict=True)).rstrip()
+        for line in (head, *body)
+    ]
     lines += [f"{r.job_id} {r.state}: {r.reason}" for r in rows if r.reason]
     best = next((r for r in rows if r.best), None)
     if best is not None:

@@ -41,17 +41,18 @@ def parse_sweeps(items: Sequence[str]) -> Sweep:
     """``--sweep KEY=V1,V2,...`` -> ((key, (v1, v2, ...)), ...); commas inside brackets or
     quotes belong to their value (``model.hidden_sizes=[32,32],[64,64]`` is two values)."""
     from ufsemulator.config import ConfigError
-    from ufsemulator.overrides import parse_override, parse_value
+    from ufsemulator.overrides import parse_value, valid_key
 
     out: list[tuple[str, tuple[str, ...]]] = []
     for item in items:
         key, sep, raw = item.partition("=")
         key = key.strip()
+        if not sep or not valid_key(key):
+            raise SpecError(
+                f"{SWEEP_FLAG} {item!r}; expected KEY=V1,V2,... with a dotted config key"
+            )
+        values = split_values(raw, f"{SWEEP_FLAG} {item!r}")
         try:
-            parse_override(f"{key}=0", SWEEP_FLAG)  # the key's form
-            if not sep:
-                raise ConfigError(f"{SWEEP_FLAG} {item!r}; expected KEY=V1,V2,...")
-            values = split_values(raw, f"{SWEEP_FLAG} {item!r}")
             for value in values:
                 parse_value(value, f"{SWEEP_FLAG} {key}")
         except ConfigError as exc:
@@ -73,17 +74,21 @@ def split_values(raw: str, where: str) -> tuple[str, ...]:
         elif char in "'\"":
             quote = char
         elif char in _BRACKETS:
-            stack.append(_BRACKETS[char])
+            stack.append(char)
         elif char in "]}":
-            if not stack or stack.pop() != char:
-                raise SpecError(f"{where} has an unbalanced {char!r}; expected e.g. [32,32],[64,64]")
+            if not stack or _BRACKETS[stack.pop()] != char:
+                raise SpecError(
+                    f"{where} has an unbalanced {char!r}; expected e.g. [32,32],[64,64]"
+                )
         elif char == "," and not stack:
             values.append(current.strip())
             current = ""
             continue
         current += char
     if stack or quote:
-        raise SpecError(f"{where} has an unclosed {(stack or [quote])[-1]!r}; expected e.g. [32,32]")
+        raise SpecError(
+            f"{where} has an unclosed {(stack or [quote])[-1]!r}; expected e.g. [32,32]"
+        )
     values.append(current.strip())
     if any(not value for value in values):
         raise SpecError(f"{where} has an empty value; expected KEY=V1,V2,... with no empty value")

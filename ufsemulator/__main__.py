@@ -133,7 +133,6 @@ def _make_data(args: argparse.Namespace) -> int:
 def _train(args: argparse.Namespace) -> int:
     from ufsemulator.config import load_config
     from ufsemulator.state import read_state
-    from ufsemulator.training import train
 
     if args.resume is not None and args.config is None:
         # Resuming without --config continues the run exactly as it was configured.
@@ -156,6 +155,9 @@ def _train(args: argparse.Namespace) -> int:
             atmosphere=tuple(args.atmosphere) if args.atmosphere else config.data.atmosphere,
         )
         config = dataclasses.replace(config, data=data)
+    # Imported once the config is checked: a bad --set fails without waiting for torch.
+    from ufsemulator.training import train
+
     result = train(config, resume=args.resume, run_dir=args.run_dir, overrides=args.overrides)
     if result.status != "preempted" or not result.is_main:
         return 0

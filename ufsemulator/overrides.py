@@ -21,6 +21,11 @@ from ufsemulator.config import Config, ConfigError, _read_yaml, default_config_p
 _KEY = re.compile(r"[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)*")
 
 
+def valid_key(key: str) -> bool:
+    """A dotted config key's form (``training.lr``); whether it exists is the schema's say."""
+    return _KEY.fullmatch(key) is not None
+
+
 def parse_override(text: str, flag: str = "--set") -> tuple[str, Any]:
     """``KEY=VALUE`` -> (dotted key, YAML value); a ConfigError names what is wrong."""
     key, sep, raw = text.partition("=")

@@ -33,8 +33,8 @@ from ufsemulator.errors import CheckpointError, DataError
 from ufsemulator.export import export_checkpoint
 from ufsemulator.loop import Loop, LoopHooks, Shards, StopFlag, full_model
 from ufsemulator.model import EmulatorMLP, ModelConfig
-from ufsemulator.overrides import overrides_record
 from ufsemulator.normalization import stats_from_shard, torch_all_reduce
+from ufsemulator.overrides import overrides_record
 from ufsemulator.sources import PathSpec
 from ufsemulator.state import TrainingState, read_state
 from ufsemulator.summary import RunSummary, Status

@@ -25,7 +25,11 @@ SMALL = ["--set", "data.synthetic.ni=64", "--set", "data.synthetic.nj=48"]
 
 def _hpcdist(*argv: str, cwd: Path, timeout: float = 300) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
-        [*HPCDIST, *argv], cwd=cwd, env=slurm_env(), capture_output=True, text=True,
+        [*HPCDIST, *argv],
+        cwd=cwd,
+        env=slurm_env(),
+        capture_output=True,
+        text=True,
         timeout=timeout,
     )
 
@@ -64,9 +68,21 @@ def test_sweep_runs_every_point_as_an_array_task_at_most_k_at_once(
 ) -> None:
     started = time.monotonic()
     proc = _hpcdist(
-        "submit", "--nodes", "2", "--backend", "gloo",
-        "--sweep", "training.lr=1e-3,3e-3", "--sweep", "model.hidden_sizes=[32,32],[64,64]",
-        "--max-parallel", "2", "--set", "training.epochs=20", *SMALL, "--wait",
+        "submit",
+        "--nodes",
+        "2",
+        "--backend",
+        "gloo",
+        "--sweep",
+        "training.lr=1e-3,3e-3",
+        "--sweep",
+        "model.hidden_sizes=[32,32],[64,64]",
+        "--max-parallel",
+        "2",
+        "--set",
+        "training.epochs=20",
+        *SMALL,
+        "--wait",
         cwd=tmp_path,
     )
     assert proc.returncode == 0, proc.stdout + proc.stderr
@@ -91,15 +107,20 @@ def test_sweep_runs_every_point_as_an_array_task_at_most_k_at_once(
     assert all(p["epochs"] == 20 and p["state"] == "COMPLETED" for p in points)
     assert (tmp_path / "sweep.png").stat().st_size > 1000
     # Each task trained its own point in its own run folder, which records the point.
-    for i, (lr, sizes) in enumerate([(1e-3, [32, 32]), (1e-3, [64, 64]), (3e-3, [32, 32]),
-                                     (3e-3, [64, 64])]):
-        results = json.loads((tmp_path / "runs" / f"{job}_{i}" / "training_results.json").read_text())
+    for i, (lr, sizes) in enumerate(
+        [(1e-3, [32, 32]), (1e-3, [64, 64]), (3e-3, [32, 32]), (3e-3, [64, 64])]
+    ):
+        results = json.loads(
+            (tmp_path / "runs" / f"{job}_{i}" / "training_results.json").read_text()
+        )
         assert results["overrides"]["training.lr"] == lr
         assert results["overrides"]["model.hidden_sizes"] == sizes
         assert results["config"]["model"]["hidden_sizes"] == sizes
         assert results["epochs_run"] == 20
     table = _hpcdist("report", job, cwd=tmp_path).stdout
-    assert len([line for line in table.splitlines() if f"{job}_" in line and "COMPLETED" in line]) == 4
+    assert (
+        len([line for line in table.splitlines() if f"{job}_" in line and "COMPLETED" in line]) == 4
+    )
     print(f"measured: 4-point sweep of 2-node tasks in {time.monotonic() - started:.1f} s")
 
 
@@ -108,8 +129,19 @@ def test_a_point_that_fails_at_run_time_fails_alone_and_the_report_says_why(
 ) -> None:
     missing = tmp_path / "no-such-file.nc"
     proc = _hpcdist(
-        "submit", "--nodes", "1", "--backend", "gloo", "--cpus-per-task", "1",
-        "--sweep", f"data.path=null,{missing}", "--set", "training.epochs=3", *SMALL, "--wait",
+        "submit",
+        "--nodes",
+        "1",
+        "--backend",
+        "gloo",
+        "--cpus-per-task",
+        "1",
+        "--sweep",
+        f"data.path=null,{missing}",
+        "--set",
+        "training.epochs=3",
+        *SMALL,
+        "--wait",
         cwd=tmp_path,
     )
     assert proc.returncode == 1, proc.stdout + proc.stderr
@@ -139,10 +171,29 @@ def test_a_warned_array_task_checkpoints_requeues_alone_and_resumes_its_own_run(
     slurm_cluster: SlurmCluster, tmp_path: Path
 ) -> None:
     waiter = subprocess.Popen(
-        [*HPCDIST, "submit", "--nodes", "1", "--backend", "gloo", "--cpus-per-task", "1",
-         "--sweep", "training.lr=1e-3,3e-3", "--set", "training.epochs=150",
-         "--set", "training.early_stopping_patience=0", *SMALL, "--wait"],
-        cwd=tmp_path, env=slurm_env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+        [
+            *HPCDIST,
+            "submit",
+            "--nodes",
+            "1",
+            "--backend",
+            "gloo",
+            "--cpus-per-task",
+            "1",
+            "--sweep",
+            "training.lr=1e-3,3e-3",
+            "--set",
+            "training.epochs=150",
+            "--set",
+            "training.early_stopping_patience=0",
+            *SMALL,
+            "--wait",
+        ],
+        cwd=tmp_path,
+        env=slurm_env(),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
     )
     assert waiter.stdout is not None
     job = _job_id(waiter.stdout.readline())
@@ -159,7 +210,9 @@ def test_a_warned_array_task_checkpoints_requeues_alone_and_resumes_its_own_run(
     out, err = waiter.communicate(timeout=60)
     assert waiter.returncode == 0, out + err
     assert f"Job {job} ended: 2 of 2 tasks COMPLETED" in out
-    resumed = re.findall(r"Resuming from (\S+) \(epoch \d+, restart (\d+)\)", _log(tmp_path, warned))
+    resumed = re.findall(
+        r"Resuming from (\S+) \(epoch \d+, restart (\d+)\)", _log(tmp_path, warned)
+    )
     assert resumed and resumed[0][0] == str(tmp_path / "runs" / warned / "checkpoint.pt")
     assert resumed[0][1] == "1"
     assert "Resuming" not in _log(tmp_path, other)
@@ -175,14 +228,27 @@ def test_a_job_submitted_after_another_starts_only_once_it_has_ended(
     slurm_cluster: SlurmCluster, tmp_path: Path
 ) -> None:
     first = _hpcdist(
-        "submit", "--mode", "threads", "--command", "sleep 6", "--no-requeue", "--no-preflight",
+        "submit",
+        "--mode",
+        "threads",
+        "--command",
+        "sleep 6",
+        "--no-requeue",
+        "--no-preflight",
         cwd=tmp_path,
     )
     assert first.returncode == 0, first.stderr
     before = _job_id(first.stdout)
     second = _hpcdist(
-        "submit", "--mode", "threads", "--command", "true", "--after", f"{before}:any",
-        "--no-preflight", "--wait",
+        "submit",
+        "--mode",
+        "threads",
+        "--command",
+        "true",
+        "--after",
+        f"{before}:any",
+        "--no-preflight",
+        "--wait",
         cwd=tmp_path,
     )
     assert second.returncode == 0, second.stdout + second.stderr
@@ -200,8 +266,9 @@ def test_a_job_submitted_after_another_starts_only_once_it_has_ended(
 def test_after_a_job_the_controller_does_not_know_is_one_line_and_writes_nothing(
     slurm_cluster: SlurmCluster, tmp_path: Path, after: str
 ) -> None:
-    proc = _hpcdist("submit", "--mode", "threads", "--command", "true", "--after", after,
-                    cwd=tmp_path)
+    proc = _hpcdist(
+        "submit", "--mode", "threads", "--command", "true", "--after", after, cwd=tmp_path
+    )
     assert proc.returncode == 2
     job = after.partition(":")[0]
     assert proc.stderr == (
