@@ -65,9 +65,29 @@ def test_rows_sort_by_validation_loss_the_best_marked_failures_last() -> None:
     assert [(r.job_id, r.best) for r in rows] == [("5_2", True), ("5_0", False), ("5_1", False)]
     text = table(rows)
     lines = text.splitlines()
-    assert lines[0].split() == "job overrides state best val loss R^2 epochs wall s".split()
+    assert lines[0].split() == [
+        "job",
+        "overrides",
+        "state",
+        "best",
+        "val",
+        "loss",
+        "R^2",
+        "epochs",
+        "wall",
+        "s",
+    ]
     # The overrides every point shares (training.epochs=20) are left out of the table.
-    assert lines[1].split() == "* 5_2 training.lr=5_2 COMPLETED 0.1 0.9000 20 6.5".split()
+    assert lines[1].split() == [
+        "*",
+        "5_2",
+        "training.lr=5_2",
+        "COMPLETED",
+        "0.1",
+        "0.9000",
+        "20",
+        "6.5",
+    ]
     assert lines[3].split() == ["5_1", "training.lr=5_1", "FAILED", "-", "-", "-", "-"]
     assert lines[4] == "5_1 FAILED: boom"
     assert lines[5] == "best: 5_2 (runs/5_2)"
