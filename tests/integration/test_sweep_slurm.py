@@ -276,3 +276,66 @@ def test_after_a_job_the_controller_does_not_know_is_one_line_and_writes_nothing
         "expected a queued, running or recently ended job (squeue -j)\n"
     )
     assert list(tmp_path.iterdir()) == []
+
+
+def test_the_rendered_array_script_requeues_a_warned_task_alone_under_plain_sbatch(
+    slurm_cluster: SlurmCluster, tmp_path: Path
+) -> None:
+    render_args = [
+        "render",
+        "--nodes",
+        "1",
+        "--backend",
+        "gloo",
+        "--cpus-per-task",
+        "1",
+        "--output",
+        "sweep-%A_%a.out",
+        "--sweep",
+        "training.lr=1e-3,3e-3",
+        "--set",
+        "training.epochs=150",
+        "--set",
+        "training.early_stopping_patience=0",
+        *SMALL,
+        "--script",
+        str(tmp_path / "sweep.sh"),
+    ]
+    rendered = _hpcdist(*render_args, cwd=tmp_path)
+    assert rendered.returncode == 0, rendered.stderr
+    submitted = run_slurm("sbatch", "--parsable", str(tmp_path / "sweep.sh"), cwd=tmp_path)
+    job = submitted.stdout.strip().split(";")[0]
+    warned, other = f"{job}_1", f"{job}_0"
+
+    def log(task: str) -> str:
+        path = tmp_path / f"sweep-{task}.out"
+        return path.read_text(errors="replace") if path.is_file() else ""
+
+    deadline = time.monotonic() + 120
+    while "Epoch 3/" not in log(warned):
+        assert time.monotonic() < deadline, log(warned)
+        time.sleep(0.5)
+    run_slurm("scancel", "--signal=USR2", warned)
+    deadline = time.monotonic() + 240
+    while True:
+        _release(warned)
+        states = _sacct(job)
+        if (
+            sorted(states) == [other, warned]
+            and all(state in FINAL_STATES for state, _, _ in states.values())
+            and not run_slurm("squeue", "-h", "-j", job, check=False).stdout.strip()
+        ):
+            break
+        assert time.monotonic() < deadline, (states, log(warned))
+        time.sleep(1)
+    assert {task: state for task, (state, _, _) in states.items()} == {
+        other: "COMPLETED",
+        warned: "COMPLETED",
+    }, log(warned)
+    assert f"requeueing array task {warned}" in log(warned)
+    resumed = re.findall(r"Resuming from (\S+) \(epoch \d+, restart 1\)", log(warned))
+    assert resumed == [str(tmp_path / "runs" / warned / "checkpoint.pt")], log(warned)
+    assert "Resuming" not in log(other) and "requeueing" not in log(other)
+    for task, lr in ((other, 1e-3), (warned, 3e-3)):
+        results = json.loads((tmp_path / "runs" / task / "training_results.json").read_text())
+        assert (results["epochs_run"], results["overrides"]["training.lr"]) == (150, lr)
