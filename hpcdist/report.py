@@ -54,8 +54,12 @@ def task_ids(record: JobRecord) -> list[tuple[str, list[str]]]:
 
 
 def collect(job_id: str, project_dir: Path | None = None) -> list[Row]:
-    """The rows of a job or an array, sorted by best validation loss, the best marked."""
-    record = load_record(job_id, project_dir)
+    """The rows of a job or an array, sorted by best validation loss, the best marked: one
+    of this folder's submissions, else any job SLURM knows (a rendered script run with
+    sbatch), its points read from each run's training_results.json."""
+    record = find_record(job_id, project_dir)
+    if record is None:
+        return mark_best(_rows_from_slurm(job_id))
     runs = jobs_root(project_dir).parent / "runs"
     ids = task_ids(record)
     states = _states(record, [task for task, _ in ids])
@@ -63,7 +67,8 @@ def collect(job_id: str, project_dir: Path | None = None) -> list[Row]:
     for task, overrides in ids:
         task_record = find_record(task, project_dir) or record
         state = states.get(task, "UNKNOWN")
-        rows.append(_row(task, overrides, state, runs / task, task_record))
+        logs = [task_record.log_path(0, stream) for stream in ("out", "err")]
+        rows.append(_row(task, overrides, state, runs / task, logs))
     return mark_best(rows)
 
 
@@ -75,13 +80,13 @@ def _states(record: JobRecord, tasks: list[str]) -> dict[str, str]:
     return {tasks[0]: job_state(record)}
 
 
-def _row(task: str, overrides: list[str], state: str, run_dir: Path, record: JobRecord) -> Row:
+def _row(task: str, overrides: list[str], state: str, run_dir: Path, logs: list[Path]) -> Row:
     results = read_results(run_dir / "training_results.json")
     history = results.get("history") if isinstance(results.get("history"), dict) else {}
     curve = tuple(float(v) for v in (history or {}).get("val_loss", []) if _is_number(v))
     reason = None
     if state not in ("COMPLETED", "RUNNING", "PENDING", "REQUEUED", "UNKNOWN"):
-        reason = failure_reason(record) or f"ended {state}"
+        reason = failure_reason(logs) or f"ended {state}"
     return Row(
         job_id=task,
         overrides=list(overrides),
@@ -96,6 +101,26 @@ def _row(task: str, overrides: list[str], state: str, run_dir: Path, record: Job
     )
 
 
+def _rows_from_slurm(job_id: str) -> list[Row]:
+    from hpcdist.slurmquery import query_jobs
+
+    infos = [info for info in query_jobs(job_id) if "[" not in info.job_id]
+    if not infos:
+        load_record(job_id)  # the one-line error of an id nobody knows
+    rows = []
+    for info in sorted(infos, key=lambda i: _task_number(i.job_id)):
+        run_dir = Path(info.workdir or ".") / "runs" / info.job_id
+        recorded = read_results(run_dir / "training_results.json").get("overrides")
+        overrides = (
+            [f"{key}={json.dumps(value)}" for key, value in recorded.items()]
+            if isinstance(recorded, dict)
+            else []
+        )
+        logs = [Path(p) for p in (info.stdout, info.stderr) if p]
+        rows.append(_row(info.job_id, overrides, info.state, run_dir, logs))
+    return rows
+
+
 def read_results(path: Path) -> dict[str, Any]:
     """A run's training_results.json, {} where there is none (yet) or it cannot be read."""
     try:
@@ -105,11 +130,10 @@ def read_results(path: Path) -> dict[str, Any]:
     return data if isinstance(data, dict) else {}
 
 
-def failure_reason(record: JobRecord) -> str | None:
-    """The last error line of rank 0's log (ufsemulator's ``error: ...`` first)."""
+def failure_reason(logs: Sequence[Path]) -> str | None:
+    """The last error line of a task's logs (ufsemulator's ``error: ...`` first)."""
     text = ""
-    for stream in ("out", "err"):
-        path = record.log_path(0, stream)
+    for path in dict.fromkeys(logs):
         if path.is_file():
             text += path.read_text(errors="replace")
     lines = [line.strip() for line in text.splitlines()]
@@ -133,8 +157,12 @@ def mark_best(rows: Sequence[Row]) -> list[Row]:
 
 
 def _task_key(row: Row) -> int:
-    tail = row.job_id.rpartition("_")[2]
-    return int(tail) if tail.isdigit() else 0
+    return _task_number(row.job_id)
+
+
+def _task_number(job_id: str) -> int:
+    tail = job_id.rpartition("_")[2]
+    return int(tail) if "_" in job_id and tail.isdigit() else 0
 
 
 def varying(rows: Sequence[Row]) -> list[list[str]]:

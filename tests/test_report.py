@@ -117,7 +117,7 @@ def test_a_failed_task_is_explained_by_the_last_error_of_its_rank_0_log(
 ) -> None:
     record = _record("7_1", tmp_path)
     (tmp_path / "7_1_0_log.out").write_text(log)
-    assert failure_reason(record) == reason
+    assert failure_reason([record.log_path(0), record.log_path(0, "err")]) == reason
 
 
 def _record(job: str, folder: Path, points: list[list[str]] | None = None) -> JobRecord:

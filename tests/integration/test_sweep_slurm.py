@@ -339,3 +339,11 @@ def test_the_rendered_array_script_requeues_a_warned_task_alone_under_plain_sbat
     for task, lr in ((other, 1e-3), (warned, 3e-3)):
         results = json.loads((tmp_path / "runs" / task / "training_results.json").read_text())
         assert (results["epochs_run"], results["overrides"]["training.lr"]) == (150, lr)
+    # No record of hpcdist's (plain sbatch): report reads SLURM and the run folders.
+    report = _hpcdist("report", job, "--json", cwd=tmp_path)
+    assert report.returncode == 0, report.stderr
+    rows = {row["job_id"]: row for row in json.loads(report.stdout)}
+    assert sorted(rows) == [other, warned]
+    assert [rows[t]["state"] for t in (other, warned)] == ["COMPLETED", "COMPLETED"]
+    assert "training.lr=0.003" in rows[warned]["overrides"]
+    assert all(row["epochs"] == 150 and row["best_val_loss"] > 0 for row in rows.values())
