@@ -183,7 +183,7 @@ def test_a_warned_array_task_checkpoints_requeues_alone_and_resumes_its_own_run(
             "--sweep",
             "training.lr=1e-3,3e-3",
             "--set",
-            "training.epochs=150",
+            "training.epochs=80",
             "--set",
             "training.early_stopping_patience=0",
             *SMALL,
@@ -220,7 +220,7 @@ def test_a_warned_array_task_checkpoints_requeues_alone_and_resumes_its_own_run(
         task: json.loads((tmp_path / "runs" / task / "training_results.json").read_text())
         for task in (warned, other)
     }
-    assert results[warned]["epochs_run"] == results[other]["epochs_run"] == 150
+    assert results[warned]["epochs_run"] == results[other]["epochs_run"] == 80
     assert results[warned]["overrides"]["training.lr"] == 3e-3
 
 
@@ -294,7 +294,7 @@ def test_the_rendered_array_script_requeues_a_warned_task_alone_under_plain_sbat
         "--sweep",
         "training.lr=1e-3,3e-3",
         "--set",
-        "training.epochs=150",
+        "training.epochs=80",
         "--set",
         "training.early_stopping_patience=0",
         *SMALL,
@@ -338,7 +338,7 @@ def test_the_rendered_array_script_requeues_a_warned_task_alone_under_plain_sbat
     assert "Resuming" not in log(other) and "requeueing" not in log(other)
     for task, lr in ((other, 1e-3), (warned, 3e-3)):
         results = json.loads((tmp_path / "runs" / task / "training_results.json").read_text())
-        assert (results["epochs_run"], results["overrides"]["training.lr"]) == (150, lr)
+        assert (results["epochs_run"], results["overrides"]["training.lr"]) == (80, lr)
     # No record of hpcdist's (plain sbatch): report reads SLURM and the run folders.
     report = _hpcdist("report", job, "--json", cwd=tmp_path)
     assert report.returncode == 0, report.stderr
@@ -346,4 +346,4 @@ def test_the_rendered_array_script_requeues_a_warned_task_alone_under_plain_sbat
     assert sorted(rows) == [other, warned]
     assert [rows[t]["state"] for t in (other, warned)] == ["COMPLETED", "COMPLETED"]
     assert "training.lr=0.003" in rows[warned]["overrides"]
-    assert all(row["epochs"] == 150 and row["best_val_loss"] > 0 for row in rows.values())
+    assert all(row["epochs"] == 80 and row["best_val_loss"] > 0 for row in rows.values())
