@@ -73,6 +73,9 @@ def _submitted_array(record: JobRecord, max_parallel: int | None, wait: bool) ->
     )
     ended = sum(state == "COMPLETED" for state in states.values())
     click.echo(f"Job {record.job_id} ended: {ended} of {len(states)} tasks COMPLETED")
+    from hpcdist.report import collect, table
+
+    click.echo(table(collect(record.job_id)), nl=False)  # what `hpcdist report` prints
     return 0 if ended == len(states) else 1
 
 
