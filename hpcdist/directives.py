@@ -66,8 +66,8 @@ def sbatch_directives(spec: JobSpec) -> list[Directive]:
                 "array",
                 array,
                 comment=(
-                    "One array task per point of the sweep, each a whole job of this shape "
-                    "(--max-parallel: at most K at once)."
+                    "One array task per point of the sweep, each a whole job of this shape"
+                    + (f", at most {spec.max_parallel} at once." if spec.max_parallel else ".")
                 ),
             )
         )
