@@ -26,6 +26,8 @@ Sweep = tuple[tuple[str, tuple[str, ...]], ...]
 
 def parse_sets(items: Sequence[str]) -> tuple[str, ...]:
     """``--set`` texts, each checked for its form (KEY=VALUE, a YAML value); kept as given."""
+    if not items:
+        return ()  # without --set, render never imports the training's config
     from ufsemulator.config import ConfigError
     from ufsemulator.overrides import parse_override
 
@@ -40,6 +42,8 @@ def parse_sets(items: Sequence[str]) -> tuple[str, ...]:
 def parse_sweeps(items: Sequence[str]) -> Sweep:
     """``--sweep KEY=V1,V2,...`` -> ((key, (v1, v2, ...)), ...); commas inside brackets or
     quotes belong to their value (``model.hidden_sizes=[32,32],[64,64]`` is two values)."""
+    if not items:
+        return ()
     from ufsemulator.config import ConfigError
     from ufsemulator.overrides import parse_value, valid_key
 
@@ -134,9 +138,6 @@ def runs_training(command: Sequence[str]) -> bool:
 def check_sweep(spec: JobSpec) -> None:
     """Every point (--set with the sweep's values) against the config's schema, and the
     sweep's shape; SpecError for the first problem."""
-    from ufsemulator.config import ConfigError
-    from ufsemulator.overrides import check_overrides
-
     if spec.max_parallel is not None and not spec.sweep:
         raise SpecError(f"--max-parallel {spec.max_parallel} needs --sweep; expected a sweep")
     if spec.max_parallel is not None and spec.max_parallel < 1:
@@ -172,6 +173,9 @@ def check_sweep(spec: JobSpec) -> None:
             f"the sweep has 1 point ({', '.join(all_points[0])}); expected 2 or more "
             "(use --set for a single value)"
         )
+    from ufsemulator.config import ConfigError
+    from ufsemulator.overrides import check_overrides
+
     for index, point in enumerate(all_points):
         try:
             check_overrides((*spec.overrides, *point))
