@@ -297,6 +297,15 @@ def test_bad_sweep_set_and_after_values_are_one_line_exit_2_and_write_nothing(
     assert list(tmp_path.iterdir()) == []
 
 
+def test_a_plain_render_reads_no_training_config() -> None:
+    code = (
+        "import sys; from hpcdist.cli import main; code = main(['render', '--nodes', '2']); "
+        "assert code == 0; assert 'ufsemulator.config' not in sys.modules"
+    )
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    assert proc.returncode == 0, proc.stderr
+
+
 def test_render_and_submit_of_a_sweep_import_neither_torch_nor_matplotlib() -> None:
     code = (
         "import sys; from hpcdist.cli import main; "
