@@ -88,8 +88,10 @@ def _register_commands() -> None:
         cli.add_command(command)
     from hpcdist.cli_completion import completion
     from hpcdist.cli_env import env_command
+    from hpcdist.cli_report import report
     from hpcdist.cli_run import run
 
+    cli.add_command(report)
     cli.add_command(env_command)
     cli.add_command(run)
     cli.add_command(completion)

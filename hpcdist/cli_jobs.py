@@ -43,6 +43,8 @@ def submit(executor: str, dry_run: bool, wait: bool, no_preflight: bool, **optio
         f"Submitted job {record.job_id} ({result.executor}, {spec.mode}, "
         f"{spec.nodes} nodes x {spec.tasks_per_node} tasks)"
     )
+    if record.points is not None and "_" not in record.job_id and len(record.points) > 1:
+        return _submitted_array(record, spec.max_parallel, wait)
     click.echo(f"  state: {job_state(record)}")
     click.echo(f"  rank 0 log: {record.log_path(0)}")
     if spec.error is not None or result.executor == "local":
@@ -52,6 +54,29 @@ def submit(executor: str, dry_run: bool, wait: bool, no_preflight: bool, **optio
     state = follow(record, rank=0)
     click.echo(f"Job {record.job_id} ended {state}")
     return 0 if state == "COMPLETED" else 1
+
+
+def _submitted_array(record: JobRecord, max_parallel: int | None, wait: bool) -> int:
+    """An array's tasks, each with its point and log; with --wait, every task to its end."""
+    from hpcdist.arrays import wait_for_tasks
+
+    points = record.points or []
+    at_once = f", at most {max_parallel} at once" if max_parallel else ""
+    click.echo(f"  array: {len(points)} tasks{at_once}")
+    for index, point in enumerate(points):
+        task = load_record(f"{record.job_id}_{index}")
+        click.echo(f"  {task.job_id}: {' '.join(point)}; rank 0 log: {task.log_path(0)}")
+    if not wait:
+        return 0
+    states = wait_for_tasks(
+        record.job_id, len(points), lambda task, state: click.echo(f"  {task} {state}")
+    )
+    ended = sum(state == "COMPLETED" for state in states.values())
+    click.echo(f"Job {record.job_id} ended: {ended} of {len(states)} tasks COMPLETED")
+    from hpcdist.report import collect, table
+
+    click.echo(table(collect(record.job_id)), nl=False)  # what `hpcdist report` prints
+    return 0 if ended == len(states) else 1
 
 
 def follow(record: JobRecord, rank: int, poll_s: float = 1.0) -> str:

@@ -11,11 +11,15 @@ from __future__ import annotations
 import shlex
 from dataclasses import dataclass
 
+from hpcdist.dependency import dependency_value
 from hpcdist.protocol import port_shell_expression
 from hpcdist.spec import JOB_OPTIONS, Count, JobSpec
+from hpcdist.sweep import array_range, task_command
 
 # Shell variables the nccl script sets when it counts the GPUs at run time (spec.gpus_auto).
 GPUS_VAR, CPUS_VAR = '"$gpus"', '"$cpus"'
+# The words of an array task's point (a bash array the rendered script sets).
+POINT_WORDS = '"${point[@]}"'
 
 
 @dataclass(frozen=True)
@@ -55,6 +59,21 @@ def sbatch_directives(spec: JobSpec) -> list[Directive]:
         rows.append(Directive("gpus-per-node", spec.gpus_per_node))
     if spec.signal is not None:
         rows.append(Directive("signal", spec.signal))
+    array = array_range(spec)
+    if array is not None:
+        rows.append(
+            Directive(
+                "array",
+                array,
+                comment=(
+                    "One array task per point of the sweep, each a whole job of this shape"
+                    + (f", at most {spec.max_parallel} at once." if spec.max_parallel else ".")
+                ),
+            )
+        )
+    dependency = dependency_value(spec.after)
+    if dependency is not None:
+        rows.append(Directive("dependency", dependency))
     if spec.requeue:
         rows += [
             Directive("requeue"),
@@ -124,7 +143,10 @@ def torchrun_command(torchrun: list[str], command: list[str]) -> list[str]:
 
 def launch_argv(spec: JobSpec) -> list[str]:
     """The command srun starts on each node, already quoted word by word."""
-    command = [shlex.quote(word) for word in spec.command]
+    command = [shlex.quote(word) for word in task_command(spec)]
+    if spec.sweep:
+        # This array task's point: the script's case on SLURM_ARRAY_TASK_ID sets it.
+        command.append(POINT_WORDS)
     if spec.launcher != "torchrun":
         return command
     nproc = GPUS_VAR if spec.gpus_auto else str(spec.tasks_per_node)

@@ -48,6 +48,9 @@ class JobRecord:
     command: list[str]
     # A local job's controller start time: with the pid (job_id), its identity (localjob).
     start_ticks: int | None = None
+    # A sweep (hpcdist.sweep): on the array's record, each task's --set values by task id;
+    # on a task's record or a job with --set, its own one list.
+    points: list[list[str]] | None = None
 
     @property
     def local_process(self) -> ProcessIdentity | None:
@@ -131,14 +134,16 @@ _FIELD_TYPES: dict[str, tuple[type, ...]] = {
     "submitted": (int, float),
     "command": (list,),
     "start_ticks": (int, type(None)),
+    "points": (list, type(None)),
 }
+_OPTIONAL_FIELDS = {"start_ticks", "points"}
 
 
 def _record_problem(data: Any) -> str:
     if not isinstance(data, dict):
         return f"expected a JSON object, got {type(data).__name__}"
     names = {f.name for f in fields(JobRecord)}
-    missing = sorted(names - set(data) - {"start_ticks"})
+    missing = sorted(names - set(data) - _OPTIONAL_FIELDS)
     if missing:
         return f"missing {missing[0]!r}"
     unknown = sorted(set(data) - names)
@@ -150,6 +155,11 @@ def _record_problem(data: Any) -> str:
             return f"{key} is {value!r}"
     if not _JOB_ID.fullmatch(data["job_id"]) or data["executor"] not in _EXECUTORS:
         return f"job {data['job_id']!r} of executor {data['executor']!r}"
+    points = data.get("points")
+    if points is not None and not all(
+        isinstance(p, list) and all(isinstance(t, str) for t in p) for p in points
+    ):
+        return f"points is {points!r}"
     if data["tasks"] < 1 or data["nodes"] < 1:
         return f"{data['nodes']} nodes, {data['tasks']} tasks"
     return ""

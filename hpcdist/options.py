@@ -14,10 +14,12 @@ from typing import Any, TypeVar
 
 import click
 
+from hpcdist.dependency import parse_after
 from hpcdist.errors import SpecError
 from hpcdist.joboption import JobOption
 from hpcdist.profiles import DEFAULT_PROFILE, load_profile
 from hpcdist.spec import AUTO, JOB_OPTIONS, JobSpec, build_spec
+from hpcdist.sweep import parse_sets, parse_sweeps
 
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -86,6 +88,9 @@ def spec_from_options(options: dict[str, Any]) -> JobSpec:
         raise SpecError(f"--backend {backend!r} contradicts --mode {flags['mode']!r}")
     flags["mode"] = flags.get("mode") or backend
     flags["env"] = tuple(_parse_env(item) for item in flags.get("env") or ())
+    flags["overrides"] = parse_sets(flags.get("overrides") or ())
+    flags["sweep"] = parse_sweeps(flags.get("sweep") or ())
+    flags["after"] = parse_after(flags.get("after") or ())
     command = flags.pop("command", None)
     if command is not None:
         try:

@@ -16,6 +16,7 @@ from hpcdist.directives import (
     torchrun_port_expression,
 )
 from hpcdist.spec import JobSpec
+from hpcdist.sweep import points, set_words
 
 VERSION = "0.1.0"
 
@@ -91,5 +92,6 @@ def render(spec: JobSpec) -> str:
         srun_options=" ".join(srun_options(spec)),
         threads_expr=threads_expr,
         launch_argv=launch_argv(spec),
+        points=[set_words(point) for point in points(spec)],
         **protocol_context(),
     )

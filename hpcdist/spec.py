@@ -137,6 +137,39 @@ class JobSpec:
         value_type="int",
         metavar="SECONDS",
     )
+    # Sweeps and chains (hpcdist.sweep, hpcdist.dependency): parsed in options.py.
+    overrides: tuple[str, ...] = job_field(
+        (),
+        "A training config value, e.g. training.lr=3e-4 or model.hidden_sizes=[32,32] "
+        "(dotted key, YAML value); repeatable.",
+        flag="--set",
+        multiple=True,
+        profile=False,
+        metavar="KEY=VALUE",
+    )
+    sweep: tuple[tuple[str, tuple[str, ...]], ...] = job_field(
+        (),
+        "Values of one config key to sweep; repeatable: one job-array task (a whole job of "
+        "this shape) per point of the product of all --sweep values.",
+        multiple=True,
+        profile=False,
+        metavar="KEY=V1,V2,...",
+    )
+    max_parallel: int | None = job_field(
+        None,
+        "Array tasks of a --sweep that run at once (sbatch --array=0-N%K).",
+        value_type="int",
+        profile=False,
+        metavar="K",
+    )
+    after: tuple[tuple[str, str], ...] = job_field(
+        (),
+        "Start only after job JOB has ended: ok (the default: completed), any, or notok; "
+        "repeatable (sbatch --dependency).",
+        multiple=True,
+        profile=False,
+        metavar="JOB[:ok|any|notok]",
+    )
     profile: str = "local"
 
     @property
@@ -265,6 +298,10 @@ def build_spec(profile: Profile, flags: Mapping[str, Any]) -> JobSpec:
         max_restarts=int(merged["max_restarts"]),
         profile=profile.name,
         collective_timeout=None if timeout is None else int(timeout),
+        overrides=tuple(merged.get("overrides", ())),
+        sweep=tuple(merged.get("sweep", ())),
+        max_parallel=merged.get("max_parallel"),
+        after=tuple(merged.get("after", ())),
     )
     validate(spec, profile)
     return spec

@@ -7,6 +7,7 @@ a test compares the script submitit writes with the rendered directives.
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import io
 import os
 import shutil
@@ -19,6 +20,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from hpcdist.dependency import check_known
 from hpcdist.directives import sbatch_directives, srun_options
 from hpcdist.errors import SpecError, UserError
 from hpcdist.jobs import JobRecord, jobs_root, save_record
@@ -27,6 +29,7 @@ from hpcdist.protocol import SIGNAL_VAR, is_inherited
 from hpcdist.render import render
 from hpcdist.slurmtime import time_limit_minutes
 from hpcdist.spec import JobSpec
+from hpcdist.sweep import points, task_command
 
 EXECUTORS = ("auto", "slurm", "local")
 # submitit needs the task count when it submits; a script that counts GPUs at run time is
@@ -226,58 +229,110 @@ def submit(
     if spec.warning_signal:
         extra_env[SIGNAL_VAR] = spec.warning_signal
 
+    require_slurm_for_arrays(spec, kind)
+    sweep_points = points(spec)
+    # One task's --set values per array task (a plain job: its own, if any).
+    task_points = [[*spec.overrides, *point] for point in sweep_points] or [[*spec.overrides]]
+
     ex: Any
     if kind == "slurm":
+        if spec.after:
+            check_known(spec.after)
         if preflight_check:
             preflight(spec)
         ex = submitit.SlurmExecutor(folder=folder, max_num_timeout=spec.max_restarts)
+        # The array's --array and --dependency travel in additional_parameters, written
+        # after submitit's own array option: the rendered script's values win.
         ex.update_parameters(**slurm_parameters(spec))
         nproc = shape.tasks_per_node if spec.launcher == "torchrun" else None
-        job_command = CommandJob(
-            spec.command, extra_env, record_dir=None, torchrun_nproc=nproc, requeue=spec.requeue
-        )
+        commands = [
+            CommandJob(
+                task_command(spec, point),
+                extra_env,
+                record_dir=None,
+                torchrun_nproc=nproc,
+                requeue=spec.requeue,
+            )
+            for point in (sweep_points or [()])
+        ]
     else:
         ex = submitit.LocalExecutor(folder=folder)
         ex.update_parameters(
             tasks_per_node=shape.world_size(spec.nodes), timeout_min=time_limit_minutes(spec.time)
         )
-        job_command = CommandJob(
-            spec.command,
-            extra_env,
-            record_dir=None,
-            threads=_local_threads(spec, shape),
-            requeue=spec.requeue,
-        )
+        commands = [
+            CommandJob(
+                task_command(spec),
+                extra_env,
+                record_dir=None,
+                threads=_local_threads(spec, shape),
+                requeue=spec.requeue,
+            )
+        ]
     before = _files_under(root)
     with clean_slurm_environment():
         try:
             # submitit echoes sbatch's stderr; the one line below says what went wrong.
             with contextlib.redirect_stderr(io.StringIO()):
-                job = ex.submit(job_command)
+                if sweep_points:
+                    # One sbatch: a job array whose task i unpickles commands[i].
+                    with ex.batch():
+                        jobs = [ex.submit(command) for command in commands]
+                else:
+                    jobs = [ex.submit(commands[0])]
         except (OSError, RuntimeError) as exc:  # sbatch missing, refused, or no controller
             _remove_new_files(root, before)
             reason = (str(exc).strip().splitlines() or [type(exc).__name__])[-1]
             raise UserError(f"the {kind} executor could not submit the job: {reason}") from exc
-    job_folder = Path(str(job.paths.folder))
     # submitit's tasks, each with its log: under torchrun one per node, holding its ranks.
     srun_tasks = 1 if spec.launcher == "torchrun" else shape.tasks_per_node
     tasks = spec.nodes * srun_tasks if kind == "slurm" else shape.world_size(spec.nodes)
-    # A local job is a process: its start time tells it apart from a later reuse of its pid.
-    process = identify(int(job.job_id)) if kind == "local" else None
-    record = JobRecord(
-        job_id=str(job.job_id),
-        executor=kind,
-        name=spec.job_name,
-        mode=spec.mode,
-        nodes=spec.nodes,
-        tasks=tasks,
-        folder=str(job_folder),
-        submitted=time.time(),
-        command=list(spec.command),
-        start_ticks=None if process is None else process.start_ticks,
-    )
-    save_record(record, project_dir)
-    return Submission(record=record, executor=kind)
+    submitted = time.time()
+    records = []
+    for job, point in zip(jobs, task_points, strict=True):
+        # A local job is a process: its start time tells it apart from a later reuse of
+        # its pid.
+        process = identify(int(job.job_id)) if kind == "local" else None
+        records.append(
+            JobRecord(
+                job_id=str(job.job_id),
+                executor=kind,
+                name=spec.job_name,
+                mode=spec.mode,
+                nodes=spec.nodes,
+                tasks=tasks,
+                folder=str(Path(str(job.paths.folder))),
+                submitted=submitted,
+                command=list(spec.command),
+                start_ticks=None if process is None else process.start_ticks,
+                points=[point] if point else None,
+            )
+        )
+    if sweep_points:
+        # The array as a whole (its tasks are <id>_0, <id>_1, ...): what report reads.
+        array_id = records[0].job_id.partition("_")[0]
+        records.insert(
+            0,
+            dataclasses.replace(
+                records[0],
+                job_id=array_id,
+                folder=str(Path(records[0].folder).parent),
+                points=task_points,
+            ),
+        )
+    for record in records:
+        save_record(record, project_dir)
+    return Submission(record=records[0], executor=kind)
+
+
+def require_slurm_for_arrays(spec: JobSpec, kind: str) -> None:
+    """A sweep is a SLURM job array and --after a SLURM dependency: no local twin."""
+    if kind != "slurm" and (spec.sweep or spec.after):
+        flag = "--sweep" if spec.sweep else "--after"
+        raise SpecError(
+            f"{flag} needs SLURM (a job array, a dependency); the {kind} executor has "
+            "neither: expected a SLURM cluster (render prints the script)"
+        )
 
 
 def _files_under(root: Path) -> set[Path]:
@@ -296,12 +351,20 @@ def describe(spec: JobSpec, executor: str) -> Mapping[str, Any]:
     """What ``--dry-run`` shows: the executor and the exact parameters it would be given."""
     shape = refuse_auto_gpus(spec)
     kind = choose_executor(executor)
+    require_slurm_for_arrays(spec, kind)
     if kind == "slurm":
-        return {"executor": kind, "parameters": slurm_parameters(spec), "command": spec.command}
+        described: dict[str, Any] = {
+            "executor": kind,
+            "parameters": slurm_parameters(spec),
+            "command": task_command(spec),
+        }
+        if spec.sweep:
+            described["points"] = points(spec)  # array task i adds --set for point i
+        return described
     return {
         "executor": kind,
         "tasks": shape.world_size(spec.nodes),
         "threads_per_task": _local_threads(spec, shape),
         "timeout_min": time_limit_minutes(spec.time),
-        "command": spec.command,
+        "command": task_command(spec),
     }

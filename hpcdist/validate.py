@@ -12,6 +12,7 @@ from hpcdist.errors import SpecError
 from hpcdist.profiles import Profile
 from hpcdist.slurmtime import time_limit_seconds
 from hpcdist.spec import AUTO, JOB_OPTIONS, LAUNCHERS, JobSpec
+from hpcdist.sweep import check_sweep
 
 # The flag that sets each JobSpec field (the profile's name comes from --profile).
 _FLAG_NAMES = {o.name: o.flag.partition("/")[0] for o in JOB_OPTIONS} | {"profile": "--profile"}
@@ -70,6 +71,7 @@ def validate(spec: JobSpec, profile: Profile) -> None:
             )
     if not spec.job_name.strip():
         raise SpecError("--job-name must not be empty")
+    check_sweep(spec)
     if spec.output.endswith(".sh"):
         raise SpecError(
             f"--output {spec.output!r} names the job's log, as in sbatch; expected "

@@ -142,3 +142,20 @@ def test_more_nodes_than_the_allocation_is_refused() -> None:
     proc = _hpcdist(["run", "--mode", "test", "--profile", "local", "--nodes", "2"], env)
     assert proc.returncode == 2
     assert "--nodes 2 exceeds allocation 5 of 1 nodes" in proc.stderr
+
+
+@pytest.mark.parametrize(
+    ("args", "flag"),
+    [(["--sweep", "training.lr=1e-3,3e-3"], "--sweep"), (["--after", "12"], "--after")],
+)
+def test_a_sweep_or_a_dependency_is_refused_inside_an_allocation(
+    args: list[str], flag: str
+) -> None:
+    env = _clean_env()
+    env.update(SLURM_JOB_ID="5", SLURM_JOB_NUM_NODES="2", SLURM_JOB_CPUS_PER_NODE="2(x2)")
+    proc = _hpcdist(["run", "--profile", "local", *args], env)
+    assert proc.returncode == 2
+    assert proc.stderr == (
+        f"hpcdist: error: {flag} needs a job of its own (a job array, a dependency); expected "
+        "`hpcdist submit` or `hpcdist render`, or --set for one point here\n"
+    )

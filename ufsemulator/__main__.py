@@ -68,6 +68,15 @@ def _parser() -> argparse.ArgumentParser:
     train.add_argument("--resume", type=Path, metavar="CKPT", help="checkpoint to resume")
     train.add_argument("--run-dir", type=Path, help="output folder (default runs/<job id>)")
     train.add_argument("--epochs", type=int, help="override training.epochs")
+    train.add_argument(
+        "--set",
+        dest="overrides",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="override one config value, e.g. training.lr=3e-4 or model.hidden_sizes=[32,32] "
+        "(a YAML value); repeatable, applied after --config and --epochs",
+    )
 
     export = sub.add_parser("export", help="TorchScript export of a checkpoint")
     export.add_argument("--checkpoint", type=Path, required=True)
@@ -124,7 +133,6 @@ def _make_data(args: argparse.Namespace) -> int:
 def _train(args: argparse.Namespace) -> int:
     from ufsemulator.config import load_config
     from ufsemulator.state import read_state
-    from ufsemulator.training import train
 
     if args.resume is not None and args.config is None:
         # Resuming without --config continues the run exactly as it was configured.
@@ -135,6 +143,10 @@ def _train(args: argparse.Namespace) -> int:
         if args.epochs < 1:
             raise ConfigError(f"--epochs must be >= 1, got {args.epochs}")
         config = config.with_epochs(args.epochs)
+    if args.overrides:
+        from ufsemulator.overrides import apply_to
+
+        config = apply_to(config, args.overrides)
     if args.data is not None or args.atmosphere is not None:
         # Through the config: the checkpoint then records what the model was trained on.
         data = dataclasses.replace(
@@ -143,7 +155,10 @@ def _train(args: argparse.Namespace) -> int:
             atmosphere=tuple(args.atmosphere) if args.atmosphere else config.data.atmosphere,
         )
         config = dataclasses.replace(config, data=data)
-    result = train(config, resume=args.resume, run_dir=args.run_dir)
+    # Imported once the config is checked: a bad --set fails without waiting for torch.
+    from ufsemulator.training import train
+
+    result = train(config, resume=args.resume, run_dir=args.run_dir, overrides=args.overrides)
     if result.status != "preempted" or not result.is_main:
         return 0
     # Rank 0 alone reports the preemption, by exit code and, for the rendered job scripts,

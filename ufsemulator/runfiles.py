@@ -45,7 +45,8 @@ def synthetic_path(ni: int, nj: int, seed: int, environ: Mapping[str, str] | Non
 
 
 def default_run_dir(environ: Mapping[str, str] | None = None, base: Path | None = None) -> Path:
-    """``runs/<SLURM_JOB_ID | SUBMITIT_LOCAL_JOB_ID | timestamp>`` under ``base`` (cwd).
+    """``runs/<SLURM_JOB_ID | SUBMITIT_LOCAL_JOB_ID | timestamp>`` under ``base`` (cwd);
+    an array task's is ``runs/<SLURM_ARRAY_JOB_ID>_<SLURM_ARRAY_TASK_ID>``.
 
     ``HPCDIST_RUN_DIR`` wins: a job script resubmitted as a new job (no scontrol on the
     compute node) sets it to the first job's folder, so the new job resumes there."""
@@ -53,6 +54,11 @@ def default_run_dir(environ: Mapping[str, str] | None = None, base: Path | None 
     if env.get(RUN_DIR_VAR, "").strip():
         return (base if base is not None else Path.cwd()) / env[RUN_DIR_VAR].strip()
     name = next((env[var].strip() for var in _JOB_ID_VARS if env.get(var, "").strip()), None)
+    array, task = env.get("SLURM_ARRAY_JOB_ID", "").strip(), env.get("SLURM_ARRAY_TASK_ID", "")
+    if array and task.strip():
+        # An array task (a sweep's point): runs/<array job id>_<task id>, the name squeue and
+        # `hpcdist report` use, rather than the task's own job id.
+        name = f"{array}_{task.strip()}"
     if name is None:
         name = time.strftime("%Y%m%d-%H%M%S")
     return (base if base is not None else Path.cwd()) / "runs" / name

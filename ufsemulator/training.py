@@ -15,7 +15,7 @@ import os
 import signal
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -34,6 +34,7 @@ from ufsemulator.export import export_checkpoint
 from ufsemulator.loop import Loop, LoopHooks, Shards, StopFlag, full_model
 from ufsemulator.model import EmulatorMLP, ModelConfig
 from ufsemulator.normalization import stats_from_shard, torch_all_reduce
+from ufsemulator.overrides import overrides_record
 from ufsemulator.sources import PathSpec
 from ufsemulator.state import TrainingState, read_state
 from ufsemulator.summary import RunSummary, Status
@@ -99,6 +100,7 @@ def train(
     stop_flag: StopFlag | None = None,
     step_callback: Callable[[int], None] | None = None,
     hooks: LoopHooks | None = None,
+    overrides: Sequence[str] = (),
 ) -> TrainResult:
     """Train the emulator in the process group started here (torchrun, SLURM, submitit
     or one process) and return the outcome; rank 0 writes the run folder.
@@ -107,7 +109,8 @@ def train(
     next agreed step boundary rank 0 checkpoints and the status is ``"preempted"``.
     ``step_callback(global_step)`` runs after each optimiser step (tests, progress hooks);
     it is short for ``hooks=LoopHooks(after_step=...)``. ``hooks`` watch or steer the loop
-    (``ufsemulator.loop.LoopHooks``).
+    (``ufsemulator.loop.LoopHooks``). ``overrides`` are the ``KEY=VALUE`` texts already
+    applied to ``config`` (``--set``), recorded in training_results.json.
     """
     started = time.perf_counter()
     hooks = hooks if hooks is not None else LoopHooks()
@@ -129,7 +132,9 @@ def train(
         names = (config.preemption.signal, "SIGTERM", *([job_signal.name] if job_signal else []))
         with _stop_on_signal(names, flag):
             ctx = setup_distributed()
-            return _train(ctx, config, data_path, checkpoint, resume, run_dir, flag, hooks, started)
+            return _train(
+                ctx, config, data_path, checkpoint, resume, run_dir, flag, hooks, started, overrides
+            )
     finally:
         cleanup_distributed()  # collects the DDP reducer first (see there)
         for var, value in saved_env.items():
@@ -149,6 +154,7 @@ def _train(
     flag: StopFlag,
     hooks: LoopHooks,
     started: float,
+    overrides: Sequence[str] = (),
 ) -> TrainResult:
     env = ctx.env
     run_dir = runfiles.resolve_run_dir(ctx, config, run_dir_arg, resume)
@@ -204,7 +210,7 @@ def _train(
     final = full_model(loop.model, model.config)
     wall_time = time.perf_counter() - started  # this process, from train() on
     if ctx.is_main:
-        _write_outputs(ctx, config, summary, run_dir, wall_time)
+        _write_outputs(ctx, config, summary, run_dir, wall_time, overrides)
     # No rank leaves before rank 0 has written everything: under srun --kill-on-bad-exit
     # the first rank to exit non-zero takes the others down with it.
     dist.barrier()
@@ -284,7 +290,12 @@ def _load_weights(model: nn.Module, checkpoint: TrainingState, source: object) -
 
 
 def _write_outputs(
-    ctx: DistContext, config: Config, summary: RunSummary, run_dir: Path, wall_time: float
+    ctx: DistContext,
+    config: Config,
+    summary: RunSummary,
+    run_dir: Path,
+    wall_time: float,
+    overrides: Sequence[str] = (),
 ) -> None:
     status, history = summary.status, summary.progress.history
     best = run_dir / "best_model.pt"
@@ -312,6 +323,8 @@ def _write_outputs(
         **run,
         "wall_time_s": wall_time,  # this process, from train() on
         "config": config.to_dict(),
+        # What --set changed (a sweep's point): key -> the value the run used.
+        "overrides": overrides_record(config, overrides),
     }
     runfiles.write_results(run_dir / "training_results.json", results)
     line = (
