@@ -631,6 +631,7 @@ def test_torchrun_launch_carries_every_rendezvous_flag() -> None:
         # torchrun is the interpreter: it takes a module (-m) or a script directly...
         (["python3", "-m", "pkg.train", "--lr", "1"], ["-m", "pkg.train", "--lr", "1"]),
         (["python", "train.py", "-v"], ["train.py", "-v"]),
+        (["python3", "train.py"], ["train.py"]),
         # ...but no other interpreter option, and nothing that is not python or python3.
         (["python3", "-c", "print(1)"], ["--no-python", "python3", "-c", "print(1)"]),
         (["python3", "-u", "x.py"], ["--no-python", "python3", "-u", "x.py"]),
