@@ -40,7 +40,7 @@ CORE_MODULES: dict[str, tuple[str, ...]] = {
     "validate": ("tests/test_spec.py", "tests/test_cli.py"),
     "directives": ("tests/test_render.py", "tests/test_submit.py"),
     "render": ("tests/test_render.py",),
-    "distenv": ("tests/test_distenv.py",),
+    "distenv": ("tests/test_distenv.py", "tests/test_nodelist.py"),  # + tasks per node
     "nodelist": ("tests/test_nodelist.py",),
     "slurmtime": ("tests/test_spec.py",),
     "protocol": ("tests/test_protocol.py",),

@@ -445,6 +445,11 @@ REJECTS: dict[str, tuple[dict[str, str], tuple[str, ...]]] = {
         ("LOCAL_WORLD_SIZE",),
     ),
     "torchrun-local-rank-beyond-local-world": (torchrun(1, 2, 1, 1, 0), ("LOCAL_RANK=1",)),
+    "stale-local-world-size-without-rank": (
+        srun(1, 4, "node[1-2]", "2(x2)", local=1, node=0, LOCAL_WORLD_SIZE="3"),
+        ("LOCAL_WORLD_SIZE='3'",),
+    ),
+    "empty-master-port-alone": ({"MASTER_PORT": ""}, ("MASTER_PORT",)),
     "torchrun-port-not-a-number": (
         torchrun(1, 2, 1, 2, 0, MASTER_PORT="http"),
         ("MASTER_PORT", "'http'"),
@@ -563,6 +568,11 @@ REJECT_MESSAGES: dict[str, str] = {
         "LOCAL_RANK=1 is out of range: LOCAL_WORLD_SIZE allows 0..0; "
         "stale variables from another job?"
     ),
+    "stale-local-world-size-without-rank": (
+        "LOCAL_WORLD_SIZE='3' is set without RANK and contradicts the slurm environment "
+        "(local_world_size 2); stale export? unset it"
+    ),
+    "empty-master-port-alone": "MASTER_PORT is not set although a launcher variable is",
     "torchrun-port-not-a-number": "MASTER_PORT must be an integer >= 1, got 'http'",
     "stale-world-size-without-rank": (
         "WORLD_SIZE='8' is set without RANK and contradicts the slurm environment (world_size "
