@@ -116,9 +116,7 @@ def write_layout(
             written += write_cf_pair(path, atm, ni, nj, seed, records, first)
         else:
             suffix = LAYOUTS[layout][0] or ""
-            written.append(
-                write_cice(path, ni, nj, seed, suffix, records, first, layout, seasonal)
-            )
+            written.append(write_cice(path, ni, nj, seed, suffix, records, first, layout, seasonal))
     return written
 
 
