@@ -90,6 +90,7 @@ def launch(
                 best_val_loss=data["best_val_loss"],
                 n_train=data["n_train"],
                 timings=data.get("timings"),
+                val_history=data["history"]["val_loss"],
             )
         user = run_dir / "result.json"
         if user.is_file():
