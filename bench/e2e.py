@@ -137,6 +137,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--target-days", type=float, default=0.01)
     parser.add_argument("--target-cpu", type=float, default=0.05)
     parser.add_argument("--max-epochs", type=int, default=60)
+    parser.add_argument("--max-epochs-default", type=int, default=150)
     parser.add_argument("--user-max-s", type=float, default=150.0)
     parser.add_argument("--timeout", type=float, default=300.0)
     parser.add_argument(
@@ -210,7 +211,9 @@ def main(argv: list[str] | None = None) -> int:
             args.timeout,
             log,
         )  # untimed: writes the synthetic file and its cache
-        target = _config(args.work / "default_target.yaml", args.target_default, args.max_epochs)
+        target = _config(
+            args.work / "default_target.yaml", args.target_default, args.max_epochs_default
+        )
         for n in args.gpus:
             run = args.work / f"default{n}"
             record(
