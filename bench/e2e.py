@@ -134,14 +134,26 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--threads", type=int, default=16)
     parser.add_argument("--user-ranks", type=_ints, default=[4])
     parser.add_argument("--target-default", type=float, default=0.01)
-    parser.add_argument("--target-days", type=float, default=0.01)
+    parser.add_argument(
+        "--target-days",
+        action="append",
+        default=[],
+        metavar="LOSS:GPUS",
+        help="a target for the daily files and the GPU counts to run it on, e.g. 0.0015:1,2,4",
+    )
     parser.add_argument("--target-cpu", type=float, default=0.05)
+    parser.add_argument("--target-user", type=float, default=0.01)
+    parser.add_argument("--default-target-gpus", type=_ints, default=[1, 2, 4])
     parser.add_argument("--max-epochs", type=int, default=60)
     parser.add_argument("--max-epochs-default", type=int, default=150)
     parser.add_argument("--user-max-s", type=float, default=150.0)
     parser.add_argument("--timeout", type=float, default=300.0)
     parser.add_argument(
-        "--preload-off", action="store_true", help="also default @1 GPU, no preload"
+        "--preload-off",
+        type=_ints,
+        default=[],
+        metavar="GPUS",
+        help="also the default job without preloading torch._dynamo, on these GPU counts",
     )
     args = parser.parse_args(argv)
     stages = set(args.stages.split(","))
@@ -227,8 +239,8 @@ def main(argv: list[str] | None = None) -> int:
                     log,
                 ),
             )
-            if n == 1 and args.preload_off:
-                run = args.work / "default1-nopreload"
+            if n in args.preload_off:
+                run = args.work / f"default{n}-nopreload"
                 env = {**gpu_env, "UFSEMULATOR_PRELOAD": "0"}
                 record(
                     "default job, no preload",
@@ -241,7 +253,7 @@ def main(argv: list[str] | None = None) -> int:
                         log,
                     ),
                 )
-        for n in args.gpus:
+        for n in args.default_target_gpus:
             run = args.work / f"default-target{n}"
             record(
                 "default set to target",
@@ -255,30 +267,15 @@ def main(argv: list[str] | None = None) -> int:
                 ),
             )
     if "days" in stages:
-        target = _config(args.work / "days_target.yaml", args.target_days, args.max_epochs)
-        for n in args.gpus:
-            run = args.work / f"days{n}"
-            env = _env(dict(os.environ), args.work / f"nocache-days{n}", None)
-            record(
-                "30-day set to target",
-                launch(
-                    [
-                        "ufsemulator",
-                        "train",
-                        "--config",
-                        str(target),
-                        "--data",
-                        days_glob,
-                        "--run-dir",
-                        str(run),
-                    ],
-                    n,
-                    env,
-                    run,
-                    args.timeout,
-                    log,
-                ),
-            )
+        for item in args.target_days:
+            loss, _, gpus = item.partition(":")
+            target = _config(args.work / f"days_{loss}.yaml", float(loss), args.max_epochs)
+            for n in _ints(gpus) if gpus else args.gpus:
+                run = args.work / f"days{n}-{loss}"
+                env = _env(dict(os.environ), args.work / f"nocache-days{n}-{loss}", None)
+                argv = ["ufsemulator", "train", "--config", str(target), "--data", days_glob]
+                argv += ["--run-dir", str(run)]
+                record(f"days to {loss}", launch(argv, n, env, run, args.timeout, log))
     if "cpu" in stages:
         cpu_env = _env(dict(os.environ), args.work / "cpu-cache", args.threads)
         for n in args.cpu_ranks:
@@ -318,7 +315,7 @@ def main(argv: list[str] | None = None) -> int:
                         "--data",
                         days_glob,
                         "--target",
-                        str(args.target_days),
+                        str(args.target_user),
                         "--max-epochs",
                         str(args.max_epochs),
                         "--max-seconds",

@@ -18,7 +18,9 @@ caller drops the arrays it read). Validation rows stay with the rank that read t
 from __future__ import annotations
 
 import math
+import os
 from collections.abc import Callable
+from pathlib import Path
 
 import numpy as np
 import numpy.typing as npt
@@ -172,13 +174,26 @@ def peak_host_memory_bytes() -> int:
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
 
 
-def describe_read(dataset: Dataset, rank: int, seconds: float, total_records: str) -> str:
-    """The per-rank log line: what it read, how much, how fast."""
+def host_memory_bytes() -> int:
+    """This process's resident memory now (Linux; 0 where it cannot be told)."""
+    try:
+        pages = int(Path("/proc/self/statm").read_text().split()[1])
+    except (OSError, ValueError, IndexError):
+        return 0
+    return pages * os.sysconf("SC_PAGE_SIZE")
+
+
+def describe_read(dataset: Dataset, rank: int, seconds: float, before_bytes: int) -> str:
+    """The per-rank log line: what it read, how much, how fast, and the host memory it
+    took (the peak above what the process held before reading: torch and CUDA alone
+    hold over a GB)."""
     mb = dataset.bytes_read / 1e6
     first, last = dataset.records_read
     speed = mb / seconds if seconds > 0 else math.inf
+    peak = peak_host_memory_bytes()
     return (
-        f"[Rank {rank}] Read records {first}..{last - 1}{total_records}: {len(dataset)} rows, "
-        f"{mb:.0f} MB in {seconds:.2f} s ({speed:.0f} MB/s); peak host memory "
-        f"{peak_host_memory_bytes() / 1e6:.0f} MB"
+        f"[Rank {rank}] Read records {first}..{last - 1}: {len(dataset)} rows, {mb:.0f} MB in "
+        f"{seconds:.2f} s ({speed:.0f} MB/s), {dataset.inputs.nbytes / 1e6:.0f} MB of rows; "
+        f"peak host memory {peak / 1e6:.0f} MB, {(peak - before_bytes) / 1e6:.0f} MB above "
+        "the start of reading"
     )

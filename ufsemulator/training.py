@@ -224,6 +224,10 @@ def _train(
         inputs=config.data.inputs,
     )
     in_shares = _read_in_shares(path, ctx)
+    if in_shares:
+        from ufsemulator.sharedread import host_memory_bytes
+
+        rss_before = host_memory_bytes()
     read_started = time.perf_counter()
     share = (env.rank, env.world_size) if in_shares else None
     dataset = load_dataset(path, options, atmosphere=config.data.atmosphere, share=share)
@@ -242,7 +246,7 @@ def _train(
     if in_shares:
         from ufsemulator.sharedread import describe_read, split_share
 
-        print(describe_read(dataset, env.rank, read_s, ""), flush=True)
+        print(describe_read(dataset, env.rank, read_s, rss_before), flush=True)
         shards = split_share(ctx, config, dataset, model)
     else:
         shards = split(ctx, config, dataset.inputs, dataset.targets, model)
