@@ -148,13 +148,6 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--max-epochs-default", type=int, default=150)
     parser.add_argument("--user-max-s", type=float, default=150.0)
     parser.add_argument("--timeout", type=float, default=300.0)
-    parser.add_argument(
-        "--preload-off",
-        type=_ints,
-        default=[],
-        metavar="GPUS",
-        help="also the default job without preloading torch._dynamo, on these GPU counts",
-    )
     args = parser.parse_args(argv)
     stages = set(args.stages.split(","))
     args.out.mkdir(parents=True, exist_ok=True)
@@ -239,20 +232,6 @@ def main(argv: list[str] | None = None) -> int:
                     log,
                 ),
             )
-            if n in args.preload_off:
-                run = args.work / f"default{n}-nopreload"
-                env = {**gpu_env, "UFSEMULATOR_PRELOAD": "0"}
-                record(
-                    "default job, no preload",
-                    launch(
-                        ["ufsemulator", "train", "--run-dir", str(run)],
-                        n,
-                        env,
-                        run,
-                        args.timeout,
-                        log,
-                    ),
-                )
         for n in args.default_target_gpus:
             run = args.work / f"default-target{n}"
             record(

@@ -160,26 +160,7 @@ def _make_days(args: argparse.Namespace) -> int:
     return 0
 
 
-def _preload(module: str) -> None:
-    """Import ``module`` in a background thread while this one goes on: the first
-    optimiser built (and its first step, and DDP) import ``torch._dynamo``, more than a
-    second of pure start-up, which then overlaps the waits of start-up (CUDA and NCCL
-    initialisation, the other ranks, reading the data). ``UFSEMULATOR_PRELOAD=0`` turns
-    it off (for measuring it)."""
-    if os.environ.get("UFSEMULATOR_PRELOAD", "1") == "0" or module in sys.modules:
-        return
-    import importlib
-    import threading
-
-    threading.Thread(
-        target=importlib.import_module, args=(module,), name="preload", daemon=True
-    ).start()
-
-
 def _train(args: argparse.Namespace) -> int:
-    import torch  # noqa: F401  # first, whole, in this thread: the preload builds on it
-
-    _preload("torch._dynamo")
     from ufsemulator.config import load_config
     from ufsemulator.state import read_state
     from ufsemulator.training import train
