@@ -54,6 +54,7 @@ __all__ = [
     "network_hint",
     "select_device",
     "setup_distributed",
+    "single_process",
     "task_device",
 ]
 
@@ -226,6 +227,34 @@ def setup_distributed(
             flush=True,
         )
     return DistContext(env=env, backend=backend, device=device, is_main=env.is_main)
+
+
+def single_process(
+    environ: Mapping[str, str] | None = None, *, backend: str | None = None
+) -> DistContext:
+    """The context of a job of one process, without a process group: its device and
+    threads as ``setup_distributed`` would choose them, none of its start-up (a store,
+    NCCL communicators, a rendezvous). Code run with it must not call collectives (check
+    ``torch.distributed.is_initialized()``)."""
+    import torch
+
+    source_env = os.environ if environ is None else environ
+    env = DistEnv.from_environ(source_env)
+    if env.world_size != 1:
+        raise ValueError(f"single_process is for a world of 1, got {env.world_size} ranks")
+    visible = torch.cuda.device_count() if torch.cuda.is_available() else 0
+    backend, device_name = task_device(source_env, env.local_rank, visible, backend)
+    device = torch.device(device_name)
+    if device.type == "cuda":
+        torch.cuda.set_device(device)
+    if env.num_threads is not None:
+        torch.set_num_threads(env.num_threads)
+    print(
+        f"[Rank 0] host {env.hostname}, device {device}, threads {torch.get_num_threads()}\n"
+        "Single process: no process group",
+        flush=True,
+    )
+    return DistContext(env=env, backend=backend, device=device, is_main=True)
 
 
 def _wait_for_master(addr: str, port: int, deadline: float) -> None:

@@ -47,3 +47,34 @@ def test_the_writer_writes_in_order_and_wait_raises_its_error(tmp_path: Path) ->
     with pytest.raises(OSError):
         writer.wait()
     writer.close()
+
+
+def test_a_newer_state_replaces_one_not_yet_started(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import threading
+
+    from ufsemulator import ckptwriter
+
+    started, release, written = threading.Event(), threading.Event(), []
+
+    def slow_write(state: dict[str, object], paths: list[Path]) -> None:
+        started.set()
+        release.wait(10)  # the disk is slower than the epochs
+        written.append((state["epoch"], [p.name for p in paths]))
+
+    monkeypatch.setattr(ckptwriter, "write_all", slow_write)
+    writer = CheckpointWriter()
+    ckpt, best = tmp_path / "checkpoint.pt", tmp_path / "best_model.pt"
+    writer.submit({"epoch": 1}, [ckpt, best])
+    assert started.wait(10)  # being written
+    writer.submit({"epoch": 2}, [ckpt, best])  # waits ...
+    writer.submit({"epoch": 3}, [ckpt])  # ... and loses checkpoint.pt to this one
+    release.set()
+    writer.close()
+    assert written == [
+        (1, ["checkpoint.pt", "best_model.pt"]),
+        (2, ["best_model.pt"]),
+        (3, ["checkpoint.pt"]),
+    ]
+    assert writer.superseded == 1

@@ -89,7 +89,7 @@ def test_single_process_run_writes_the_run_folder(
     out = capsys.readouterr().out
     assert result.status == "completed" and result.epochs_run == 3
     assert {p.name for p in (tmp_path / "run").iterdir()} == RUN_FILES
-    assert "Distributed training initialized: gloo backend, 1 process\n" in out
+    assert "Single process: no process group\n" in out  # nothing to set up for one rank
     assert re.search(r"^\[Rank 0\] Training samples: \d+$", out, re.M)
     assert re.search(r"^Epoch 3/3 - Train: [\d.e-]+, Val: [\d.e-]+$", out, re.M)
     results = json.loads((tmp_path / "run" / "training_results.json").read_text())
@@ -165,16 +165,16 @@ def test_mid_epoch_preemption_resumes_bitwise(
 def test_gradient_accumulation_matches_one_big_batch(
     monkeypatch: pytest.MonkeyPatch, tmp_path: Path
 ) -> None:
-    from torch.nn.parallel import DistributedDataParallel
+    from ufsemulator import loop
 
     calls = []
-    original = DistributedDataParallel.no_sync
+    original = loop.no_sync
 
-    def counting_no_sync(self: DistributedDataParallel) -> object:
+    def counting_no_sync(model: torch.nn.Module) -> object:  # one process: no DDP wrapper
         calls.append(1)
-        return original(self)
+        return original(model)
 
-    monkeypatch.setattr(DistributedDataParallel, "no_sync", counting_no_sync)
+    monkeypatch.setattr(loop, "no_sync", counting_no_sync)
     big = run_single(monkeypatch, smoke(epochs=2, batch_size=60), run_dir=tmp_path / "a")
     assert not calls
     # 154 rows: steps of 60, 60 and 34 rows = micro-batches of 30+30, 30+30 and 30+4

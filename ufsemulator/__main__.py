@@ -19,6 +19,7 @@ from hpcdist.protocol import MARKER_VAR, REQUEUE_EXIT_CODE
 from ufsemulator import earlysignal
 from ufsemulator.config import ConfigError
 from ufsemulator.errors import CheckpointError, DataError
+from ufsemulator.makedays import parse_grid
 
 EXIT_USAGE = 2
 EXIT_PREEMPTED = REQUEUE_EXIT_CODE
@@ -31,7 +32,19 @@ def _parser() -> argparse.ArgumentParser:
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
 
     data = sub.add_parser("make-data", help="write synthetic CICE-style data in any layout")
-    data.add_argument("--out", type=Path, required=True, help="netCDF file to write")
+    data.add_argument(
+        "--out", type=Path, required=True, help="netCDF file to write (with --days: a folder)"
+    )
+    data.add_argument(
+        "--grid", metavar="NIxNJ", help="grid, e.g. 1440x1080 (instead of --ni and --nj)"
+    )
+    data.add_argument(
+        "--days",
+        type=int,
+        help="a season of daily files OUT/iceh.2000-01-01.nc, ... (daily stream, one "
+        "record each, seasonal cycle from 1 January), written in parallel",
+    )
+    data.add_argument("--jobs", type=int, help="processes writing --days files (default: all CPUs)")
     data.add_argument("--ni", type=int, default=384, help="grid points along x (384)")
     data.add_argument("--nj", type=int, default=320, help="grid points along y (320)")
     data.add_argument("--seed", type=int, default=0)
@@ -114,6 +127,13 @@ def _make_data(args: argparse.Namespace) -> int:
     # Imported here: `--help` and argument errors should not wait for torch or netCDF.
     from ufsemulator.synthfiles import write_layout
 
+    if args.grid is not None:
+        try:
+            args.ni, args.nj = parse_grid(args.grid)
+        except ValueError as exc:
+            raise ConfigError(str(exc)) from None
+    if args.days is not None:
+        return _make_days(args)
     if args.ni < 4 or args.nj < 4:
         raise ConfigError(f"--ni and --nj must be >= 4, got {args.ni} and {args.nj}")
     if args.records < 1 or args.files < 1:
@@ -126,6 +146,25 @@ def _make_data(args: argparse.Namespace) -> int:
     print(
         f"Wrote synthetic {args.layout} data {args.ni}x{args.nj} (seed {args.seed}, "
         f"{args.records} record(s) per file) to {', '.join(map(str, paths))}"
+    )
+    return 0
+
+
+def _make_days(args: argparse.Namespace) -> int:
+    from ufsemulator.makedays import write_days
+
+    if args.days < 1:
+        raise ConfigError(f"--days must be >= 1, got {args.days}")
+    if args.jobs is not None and args.jobs < 1:
+        raise ConfigError(f"--jobs must be >= 1, got {args.jobs}")
+    if args.ni < 4 or args.nj < 4:
+        raise ConfigError(f"--ni and --nj must be >= 4, got {args.ni} and {args.nj}")
+    done = write_days(args.out, args.ni, args.nj, args.days, args.seed, args.jobs)
+    print(
+        f"Wrote {len(done.paths)} daily files {args.ni}x{args.nj} (seed {args.seed}) to "
+        f"{args.out}: {done.paths[0].name} .. {done.paths[-1].name}, "
+        f"{done.bytes / 1e6:.0f} MB in {done.seconds:.1f} s ({done.mb_per_second:.0f} MB/s, "
+        f"{len(done.paths) / done.seconds:.2f} files/s, {done.jobs} processes)"
     )
     return 0
 

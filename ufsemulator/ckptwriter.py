@@ -1,15 +1,18 @@
 """Rank 0's checkpoint files, written by a background thread.
 
-Serialisation and fsync of a checkpoint overlap the next epoch's steps instead of
-stalling every rank at the epoch end. The files are the same as ``save_checkpoint``
-writes them (temporary file, fsync, rename, fsync of the folder); ``wait`` returns once
-they are on disk.
+Serialisation and fsync of a checkpoint overlap the next epochs' steps instead of
+stalling every rank at the epoch end. ``submit`` never waits for a write in progress:
+where a file's newer state arrives before its older one was started, only the newer one
+is written (a disk slower than the epochs then keeps the latest state, not a queue of
+old ones). The files are the same as ``save_checkpoint`` writes them (temporary file,
+fsync, rename, fsync of the folder); ``wait`` returns once every state handed over is on
+disk, which the loop does before it reports a stop and at its end.
 """
 
 from __future__ import annotations
 
 import os
-from concurrent.futures import Future, ThreadPoolExecutor
+import threading
 from pathlib import Path
 from typing import Any
 
@@ -19,39 +22,76 @@ from ufsemulator.checkpoint import _fsync_dir, save_checkpoint
 
 
 class CheckpointWriter:
-    """One state at a time, in order. ``submit`` takes a snapshot (the live weights move
-    on) and returns; ``wait`` (or ``close``) before anything needs the files."""
+    """States in order, the newest per file. ``submit`` takes a snapshot (the live weights
+    move on) and returns at once; ``wait`` (or ``close``) before anything needs the files."""
 
     def __init__(self) -> None:
-        self._pool: ThreadPoolExecutor | None = None
-        self._pending: Future[None] | None = None
+        self._cond = threading.Condition()
+        self._queue: list[tuple[dict[str, Any], list[Path]]] = []
+        self._busy = False
+        self._closing = False
+        self._error: BaseException | None = None
+        self._thread: threading.Thread | None = None
+        self.superseded = 0  # files not written because a newer state came first
 
     def submit(self, state: dict[str, Any], paths: list[Path]) -> None:
-        self.wait()
         frozen = snapshot(state)
-        if self._pool is None:
-            self._pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="checkpoint")
-        self._pending = self._pool.submit(write_all, frozen, paths)
+        wanted = set(paths)
+        with self._cond:
+            kept: list[tuple[dict[str, Any], list[Path]]] = []
+            for old, old_paths in self._queue:
+                rest = [path for path in old_paths if path not in wanted]
+                self.superseded += len(old_paths) - len(rest)
+                if rest:
+                    kept.append((old, rest))
+            self._queue = [*kept, (frozen, list(paths))]
+            if self._thread is None:
+                self._closing = False
+                self._thread = threading.Thread(target=self._work, name="checkpoint", daemon=True)
+                self._thread.start()
+            self._cond.notify_all()
+
+    def _work(self) -> None:
+        while True:
+            with self._cond:
+                while not self._queue and not self._closing:
+                    self._cond.wait()
+                if not self._queue:
+                    return
+                state, paths = self._queue.pop(0)
+                self._busy = True
+            try:
+                write_all(state, paths)
+            except BaseException as exc:  # reported by wait(), in the training's thread
+                with self._cond:
+                    self._error = self._error or exc
+            finally:
+                with self._cond:
+                    self._busy = False
+                    self._cond.notify_all()
 
     def wait(self, reraise: bool = True) -> None:
-        """Block until the last state is on disk; its write error, if any, is raised here."""
-        pending, self._pending = self._pending, None
-        if pending is None:
-            return
-        try:
-            pending.result()
-        except Exception:
-            if reraise:
-                raise
+        """Block until every state handed over is on disk; the first write error since the
+        last ``wait``, if any, is raised here."""
+        with self._cond:
+            while self._queue or self._busy:
+                self._cond.wait()
+            error, self._error = self._error, None
+        if error is not None and reraise:
+            raise error
 
     def close(self, reraise: bool = True) -> None:
         """``wait``, then end the thread (a later ``submit`` starts another)."""
         try:
             self.wait(reraise)
         finally:
-            if self._pool is not None:
-                self._pool.shutdown()
-                self._pool = None
+            thread = self._thread
+            if thread is not None:
+                with self._cond:
+                    self._closing = True
+                    self._cond.notify_all()
+                thread.join()
+                self._thread = None
 
 
 def snapshot(value: Any) -> Any:

@@ -110,6 +110,9 @@ class TrainingConfig:
     compile: bool = False
     cuda_graph: bool = True
     grad_allreduce: Literal["auto", "backend"] = "auto"
+    # Stop (completed) at the first epoch whose validation loss is at or below this
+    # (normalised units); None: train the epochs (or until early stopping).
+    target_val_loss: float | None = None
 
     def __post_init__(self) -> None:
         if not 0.0 < self.val_fraction < 1.0:

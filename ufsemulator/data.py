@@ -18,6 +18,10 @@ has a mask, and drop points where an input or the target is missing):
 Thinning (``thin=k``) then keeps every k-th selected point of a record in grid order.
 ``aice`` is read whatever the target, since every mask mode needs it.
 
+With ``share=(rank, world)`` only that rank's block of the selected records is read (the
+records of all files, one after the other, cut into ``world`` contiguous blocks): every
+rank of a training reads its own part of a multi-file data set, not all of it.
+
 With ``cache_dir`` set, the selected arrays are kept in an ``.npz`` named by a hash of
 every source file (resolved path, size, mtime, in order) and the options, so a rerun
 skips netCDF.
@@ -126,16 +130,22 @@ class Dataset:
         default_factory=lambda: np.zeros(0, dtype=np.int64)
     )  # [N] record number, counted over all files in order
     notes: tuple[str, ...] = ()  # what the reader decided that a user should know
+    bytes_read: int = 0  # of the files, in proportion to the records read (or the cache's)
+    records_read: tuple[int, int] = (0, 0)  # [first, last) of the selected records, read
 
     def __len__(self) -> int:
         return int(self.inputs.shape[0])
 
 
 def load_dataset(
-    path: PathSpec, options: DataOptions | None = None, atmosphere: PathSpec | None = None
+    path: PathSpec,
+    options: DataOptions | None = None,
+    atmosphere: PathSpec | None = None,
+    share: tuple[int, int] | None = None,
 ) -> Dataset:
     """Select and flatten the points of the files named by ``path`` (a file, a glob or a
-    list, in time order), each paired with the same-numbered ``atmosphere`` file if given.
+    list, in time order), each paired with the same-numbered ``atmosphere`` file if given;
+    with ``share=(rank, world)``, of that rank's block of the records only.
 
     Raises ``DataError`` (naming the file, and every variable that is missing) when a file
     cannot be read or no point is selected.
@@ -146,27 +156,42 @@ def load_dataset(
     groups = pair_groups(files, atm_files)
     first, last = (" + ".join(map(str, group)) for group in (groups[0], groups[-1]))
     source = first if len(groups) == 1 else f"{first} .. {last} ({len(groups)} files)"
-    cache_file = _cache_path(groups, options) if options.cache_dir is not None else None
+    if share is not None and not 0 <= share[0] < share[1]:
+        raise ValueError(f"share must be (rank, world) with 0 <= rank < world, got {share}")
+    cache_file = _cache_path(groups, options, share) if options.cache_dir is not None else None
     if cache_file is not None:
         cached = _load_cache(cache_file)
         if cached is not None:
-            return dataclasses.replace(cached, source=source)
-    dataset = dataclasses.replace(_read(groups, options), source=source)
+            return dataclasses.replace(cached, source=source, bytes_read=cache_file.stat().st_size)
+    dataset = dataclasses.replace(_read(groups, options, share), source=source)
     if cache_file is not None:
         _save_cache(cache_file, dataset)
     return dataset
 
 
-def _read(groups: list[tuple[Path, ...]], options: DataOptions) -> Dataset:
+def _read(
+    groups: list[tuple[Path, ...]], options: DataOptions, share: tuple[int, int] | None = None
+) -> Dataset:
     names = list(dict.fromkeys((*options.inputs, "aice", options.target)))
     with_readers = []
     notes: dict[str, int] = {}
     offset = 0
     for group in groups:  # one file open at a time: a long series may be hundreds of files
-        with _reader(group, names) as reader:
+        with _reader(group, names, grid=False) as reader:
             with_readers.append((group, offset, reader.n_records))
             offset += reader.n_records
     picked = parse_time(options.time).pick(offset)
+    first_picked = 0
+    if share is not None:
+        rank, world = share
+        if len(picked) < world:
+            raise DataError(
+                f"{len(picked)} selected record(s) cannot be shared by {world} ranks: give "
+                "more files or records, or use fewer ranks"
+            )
+        first_picked = rank * len(picked) // world
+        picked = picked[first_picked : (rank + 1) * len(picked) // world]
+    n_bytes = 0.0
     parts: list[dict[str, npt.NDArray[Any]]] = []
     shape: tuple[int, ...] | None = None
     for group, first, count in with_readers:
@@ -182,6 +207,7 @@ def _read(groups: list[tuple[Path, ...]], options: DataOptions) -> Dataset:
                     f"before it on {shape}"
                 )
             shape = reader.lat.shape
+            n_bytes += sum(path.stat().st_size for path in group) * len(mine) / count
             for r in mine:
                 parts.append(_select_record(reader.fields(r - first), reader, options, r))
     assert shape is not None
@@ -213,6 +239,8 @@ def _read(groups: list[tuple[Path, ...]], options: DataOptions) -> Dataset:
         source=where,
         input_names=options.inputs,
         notes=summary,
+        bytes_read=round(n_bytes),
+        records_read=(first_picked, first_picked + len(picked)),
     )
 
 
@@ -239,12 +267,12 @@ def _select_record(
     }
 
 
-def _reader(group: Any, names: Any) -> GroupReader:
+def _reader(group: Any, names: Any, grid: bool = True) -> GroupReader:
     # netCDF4 is imported where a file is read: the benchmarks and the model use this module's
     # names and selection without it.
     from ufsemulator.ncread import GroupReader
 
-    return GroupReader(group, names)
+    return GroupReader(group, names, grid)
 
 
 def select_points(
@@ -263,7 +291,9 @@ def select_points(
     return index[:: options.thin]
 
 
-def _cache_path(groups: list[tuple[Path, ...]], options: DataOptions) -> Path:
+def _cache_path(
+    groups: list[tuple[Path, ...]], options: DataOptions, share: tuple[int, int] | None = None
+) -> Path:
     assert options.cache_dir is not None
     files = []
     for group in groups:
@@ -278,6 +308,7 @@ def _cache_path(groups: list[tuple[Path, ...]], options: DataOptions) -> Path:
         "files": files,
         "paired": len(groups[0]),
         "options": options.cache_key_fields(),
+        **({"share": list(share)} if share is not None else {}),
     }
     digest = hashlib.sha256(json.dumps(key, sort_keys=True).encode()).hexdigest()[:20]
     return options.cache_dir / f"{groups[0][0].stem}.{digest}.npz"
@@ -300,6 +331,7 @@ def _load_cache(path: Path) -> Dataset | None:
                 source=meta["source"],
                 input_names=tuple(meta["input_names"]),
                 notes=tuple(meta["notes"]),
+                records_read=tuple(meta.get("records_read", (0, 0))),
             )
     except (OSError, ValueError, KeyError, zipfile.BadZipFile):
         return None  # a damaged cache is rebuilt, not fatal
@@ -312,6 +344,7 @@ def _save_cache(path: Path, dataset: Dataset) -> None:
         "input_names": list(dataset.input_names),
         "source": dataset.source,
         "notes": list(dataset.notes),
+        "records_read": list(dataset.records_read),
     }
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp_name = path.with_name(f".{path.name}.{os.getpid()}.{uuid.uuid4().hex[:8]}.tmp")

@@ -29,12 +29,6 @@ from pathlib import Path
 import torch
 import torch.distributed as dist
 from torch import nn
-from torch.distributed.checkpoint.state_dict import (
-    StateDictOptions,
-    get_model_state_dict,
-    get_state_dict,
-    set_optimizer_state_dict,
-)
 from torch.nn.parallel import DistributedDataParallel
 
 from hpcdist.distributed import DistContext
@@ -42,20 +36,19 @@ from ufsemulator.checkpoint import capture_rng
 from ufsemulator.ckptwriter import CheckpointWriter
 from ufsemulator.config import Config
 from ufsemulator.errors import CheckpointError
+from ufsemulator.fullstate import full_model_state, full_state, sharded
 from ufsemulator.gradreduce import LocalAllReduce, comm_hook, local_allreduce
 from ufsemulator.metrics import TrainSums, loss_function, val_metrics, validation_sums
 from ufsemulator.model import EmulatorMLP, ModelConfig
-from ufsemulator.parallel import adam, compile_model, cuda_graph_blocker, no_sync, wrap
+from ufsemulator.parallel import adam, compile_model, cuda_graph_blocker, grouped, no_sync, wrap
 from ufsemulator.progress import Progress
 from ufsemulator.state import EpochRecord, RunProgress, TrainingState
 from ufsemulator.stepgraph import GraphedSteps
-from ufsemulator.summary import RunSummary, Status
+from ufsemulator.summary import LoopTimes, RunSummary, Status
 
 __all__ = ["Loop", "LoopHooks", "RunSummary", "Shards", "Status", "StopFlag", "full_model"]
 
 _VAL_CHUNK = 65536
-# Full (unsharded) state on rank 0 only, in CPU memory: what a checkpoint file holds.
-_SAVE_OPTIONS = StateDictOptions(full_state_dict=True, cpu_offload=True)
 
 
 class StopFlag:
@@ -158,8 +151,10 @@ class Loop:
         self._sums = TrainSums(ctx.device)
         # On a GPU the stop check would copy the flag to the device and back, a host sync;
         # a CPU (gloo) group agrees on it without touching the GPU.
-        self._flag_group = dist.new_group(backend="gloo") if ctx.device.type == "cuda" else None
+        on_gpu = ctx.device.type == "cuda" and grouped()
+        self._flag_group = dist.new_group(backend="gloo") if on_gpu else None
         self._writer = CheckpointWriter() if ctx.is_main else None
+        self.times = LoopTimes()
 
     @property
     def cuda_graph_status(self) -> str:
@@ -180,6 +175,12 @@ class Loop:
 
     def restore(self, state: TrainingState, source: str) -> None:
         """Optimiser and progress of ``state`` (the weights are already loaded)."""
+        # Here, not at the top: a run that does not resume never pays for its import.
+        from torch.distributed.checkpoint.state_dict import (
+            StateDictOptions,
+            set_optimizer_state_dict,
+        )
+
         try:
             with warnings.catch_warnings():  # a capturable Adam's first, uncaptured step
                 warnings.filterwarnings("ignore", message=".*capturable=True.*")
@@ -227,7 +228,16 @@ class Loop:
 
     def _save(self, checkpoint: bool, best: bool) -> None:
         """Collective (FSDP gathers the full state); rank 0 writes, in the background."""
-        model_sd, optim_sd = get_state_dict(self.model, self.optimizer, options=_SAVE_OPTIONS)
+        started = time.perf_counter()
+        try:
+            self._hand_over(checkpoint, best)
+        finally:
+            self.times.checkpoint_s += time.perf_counter() - started
+
+    def _hand_over(self, checkpoint: bool, best: bool) -> None:
+        if self._writer is None and not sharded(self.model):
+            return  # only FSDP needs every rank to take part
+        model_sd, optim_sd = full_state(self.model, self.optimizer)
         if self._writer is None:
             return
         state = TrainingState(
@@ -266,7 +276,9 @@ class Loop:
         finally:
             torch.set_flush_denormal(False)
         if self._writer is not None:
+            started = time.perf_counter()
             self._writer.close()
+            self.times.checkpoint_s += time.perf_counter() - started
         return RunSummary(
             status=status,
             progress=self.progress,
@@ -274,6 +286,7 @@ class Loop:
             n_val=self.shards.n_val,
             cuda_graph=self.cuda_graph_status,
             grad_allreduce=self.grad_allreduce_status,
+            loop_times=self.times,
         )
 
     def _run(self) -> Status:
@@ -288,6 +301,8 @@ class Loop:
         upcoming: torch.Tensor | None = None  # the next epoch's order, prepared early
         while self.progress.epoch < cfg.epochs:
             epoch_start = time.perf_counter()
+            if self.times.first_step_at is None:
+                self.times.first_step_at = epoch_start
             # The step counters live in locals while the epoch runs; self.progress takes
             # them at the epoch's end or at a stop.
             epoch, step = self.progress.epoch, self.progress.step
@@ -422,11 +437,14 @@ class Loop:
         cfg = self.config.training
         # One collective and one read for the epoch's training totals, the validation sums
         # and the stop agreement (a stop request arriving after it waits for the next check).
+        started = time.perf_counter()
         sums = self._sums.fold()
         vote = sums.new_full((1,), float(self.flag.requested))
         local = torch.cat([sums, self._validation_sums(), vote])
-        dist.all_reduce(local)
-        loss_sum, rows, *val_sums, stop_votes = local.tolist()
+        if grouped():
+            dist.all_reduce(local)
+        loss_sum, rows, *val_sums, stop_votes = local.tolist()  # the epoch's one host sync
+        self.times.validation_s += time.perf_counter() - started
         val_loss, r2 = val_metrics(val_sums)
         self._sums.reset()
         record = EpochRecord(
@@ -441,7 +459,9 @@ class Loop:
         progress = self.progress = self.progress.after_epoch(record)
         early = 0 < cfg.early_stopping_patience <= progress.bad_epochs
         stop = stop_votes > 0
-        last = progress.epoch == cfg.epochs
+        target = cfg.target_val_loss
+        reached = target is not None and val_loss <= target
+        last = progress.epoch == cfg.epochs or reached
         due = progress.epoch % cfg.checkpoint_every == 0 or early or stop or last
         if due or progress.improved:
             self._save(checkpoint=due, best=progress.improved)
@@ -451,6 +471,14 @@ class Loop:
                 f"Val: {val_loss:.5g}",
                 flush=True,
             )
+        if reached:  # finished: the model is as good as asked for
+            if self.ctx.is_main:
+                print(
+                    f"Target reached: validation loss {val_loss:.5g} <= {target:.5g} at "
+                    f"epoch {progress.epoch}",
+                    flush=True,
+                )
+            return "completed"
         if early:  # finished: a stop request that came with it needs no resume
             if self.ctx.is_main:
                 print(
@@ -478,6 +506,8 @@ class Loop:
 
     def _stop(self) -> bool:
         """Whether any rank was asked to stop: every rank gets the same answer."""
+        if not grouped():
+            return self.flag.requested
         flag = torch.tensor([int(self.flag.requested)], dtype=torch.int32)
         dist.all_reduce(flag, op=dist.ReduceOp.MAX, group=self._flag_group)
         return bool(flag.item())
@@ -497,7 +527,7 @@ class Loop:
 
 def full_model(model: nn.Module, config: ModelConfig) -> EmulatorMLP:
     """A plain CPU copy of the (possibly wrapped or sharded) model; collective."""
-    state = get_model_state_dict(model, options=StateDictOptions(full_state_dict=True))
+    state = full_model_state(model)
     plain = EmulatorMLP(config)
     plain.load_state_dict(state)
     return plain

@@ -29,7 +29,8 @@ def validation_sums(
 ) -> torch.Tensor:
     """This rank's sums over its validation rows (float64, on their device): loss, squared
     error, sum and sum of squares of the targets, count. Sums, so that one all-reduce
-    gives the whole set's; ``val_metrics`` turns them into numbers."""
+    gives the whole set's; ``val_metrics`` turns them into numbers. Nothing here waits
+    for the device: the caller reads the sums once."""
     sums = torch.zeros(5, dtype=torch.float64, device=x.device)
     for xc, yc in zip(x.tensor_split(chunks), y.tensor_split(chunks), strict=True):
         pred = net(xc).double()
@@ -40,7 +41,9 @@ def validation_sums(
                 ((pred - yd) ** 2).sum(),
                 yd.sum(),
                 (yd * yd).sum(),
-                torch.tensor(float(yd.numel()), device=x.device),
+                # A fill on the device: torch.tensor(count, device=...) would copy from
+                # the host, a synchronisation per chunk.
+                yd.new_full((), float(yd.numel())),
             ]
         )
     return sums

@@ -87,7 +87,9 @@ def candidate_names(name: str, suffix: str | None) -> list[str]:
 class GroupReader:
     """The open files of one group; :meth:`fields` reads one record of the needed fields."""
 
-    def __init__(self, files: Sequence[Path], names: Sequence[str]) -> None:
+    def __init__(self, files: Sequence[Path], names: Sequence[str], grid: bool = True) -> None:
+        """``grid=False``: only find the fields and count the records (no array is read;
+        ``lat``, ``lon`` and ``ocean`` are then not set)."""
         self.files = tuple(files)
         self.names = tuple(names)
         self.notes: list[str] = []
@@ -101,7 +103,8 @@ class GroupReader:
                     raise DataError(f"cannot open '{path}' as netCDF: {exc}") from exc
             self.found = self._resolve()
             self.n_records = self._count_records()
-            self.lat, self.lon, self.ocean = self._grid()
+            if grid:
+                self.lat, self.lon, self.ocean = self._grid()
         except BaseException:
             self._stack.close()
             raise

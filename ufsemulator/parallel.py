@@ -20,6 +20,12 @@ from hpcdist.distributed import DistContext
 from ufsemulator.model import EmulatorMLP
 
 
+def grouped() -> bool:
+    """Whether a process group exists: a job of one process runs without one (no store,
+    no communicators to start), and then nothing may call a collective."""
+    return dist.is_available() and dist.is_initialized()
+
+
 def wrap(
     model: EmulatorMLP,
     strategy: str,
@@ -27,7 +33,10 @@ def wrap(
     ctx: DistContext,
     comm_hook: Callable[[Any, dist.GradBucket], torch.futures.Future[torch.Tensor]] | None = None,
 ) -> nn.Module:
-    """DDP (with ``comm_hook`` as its gradient all-reduce, if given) or FSDP2."""
+    """DDP (with ``comm_hook`` as its gradient all-reduce, if given) or FSDP2; without a
+    process group (one process), the model itself: DDP of one rank only adds work."""
+    if strategy == "ddp" and not grouped():
+        return model
     if strategy == "fsdp":
         from torch.distributed.fsdp import fully_shard
 
@@ -131,6 +140,9 @@ def no_sync(model: nn.Module) -> Iterator[None]:
     if isinstance(model, DistributedDataParallel):
         with model.no_sync():
             yield
+        return
+    if not hasattr(model, "set_requires_gradient_sync"):  # a plain model: nothing to skip
+        yield
         return
     model.set_requires_gradient_sync(False)  # type: ignore[operator]  # FSDP2
     try:

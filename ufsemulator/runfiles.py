@@ -82,7 +82,8 @@ def resolve_run_dir(
             path = default_run_dir()
         path.mkdir(parents=True, exist_ok=True)
         chosen = [str(path)]
-    dist.broadcast_object_list(chosen, src=0)
+    if dist.is_initialized():  # else one process: nothing to agree on
+        dist.broadcast_object_list(chosen, src=0)
     return Path(str(chosen[0]))
 
 
@@ -106,7 +107,8 @@ def ensure_data(ctx: DistContext, config: Config, data_path: PathSpec | None) ->
                 flush=True,
             )
             make_synthetic(path, ni=syn.ni, nj=syn.nj, seed=syn.seed)
-        dist.barrier()
+        if dist.is_initialized():
+            dist.barrier()
     return path
 
 

@@ -11,8 +11,18 @@ from dataclasses import dataclass
 from typing import Any, Literal
 
 from ufsemulator.state import RunProgress
+from ufsemulator.timings import Timings
 
 Status = Literal["completed", "early_stopped", "preempted"]
+
+
+@dataclass
+class LoopTimes:
+    """What the loop adds up as it runs (mutable for that reason), for ``Timings``."""
+
+    first_step_at: float | None = None  # time.perf_counter() when the first step began
+    validation_s: float = 0.0  # epoch ends: validation, the all-reduce, the host sync
+    checkpoint_s: float = 0.0  # taking the state, handing it over, the final wait
 
 
 @dataclass(frozen=True)
@@ -23,6 +33,16 @@ class RunSummary:
     n_val: int
     cuda_graph: str  # how the steps ran (Loop.cuda_graph_status)
     grad_allreduce: str  # which gradient all-reduce (Loop.grad_allreduce_status)
+    loop_times: LoopTimes | None = None
+    timings: Timings | None = None  # the whole job's, once train() has them
+
+    @property
+    def outside_steps_s(self) -> float:
+        """Epoch time spent outside the steps (validation, checkpoints, logging)."""
+        history = self.progress.history
+        return sum(
+            e - t for e, t in zip(history["epoch_time_s"], history["train_time_s"], strict=True)
+        )
 
     @property
     def epochs_run(self) -> int:
@@ -81,4 +101,5 @@ class RunSummary:
             "best_val_loss": self.best_val_loss if ran else None,
             "best_val_r2": self.best_val_r2 if self.best_epoch else None,
             "history": {key: list(history[key]) for key in ("train_loss", "val_loss", "val_r2")},
+            "timings": self.timings.to_json() if self.timings is not None else None,
         }

@@ -53,7 +53,7 @@ VARIABLES: dict[str, tuple[str, str, str | None]] = {
 }
 
 
-def solar_declination(day_of_year: int = DAY_OF_YEAR) -> float:
+def solar_declination(day_of_year: float = DAY_OF_YEAR) -> float:
     """Declination of the sun in degrees (a cosine fit, good to about a degree)."""
     return float(-23.44 * np.cos(2.0 * np.pi * (day_of_year + 10) / 365.0))
 
@@ -90,31 +90,59 @@ def make_synthetic(
     return write_cice(path, ni=ni, nj=nj, seed=seed, suffix=suffix, records=records)
 
 
-def synthetic_fields(
+def synthetic_grid(
     ni: int, nj: int, seed: int
-) -> tuple[dict[str, FloatArray], FloatArray, FloatArray, npt.NDArray[np.bool_]]:
-    """The physical fields (by history name, land included), lat, lon and ocean mask."""
+) -> tuple[FloatArray, FloatArray, npt.NDArray[np.bool_]]:
+    """lat, lon and ocean mask of ``synthetic_fields(ni, nj, seed)`` without its fields."""
     rng = np.random.default_rng(seed)
+    lat, lon, xyz = _coordinates(ni, nj)
+    return lat, lon, _ocean(rng, xyz, lat)
+
+
+def _coordinates(ni: int, nj: int) -> tuple[FloatArray, FloatArray, FloatArray]:
     lat1 = -80.0 + (np.arange(nj) + 0.5) * 170.0 / nj
     lon1 = (np.arange(ni) + 0.5) * 360.0 / ni
     lon, lat = np.meshgrid(lon1, lat1)
     phi, lam = np.deg2rad(lat), np.deg2rad(lon)
     xyz = np.stack([np.cos(phi) * np.cos(lam), np.cos(phi) * np.sin(lam), np.sin(phi)], -1)
+    return lat, lon, xyz
+
+
+def _ocean(rng: np.random.Generator, xyz: FloatArray, lat: FloatArray) -> npt.NDArray[np.bool_]:
+    # The first draws of ``rng``: the mask of a seed is the same whatever follows.
+    land = _smooth_field(rng, xyz, 2.0) > 0.55
+    land |= lat < -72.0 + 2.5 * _smooth_field(rng, xyz, 3.0)  # Antarctica
+    land &= lat < 80.0  # open central Arctic
+    return ~land
+
+
+def synthetic_fields(
+    ni: int, nj: int, seed: int, day_of_year: float = DAY_OF_YEAR
+) -> tuple[dict[str, FloatArray], FloatArray, FloatArray, npt.NDArray[np.bool_]]:
+    """The physical fields (by history name, land included), lat, lon and ocean mask.
+
+    ``day_of_year`` (0: 1 January) sets the season: the sun's declination and how far the
+    temperature climatologies have moved from January's (northern winter, southern summer)
+    toward July's; day 0 gives exactly the January fields."""
+    rng = np.random.default_rng(seed)
+    lat, lon, xyz = _coordinates(ni, nj)
+    phi = np.deg2rad(lat)
 
     def smooth(scale: float) -> FloatArray:
         return _smooth_field(rng, xyz, scale)
 
     s = np.abs(np.sin(phi))
     north = lat >= 0.0
+    ocean = _ocean(rng, xyz, lat)
 
-    land = smooth(2.0) > 0.55
-    land |= lat < -72.0 + 2.5 * smooth(3.0)  # Antarctica
-    land &= lat < 80.0  # open central Arctic
-    ocean = ~land
-
-    # January: northern winter, southern summer.
-    sst_clim = np.where(north, 29.0 - 36.0 * s**2, 29.0 - 33.0 * s**2)
-    tair_clim = np.where(north, 27.0 - 55.0 * s**3, 27.0 - 35.0 * s**2.5)
+    # winter: 1 in the north's January (day 0), 0 in its July; the south in antiphase.
+    winter = 0.5 * (1.0 + np.cos(2.0 * np.pi * (day_of_year - DAY_OF_YEAR) / 365.0))
+    sst_north = winter * (29.0 - 36.0 * s**2) + (1.0 - winter) * (29.0 - 31.0 * s**2)
+    sst_south = winter * (29.0 - 33.0 * s**2) + (1.0 - winter) * (29.0 - 37.0 * s**2)
+    tair_north = winter * (27.0 - 55.0 * s**3) + (1.0 - winter) * (27.0 - 28.0 * s**3)
+    tair_south = winter * (27.0 - 35.0 * s**2.5) + (1.0 - winter) * (27.0 - 60.0 * s**2.5)
+    sst_clim = np.where(north, sst_north, sst_south)
+    tair_clim = np.where(north, tair_north, tair_south)
     sss_clim = 33.0 + 2.8 * np.exp(-(((np.abs(lat) - 25.0) / 18.0) ** 2))
     sss_clim -= 1.5 * np.clip((lat - 60.0) / 25.0, 0.0, 1.0)  # fresh Arctic surface
 
@@ -150,7 +178,7 @@ def synthetic_fields(
     emissivity = 1.24 * (e / t_k) ** (1.0 / 7.0)  # Brutsaert's clear sky
     emissivity = emissivity * (1.0 - cloud) + 0.98 * cloud
     flwdn = emissivity * 5.670374419e-8 * t_k**4
-    fswdn = daily_insolation(lat, solar_declination()) * (0.75 - 0.45 * cloud)
+    fswdn = daily_insolation(lat, solar_declination(day_of_year)) * (0.75 - 0.45 * cloud)
 
     u_clim = (
         -6.0 * np.exp(-((lat / 15.0) ** 2))

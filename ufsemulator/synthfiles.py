@@ -11,7 +11,10 @@
   the other, numbered ``<stem>.0001.nc``, ...
 
 Record ``g`` of a series (counted over all files) holds the fields of seed ``seed + 7919 g``
-on the land mask of ``seed``, so records differ and the coastline does not move.
+on the land mask of ``seed``, so records differ and the coastline does not move. With
+``seasonal``, record ``g`` also lies ``g`` record intervals after 1 January in the seasonal
+cycle (``synthetic_fields(day_of_year=...)``): sun, air and sea temperatures, and with
+them the ice, evolve through the series.
 """
 
 from __future__ import annotations
@@ -34,6 +37,7 @@ from ufsemulator.synthetic import (
     FloatArray,
     solar_declination,
     synthetic_fields,
+    synthetic_grid,
 )
 from ufsemulator.variables import CICE_SUFFIXES
 
@@ -94,6 +98,7 @@ def write_layout(
     seed: int = 0,
     records: int = 1,
     files: int = 1,
+    seasonal: bool = False,
 ) -> list[Path]:
     """Write ``files`` files of ``records`` records each in ``layout``; their paths in time
     order (for the CF pair: ocean/ice file, then its atmosphere file, for each time)."""
@@ -111,7 +116,7 @@ def write_layout(
             written += write_cf_pair(path, atm, ni, nj, seed, records, first)
         else:
             suffix = LAYOUTS[layout][0] or ""
-            written.append(write_cice(path, ni, nj, seed, suffix, records, first, layout))
+            written.append(write_cice(path, ni, nj, seed, suffix, records, first, layout, seasonal))
     return written
 
 
@@ -124,12 +129,14 @@ def write_cice(
     records: int = 1,
     first_record: int = 0,
     layout: str | None = None,
+    seasonal: bool = False,
 ) -> Path:
     """One CICE history file with fields ``<name><suffix>`` and ``records`` records."""
     if suffix not in CICE_SUFFIXES:
         raise ValueError(f"suffix must be one of {CICE_SUFFIXES}, got {suffix!r}")
     layout = layout or next((k for k, v in LAYOUTS.items() if v[0] == suffix), "daily")
-    lat, lon, ocean, series = _series(ni, nj, seed, records, first_record)
+    days = LAYOUTS[layout][1] if seasonal else 0.0
+    lat, lon, ocean, series = _series(ni, nj, seed, records, first_record, days)
 
     def write(ds: netCDF4.Dataset) -> None:
         ds.title = "synthetic CICE-style sea ice history (ufsemulator)"
@@ -228,14 +235,17 @@ def write_cf_pair(
 
 
 def _series(
-    ni: int, nj: int, seed: int, records: int, first_record: int
+    ni: int, nj: int, seed: int, records: int, first_record: int, days: float = 0.0
 ) -> tuple[FloatArray, FloatArray, npt.NDArray[np.bool_], Records]:
+    """Records ``first_record ..``; ``days`` between records in the seasonal cycle (0:
+    every record on 1 January)."""
     if ni < 4 or nj < 4:
         raise ValueError(f"grid must be at least 4 x 4, got ni={ni}, nj={nj}")
-    fields, lat, lon, ocean = synthetic_fields(ni, nj, seed)
+    lat, lon, ocean = synthetic_grid(ni, nj, seed)
     series: Records = []
     for g in range(first_record, first_record + records):
-        series.append(fields if g == 0 else synthetic_fields(ni, nj, seed + _SEED_STRIDE * g)[0])
+        day = DAY_OF_YEAR + g * days
+        series.append(synthetic_fields(ni, nj, seed + _SEED_STRIDE * g, day)[0])
     return lat, lon, ocean, series
 
 

@@ -2,7 +2,9 @@
 
 Every rank holds the data in memory, takes the same seeded train/validation split and
 trains on its own equal-sized shard of the training set, reshuffled each epoch by a
-generator seeded with (seed, epoch). Nothing depends on hidden RNG state, so a run
+generator seeded with (seed, epoch). A data set of several files is read in shares
+instead, each rank its own block of records (``ufsemulator.sharedread``). A job of one
+process sets up no process group at all. Nothing depends on hidden RNG state, so a run
 stopped at any step boundary and resumed from its checkpoint ends with bitwise the same
 weights as an uninterrupted one (CPU, same world size).
 """
@@ -24,20 +26,27 @@ import torch
 import torch.distributed as dist
 from torch import nn
 
-from hpcdist.distributed import DistContext, cleanup_distributed, setup_distributed
+from hpcdist.distributed import (
+    DistContext,
+    DistEnv,
+    cleanup_distributed,
+    setup_distributed,
+    single_process,
+)
 from ufsemulator import earlysignal, runfiles
 from ufsemulator.checkpoint import restore_rng
 from ufsemulator.config import Config
 from ufsemulator.data import DataOptions, load_dataset
 from ufsemulator.errors import CheckpointError, DataError
-from ufsemulator.export import export_checkpoint
 from ufsemulator.loop import Loop, LoopHooks, Shards, StopFlag, full_model
 from ufsemulator.model import EmulatorMLP, ModelConfig
 from ufsemulator.normalization import stats_from_shard, torch_all_reduce
 from ufsemulator.overrides import overrides_record
-from ufsemulator.sources import PathSpec
+from ufsemulator.parallel import grouped
+from ufsemulator.sources import PathSpec, expand_paths
 from ufsemulator.state import TrainingState, read_state
 from ufsemulator.summary import RunSummary, Status
+from ufsemulator.timings import Timings, process_start
 
 __all__ = ["StopFlag", "TrainResult", "split", "train"]
 
@@ -113,6 +122,7 @@ def train(
     applied to ``config`` (``--set``), recorded in training_results.json.
     """
     started = time.perf_counter()
+    clock = _Clock(process=process_start(), train=started)
     hooks = hooks if hooks is not None else LoopHooks()
     if step_callback is not None:
         if hooks.after_step is not None:
@@ -131,9 +141,10 @@ def train(
         job_signal = earlysignal.job_signal()
         names = (config.preemption.signal, "SIGTERM", *([job_signal.name] if job_signal else []))
         with _stop_on_signal(names, flag):
-            ctx = setup_distributed()
+            ctx = _context(config)
+            clock.group = time.perf_counter()
             return _train(
-                ctx, config, data_path, checkpoint, resume, run_dir, flag, hooks, started, overrides
+                ctx, config, data_path, checkpoint, resume, run_dir, flag, hooks, clock, overrides
             )
     finally:
         cleanup_distributed()  # collects the DDP reducer first (see there)
@@ -142,6 +153,47 @@ def train(
                 os.environ.pop(var, None)
             else:
                 os.environ[var] = value
+
+
+@dataclass
+class _Clock:
+    """time.perf_counter() readings of one run's milestones (filled in as it goes)."""
+
+    process: float  # the process started
+    train: float  # train() was called
+    group: float = 0.0  # the process group is up (or none was needed)
+    data: float = 0.0  # the rows are on the device
+    setup: float = 0.0  # model and loop built
+
+    def timings(self, summary: RunSummary, exported: float) -> Timings:
+        times = summary.loop_times
+        first = times.first_step_at if times is not None and times.first_step_at else self.setup
+        outside = summary.outside_steps_s
+        epochs = summary.epochs_run
+        return Timings(
+            total_s=exported - self.process,
+            startup_s=first - self.process,
+            imports_s=self.train - self.process,
+            process_group_s=self.group - self.train,
+            data_s=self.data - self.group,
+            setup_s=self.setup - self.data,
+            steps_s=summary.train_time_s,
+            epochs=epochs,
+            outside_steps_s=outside,
+            outside_steps_per_epoch_s=outside / epochs if epochs else 0.0,
+            validation_s=times.validation_s if times is not None else 0.0,
+            checkpoint_s=times.checkpoint_s if times is not None else 0.0,
+            export_s=0.0,
+        )
+
+
+def _context(config: Config) -> DistContext:
+    """A process group for several ranks (and for FSDP, which needs one even alone); one
+    DDP process runs without: no store, no communicators, nothing to tear down."""
+    env = DistEnv.from_environ(os.environ)
+    if env.world_size == 1 and config.training.strategy == "ddp":
+        return single_process()
+    return setup_distributed()
 
 
 def _train(
@@ -153,7 +205,7 @@ def _train(
     run_dir_arg: str | Path | None,
     flag: StopFlag,
     hooks: LoopHooks,
-    started: float,
+    clock: _Clock,
     overrides: Sequence[str] = (),
 ) -> TrainResult:
     env = ctx.env
@@ -177,7 +229,15 @@ def _train(
         time=config.data.time,
         inputs=config.data.inputs,
     )
-    dataset = load_dataset(path, options, atmosphere=config.data.atmosphere)
+    in_shares = _read_in_shares(path, ctx)
+    if in_shares:
+        from ufsemulator.sharedread import host_memory_bytes
+
+        rss_before = host_memory_bytes()
+    read_started = time.perf_counter()
+    share = (env.rank, env.world_size) if in_shares else None
+    dataset = load_dataset(path, options, atmosphere=config.data.atmosphere, share=share)
+    read_s = time.perf_counter() - read_started
     torch.manual_seed(config.training.seed)  # same initial weights on every rank
     model_config = ModelConfig(
         n_in=len(dataset.input_names),
@@ -188,12 +248,22 @@ def _train(
         output_names=(config.data.target,),
     )
     model = EmulatorMLP(model_config)
-    shards = split(ctx, config, dataset.inputs, dataset.targets, model)
+    notes, source, n_points = dataset.notes, dataset.source, len(dataset)
+    if in_shares:
+        from ufsemulator.sharedread import describe_read, split_share
+
+        print(describe_read(dataset, env.rank, read_s, rss_before), flush=True)
+        shards = split_share(ctx, config, dataset, model)
+    else:
+        shards = split(ctx, config, dataset.inputs, dataset.targets, model)
+    del dataset  # the rows live on the device now (on the CPU: in the shards)
+    clock.data = time.perf_counter()
     print(f"[Rank {env.rank}] Training samples: {shards.x_train.shape[0]}", flush=True)
     if ctx.is_main:
+        what = f"rank 0's share {n_points}" if in_shares else f"{n_points}"
         print(
-            "".join(f"Data: {note}\n" for note in dataset.notes)
-            + f"Data: {dataset.source} ({len(dataset)} points, mask {config.data.mask}, thin "
+            "".join(f"Data: {note}\n" for note in notes)
+            + f"Data: {source} ({what} points, mask {config.data.mask}, thin "
             f"{config.data.thin}): train {shards.n_train}, validation {shards.n_val}, "
             f"target {config.data.target}",
             flush=True,
@@ -206,14 +276,16 @@ def _train(
         print(f"Gradient all-reduce: {loop.grad_allreduce_status}", flush=True)
     if checkpoint is not None:
         loop.restore(checkpoint, str(resume))
+    clock.setup = time.perf_counter()
     summary = loop.run()
     final = full_model(loop.model, model.config)
-    wall_time = time.perf_counter() - started  # this process, from train() on
+    wall_time = time.perf_counter() - clock.train  # this process, from train() on
     if ctx.is_main:
-        _write_outputs(ctx, config, summary, run_dir, wall_time, overrides)
+        _write_outputs(ctx, config, summary, run_dir, wall_time, clock, overrides)
     # No rank leaves before rank 0 has written everything: under srun --kill-on-bad-exit
     # the first rank to exit non-zero takes the others down with it.
-    dist.barrier()
+    if grouped():
+        dist.barrier()
     return TrainResult.of(summary, run_dir, wall_time, final, ctx.is_main)
 
 
@@ -262,7 +334,8 @@ def split(
     mine = train_idx[rank * per_rank : (rank + 1) * per_rank]
     val_mine = val_idx[rank::world]
     # On the group's own device: an NCCL group has no CPU backend to sum CPU tensors with.
-    stats = stats_from_shard(x_all[mine], y_all[mine], all_reduce=torch_all_reduce(ctx.device))
+    reduce = torch_all_reduce(ctx.device) if grouped() else None  # None: one process
+    stats = stats_from_shard(x_all[mine], y_all[mine], all_reduce=reduce)
     model.set_normalization(stats)
     with torch.no_grad():
 
@@ -289,28 +362,35 @@ def _load_weights(model: nn.Module, checkpoint: TrainingState, source: object) -
         ) from exc
 
 
+def _read_in_shares(path: PathSpec, ctx: DistContext) -> bool:
+    """Whether each rank reads only its share: several files, at least one per rank."""
+    files = len(expand_paths(path))
+    return files > 1 and files >= ctx.env.world_size
+
+
 def _write_outputs(
     ctx: DistContext,
     config: Config,
     summary: RunSummary,
     run_dir: Path,
     wall_time: float,
+    clock: _Clock | None = None,
     overrides: Sequence[str] = (),
 ) -> None:
     status, history = summary.status, summary.progress.history
     best = run_dir / "best_model.pt"
+    export_started = time.perf_counter()
     if status != "preempted":
         source = best if best.is_file() else run_dir / "checkpoint.pt"
         if source.is_file():
+            from ufsemulator.export import export_checkpoint  # TorchScript: only here
+
             export_checkpoint(source, run_dir / "model.pt")
-    if summary.epochs_run:
-        runfiles.plot_loss_curves(
-            run_dir / "loss_curves.png",
-            history["train_loss"],
-            history["val_loss"],
-            summary.best_epoch or None,
-            f"ufsemulator {config.data.target}: {ctx.env.world_size} x {ctx.backend}",
-        )
+    exported = time.perf_counter()
+    if clock is not None:
+        timings = clock.timings(summary, exported)
+        timings = dataclasses.replace(timings, export_s=exported - export_started)
+        summary = dataclasses.replace(summary, timings=timings)
     run = summary.to_json()
     results = {
         "status": run.pop("status"),
@@ -327,6 +407,14 @@ def _write_outputs(
         "overrides": overrides_record(config, overrides),
     }
     runfiles.write_results(run_dir / "training_results.json", results)
+    if summary.epochs_run:  # last: model.pt and the results are what a user waits for
+        runfiles.plot_loss_curves(
+            run_dir / "loss_curves.png",
+            history["train_loss"],
+            history["val_loss"],
+            summary.best_epoch or None,
+            f"ufsemulator {config.data.target}: {ctx.env.world_size} x {ctx.backend}",
+        )
     line = (
         f"Training {status}: {summary.epochs_run} epochs, best validation loss "
         f"{summary.best_val_loss:.5g} (epoch {summary.best_epoch}), R^2 "
@@ -334,3 +422,5 @@ def _write_outputs(
         f"{summary.samples_per_second:.0f} samples/s, {wall_time:.1f} s"
     )
     print(f"{line}\nRun folder: {run_dir}", flush=True)
+    if summary.timings is not None:
+        print(summary.timings.breakdown(), flush=True)
