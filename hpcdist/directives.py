@@ -11,7 +11,7 @@ from __future__ import annotations
 import shlex
 from dataclasses import dataclass
 
-from hpcdist.protocol import port_shell_expression
+from hpcdist.protocol import port_seed_shell, port_shell_expression
 from hpcdist.spec import JOB_OPTIONS, Count, JobSpec
 
 # Shell variables the nccl script sets when it counts the GPUs at run time (spec.gpus_auto).
@@ -146,7 +146,12 @@ def launch_argv(spec: JobSpec) -> list[str]:
     return torchrun_command(torchrun, command)
 
 
+# The batch script's (unexported) copy of the job's secret, read from its 0600 file.
+SECRET_SHELL_VAR = "hpcdist_secret"
+
+
 def torchrun_port_expression() -> str:
     """The torchrun rendezvous port in a batch script: the port srun's first step (step 0)
-    would derive, so the script and hpcdist's submit path meet on the same formula."""
-    return port_shell_expression("SLURM_JOB_ID", "0")
+    would derive from the job's secret, so the script and hpcdist's submit path meet on
+    the same formula."""
+    return port_shell_expression(port_seed_shell(SECRET_SHELL_VAR), "0")

@@ -9,6 +9,7 @@ from __future__ import annotations
 import contextlib
 import io
 import os
+import secrets
 import shutil
 import subprocess
 import tempfile
@@ -21,9 +22,12 @@ from typing import Any
 
 from hpcdist.directives import sbatch_directives, srun_options
 from hpcdist.errors import SpecError, UserError
-from hpcdist.jobs import JobRecord, jobs_root, save_record
+from hpcdist.fileutil import current_umask
+from hpcdist.jobs import JobRecord, jobs_root, save_record, state_dir
+from hpcdist.jobsecret import create_secret_file
 from hpcdist.localjob import identify
-from hpcdist.protocol import SIGNAL_VAR, is_inherited
+from hpcdist.private import strict_umask
+from hpcdist.protocol import SECRET_DIR, SECRET_VAR, SIGNAL_VAR, is_inherited
 from hpcdist.render import render
 from hpcdist.slurmtime import time_limit_minutes
 from hpcdist.spec import JobSpec
@@ -221,8 +225,15 @@ def submit(
     shape = refuse_auto_gpus(spec)
     kind = choose_executor(executor)
     root = jobs_root(project_dir)
-    folder = root / "submitit" / "%j"
+    # submitit's pickles run as this user when the job starts: their folder is ours alone.
+    folder = state_dir("submitit", project_dir=project_dir) / "%j"
     extra_env = dict(spec.env)
+    # The job's secret, before any rank can start: its file's path travels in the job.
+    secret_file = state_dir(*Path(SECRET_DIR).parts[1:], project_dir=project_dir) / (
+        f"submit-{secrets.token_hex(8)}"
+    )
+    create_secret_file(secret_file)
+    extra_env[SECRET_VAR] = str(secret_file)
     if spec.warning_signal:
         extra_env[SIGNAL_VAR] = spec.warning_signal
 
@@ -234,7 +245,12 @@ def submit(
         ex.update_parameters(**slurm_parameters(spec))
         nproc = shape.tasks_per_node if spec.launcher == "torchrun" else None
         job_command = CommandJob(
-            spec.command, extra_env, record_dir=None, torchrun_nproc=nproc, requeue=spec.requeue
+            spec.command,
+            extra_env,
+            record_dir=None,
+            torchrun_nproc=nproc,
+            requeue=spec.requeue,
+            umask=current_umask(),
         )
     else:
         ex = submitit.LocalExecutor(folder=folder)
@@ -247,9 +263,11 @@ def submit(
             record_dir=None,
             threads=_local_threads(spec, shape),
             requeue=spec.requeue,
+            umask=current_umask(),
         )
-    before = _files_under(root)
-    with clean_slurm_environment():
+    before = _files_under(root) - {secret_file}
+    # submitit creates the job's folder, pickles and script: none of them for other eyes.
+    with clean_slurm_environment(), strict_umask():
         try:
             # submitit echoes sbatch's stderr; the one line below says what went wrong.
             with contextlib.redirect_stderr(io.StringIO()):

@@ -15,6 +15,7 @@ from typing import Any
 
 import torch
 
+from hpcdist.digests import DigestBook, sha256_file
 from ufsemulator.checkpoint import _fsync_dir, save_checkpoint
 
 
@@ -22,7 +23,8 @@ class CheckpointWriter:
     """One state at a time, in order. ``submit`` takes a snapshot (the live weights move
     on) and returns; ``wait`` (or ``close``) before anything needs the files."""
 
-    def __init__(self) -> None:
+    def __init__(self, digests: DigestBook | None = None) -> None:
+        self.digests = digests  # where each file's SHA-256 is recorded (None: nowhere)
         self._pool: ThreadPoolExecutor | None = None
         self._pending: Future[None] | None = None
 
@@ -31,7 +33,7 @@ class CheckpointWriter:
         frozen = snapshot(state)
         if self._pool is None:
             self._pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="checkpoint")
-        self._pending = self._pool.submit(write_all, frozen, paths)
+        self._pending = self._pool.submit(write_all, frozen, paths, self.digests)
 
     def wait(self, reraise: bool = True) -> None:
         """Block until the last state is on disk; its write error, if any, is raised here."""
@@ -68,19 +70,25 @@ def snapshot(value: Any) -> Any:
     return value  # numbers and strings
 
 
-def write_all(state: dict[str, Any], paths: list[Path]) -> None:
+def write_all(state: dict[str, Any], paths: list[Path], digests: DigestBook | None = None) -> None:
     """The first file is serialised; the others become further names of it (same bytes,
     already on disk), atomically replaced like any checkpoint. A later replacement of the
-    first file leaves them as they are. Where hard links fail, they are written too."""
-    first = save_checkpoint(state, paths[0])
+    first file leaves them as they are. Where hard links fail, they are written too.
+    With ``digests``, every file's SHA-256 is recorded there."""
+    first = save_checkpoint(state, paths[0], digests)
+    digest = sha256_file(first) if digests is not None and len(paths) > 1 else ""
     for path in paths[1:]:
         tmp = path.with_name(f".{path.name}.{os.getpid()}.link")
         try:
             tmp.unlink(missing_ok=True)
             os.link(first, tmp)
+            if digests is not None:
+                digests.expect(path, digest)
             os.replace(tmp, path)
+            if digests is not None:
+                digests.settle(path, digest)
         except OSError:
             tmp.unlink(missing_ok=True)
-            save_checkpoint(state, path)
+            save_checkpoint(state, path, digests)
         else:
             _fsync_dir(path.parent)

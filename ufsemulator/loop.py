@@ -37,6 +37,7 @@ from torch.distributed.checkpoint.state_dict import (
 )
 from torch.nn.parallel import DistributedDataParallel
 
+from hpcdist.digests import default_book
 from hpcdist.distributed import DistContext
 from ufsemulator.checkpoint import capture_rng
 from ufsemulator.ckptwriter import CheckpointWriter
@@ -159,7 +160,8 @@ class Loop:
         # On a GPU the stop check would copy the flag to the device and back, a host sync;
         # a CPU (gloo) group agrees on it without touching the GPU.
         self._flag_group = dist.new_group(backend="gloo") if ctx.device.type == "cuda" else None
-        self._writer = CheckpointWriter() if ctx.is_main else None
+        # Every checkpoint's SHA-256 goes to the private state: auto-resume trusts only those.
+        self._writer = CheckpointWriter(default_book()) if ctx.is_main else None
 
     @property
     def cuda_graph_status(self) -> str:
