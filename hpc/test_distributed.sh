@@ -1,6 +1,6 @@
 #!/bin/bash
 # hpcdist-commcheck: communication check (all_reduce, broadcast, barrier) on 2 nodes x 1 tasks (gloo on CPU)
-# Rendered by hpcdist 0.1.0 from templates/test.sh.j2, profile local.
+# Rendered by hpcdist 0.1.0 from templates/test.sh.j2, profile local (shipped:local.yaml).
 # Regenerate it with hpcdist rather than editing it by hand.
 #SBATCH --job-name="hpcdist-commcheck"
 #SBATCH --nodes=2

@@ -1,6 +1,6 @@
 #!/bin/bash
 # ufsemulator-threads: one process on one node, training with 40 threads
-# Rendered by hpcdist 0.1.0 from templates/threads.sh.j2, profile cpu-cluster.
+# Rendered by hpcdist 0.1.0 from templates/threads.sh.j2, profile cpu-cluster (shipped:cpu-cluster.yaml).
 # Regenerate it with hpcdist rather than editing it by hand.
 #SBATCH --job-name="ufsemulator-threads"
 #SBATCH --nodes=1

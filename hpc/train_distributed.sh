@@ -1,6 +1,6 @@
 #!/bin/bash
 # ufsemulator-gloo: DDP over gloo, 2 nodes x 1 tasks, 2 threads each
-# Rendered by hpcdist 0.1.0 from templates/gloo.sh.j2, profile local.
+# Rendered by hpcdist 0.1.0 from templates/gloo.sh.j2, profile local (shipped:local.yaml).
 # Regenerate it with hpcdist rather than editing it by hand.
 #SBATCH --job-name="ufsemulator-gloo"
 #SBATCH --nodes=2

@@ -1,6 +1,6 @@
 #!/bin/bash
 # ufsemulator-nccl: DDP over NCCL, 1 nodes x 4 GPUs, one task per GPU
-# Rendered by hpcdist 0.1.0 from templates/nccl.sh.j2, profile gpu-cluster.
+# Rendered by hpcdist 0.1.0 from templates/nccl.sh.j2, profile gpu-cluster (shipped:gpu-cluster.yaml).
 # Regenerate it with hpcdist rather than editing it by hand.
 #SBATCH --job-name="ufsemulator-nccl"
 #SBATCH --nodes=1
