@@ -69,7 +69,7 @@ def test_a_secret_others_can_write_is_refused(tmp_path: Path) -> None:
     path = tmp_path / "secret"
     create_secret_file(path)
     os.chmod(path, 0o622)
-    with pytest.raises(PrivacyError, match="job secret .* writable by group and others"):
+    with pytest.raises(PrivacyError, match=r"job secret .* writable by group and others"):
         load_secret({SECRET_VAR: str(path)})
 
 

@@ -105,7 +105,7 @@ def test_read_private_refuses_a_writable_file_and_a_link(tmp_path: Path) -> None
     path.chmod(0o600)
     assert read_private(path, "job secret") == "x"
     path.chmod(0o622)
-    with pytest.raises(PrivacyError, match="job secret .* is writable by group and others"):
+    with pytest.raises(PrivacyError, match=r"job secret .* is writable by group and others"):
         read_private(path, "job secret")
     (tmp_path / "link").symlink_to(path)
     with pytest.raises(OSError):

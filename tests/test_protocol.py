@@ -111,7 +111,8 @@ def test_the_scripts_port_expression_is_derive_port_of_the_secret(secret: str, s
 def test_the_port_follows_the_secret_not_the_job_id() -> None:
     a, b = "00000000" + "1" * 56, "00000001" + "1" * 56
     assert protocol.port_seed(a) == 0 and protocol.port_seed(b) == 1
-    assert protocol.derive_port(protocol.port_seed(b), 0) == protocol.PORT_LOW + protocol.PORT_STRIDE
+    second = protocol.derive_port(protocol.port_seed(b), 0)
+    assert second == protocol.PORT_LOW + protocol.PORT_STRIDE
 
 
 @pytest.mark.parametrize(
