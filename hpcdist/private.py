@@ -85,6 +85,19 @@ def check_private_chain(path: Path, root: Path, what: str) -> None:
             check_owned(item, what)
 
 
+def replaceable_by_others(path: Path) -> Path | None:
+    """The first folder above ``path`` that others may write without the sticky bit: there
+    they can rename ``path`` away and put their own in its place, whatever its own mode."""
+    for folder in Path(os.path.abspath(path)).parents:
+        try:
+            mode = os.lstat(folder).st_mode
+        except OSError:
+            return None
+        if mode & (stat.S_IWGRP | stat.S_IWOTH) and not mode & stat.S_ISVTX:
+            return folder
+    return None
+
+
 def _one_private_dir(path: Path, what: str) -> None:
     if not os.path.lexists(path):
         os.makedirs(path.parent, exist_ok=True)  # above the private part: the umask's modes

@@ -12,6 +12,7 @@ import os
 import secrets
 import shutil
 import subprocess
+import sys
 import tempfile
 import time
 from collections.abc import Iterator, Mapping
@@ -26,7 +27,7 @@ from hpcdist.fileutil import current_umask
 from hpcdist.jobs import JobRecord, jobs_root, save_record, state_dir
 from hpcdist.jobsecret import create_secret_file
 from hpcdist.localjob import identify
-from hpcdist.private import strict_umask
+from hpcdist.private import replaceable_by_others, strict_umask
 from hpcdist.protocol import SECRET_DIR, SECRET_VAR, SIGNAL_VAR, is_inherited
 from hpcdist.render import render
 from hpcdist.slurmtime import time_limit_minutes
@@ -227,6 +228,14 @@ def submit(
     root = jobs_root(project_dir)
     # submitit's pickles run as this user when the job starts: their folder is ours alone.
     folder = state_dir("submitit", project_dir=project_dir) / "%j"
+    shared = replaceable_by_others(root)
+    if shared is not None:
+        print(
+            f"hpcdist: warning: {shared} is writable by others: they could put their own "
+            f"{root.name} in place of yours before the job starts; set HPCDIST_HOME to a "
+            "folder only you can write",
+            file=sys.stderr,
+        )
     extra_env = dict(spec.env)
     # The job's secret, before any rank can start: its file's path travels in the job.
     secret_file = state_dir(*Path(SECRET_DIR).parts[1:], project_dir=project_dir) / (

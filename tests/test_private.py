@@ -132,3 +132,16 @@ def test_write_atomic_respects_the_umask(tmp_path: Path, umask: int, mode: int) 
     finally:
         os.umask(old)
     assert stat.S_IMODE((tmp_path / "out.txt").stat().st_mode) == mode
+
+
+def test_replaceable_by_others_finds_a_writable_folder_above(tmp_path: Path) -> None:
+    from hpcdist.private import replaceable_by_others
+
+    shared = tmp_path / "proj"
+    shared.mkdir()
+    shared.chmod(0o700)
+    assert replaceable_by_others(shared / ".hpcdist") is None
+    shared.chmod(0o770)
+    assert replaceable_by_others(shared / ".hpcdist") == shared
+    shared.chmod(0o1777)  # sticky: others cannot rename what is ours
+    assert replaceable_by_others(shared / ".hpcdist") is None
