@@ -116,3 +116,63 @@ def test_established_peers_of_the_store_port() -> None:
 )
 def test_foreign_peers(peers: list[str], allowed: list[str], strangers: list[str]) -> None:
     assert foreign_peers(peers, allowed) == strangers
+
+
+RANK_SCRIPT = """
+import sys
+from hpcdist.distributed import DistributedInitError, setup_distributed, cleanup_distributed
+try:
+    setup_distributed(20)
+except DistributedInitError as exc:
+    print("REFUSED", exc, flush=True)
+    sys.exit(3)
+print("JOINED", flush=True)
+cleanup_distributed()
+"""
+
+
+@pytest.mark.parametrize("same_secret", [True, False], ids=["same-secret", "stranger"])
+def test_two_ranks_join_only_with_the_same_secret(tmp_path: Path, same_secret: bool) -> None:
+    import socket
+    import subprocess
+    import sys
+
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
+    files = [tmp_path / "s0", tmp_path / "s1"]
+    create_secret_file(files[0])
+    if same_secret:
+        files[1] = files[0]
+    else:
+        create_secret_file(files[1])
+    procs = []
+    for rank in range(2):
+        env = {
+            **{k: v for k, v in os.environ.items() if not k.startswith("SLURM_")},
+            "RANK": str(rank),
+            "WORLD_SIZE": "2",
+            "LOCAL_RANK": str(rank),
+            "LOCAL_WORLD_SIZE": "2",
+            "MASTER_ADDR": "127.0.0.1",
+            "MASTER_PORT": str(port),
+            "GLOO_SOCKET_IFNAME": "lo",
+            SECRET_VAR: str(files[rank]),
+        }
+        procs.append(
+            subprocess.Popen(
+                [sys.executable, "-c", RANK_SCRIPT],
+                env=env,
+                stdout=subprocess.PIPE,
+                stderr=subprocess.STDOUT,
+                text=True,
+            )
+        )
+    outs = [p.communicate(timeout=90)[0] for p in procs]
+    if same_secret:
+        assert [p.returncode for p in procs] == [0, 0], outs
+        assert all("JOINED" in out for out in outs)
+    else:
+        assert [p.returncode for p in procs] == [3, 3], outs
+        assert "rank(s) 1 did not prove that they hold this job's secret" in outs[0]
+        assert "rank(s) 0 did not prove" in outs[1]
