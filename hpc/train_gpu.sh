@@ -1,6 +1,6 @@
 #!/bin/bash
 # ufsemulator-nccl: DDP over NCCL, 1 nodes x 4 GPUs, one task per GPU
-# Rendered by hpcdist 0.1.0 from templates/nccl.sh.j2, profile gpu-cluster.
+# Rendered by hpcdist 0.1.0 from templates/nccl.sh.j2, profile gpu-cluster (shipped:gpu-cluster.yaml).
 # Regenerate it with hpcdist rather than editing it by hand.
 #SBATCH --job-name="ufsemulator-nccl"
 #SBATCH --nodes=1
@@ -37,10 +37,28 @@ export TORCH_SYMM_MEM_DISABLE_MULTICAST=1
 export NVSHMEM_DISABLE_NVLS=1
 # <<< environment
 
+# hpcdist's state of this job (its secret, its requeue marker) lives in folders of this user's
+# alone: one that another user owns or can write is refused, never used.
+submit_dir="${SLURM_SUBMIT_DIR:-$PWD}"
+for dir in .hpcdist .hpcdist/secrets .hpcdist/requeue; do
+  (umask 077 && mkdir -p "${submit_dir}/${dir}") 2>/dev/null || true
+  dir="${submit_dir}/${dir}"
+  mode="$(stat -c %a "${dir}" 2>/dev/null || echo missing)"
+  if [ -L "${dir}" ] || [ ! -O "${dir}" ] || [ $(( 8#${mode/missing/2} & 8#022 )) -ne 0 ]; then
+    echo "hpcdist: refusing ${dir}: owned by $(stat -c %U "${dir}" 2>/dev/null || echo nobody), mode ${mode}; it must be yours alone: remove it (or chmod go-w it if it is yours)" >&2
+    exit 1
+  fi
+  chmod 700 "${dir}"
+done
+# The job's secret, new for every run: the ranks prove they hold it before they exchange
+# anything, and the rendezvous port is derived from it (not from the public job id).
+export HPCDIST_SECRET_FILE="${submit_dir}/.hpcdist/secrets/${SLURM_JOB_ID}"
+rm -f "${HPCDIST_SECRET_FILE}"
+(umask 077 && set -o noclobber && od -An -tx1 -N32 /dev/urandom | tr -d ' \n' > "${HPCDIST_SECRET_FILE}")
 echo "hpcdist: job ${SLURM_JOB_ID} on ${SLURM_JOB_NODELIST}, restart ${SLURM_RESTART_COUNT:-0}"
 # Rank 0 leaves this file once it has checkpointed on the warning signal. A file, not an
 # exit code: srun reports whichever rank it killed last, not the one that asked.
-export HPCDIST_REQUEUE_MARKER="${SLURM_SUBMIT_DIR:-$PWD}/.hpcdist/requeue/${SLURM_JOB_ID}"
+export HPCDIST_REQUEUE_MARKER="${submit_dir}/.hpcdist/requeue/${SLURM_JOB_ID}"
 rm -f "${HPCDIST_REQUEUE_MARKER}"
 status=0
 # srun in SLURM >= 22.05 no longer inherits --cpus-per-task from sbatch: pass it explicitly.

@@ -12,7 +12,7 @@ from typing import Any
 import click
 
 from hpcdist.errors import UserError
-from hpcdist.fileutil import write_atomic
+from hpcdist.fileutil import umask_mode, write_atomic
 from hpcdist.options import job_options, spec_from_options
 
 
@@ -73,7 +73,7 @@ def render(out: Path | None, force: bool, **options: Any) -> int:
     if not out.parent.is_dir():
         raise UserError(f"--script {str(out)!r}: folder {str(out.parent)!r} does not exist")
     try:
-        write_atomic(out, script, mode=0o755)
+        write_atomic(out, script, mode=umask_mode(executable=True))
     except OSError as exc:
         raise UserError(f"--script {str(out)!r} cannot be written: {exc.strerror}") from exc
     click.echo(f"wrote {out}", err=True)

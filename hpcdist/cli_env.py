@@ -21,8 +21,10 @@ from hpcdist.distributed import (
     NodeListError,
     expand_nodelist,
     expand_tasks_per_node,
+    resolve_env,
     select_device,
 )
+from hpcdist.errors import UserError
 
 _COLUMNS = ("rank", "local", "node", "master", "threads", "device")
 
@@ -85,8 +87,8 @@ def env_command(
 
 def _print_own(as_json: bool) -> None:
     try:
-        env = DistEnv.from_environ(os.environ)
-    except (DistEnvError, NodeListError) as exc:
+        env = resolve_env(os.environ)
+    except (DistEnvError, NodeListError, UserError) as exc:
         raise click.UsageError(
             f"cannot resolve this process's distributed environment: {exc}"
         ) from None

@@ -45,9 +45,14 @@ class CommandJob(Checkpointable):
     threads: int | None = None
     torchrun_nproc: int | None = None
     requeue: bool = True  # --no-requeue: the user's word; a warned job ends instead
+    # The user's umask at submission: submit hands submitit a strict one (its pickles and
+    # folders are private), which sbatch and the local executor would pass on to the job.
+    umask: int | None = None
     _child: subprocess.Popen[bytes] | None = field(default=None, repr=False, compare=False)
 
     def __call__(self) -> int:
+        if self.umask is not None:
+            os.umask(self.umask)
         env = dict(os.environ)
         env.update(self.env)
         if self.threads is not None:
@@ -103,7 +108,13 @@ class CommandJob(Checkpointable):
             print("hpcdist: warned, not requeued (--no-requeue)", file=sys.stderr, flush=True)
             return None
         fresh = CommandJob(
-            self.argv, self.env, self.record_dir, self.threads, self.torchrun_nproc, self.requeue
+            self.argv,
+            self.env,
+            self.record_dir,
+            self.threads,
+            self.torchrun_nproc,
+            self.requeue,
+            self.umask,
         )
         return DelayedSubmission(fresh)
 
@@ -111,9 +122,9 @@ class CommandJob(Checkpointable):
         """torchrun for this task's node: the rendezvous is rank 0's host and port of the
         srun layout (one task per node), as DistEnv resolves them for any SLURM step."""
         from hpcdist.directives import torchrun_command, torchrun_flags
-        from hpcdist.distenv import DistEnv
+        from hpcdist.distributed import resolve_env
 
-        step = DistEnv.from_environ(env)
+        step = resolve_env(env)
         flags = torchrun_flags(
             str(step.world_size),
             str(self.torchrun_nproc),

@@ -18,11 +18,11 @@ from contextlib import contextmanager
 
 from hpcdist.distributed import (
     DistContext,
-    DistEnv,
     DistributedInitError,
     cleanup_distributed,
     collective_timeout_s,
     network_hint,
+    resolve_env,
     setup_distributed,
 )
 
@@ -145,7 +145,7 @@ def main(argv: list[str] | None = None) -> int:
     # torch logs every TCPStore retry with a C++ stack trace; the FAIL line says it once
     os.environ.setdefault("TORCH_CPP_LOG_LEVEL", "ERROR")
     try:
-        env = DistEnv.from_environ(os.environ)
+        env = resolve_env(os.environ)
     except ValueError as exc:  # DistEnvError, NodeListError: stale or malformed variables
         print(f"FAIL: environment: {exc}", flush=True)
         return EXIT_FAIL

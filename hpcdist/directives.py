@@ -12,7 +12,7 @@ import shlex
 from dataclasses import dataclass
 
 from hpcdist.dependency import dependency_value
-from hpcdist.protocol import port_shell_expression
+from hpcdist.protocol import port_seed_shell, port_shell_expression
 from hpcdist.spec import JOB_OPTIONS, Count, JobSpec
 from hpcdist.sweep import array_range, task_command
 
@@ -168,7 +168,12 @@ def launch_argv(spec: JobSpec) -> list[str]:
     return torchrun_command(torchrun, command)
 
 
+# The batch script's (unexported) copy of the job's secret, read from its 0600 file.
+SECRET_SHELL_VAR = "hpcdist_secret"
+
+
 def torchrun_port_expression() -> str:
     """The torchrun rendezvous port in a batch script: the port srun's first step (step 0)
-    would derive, so the script and hpcdist's submit path meet on the same formula."""
-    return port_shell_expression("SLURM_JOB_ID", "0")
+    would derive from the job's secret, so the script and hpcdist's submit path meet on
+    the same formula."""
+    return port_shell_expression(port_seed_shell(SECRET_SHELL_VAR), "0")

@@ -15,7 +15,7 @@ from itertools import accumulate
 from typing import Literal
 
 from hpcdist.nodelist import MAX_HOSTS, hosts_cached
-from hpcdist.protocol import derive_port
+from hpcdist.protocol import derive_port, port_seed
 
 Source = Literal["torchrun", "slurm", "submitit-local", "single"]
 
@@ -61,16 +61,19 @@ class DistEnv:
     hostname: str
 
     @classmethod
-    def from_environ(cls, env: Mapping[str, str]) -> DistEnv:
-        """Resolve the contract: torchrun > SLURM > submitit local executor > single."""
+    def from_environ(cls, env: Mapping[str, str], secret: str | None = None) -> DistEnv:
+        """Resolve the contract: torchrun > SLURM > submitit local executor > single.
+
+        ``secret``: the job's secret (hpcdist.jobsecret); the port is derived from it
+        where no MASTER_PORT is given, else (a job hpcdist did not start) from the job id."""
         if "RANK" in env:
             return _from_torchrun(env)
         if "SLURM_PROCID" in env:
-            resolved = _from_slurm(env)
+            resolved = _from_slurm(env, secret)
             if "SUBMITIT_LOCAL_GLOBALID" in env:
-                _check_same_task(resolved, _from_submitit_local(env))
+                _check_same_task(resolved, _from_submitit_local(env, secret))
         elif "SUBMITIT_LOCAL_GLOBALID" in env:
-            resolved = _from_submitit_local(env)
+            resolved = _from_submitit_local(env, secret)
         else:
             resolved = _single(env)
         _check_torch_vars_agree(env, resolved)
@@ -105,7 +108,7 @@ def _from_torchrun(env: Mapping[str, str]) -> DistEnv:
     )
 
 
-def _from_slurm(env: Mapping[str, str]) -> DistEnv:
+def _from_slurm(env: Mapping[str, str], secret: str | None = None) -> DistEnv:
     rank = _int(env, "SLURM_PROCID", 0)
     world_var = _first_present(env, ("SLURM_STEP_NUM_TASKS", "SLURM_NTASKS", "SLURM_NPROCS"))
     world = _int(env, world_var, 1)
@@ -143,7 +146,8 @@ def _from_slurm(env: Mapping[str, str]) -> DistEnv:
         port = _port(env)
     else:
         step = _int(env, step_var, 0, default=0)
-        port = derive_port(_int(env, _first_present(env, ("SLURM_JOB_ID",)), 1), step)
+        job = _int(env, _first_present(env, ("SLURM_JOB_ID",)), 1)
+        port = derive_port(job if secret is None else port_seed(secret), step)
     return DistEnv(
         rank=rank,
         local_rank=local_rank,
@@ -158,7 +162,7 @@ def _from_slurm(env: Mapping[str, str]) -> DistEnv:
     )
 
 
-def _from_submitit_local(env: Mapping[str, str]) -> DistEnv:
+def _from_submitit_local(env: Mapping[str, str], secret: str | None = None) -> DistEnv:
     # submitit 1.5.4 LocalExecutor: the controller sets NTASKS, NODEID=0, JOB_NUM_NODES=1;
     # each task gets LOCALID, GLOBALID and JOB_ID (the controller's pid). No SLURM_*.
     rank = _int(env, "SUBMITIT_LOCAL_GLOBALID", 0)
@@ -177,7 +181,8 @@ def _from_submitit_local(env: Mapping[str, str]) -> DistEnv:
     if "MASTER_PORT" in env:
         port = _port(env)
     else:
-        port = derive_port(_int(env, _first_present(env, ("SUBMITIT_LOCAL_JOB_ID",)), 1), 0)
+        job = _int(env, _first_present(env, ("SUBMITIT_LOCAL_JOB_ID",)), 1)
+        port = derive_port(job if secret is None else port_seed(secret), 0)
     return DistEnv(
         rank=rank,
         local_rank=local_rank,

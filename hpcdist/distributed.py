@@ -27,8 +27,14 @@ from hpcdist.hangs import (
     flight_recorder_files,
     network_hint,
 )
+from hpcdist.jobsecret import (
+    RendezvousAuthError,
+    authenticate,
+    check_store_peers,
+    load_secret,
+)
 from hpcdist.nodelist import NodeListError, expand_nodelist
-from hpcdist.protocol import PORT_HIGH, PORT_LOW, derive_port
+from hpcdist.protocol import PORT_HIGH, PORT_LOW, SECRET_VAR, derive_port
 
 if TYPE_CHECKING:
     import torch
@@ -52,6 +58,7 @@ __all__ = [
     "expand_tasks_per_node",
     "flight_recorder_files",
     "network_hint",
+    "resolve_env",
     "select_device",
     "setup_distributed",
     "single_process",
@@ -168,7 +175,8 @@ def setup_distributed(
         raise ValueError(f"timeout_s must be > 0, got {timeout_s}")
     if dist.is_initialized():
         raise RuntimeError("a process group is already initialised; call cleanup_distributed()")
-    env = DistEnv.from_environ(source_env)
+    secret = load_secret(source_env)
+    env = DistEnv.from_environ(source_env, secret)
     visible = torch.cuda.device_count() if torch.cuda.is_available() else 0
     backend, device_name = task_device(source_env, env.local_rank, visible, backend)
     device = torch.device(device_name)
@@ -213,6 +221,7 @@ def setup_distributed(
         cleanup_distributed()
         message = _init_failure(env, backend, timeout_s, exc, source_env)
         raise DistributedInitError(message, env.master_addr, env.master_port) from exc
+    _authenticate(env, secret, serves, device, source_env)
     print(
         f"[Rank {env.rank}] host {env.hostname}, local rank {env.local_rank}/"
         f"{env.local_world_size}, node {env.node_rank}, device {device}, "
@@ -255,6 +264,49 @@ def single_process(
         flush=True,
     )
     return DistContext(env=env, backend=backend, device=device, is_main=True)
+
+
+def _authenticate(
+    env: DistEnv, secret: str | None, serves: bool, device: torch.device, source: Mapping[str, str]
+) -> None:
+    """Before anything else crosses the group: the store's connections come from the job's
+    nodes and every rank proves that it holds the job's secret (hpcdist.jobsecret)."""
+    if secret is None:
+        if env.is_main and env.world_size > 1 and "SLURM_JOB_ID" in source:
+            print(
+                f"Warning: no job secret ({SECRET_VAR} unset): this rendezvous is not "
+                "authenticated; jobs started by hpcdist submit or a rendered script are",
+                flush=True,
+            )
+        return
+    try:
+        nodes_var = next((v for v in _NODELIST_VARS if source.get(v, "").strip()), None)
+        if serves and nodes_var is not None:
+            check_store_peers(env.master_port, expand_nodelist(source[nodes_var]))
+        job_id = next((source[v] for v in _JOB_ID_VARS if source.get(v, "").strip()), "")
+        authenticate(secret, job_id, env.rank, env.world_size, device)
+    except Exception as exc:
+        cleanup_distributed()
+        where = f"rank {env.rank}/{env.world_size} on {env.hostname}"
+        if isinstance(exc, RendezvousAuthError):
+            message = f"{where}: {exc} (rendezvous {env.master_addr}:{env.master_port})"
+        else:  # the stranger broke the collective itself
+            reason = (str(exc).strip().splitlines() or [type(exc).__name__])[0][:300]
+            message = (
+                f"{where}: the secret check of the rendezvous at {env.master_addr}:"
+                f"{env.master_port} failed ({reason}); a process outside the job may have "
+                "joined; stopped before any weights or gradients were exchanged"
+            )
+        raise DistributedInitError(message, env.master_addr, env.master_port) from exc
+
+
+_NODELIST_VARS = ("SLURM_JOB_NODELIST", "SLURM_NODELIST")
+_JOB_ID_VARS = ("SLURM_JOB_ID", "SUBMITIT_LOCAL_JOB_ID")
+
+
+def resolve_env(environ: Mapping[str, str]) -> DistEnv:
+    """``DistEnv.from_environ`` with the job's secret (the port is derived from it)."""
+    return DistEnv.from_environ(environ, load_secret(environ))
 
 
 def _wait_for_master(addr: str, port: int, deadline: float) -> None:

@@ -7,17 +7,33 @@ import tempfile
 from pathlib import Path
 
 
-def write_atomic(path: Path, text: str, mode: int = 0o644) -> None:
-    """Write text to a temporary file beside ``path``, fsync it, then rename it into place."""
+def current_umask() -> int:
+    """The process umask (read by setting it: POSIX offers no other way)."""
+    mask = os.umask(0o077)
+    os.umask(mask)
+    return mask
+
+
+def umask_mode(executable: bool = False) -> int:
+    """The mode ``open``/``creat`` would give a new file under the user's umask: temporary
+    files are created 0600, so their final mode is set to this (or to a stricter one)."""
+    return (0o777 if executable else 0o666) & ~current_umask()
+
+
+def write_atomic(path: Path, text: str, mode: int | None = None) -> None:
+    """Write text to a temporary file beside ``path``, fsync it, then rename it into place.
+
+    ``mode`` None: what the user's umask gives a new file (never a forced 0644)."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
+    final_mode = umask_mode() if mode is None else mode
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
     try:
         with os.fdopen(fd, "w", encoding="utf-8") as handle:
             handle.write(text)
             handle.flush()
             os.fsync(handle.fileno())
-        os.chmod(tmp, mode)
+        os.chmod(tmp, final_mode)
         os.replace(tmp, path)
     except BaseException:
         Path(tmp).unlink(missing_ok=True)

@@ -11,7 +11,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from hpcdist.fileutil import write_atomic
+from hpcdist.fileutil import umask_mode, write_atomic
 from hpcdist.options import spec_from_options
 from hpcdist.render import render
 
@@ -42,7 +42,7 @@ def main(argv: list[str] | None = None) -> int:
             if not path.is_file() or path.read_text(encoding="utf-8") != text:
                 stale.append(name)
         else:
-            write_atomic(path, text, mode=0o755)
+            write_atomic(path, text, mode=umask_mode(executable=True))
             print(f"wrote {path}")
     if stale:
         print(f"out of date in {args.dir}: {', '.join(stale)}; run python3 -m hpcdist.hpcscripts")

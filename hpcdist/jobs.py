@@ -18,6 +18,13 @@ from typing import Any
 from hpcdist.errors import UserError
 from hpcdist.fileutil import write_atomic
 from hpcdist.localjob import ProcessIdentity, stop_tree
+from hpcdist.private import (
+    PRIVATE_FILE_MODE,
+    PrivacyError,
+    check_private_chain,
+    private_dir,
+    read_private,
+)
 
 # States after which a job never runs again (sacct may add "by <uid>" to CANCELLED).
 FINAL_STATES = frozenset(
@@ -67,9 +74,16 @@ def jobs_root(project_dir: Path | None = None) -> Path:
     return (base / ".hpcdist").resolve()
 
 
+def state_dir(*parts: str, project_dir: Path | None = None) -> Path:
+    """A folder of the private state (``.hpcdist/<parts>``), created 0700 or checked: a
+    folder another user owns or can write is refused (PrivacyError, one line)."""
+    root = jobs_root(project_dir)
+    return private_dir(root.joinpath(*parts), "hpcdist's private folder", root)
+
+
 def save_record(record: JobRecord, project_dir: Path | None = None) -> Path:
-    path = jobs_root(project_dir) / "jobs" / f"{record.job_id}.json"
-    write_atomic(path, json.dumps(asdict(record), indent=2) + "\n")
+    path = state_dir("jobs", project_dir=project_dir) / f"{record.job_id}.json"
+    write_atomic(path, json.dumps(asdict(record), indent=2) + "\n", mode=PRIVATE_FILE_MODE)
     return path
 
 
@@ -100,14 +114,19 @@ def load_record(job_id: str, project_dir: Path | None = None) -> JobRecord:
 
 def find_record(job_id: str, project_dir: Path | None = None) -> JobRecord | None:
     """This folder's record of a job, None if it has none; a corrupt one is a UserError."""
-    path = jobs_root(project_dir) / "jobs" / f"{check_job_id(job_id)}.json"
+    root = jobs_root(project_dir)
+    path = root / "jobs" / f"{check_job_id(job_id)}.json"
+    # Another user's record could name any process for `cancel` to stop: only ours count.
+    check_private_chain(path, root, "job record")
     return read_record(path) if path.is_file() else None
 
 
 def read_record(path: Path) -> JobRecord:
     """A record file, checked field by field: one bad file is one line, never a traceback."""
     try:
-        data = json.loads(path.read_text(encoding="utf-8"))
+        data = json.loads(read_private(path, "job record"))
+    except PrivacyError:
+        raise
     except (OSError, UnicodeDecodeError, ValueError) as exc:
         raise UserError(
             f"job record {str(path)!r} cannot be read ({_reason(exc)}); "
@@ -167,7 +186,9 @@ def _record_problem(data: Any) -> str:
 
 def scan_records(project_dir: Path | None = None) -> tuple[list[JobRecord], list[str]]:
     """Every readable record, newest first, and one line for each file that is not."""
-    folder = jobs_root(project_dir) / "jobs"
+    root = jobs_root(project_dir)
+    folder = root / "jobs"
+    check_private_chain(folder, root, "hpcdist's private folder")
     records, problems = [], []
     for path in folder.glob("*.json"):
         try:

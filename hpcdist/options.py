@@ -62,6 +62,12 @@ _SOURCE_OPTIONS: tuple[Callable[[F], F], ...] = (
         help=f"Cluster profile (default: $HPCDIST_PROFILE, else {DEFAULT_PROFILE}).",
     ),
     click.option(
+        "--trust-profile",
+        is_flag=True,
+        default=None,
+        help="Use a profile file that another user owns or can write (refused otherwise).",
+    ),
+    click.option(
         "--backend",
         type=click.Choice(("gloo", "nccl")),
         default=None,
@@ -81,7 +87,8 @@ def spec_from_options(options: dict[str, Any]) -> JobSpec:
     """defaults < profile < flags, validated; raises SpecError / ProfileError for the user."""
     flags = dict(options)
     profile = load_profile(
-        flags.pop("profile", None) or os.environ.get("HPCDIST_PROFILE") or DEFAULT_PROFILE
+        flags.pop("profile", None) or os.environ.get("HPCDIST_PROFILE") or DEFAULT_PROFILE,
+        trust=bool(flags.pop("trust_profile", False)),
     )
     backend = flags.pop("backend", None)
     if backend and flags.get("mode") and flags["mode"] != backend:

@@ -52,20 +52,41 @@ def is_inherited(name: str) -> bool:
 # The rendezvous port: below the Linux ephemeral range (32768+), so an outgoing connection
 # never holds it, and different for jobs and steps that share a node.
 PORT_LOW, PORT_HIGH = 20000, 32767
-# Coprime with the span: two jobs whose ids differ by less than the span never collide at
-# the same step id.
+# Coprime with the span: two seeds that differ by less than the span never collide at the
+# same step id.
 PORT_STRIDE = 101
 
+# The job's secret: 32 random bytes as 64 hex digits, in a 0600 file of the private state
+# (``SECRET_DIR``, one per job) whose path the ranks find in ``SECRET_VAR``. The port is
+# derived from its first ``SECRET_PORT_DIGITS`` digits, so another user cannot compute it
+# from the public job id; every rank proves that it holds the whole secret before
+# anything is exchanged (hpcdist.jobsecret).
+SECRET_VAR = "HPCDIST_SECRET_FILE"
+SECRET_DIR = ".hpcdist/secrets"
+SECRET_HEX_DIGITS = 64
+SECRET_PORT_DIGITS = 8
 
-def derive_port(job_id: int, step_id: int) -> int:
-    """The rendezvous port of a job step, in [PORT_LOW, PORT_HIGH]."""
-    if job_id < 0 or step_id < 0:
-        raise ValueError(f"job id and step id must be >= 0, got {job_id} and {step_id}")
+
+def port_seed(secret: str) -> int:
+    """The number the port of a job with this secret is derived from."""
+    return int(secret[:SECRET_PORT_DIGITS], 16)
+
+
+def port_seed_shell(secret_var: str) -> str:
+    """``port_seed`` in bash arithmetic, over a shell variable holding the secret."""
+    return f"16#${{{secret_var}:0:{SECRET_PORT_DIGITS}}}"
+
+
+def derive_port(seed: int, step_id: int) -> int:
+    """The rendezvous port of a job step, in [PORT_LOW, PORT_HIGH]. ``seed`` is
+    ``port_seed(secret)``; a job without a secret (a hand-made srun) uses its job id."""
+    if seed < 0 or step_id < 0:
+        raise ValueError(f"port seed and step id must be >= 0, got {seed} and {step_id}")
     span = PORT_HIGH - PORT_LOW + 1
-    return PORT_LOW + (job_id * PORT_STRIDE + step_id) % span
+    return PORT_LOW + (seed * PORT_STRIDE + step_id) % span
 
 
-def port_shell_expression(job_id: str, step_id: str) -> str:
-    """``derive_port`` as a bash arithmetic expression over two shell variables."""
+def port_shell_expression(seed: str, step_id: str) -> str:
+    """``derive_port`` as a bash arithmetic expression over two shell expressions."""
     span = PORT_HIGH - PORT_LOW + 1
-    return f"$(( {PORT_LOW} + ({job_id} * {PORT_STRIDE} + {step_id}) % {span} ))"
+    return f"$(( {PORT_LOW} + ({seed} * {PORT_STRIDE} + {step_id}) % {span} ))"

@@ -10,6 +10,7 @@ import jinja2
 from hpcdist import protocol
 from hpcdist.directives import (
     CPUS_VAR,
+    SECRET_SHELL_VAR,
     launch_argv,
     sbatch_directives,
     srun_options,
@@ -72,7 +73,18 @@ def protocol_context() -> dict[str, object]:
         "inherited_patterns": "|".join(f"{p}*" for p in protocol.INHERITED_PREFIXES),
         "inherited_kept": "|".join(protocol.INHERITED_KEPT),
         "torchrun_port": torchrun_port_expression(),
+        "secret_var": protocol.SECRET_VAR,
+        "secret_dir": protocol.SECRET_DIR,
+        "secret_bytes": protocol.SECRET_HEX_DIGITS // 2,
+        "secret_shell_var": SECRET_SHELL_VAR,
     }
+
+
+def private_dirs(spec: JobSpec) -> list[str]:
+    """The private folders a script makes or checks, top first, below the submit folder."""
+    state = str(Path(protocol.SECRET_DIR).parent)
+    wanted = [protocol.SECRET_DIR, *([protocol.MARKER_DIR] if spec.requeue else [])]
+    return [state, *wanted]
 
 
 def render(spec: JobSpec) -> str:
@@ -93,5 +105,6 @@ def render(spec: JobSpec) -> str:
         threads_expr=threads_expr,
         launch_argv=launch_argv(spec),
         points=[set_words(point) for point in points(spec)],
+        private_dirs=private_dirs(spec),
         **protocol_context(),
     )

@@ -171,6 +171,7 @@ class JobSpec:
         metavar="JOB[:ok|any|notok]",
     )
     profile: str = "local"
+    profile_source: str = ""  # the profile's file, as the script's header names it
 
     @property
     def gpus_auto(self) -> bool:
@@ -297,6 +298,7 @@ def build_spec(profile: Profile, flags: Mapping[str, Any]) -> JobSpec:
         requeue=bool(merged["requeue"]),
         max_restarts=int(merged["max_restarts"]),
         profile=profile.name,
+        profile_source=profile.source,
         collective_timeout=None if timeout is None else int(timeout),
         overrides=tuple(merged.get("overrides", ())),
         sweep=tuple(merged.get("sweep", ())),

@@ -10,8 +10,10 @@ import contextlib
 import dataclasses
 import io
 import os
+import secrets
 import shutil
 import subprocess
+import sys
 import tempfile
 import time
 from collections.abc import Iterator, Mapping
@@ -23,9 +25,12 @@ from typing import Any
 from hpcdist.dependency import check_known
 from hpcdist.directives import sbatch_directives, srun_options
 from hpcdist.errors import SpecError, UserError
-from hpcdist.jobs import JobRecord, jobs_root, save_record
+from hpcdist.fileutil import current_umask
+from hpcdist.jobs import JobRecord, jobs_root, save_record, state_dir
+from hpcdist.jobsecret import create_secret_file
 from hpcdist.localjob import identify
-from hpcdist.protocol import SIGNAL_VAR, is_inherited
+from hpcdist.private import replaceable_by_others, strict_umask
+from hpcdist.protocol import SECRET_DIR, SECRET_VAR, SIGNAL_VAR, is_inherited
 from hpcdist.render import render
 from hpcdist.slurmtime import time_limit_minutes
 from hpcdist.spec import JobSpec
@@ -205,6 +210,15 @@ def _sbatch_reason(stderr: str) -> str:
     return lines[-1] if lines else "sbatch --test-only failed without a message"
 
 
+def _new_secret_file(project_dir: Path | None) -> Path:
+    """A new job secret in the private secrets folder (see hpcdist.jobsecret)."""
+    path = state_dir(*Path(SECRET_DIR).parts[1:], project_dir=project_dir) / (
+        f"submit-{secrets.token_hex(8)}"
+    )
+    create_secret_file(path)
+    return path
+
+
 def _local_threads(spec: JobSpec, shape: Shape) -> int:
     """Local ranks share this machine's cores instead of each taking a cluster node's."""
     cores = os.cpu_count() or 1
@@ -224,8 +238,20 @@ def submit(
     shape = refuse_auto_gpus(spec)
     kind = choose_executor(executor)
     root = jobs_root(project_dir)
-    folder = root / "submitit" / "%j"
+    # submitit's pickles run as this user when the job starts: their folder is ours alone.
+    folder = state_dir("submitit", project_dir=project_dir) / "%j"
+    shared = replaceable_by_others(root)
+    if shared is not None:
+        print(
+            f"hpcdist: warning: {shared} is writable by others: they could put their own "
+            f"{root.name} in place of yours before the job starts; set HPCDIST_HOME to a "
+            "folder only you can write",
+            file=sys.stderr,
+        )
     extra_env = dict(spec.env)
+    # The job's secret, before any rank can start: its file's path travels in the job.
+    secret_files = [_new_secret_file(project_dir)]
+    extra_env[SECRET_VAR] = str(secret_files[0])
     if spec.warning_signal:
         extra_env[SIGNAL_VAR] = spec.warning_signal
 
@@ -245,15 +271,21 @@ def submit(
         # after submitit's own array option: the rendered script's values win.
         ex.update_parameters(**slurm_parameters(spec))
         nproc = shape.tasks_per_node if spec.launcher == "torchrun" else None
+        # Each array task its own secret: the rendezvous port follows the secret, and two
+        # tasks on one node must not meet on the same port.
+        task_secrets = [secret_files[0]]
+        task_secrets += [_new_secret_file(project_dir) for _ in sweep_points[1:]]
+        secret_files = task_secrets
         commands = [
             CommandJob(
                 task_command(spec, point),
-                extra_env,
+                {**extra_env, SECRET_VAR: str(secret)},
                 record_dir=None,
                 torchrun_nproc=nproc,
                 requeue=spec.requeue,
+                umask=current_umask(),
             )
-            for point in (sweep_points or [()])
+            for point, secret in zip(sweep_points or [()], task_secrets, strict=True)
         ]
     else:
         ex = submitit.LocalExecutor(folder=folder)
@@ -267,10 +299,12 @@ def submit(
                 record_dir=None,
                 threads=_local_threads(spec, shape),
                 requeue=spec.requeue,
+                umask=current_umask(),
             )
         ]
-    before = _files_under(root)
-    with clean_slurm_environment():
+    before = _files_under(root) - set(secret_files)
+    # submitit creates the job's folder, pickles and script: none of them for other eyes.
+    with clean_slurm_environment(), strict_umask():
         try:
             # submitit echoes sbatch's stderr; the one line below says what went wrong.
             with contextlib.redirect_stderr(io.StringIO()):

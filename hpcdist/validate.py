@@ -15,7 +15,10 @@ from hpcdist.spec import AUTO, JOB_OPTIONS, LAUNCHERS, JobSpec
 from hpcdist.sweep import check_sweep
 
 # The flag that sets each JobSpec field (the profile's name comes from --profile).
-_FLAG_NAMES = {o.name: o.flag.partition("/")[0] for o in JOB_OPTIONS} | {"profile": "--profile"}
+_FLAG_NAMES = {o.name: o.flag.partition("/")[0] for o in JOB_OPTIONS} | {
+    "profile": "--profile",
+    "profile_source": "--profile",
+}
 _ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 _MEMORY = re.compile(r"[0-9]+[KMGT]?")
 _SIGNAL = re.compile(r"(B:)?(USR1|USR2|TERM|INT|HUP|URG|CONT)(@[0-9]+)?")

@@ -30,6 +30,8 @@ SOURCES = [
         protocol.RUN_DIR_VAR,
         protocol.RESTARTS_VAR,
         protocol.MARKER_DIR,
+        protocol.SECRET_VAR,
+        protocol.SECRET_DIR,
         "requeue-marker",
         f"= {protocol.REQUEUE_EXIT_CODE}",
         f"{protocol.PORT_LOW}",
@@ -82,21 +84,35 @@ def test_rendered_script_uses_the_protocol_values() -> None:
         )
     )
     assert f"export {protocol.SIGNAL_VAR}=USR1\n" in script
-    marker = f'{protocol.MARKER_VAR}="${{SLURM_SUBMIT_DIR:-$PWD}}/{protocol.MARKER_DIR}/'
-    assert f"export {marker}" in script
+    assert 'submit_dir="${SLURM_SUBMIT_DIR:-$PWD}"\n' in script
+    assert f'export {protocol.MARKER_VAR}="${{submit_dir}}/{protocol.MARKER_DIR}/' in script
+    assert f'export {protocol.SECRET_VAR}="${{submit_dir}}/{protocol.SECRET_DIR}/' in script
     assert f'[ "$status" -eq {protocol.REQUEUE_EXIT_CODE} ]' in script
-    assert f"MASTER_PORT={protocol.port_shell_expression('SLURM_JOB_ID', '0')}\n" in script
+    seed = protocol.port_seed_shell("hpcdist_secret")
+    assert f"MASTER_PORT={protocol.port_shell_expression(seed, '0')}\n" in script
+    assert "SLURM_JOB_ID} * " not in script  # never the public job id
 
 
-@pytest.mark.parametrize("job_id", [0, 1, 1234, 12767, 12768, 99_999_999])
-def test_the_scripts_port_expression_is_derive_port(job_id: int) -> None:
+@pytest.mark.parametrize(
+    ("secret", "step"),
+    [("0" * 64, 0), ("f" * 64, 0), ("00000001" + "a" * 56, 3), ("7fffffff" + "0" * 56, 12768)],
+)
+def test_the_scripts_port_expression_is_derive_port_of_the_secret(secret: str, step: int) -> None:
     import subprocess
 
-    expression = protocol.port_shell_expression("J", "0")
+    expression = protocol.port_shell_expression(protocol.port_seed_shell("S"), str(step))
     out = subprocess.run(
-        ["bash", "-c", f"J={job_id}; echo {expression}"], capture_output=True, text=True, check=True
+        ["bash", "-c", f"S={secret}; echo {expression}"], capture_output=True, text=True, check=True
     ).stdout
-    assert int(out) == protocol.derive_port(job_id, 0)
+    assert int(out) == protocol.derive_port(protocol.port_seed(secret), step)
+    assert protocol.PORT_LOW <= int(out) <= protocol.PORT_HIGH
+
+
+def test_the_port_follows_the_secret_not_the_job_id() -> None:
+    a, b = "00000000" + "1" * 56, "00000001" + "1" * 56
+    assert protocol.port_seed(a) == 0 and protocol.port_seed(b) == 1
+    second = protocol.derive_port(protocol.port_seed(b), 0)
+    assert second == protocol.PORT_LOW + protocol.PORT_STRIDE
 
 
 @pytest.mark.parametrize(
@@ -131,7 +147,7 @@ def test_derive_port_values(job_id: int, step_id: int, port: int) -> None:
 
 
 @pytest.mark.parametrize(("job_id", "step_id"), [(-1, 0), (0, -1), (-1, -1)])
-def test_derive_port_refuses_a_negative_id(job_id: int, step_id: int) -> None:
+def test_derive_port_refuses_a_negative_seed_or_step(job_id: int, step_id: int) -> None:
     with pytest.raises(ValueError) as info:
         protocol.derive_port(job_id, step_id)
-    assert str(info.value) == f"job id and step id must be >= 0, got {job_id} and {step_id}"
+    assert str(info.value) == f"port seed and step id must be >= 0, got {job_id} and {step_id}"

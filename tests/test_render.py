@@ -467,7 +467,19 @@ def test_requeue_marker_requeues_even_when_srun_reports_a_killed_rank(
         # stand-ins and the few tools it needs, and nothing else.
         shell_tools = tmp_path / "shell-tools"
         shell_tools.mkdir()
-        for tool in ("bash", "env", "rm", "mkdir", "dirname", "cat", "printf"):
+        for tool in (
+            "bash",
+            "env",
+            "rm",
+            "mkdir",
+            "dirname",
+            "cat",
+            "printf",
+            "stat",
+            "chmod",
+            "od",
+            "tr",
+        ):
             found = shutil.which(tool)
             assert found is not None
             (shell_tools / tool).symlink_to(found)

@@ -122,8 +122,8 @@ BAD_REQUESTS: list[tuple[list[str], str]] = [
     (["--backend", "nccl", "--mode", "gloo"], "--backend 'nccl' contradicts --mode 'gloo'"),
     (
         ["--profile", "nosuch"],
-        "--profile 'nosuch' is not a shipped profile (cpu-cluster, gpu-cluster, local) nor a "
-        "YAML file",
+        "--profile 'nosuch' is not a shipped profile (cpu-cluster, gpu-cluster, local) nor one "
+        "of '/nonexistent-config/hpcdist/profiles'",
     ),
     (["--profile", "/nonexistent/p.yaml"], "--profile '/nonexistent/p.yaml': no such file"),
     (
@@ -191,8 +191,10 @@ BAD_REQUESTS: list[tuple[list[str], str]] = [
 
 @pytest.mark.parametrize(("args", "message"), BAD_REQUESTS)
 def test_bad_request_is_one_line_exit_2_nothing_written(
-    args: list[str], message: str, tmp_path: Path
+    args: list[str], message: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
+    # The user's own profiles would be in a folder that does not exist.
+    monkeypatch.setenv("XDG_CONFIG_HOME", "/nonexistent-config")
     out = tmp_path / "job.sh"
     result = CliRunner().invoke(cli, ["render", *args, "--script", str(out)])
     assert result.exit_code == 2, result.output

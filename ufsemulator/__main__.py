@@ -15,6 +15,7 @@ import sys
 from pathlib import Path
 
 from hpcdist.distributed import DistEnvError, DistributedInitError
+from hpcdist.private import create_exclusive, private_dir
 from hpcdist.protocol import MARKER_VAR, REQUEUE_EXIT_CODE
 from ufsemulator import earlysignal
 from ufsemulator.config import ConfigError
@@ -204,8 +205,10 @@ def _train(args: argparse.Namespace) -> int:
     # by a marker file: srun reports the status of whichever rank it killed last.
     marker = os.environ.get(MARKER_VAR)
     if marker:
-        Path(marker).parent.mkdir(parents=True, exist_ok=True)
-        Path(marker).write_text(f"{result.run_dir}\n", encoding="utf-8")
+        # A new 0600 file in a private folder, never through a link another user planted.
+        path = Path(marker)
+        private_dir(path.parent, "requeue marker folder", root=path.parent.parent)
+        create_exclusive(path, f"{result.run_dir}\n")
     return EXIT_PREEMPTED
 
 

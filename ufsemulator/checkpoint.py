@@ -21,25 +21,37 @@ from typing import Any
 import numpy as np
 import torch
 
+from hpcdist.digests import DigestBook, sha256_file
+from hpcdist.fileutil import umask_mode
 from ufsemulator.errors import CheckpointError
 
 REQUIRED_KEYS = ("model", "model_config", "epoch", "config")
 
 
-def save_checkpoint(state: Mapping[str, Any], path: str | Path) -> Path:
+def save_checkpoint(
+    state: Mapping[str, Any], path: str | Path, digests: DigestBook | None = None
+) -> Path:
     """Write ``state`` to ``path`` so that a crash at any moment leaves either the old
     file or the new one, never a torn one: temp file in the same directory, fsync,
-    ``os.replace`` (atomic on POSIX within one file system), fsync of the directory."""
+    ``os.replace`` (atomic on POSIX within one file system), fsync of the directory.
+
+    With ``digests``, the file's SHA-256 is recorded there (around the rename), so that
+    auto-resume can tell this file from one another user put in its place."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp_name = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
     try:
-        os.fchmod(fd, 0o644)  # mkstemp's 0600 would hide results from the project group
+        os.fchmod(fd, umask_mode())  # mkstemp's 0600, widened as far as the umask allows
         with os.fdopen(fd, "wb") as handle:
             torch.save(dict(state), handle)
             handle.flush()
             os.fsync(handle.fileno())
+        digest = sha256_file(Path(tmp_name)) if digests is not None else ""
+        if digests is not None:
+            digests.expect(path, digest)
         os.replace(tmp_name, path)
+        if digests is not None:
+            digests.settle(path, digest)
     except BaseException:
         with contextlib.suppress(OSError):
             os.unlink(tmp_name)

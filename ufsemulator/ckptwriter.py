@@ -18,6 +18,7 @@ from typing import Any
 
 import torch
 
+from hpcdist.digests import DigestBook, sha256_file
 from ufsemulator.checkpoint import _fsync_dir, save_checkpoint
 
 
@@ -25,7 +26,8 @@ class CheckpointWriter:
     """States in order, the newest per file. ``submit`` takes a snapshot (the live weights
     move on) and returns at once; ``wait`` (or ``close``) before anything needs the files."""
 
-    def __init__(self) -> None:
+    def __init__(self, digests: DigestBook | None = None) -> None:
+        self.digests = digests  # where each file's SHA-256 is recorded (None: nowhere)
         self._cond = threading.Condition()
         self._queue: list[tuple[dict[str, Any], list[Path]]] = []
         self._busy = False
@@ -61,7 +63,7 @@ class CheckpointWriter:
                 state, paths = self._queue.pop(0)
                 self._busy = True
             try:
-                write_all(state, paths)
+                write_all(state, paths, self.digests)
             except BaseException as exc:  # reported by wait(), in the training's thread
                 with self._cond:
                     self._error = self._error or exc
@@ -108,19 +110,25 @@ def snapshot(value: Any) -> Any:
     return value  # numbers and strings
 
 
-def write_all(state: dict[str, Any], paths: list[Path]) -> None:
+def write_all(state: dict[str, Any], paths: list[Path], digests: DigestBook | None = None) -> None:
     """The first file is serialised; the others become further names of it (same bytes,
     already on disk), atomically replaced like any checkpoint. A later replacement of the
-    first file leaves them as they are. Where hard links fail, they are written too."""
-    first = save_checkpoint(state, paths[0])
+    first file leaves them as they are. Where hard links fail, they are written too.
+    With ``digests``, every file's SHA-256 is recorded there."""
+    first = save_checkpoint(state, paths[0], digests)
+    digest = sha256_file(first) if digests is not None and len(paths) > 1 else ""
     for path in paths[1:]:
         tmp = path.with_name(f".{path.name}.{os.getpid()}.link")
         try:
             tmp.unlink(missing_ok=True)
             os.link(first, tmp)
+            if digests is not None:
+                digests.expect(path, digest)
             os.replace(tmp, path)
+            if digests is not None:
+                digests.settle(path, digest)
         except OSError:
             tmp.unlink(missing_ok=True)
-            save_checkpoint(state, path)
+            save_checkpoint(state, path, digests)
         else:
             _fsync_dir(path.parent)

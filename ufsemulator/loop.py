@@ -31,6 +31,7 @@ import torch.distributed as dist
 from torch import nn
 from torch.nn.parallel import DistributedDataParallel
 
+from hpcdist.digests import default_book
 from hpcdist.distributed import DistContext
 from ufsemulator.checkpoint import capture_rng
 from ufsemulator.ckptwriter import CheckpointWriter
@@ -153,7 +154,8 @@ class Loop:
         # a CPU (gloo) group agrees on it without touching the GPU.
         on_gpu = ctx.device.type == "cuda" and grouped()
         self._flag_group = dist.new_group(backend="gloo") if on_gpu else None
-        self._writer = CheckpointWriter() if ctx.is_main else None
+        # Every checkpoint's SHA-256 goes to the private state: auto-resume trusts only those.
+        self._writer = CheckpointWriter(default_book()) if ctx.is_main else None
         self.times = LoopTimes()
 
     @property

@@ -22,8 +22,10 @@ from typing import Any
 
 import torch.distributed as dist
 
+from hpcdist.digests import default_book
 from hpcdist.distributed import DistContext
-from hpcdist.fileutil import write_atomic
+from hpcdist.fileutil import umask_mode, write_atomic
+from hpcdist.private import PrivacyError, path_problem
 from hpcdist.protocol import RUN_DIR_VAR
 from ufsemulator.config import Config
 from ufsemulator.sources import PathSpec, expand_paths
@@ -69,8 +71,11 @@ def resolve_run_dir(
 ) -> Path:
     """Explicit argument > config > the resumed checkpoint's folder > runs/<job id>.
 
-    Decided on rank 0 and broadcast: a timestamp may differ between ranks."""
-    chosen: list[object] = [None]
+    Decided on rank 0 and broadcast: a timestamp may differ between ranks. The folder must
+    be this user's and writable by nobody else (job ids are public: another user could
+    have made ``runs/<job id>`` first to plant a checkpoint or read the results); every
+    rank raises the same one-line error otherwise."""
+    chosen: list[object] = [None, ""]
     if ctx.is_main:
         if given is not None:
             path = Path(given)
@@ -80,11 +85,39 @@ def resolve_run_dir(
             path = Path(resume).resolve().parent
         else:
             path = default_run_dir()
-        path.mkdir(parents=True, exist_ok=True)
-        chosen = [str(path)]
+        # 0o755 under the umask: never group-writable, whatever the umask allows.
+        path.mkdir(parents=True, exist_ok=True, mode=0o755)
+        problem = path_problem(path)
+        chosen = [str(path), f"run folder {str(path)!r} {problem}" if problem else ""]
     if dist.is_initialized():  # else one process: nothing to agree on
         dist.broadcast_object_list(chosen, src=0)
+    if chosen[1]:
+        raise PrivacyError(
+            f"{chosen[1]}; refusing to write or resume there (remove it, or chmod go-w it "
+            "if it is yours)"
+        )
     return Path(str(chosen[0]))
+
+
+CHECKPOINT_NAME = "checkpoint.pt"
+
+
+def trusted_resume(ctx: DistContext, run_dir: Path) -> Path | None:
+    """The run folder's checkpoint if this user's private state recorded its digest when
+    it was written (a requeued job picks up where it stopped); None otherwise, with one
+    line saying why it starts fresh. Rank 0 decides; every rank gets the answer."""
+    chosen: list[object] = [None]
+    if ctx.is_main:
+        candidate = run_dir / CHECKPOINT_NAME
+        if candidate.is_file():
+            problem = default_book().problem(candidate)
+            if problem:
+                print(f"Not resuming {candidate}: {problem}; starting fresh", flush=True)
+            else:
+                chosen = [str(candidate)]
+    if dist.is_initialized():  # else one process: nothing to agree on
+        dist.broadcast_object_list(chosen, src=0)
+    return None if chosen[0] is None else Path(str(chosen[0]))
 
 
 def ensure_data(ctx: DistContext, config: Config, data_path: PathSpec | None) -> PathSpec:
@@ -147,7 +180,7 @@ def plot_loss_curves(
         path.parent.mkdir(parents=True, exist_ok=True)
         fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
         try:
-            os.fchmod(fd, 0o644)
+            os.fchmod(fd, umask_mode())
             with os.fdopen(fd, "wb") as handle:
                 fig.savefig(handle, format="png")
             os.replace(tmp, path)

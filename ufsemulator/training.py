@@ -210,9 +210,10 @@ def _train(
 ) -> TrainResult:
     env = ctx.env
     run_dir = runfiles.resolve_run_dir(ctx, config, run_dir_arg, resume)
-    if checkpoint is None and (run_dir / "checkpoint.pt").is_file():
+    found = runfiles.trusted_resume(ctx, run_dir) if checkpoint is None else None
+    if found is not None:
         # A requeued job (same job id, same run folder) picks up where it was stopped.
-        resume = run_dir / "checkpoint.pt"
+        resume = found
         checkpoint = read_state(resume)
         if ctx.is_main:
             restarts = os.environ.get("SLURM_RESTART_COUNT", "0")

@@ -1,11 +1,17 @@
 """Cluster profiles: YAML files naming a cluster's partitions, limits, setup and environment.
 
-A profile is chosen with ``--profile NAME|PATH``: a NAME is one of the YAML files shipped
-beside this module (``local``, ``cpu-cluster``, ``gpu-cluster``), a PATH any readable file.
+A profile is chosen with ``--profile NAME|PATH``. A NAME (no slash) is a profile of the
+user's config folder (``$XDG_CONFIG_HOME/hpcdist/profiles/NAME.yaml``, default
+``~/.config/...``) or one shipped beside this module (``local``, ``cpu-cluster``,
+``gpu-cluster``), never a file of the current folder; a PATH (with a slash: ``./x.yaml``)
+is that file. A profile's setup lines run in the job as the user, so a file that another
+user owns or can write is refused unless ``trust`` (``--trust-profile``) is given.
 """
 
 from __future__ import annotations
 
+import dataclasses
+import os
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -14,6 +20,7 @@ from typing import Any
 import yaml
 
 from hpcdist.errors import ProfileError
+from hpcdist.private import ownership_problem
 
 PROFILE_DIR = Path(__file__).resolve().parent
 DEFAULT_PROFILE = "local"
@@ -36,9 +43,11 @@ class Profile:
     gloo_env: Mapping[str, str] = field(default_factory=dict)
     nccl_env: Mapping[str, str] = field(default_factory=dict)
     setup: tuple[str, ...] = ()
+    # Where it was read from: "shipped:NAME.yaml" or the file's absolute path.
+    source: str = ""
 
 
-_KEYS = tuple(f for f in Profile.__dataclass_fields__ if f != "name")
+_KEYS = tuple(f for f in Profile.__dataclass_fields__ if f not in ("name", "source"))
 _INT_KEYS = ("max_nodes", "cores_per_node", "gpus_per_node")
 _STR_KEYS = ("description", "partition", "account", "qos", "max_time")
 _ENV_KEYS = ("env", "gloo_env", "nccl_env")
@@ -48,23 +57,63 @@ def shipped_profiles() -> list[str]:
     return sorted(p.stem for p in PROFILE_DIR.glob("*.yaml"))
 
 
+def config_dir(environ: Mapping[str, str] | None = None) -> Path:
+    """The user's own named profiles: ``$XDG_CONFIG_HOME/hpcdist/profiles``."""
+    env = os.environ if environ is None else environ
+    base = env.get("XDG_CONFIG_HOME", "").strip() or str(Path.home() / ".config")
+    return Path(base).expanduser() / "hpcdist" / "profiles"
+
+
 def resolve_profile_path(name_or_path: str) -> Path:
-    candidate = Path(name_or_path).expanduser()
-    if candidate.suffix in (".yaml", ".yml") or "/" in name_or_path:
+    """A PATH has a slash; a NAME is the user's config folder's, else a shipped one."""
+    if "/" in name_or_path:
+        candidate = Path(name_or_path).expanduser()
         if not candidate.is_file():
             raise ProfileError(f"--profile {name_or_path!r}: no such file")
-        return candidate
-    shipped = PROFILE_DIR / f"{name_or_path}.yaml"
-    if not shipped.is_file():
-        known = ", ".join(shipped_profiles())
-        raise ProfileError(
-            f"--profile {name_or_path!r} is not a shipped profile ({known}) nor a YAML file"
-        )
-    return shipped
+        return candidate.resolve()
+    stem = name_or_path.removesuffix(".yaml").removesuffix(".yml")
+    for folder in (config_dir(), PROFILE_DIR):
+        for suffix in (".yaml", ".yml"):
+            candidate = folder / f"{stem}{suffix}"
+            if candidate.is_file():
+                return candidate.resolve()
+    known = ", ".join(shipped_profiles())
+    here = Path(name_or_path)
+    hint = f"; for the file in this folder write ./{name_or_path}" if here.is_file() else ""
+    raise ProfileError(
+        f"--profile {name_or_path!r} is not a shipped profile ({known}) nor one of "
+        f"{str(config_dir())!r}{hint}"
+    )
 
 
-def load_profile(name_or_path: str = DEFAULT_PROFILE) -> Profile:
+def is_shipped(path: Path) -> bool:
+    return path.parent == PROFILE_DIR
+
+
+def describe_source(path: Path) -> str:
+    """How a rendered script names its profile file: shipped ones without this machine's
+    install path (the committed scripts must not depend on it)."""
+    return f"shipped:{path.name}" if is_shipped(path) else str(path)
+
+
+def trust_problem(path: Path) -> str:
+    """Why a profile file cannot be trusted as it is: "" for a shipped profile and a file
+    owned by this user (or root) that neither group nor others can write."""
+    if is_shipped(path):
+        return ""
+    info = os.stat(path)
+    owner = info.st_uid if info.st_uid != 0 else os.geteuid()  # the site's root-owned files
+    return ownership_problem(owner, info.st_mode, os.geteuid())
+
+
+def load_profile(name_or_path: str = DEFAULT_PROFILE, trust: bool = False) -> Profile:
     path = resolve_profile_path(name_or_path)
+    problem = "" if trust else trust_problem(path)
+    if problem:
+        raise ProfileError(
+            f"profile {str(path)!r} {problem}; its setup lines would run as you: pass "
+            "--trust-profile if you trust it, or copy it to a file of your own"
+        )
     try:
         raw = yaml.safe_load(path.read_text(encoding="utf-8"))
     except OSError as exc:
@@ -77,7 +126,8 @@ def load_profile(name_or_path: str = DEFAULT_PROFILE) -> Profile:
         where = getattr(exc, "problem_mark", None)
         line = f" at line {where.line + 1}" if where is not None else ""
         raise ProfileError(f"profile {str(path)!r} is not valid YAML{line}") from exc
-    return profile_from_mapping(path.stem, raw if raw is not None else {}, source=str(path))
+    profile = profile_from_mapping(path.stem, raw if raw is not None else {}, source=str(path))
+    return dataclasses.replace(profile, source=describe_source(path))
 
 
 def profile_from_mapping(name: str, raw: object, source: str = "<profile>") -> Profile:
