@@ -34,7 +34,7 @@ rm -f "${HPCDIST_REQUEUE_MARKER}"
 status=0
 # srun in SLURM >= 22.05 no longer inherits --cpus-per-task from sbatch: pass it explicitly.
 # --kill-on-bad-exit ends every rank when one dies, instead of leaving the rest in a collective.
-srun --nodes=4 --ntasks-per-node=1 --cpus-per-task=2 --kill-on-bad-exit=1 \
+srun --nodes=4 --ntasks-per-node=1 --cpus-per-task=2 --kill-on-bad-exit=1 --label \
   python3 -m ufsemulator train || status=$?
 if [ -f "${HPCDIST_REQUEUE_MARKER}" ] || [ "$status" -eq 85 ]; then
   rm -f "${HPCDIST_REQUEUE_MARKER}"

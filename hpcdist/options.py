@@ -17,6 +17,7 @@ import click
 from hpcdist.errors import SpecError
 from hpcdist.joboption import JobOption
 from hpcdist.profiles import DEFAULT_PROFILE, load_profile
+from hpcdist.siteopts import parse_sbatch_option
 from hpcdist.spec import AUTO, JOB_OPTIONS, JobSpec, build_spec
 
 F = TypeVar("F", bound=Callable[..., Any])
@@ -86,6 +87,9 @@ def spec_from_options(options: dict[str, Any]) -> JobSpec:
         raise SpecError(f"--backend {backend!r} contradicts --mode {flags['mode']!r}")
     flags["mode"] = flags.get("mode") or backend
     flags["env"] = tuple(_parse_env(item) for item in flags.get("env") or ())
+    flags["sbatch_options"] = tuple(
+        parse_sbatch_option(item) for item in flags.get("sbatch_options") or ()
+    )
     command = flags.pop("command", None)
     if command is not None:
         try:

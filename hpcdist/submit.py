@@ -19,6 +19,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from hpcdist.container import container_prefix
 from hpcdist.directives import sbatch_directives, srun_options
 from hpcdist.errors import SpecError, UserError
 from hpcdist.jobs import JobRecord, jobs_root, save_record
@@ -223,6 +224,8 @@ def submit(
     root = jobs_root(project_dir)
     folder = root / "submitit" / "%j"
     extra_env = dict(spec.env)
+    # In a container (apptainer/singularity) the runtime wraps the rank's command.
+    argv = (*container_prefix(spec), *spec.command)
     if spec.warning_signal:
         extra_env[SIGNAL_VAR] = spec.warning_signal
 
@@ -234,7 +237,7 @@ def submit(
         ex.update_parameters(**slurm_parameters(spec))
         nproc = shape.tasks_per_node if spec.launcher == "torchrun" else None
         job_command = CommandJob(
-            spec.command, extra_env, record_dir=None, torchrun_nproc=nproc, requeue=spec.requeue
+            argv, extra_env, record_dir=None, torchrun_nproc=nproc, requeue=spec.requeue
         )
     else:
         ex = submitit.LocalExecutor(folder=folder)
@@ -242,7 +245,7 @@ def submit(
             tasks_per_node=shape.world_size(spec.nodes), timeout_min=time_limit_minutes(spec.time)
         )
         job_command = CommandJob(
-            spec.command,
+            argv,
             extra_env,
             record_dir=None,
             threads=_local_threads(spec, shape),

@@ -155,7 +155,7 @@ def test_nccl_without_a_gpu_count_asks_for_whole_nodes() -> None:
     assert "nvidia-smi -L" in script
     assert (
         'srun --nodes=2 --ntasks-per-node="$gpus" --cpus-per-task="$cpus" '
-        '${gpu_request:+"$gpu_request"} --kill-on-bad-exit=1 \\\n'
+        '${gpu_request:+"$gpu_request"} --kill-on-bad-exit=1 --label \\\n'
     ) in script
     assert 'export OMP_NUM_THREADS="$cpus"\nexport MKL_NUM_THREADS="$cpus"\n' in script
 

@@ -310,12 +310,23 @@ def test_status_of_unknown_job_is_a_user_error(tmp_path: Path) -> None:
 def test_every_pass_through_option_reaches_render_and_submit_with_its_value(
     option: JobOption, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    value = {"memory": "1500M", "partition": "debug"}.get(option.name, "site-value-7")
-    spec = spec_from_options({"profile": None, "mode": "gloo", option.name: value})
-    assert _directives(render(spec))[option.sbatch] == value
-    assert _directives(_submitit_script(spec, tmp_path, monkeypatch))[option.sbatch] == value
+    value: Any = {
+        "memory": "1500M",
+        "partition": "debug",
+        "mem_per_gpu": "40G",
+        "mail_type": "END,FAIL",
+        "constraint": "testbed&ib",
+        "exclusive": True,
+    }.get(option.name, "site-value-7")
+    # Memory per GPU needs GPUs (and replaces the GPU profile's --mem).
+    gpus = {"profile": "gpu-cluster", "mode": "nccl"}
+    base = gpus if option.name == "mem_per_gpu" else {"profile": None, "mode": "gloo"}
+    spec = spec_from_options({**base, option.name: value})
+    shown = "" if value is True else value  # a flag: --exclusive, no value
+    assert _directives(render(spec))[option.sbatch] == shown
+    assert _directives(_submitit_script(spec, tmp_path, monkeypatch))[option.sbatch] == shown
     unset = spec_from_options({"profile": None, "mode": "gloo"})
     # Unset: no directive, unless a default or the profile (its partition) gives a value.
     assert (option.sbatch in _directives(render(unset))) == (
-        getattr(unset, option.name) is not None
+        getattr(unset, option.name) not in (None, False)
     )
