@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import re
+import shlex
 import subprocess
 import sys
 from pathlib import Path
@@ -107,6 +108,21 @@ def _submitit_script(spec: JobSpec, tmp_path: Path, monkeypatch: pytest.MonkeyPa
             "memory": "1500M",
             "max_restarts": 0,
         },
+        {
+            "mode": "nccl",
+            "profile": "gpu-cluster",
+            "gpus_per_node": 2,
+            "gpu_type": "a100",
+            "constraint": "a100&ib",
+            "exclusive": True,
+            "reservation": "maint 2",
+            "mail_type": "END,FAIL",
+            "mail_user": "me@site.org",
+            "nodelist": "gpu[01-02]",
+            "exclude": "gpu07",
+            "sbatch_options": ("comment=site test", "hint=nomultithread"),
+            "srun_args": ("--cpu-bind=cores", "--export=ALL,X=a b"),
+        },
     ],
 )
 def test_render_and_submit_ask_slurm_for_the_same_resources(
@@ -127,14 +143,33 @@ def test_render_and_submit_ask_slurm_for_the_same_resources(
         "output": "output",
         "error": "error",
     }
+    given.update(
+        {
+            "constraint": "constraint",
+            "reservation": "reservation",
+            "mail_type": "mail-type",
+            "mail_user": "mail-user",
+            "nodelist": "nodelist",
+            "exclude": "exclude",
+        }
+    )
     for flag, directive in given.items():
         if flag in flags:
             assert submitted[directive] == str(flags[flag])
+    for key, _, value in (item.partition("=") for item in flags.get("sbatch_options", ())):
+        assert rendered[key] == submitted[key] == value
+    if flags.get("gpu_type"):
+        assert rendered["gres"] == submitted["gres"] == f"gpu:{flags['gpu_type']}:2"
+    if flags.get("exclusive"):
+        assert rendered["exclusive"] == submitted["exclusive"] == ""
     assert ("no-requeue" in submitted) == (flags.get("requeue") is False or spec.mode == "test")
     assert ("requeue" in submitted) == spec.requeue
     srun = _srun_line(_submitit_script(spec, tmp_path, monkeypatch))
+    words = shlex.split(srun)
     for option in srun_options(spec):
-        assert option in srun
+        assert option in words
+    for arg in flags.get("srun_args", ()):
+        assert arg in words
 
 
 def _srun_line(script: str) -> str:

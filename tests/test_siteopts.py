@@ -1,0 +1,501 @@
+"""Site options: pass-through (--sbatch, --srun-arg), first-class site flags, the GPU request
+shape, rank logs and containers; each checked, merged built-in < profile < flags, quoted."""
+
+from __future__ import annotations
+
+import re
+import shlex
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+from click.testing import CliRunner
+
+from hpcdist.cli import cli
+from hpcdist.directives import rank_log_pattern, sbatch_directives, srun_options
+from hpcdist.errors import SpecError
+from hpcdist.options import spec_from_options
+from hpcdist.render import quote, render
+from tests.test_render import PAYLOADS, _bash_n, _run_script
+from tests.test_submit import _directives
+
+SITE_PROFILE = {
+    "partition": "gpu",
+    "cores_per_node": 64,
+    "gpus_per_node": 4,
+    "gpu_request": "gres",
+    "gpu_types": ["a100", "h100"],
+    "features": ["a100", "ib", "testbed"],
+    "sbatch": {"comment": "from-profile", "open-mode": "truncate", "hint": None},
+    "srun_args": ["--distribution=block"],
+    "container": {
+        "runtime": "apptainer",
+        "image": "/images/torch.sif",
+        "mounts": ["/scratch"],
+        "options": ["--writable-tmpfs"],
+    },
+}
+
+
+@pytest.fixture
+def site(tmp_path: Path) -> str:
+    path = tmp_path / "site.yaml"
+    path.write_text(yaml.safe_dump(SITE_PROFILE))
+    return str(path)
+
+
+# (flags for `hpcdist render`, fragment the one-line error must contain)
+BAD_SITE_REQUESTS: list[tuple[list[str], str]] = [
+    (["--sbatch", "nodes=4"], "--sbatch 'nodes' is hpcdist's own option; use --nodes instead"),
+    (["--sbatch", "ntasks=8"], "--sbatch 'ntasks' is hpcdist's own option; use --tasks-per-node"),
+    (["--sbatch", "time=10"], "use --time instead"),
+    (["--sbatch", "partition=x"], "use --partition instead"),
+    (["--sbatch", "--job-name=x"], "--sbatch 'job-name' is hpcdist's own option; use --job-name"),
+    (["--sbatch", "signal=USR1@60"], "use --signal instead"),
+    (["--sbatch", "requeue"], "use --requeue instead"),
+    (["--sbatch", "array=0-3"], "'array' is hpcdist's own option"),
+    (["--sbatch", "dependency=afterok:1"], "'dependency' is hpcdist's own option"),
+    (["--sbatch", "constraint=ib"], "use --constraint instead"),
+    (["--sbatch", "mem=4G"], "use --mem instead"),
+    # sbatch takes unique abbreviations: --nod is --nodes.
+    (["--sbatch", "nod=4"], "--sbatch 'nod' is hpcdist's own option; use --nodes instead"),
+    (
+        ["--mode", "nccl", "--gpus-per-node", "2", "--sbatch", "gres=gpu:2"],
+        "--sbatch 'gres' is hpcdist's own option; use --gpus-per-node and --gpu-type",
+    ),
+    (["--sbatch", "co mment=x"], "--sbatch key 'co mment' is not an sbatch long option"),
+    (["--sbatch", "x;y=1"], "--sbatch key 'x;y' is not an sbatch long option"),
+    (["--sbatch", "Comment=x"], "--sbatch key 'Comment' is not an sbatch long option"),
+    (["--sbatch", "=x"], "--sbatch key '' is not an sbatch long option"),
+    (["--sbatch", "comment=a\nb"], "--sbatch 'comment=a\\\\nb' contains a newline or NUL"),
+    (["--srun-arg", "--ntasks=3"], "--srun-arg '--ntasks=3' is hpcdist's own srun option"),
+    (["--srun-arg", "-l"], "--srun-arg '-l' is hpcdist's own srun option; use --rank-logs label"),
+    (["--srun-arg", "cores"], "--srun-arg 'cores' is not one srun option"),
+    (["--srun-arg", "--cpu-bind cores"], "--srun-arg '--cpu-bind cores' is not one srun option"),
+    (["--srun-arg", "--x=a\nb"], "--srun-arg '--x=a\\\\nb' contains a newline or NUL"),
+    (["--gpu-type", "a100"], "--gpu-type 'a100' needs GPUs: expected --mode nccl"),
+    (
+        ["--profile", "cpu-cluster", "--gpu-type", "a100"],
+        "--gpu-type 'a100' needs GPUs: expected --mode nccl, or --mode test with "
+        "--gpus-per-node (got --mode gloo, profile 'cpu-cluster')",
+    ),
+    (["--mode", "nccl", "--gpu-type", "a100"], "--gpu-type 'a100' needs a GPU count"),
+    (["--mode", "nccl", "--gpus-per-node", "1", "--gpu-type", "a 100"], "--gpu-type 'a 100'"),
+    (["--gpu-request", "gpus"], "'gpus' is not one of"),
+    (["--mem-per-gpu", "40G"], "--mem-per-gpu '40G' needs GPUs; the job asks for none"),
+    (
+        ["--mode", "nccl", "--gpus-per-node", "1", "--mem-per-gpu", "lots"],
+        "--mem-per-gpu 'lots'; expected a size",
+    ),
+    (
+        ["--mode", "nccl", "--gpus-per-node", "1", "--mem-per-gpu", "4G", "--mem", "8G"],
+        "--mem '8G' and --mem-per-gpu '4G'; expected one of them",
+    ),
+    (["--mail-type", "END,SOMETIMES"], "--mail-type 'END,SOMETIMES': 'SOMETIMES' is not a mail"),
+    (["--mail-user", "a b@x.org"], "--mail-user 'a b@x.org'; expected one address"),
+    (["--nodelist", "node[1-"], "unbalanced '[' in --nodelist 'node[1-'"),
+    (["--exclude", "node[3-1]"], "--exclude"),
+    (["--constraint", "ib;rm"], "--constraint 'ib;rm'; expected node features"),
+    (["--cpu-bind", "cores;x"], "--cpu-bind 'cores;x'; expected srun's binding"),
+    (["--gpu-bind", "closest"], "--gpu-bind 'closest' needs GPUs"),
+    (["--rank-logs", "both"], "'both' is not one of"),
+    (["--container-mount", "/a:/b"], "--container-mount/--container-option without an image"),
+    (["--container", "img.sif", "--container-option", "--cleanenv"], "would hide the job's"),
+    (["--container", "img.sif", "--container-mount", "a:b:c:d"], "--container-mount 'a:b:c:d'"),
+    (
+        ["--container", "img", "--container-runtime", "pyxis", "--container-mount", "/a,/b"],
+        "--container-mount '/a,/b'; expected SRC[:DST[:OPTS]]",
+    ),
+    (["--container-runtime", "docker"], "'docker' is not one of"),
+]
+
+
+@pytest.mark.parametrize(("args", "message"), BAD_SITE_REQUESTS)
+def test_bad_site_request_is_one_line_exit_2_nothing_written(
+    args: list[str], message: str, tmp_path: Path
+) -> None:
+    out = tmp_path / "job.sh"
+    result = CliRunner().invoke(cli, ["render", *args, "--script", str(out)])
+    assert result.exit_code == 2, result.output
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1, result.stderr
+    assert lines[0].startswith("hpcdist: error: ")
+    assert message in lines[0]
+    assert result.stdout == ""
+    assert list(tmp_path.iterdir()) == []
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["--gpu-type", "v100"], "--gpu-type 'v100' is not in profile 'site'; expected one of"),
+        (["--constraint", "a100&nvme"], "feature 'nvme' is not in profile 'site'"),
+        (["--sbatch", "gres=gpu:8"], "use --gpus-per-node and --gpu-type instead"),
+    ],
+)
+def test_site_profile_limits_are_checked(site: str, args: list[str], message: str) -> None:
+    result = CliRunner().invoke(cli, ["render", "--profile", site, "--mode", "nccl", *args])
+    assert result.exit_code == 2
+    assert message in result.stderr
+
+
+def test_gres_passes_through_when_hpcdist_asks_for_no_gpus() -> None:
+    spec = spec_from_options({"profile": None, "mode": "gloo", "sbatch_options": ("gres=nvme:1",)})
+    assert _directives(render(spec))["gres"] == "nvme:1"
+
+
+def test_profile_then_flags_win_over_built_in_rows(site: str) -> None:
+    spec = spec_from_options(
+        {
+            "profile": site,
+            "mode": "nccl",
+            "sbatch_options": ("comment=from-flag", "--begin=now+1"),
+            "srun_args": ("--cpu-bind=cores",),
+        }
+    )
+    rows = {d.option: d.value for d in sbatch_directives(spec)}
+    # The flag's comment over the profile's; the profile's open-mode over hpcdist's append.
+    assert rows["comment"] == "from-flag"
+    assert rows["open-mode"] == "truncate"
+    assert rows["begin"] == "now+1"
+    assert "hint" in rows and rows["hint"] is None
+    assert [d.option for d in sbatch_directives(spec)].count("open-mode") == 1
+    # srun: hpcdist's options, then the profile's srun_args, then --srun-arg.
+    words = srun_options(spec)
+    assert words[-2:] == ["--distribution=block", "--cpu-bind=cores"]
+    # The profile asks for GPUs as gres.
+    assert rows["gres"] == "gpu:4" and "gpus-per-node" not in rows
+
+
+@pytest.mark.parametrize(
+    ("flags", "directive", "value"),
+    [
+        ({"gpus_per_node": 2}, "gpus-per-node", 2),
+        ({"gpus_per_node": 2, "gpu_type": "a100"}, "gres", "gpu:a100:2"),
+        ({"gpus_per_node": 4, "gpu_request": "gres"}, "gres", "gpu:4"),
+        ({"gpus_per_node": 2, "gpu_request": "gpus-per-task"}, "gpus-per-task", 1),
+        (
+            {"gpus_per_node": 4, "gpu_request": "gpus-per-task", "gpu_type": "h100"},
+            "gpus-per-task",
+            "h100:1",
+        ),
+        # One torchrun per node: its one task holds the node's 4 GPUs.
+        (
+            {"gpus_per_node": 4, "gpu_request": "gpus-per-task", "launcher": "torchrun"},
+            "gpus-per-task",
+            4,
+        ),
+    ],
+)
+def test_gpu_request_shape(flags: dict[str, Any], directive: str, value: object) -> None:
+    spec = spec_from_options({"profile": "gpu-cluster", "mode": "nccl", **flags})
+    rows = {d.option: d.value for d in sbatch_directives(spec)}
+    assert rows[directive] == value
+    others = {"gpus-per-node", "gres", "gpus-per-task"} - {directive}
+    assert not others & set(rows)
+
+
+def test_first_class_site_flags_render_as_given() -> None:
+    spec = spec_from_options(
+        {
+            "profile": "gpu-cluster",
+            "mode": "nccl",
+            "constraint": "a100&ib",
+            "exclusive": True,
+            "reservation": "maint window",
+            "mem_per_gpu": "40G",
+            "mail_type": "END,FAIL",
+            "mail_user": "me@site.org",
+            "nodelist": "gpu[01-02]",
+            "exclude": "gpu07",
+            "gpu_bind": "closest",
+            "cpu_bind": "map_cpu:0,1",
+        }
+    )
+    script = render(spec)
+    found = _directives(script)
+    assert found["constraint"] == "a100&ib"
+    assert found["exclusive"] == ""
+    assert found["reservation"] == "maint window"  # as sbatch's parser reads it back
+    assert '#SBATCH --reservation="maint window"' in script
+    assert found["mem-per-gpu"] == "40G" and "mem" not in found  # replaces the profile's 0
+    assert found["mail-type"] == "END,FAIL" and found["mail-user"] == "me@site.org"
+    assert found["nodelist"] == "gpu[01-02]" and found["exclude"] == "gpu07"
+    srun = next(line for line in script.splitlines() if line.startswith("srun "))
+    assert "--cpu-bind=map_cpu:0,1 --gpu-bind=closest" in srun
+
+
+@pytest.mark.parametrize(
+    ("rank_logs", "words"),
+    [
+        ("label", ["--label"]),
+        ("split", ["--output=%x-%j.rank%t.out"]),
+        ("none", []),
+    ],
+)
+def test_rank_logs_in_the_rendered_srun_line(rank_logs: str, words: list[str]) -> None:
+    spec = spec_from_options({"profile": None, "mode": "gloo", "rank_logs": rank_logs})
+    srun = next(line for line in render(spec).splitlines() if line.startswith("srun "))
+    tail = srun.split("--kill-on-bad-exit=1", 1)[1].rstrip(" \\").split()
+    assert tail == words
+
+
+@pytest.mark.parametrize(
+    ("log", "rank", "expected"),
+    [
+        ("%x-%j.out", "%t", "%x-%j.rank%t.out"),
+        ("logs/run.%j.log", "%t", "logs/run.%j.rank%t.log"),
+        ("plain", "%t", "plain.rank%t"),
+        ("/d.x/emu-12.out", "3", "/d.x/emu-12.rank3.out"),
+        ("/d.x/.hidden", "0", "/d.x/.hidden.rank0"),
+    ],
+)
+def test_rank_log_pattern(log: str, rank: str, expected: str) -> None:
+    assert rank_log_pattern(log, rank) == expected
+
+
+def test_split_rank_logs_keep_stderr_apart_when_the_job_does() -> None:
+    spec = spec_from_options(
+        {"profile": None, "mode": "gloo", "rank_logs": "split", "error": "e-%j.err"}
+    )
+    srun = next(line for line in render(spec).splitlines() if line.startswith("srun "))
+    assert "--output=%x-%j.rank%t.out --error=e-%j.rank%t.err" in srun
+
+
+def test_apptainer_wraps_the_rank_command_with_nv_on_gpus(site: str) -> None:
+    spec = spec_from_options({"profile": site, "mode": "nccl", "container_mounts": ("/data:/d",)})
+    srun = next(line for line in render(spec).splitlines() if line.strip().startswith("apptainer"))
+    assert srun.split() == [
+        "apptainer",
+        "exec",
+        "--nv",
+        "--bind=/scratch",
+        "--bind=/data:/d",
+        "--writable-tmpfs",
+        "/images/torch.sif",
+        "python3",
+        "-m",
+        "ufsemulator",
+        "train",
+        "||",
+        "status=$?",
+    ]
+
+
+def test_singularity_on_cpus_has_no_nv() -> None:
+    spec = spec_from_options(
+        {"profile": None, "mode": "gloo", "container": "c.sif", "container_runtime": "singularity"}
+    )
+    line = next(ln for ln in render(spec).splitlines() if "singularity" in ln)
+    assert line.split()[:3] == ["singularity", "exec", "c.sif"]
+
+
+def test_pyxis_is_srun_options_not_a_wrapper() -> None:
+    spec = spec_from_options(
+        {
+            "profile": None,
+            "mode": "gloo",
+            "container": "nvcr.io#nvidia/pytorch:24.01-py3",
+            "container_runtime": "pyxis",
+            "container_mounts": ("/scratch:/scratch", "/home"),
+            "container_options": ("--container-workdir=/work",),
+        }
+    )
+    words = srun_options(spec)
+    assert words[-3:] == [
+        "--container-image=nvcr.io#nvidia/pytorch:24.01-py3",
+        "--container-mounts=/scratch:/scratch,/home",
+        "--container-workdir=/work",
+    ]
+    script = render(spec)
+    assert "'--container-image=nvcr.io#nvidia/pytorch:24.01-py3'" in script
+    assert "apptainer" not in script
+
+
+def test_container_with_torchrun_wraps_torchrun() -> None:
+    spec = spec_from_options(
+        {"profile": None, "mode": "gloo", "launcher": "torchrun", "container": "c.sif"}
+    )
+    line = next(ln for ln in render(spec).splitlines() if "c.sif" in ln)
+    words = line.split()
+    assert words[:3] == ["apptainer", "exec", "c.sif"]
+    # Inside the container: the shell that keeps torchrun from the warning, then torchrun.
+    assert words[3:5] == ["bash", "-c"]
+    assert "torchrun torchrun --nnodes=" in line
+
+
+# Every new field that reaches the script as text, and how the payload shows in it.
+INJECTABLE = [
+    "sbatch_options",
+    "srun_args",
+    "reservation",
+    "mail_user",
+    "constraint",
+    "nodelist",
+    "exclude",
+    "cpu_bind",
+    "gpu_type",
+    "container",
+    "container_mounts",
+    "container_options",
+]
+
+
+def _payload_flags(field: str, value: str) -> dict[str, Any]:
+    return {
+        "sbatch_options": {"sbatch_options": (f"comment={value}",)},
+        "srun_args": {"srun_args": (f"--comment={value}",)},
+        "container": {"container": value},
+        "container_mounts": {"container": "c.sif", "container_mounts": (f"/x:{value}",)},
+        "container_options": {"container": "c.sif", "container_options": (f"--home={value}",)},
+    }.get(field, {field: value})
+
+
+@pytest.mark.parametrize("field", INJECTABLE)
+@pytest.mark.parametrize("payload", PAYLOADS)
+def test_site_values_never_execute(field: str, payload: str, tmp_path: Path) -> None:
+    marker = tmp_path / "MARKER"
+    value = payload.replace("MARKER", str(marker))
+    try:
+        spec = spec_from_options({"profile": None, "mode": "gloo", **_payload_flags(field, value)})
+    except SpecError:
+        # Refused (constraint, binding, GPU type, node names have a syntax): never in a script.
+        assert field not in ("sbatch_options", "srun_args", "reservation", "container"), field
+        return
+    script = render(spec)
+    assert _bash_n(script, tmp_path).returncode == 0
+    proc, argv = _run_script(script, tmp_path)
+    assert proc.returncode == 0, proc.stderr
+    assert not marker.exists(), f"{field} payload {payload!r} executed"
+    flags = _payload_flags(field, value)
+    if field == "srun_args":
+        assert f"--comment={value}" in argv
+    elif field.startswith("container"):
+        word = {
+            "container": value,
+            "container_mounts": f"--bind=/x:{value}",
+            "container_options": f"--home={value}",
+        }[field]
+        assert word in argv, argv
+    else:
+        # A directive: sbatch's own parser reads the value back whole.
+        option, text = (
+            ("comment", value)
+            if field == "sbatch_options"
+            else (field.replace("_", "-"), flags[field])
+        )
+        line = f"#SBATCH --{option}={quote(text, 'sbatch')}"
+        assert line in script.splitlines()
+
+
+def test_render_and_submitit_get_the_site_options_with_their_values(
+    site: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from tests.test_submit import _normalise, _submitit_script
+
+    spec = spec_from_options(
+        {
+            "profile": site,
+            "mode": "nccl",
+            "gpus_per_node": 2,
+            "gpu_type": "a100",
+            "constraint": "a100&ib",
+            "exclusive": True,
+            "reservation": "rsv 1",
+            "mail_type": "END",
+            "mail_user": "me@site.org",
+            "exclude": "gpu07",
+            "cpu_bind": "cores",
+            "sbatch_options": ('comment=it\'s "quoted"',),
+            "srun_args": ("--export=ALL,X=a b",),
+        }
+    )
+    submitted_text = _submitit_script(spec, tmp_path, monkeypatch)
+    rendered = _normalise(_directives(render(spec)))
+    submitted = _normalise(_directives(submitted_text))
+    assert rendered == submitted
+    for option, value in {
+        "gres": "gpu:a100:2",
+        "constraint": "a100&ib",
+        "exclusive": "",
+        "reservation": "rsv 1",
+        "mail-type": "END",
+        "mail-user": "me@site.org",
+        "exclude": "gpu07",
+        "comment": 'it\'s "quoted"',
+        "hint": "",
+    }.items():
+        assert submitted[option] == value, option
+    srun = next(ln for ln in submitted_text.splitlines() if ln.startswith("srun "))
+    words = shlex.split(srun)
+    for word in ("--cpu-bind=cores", "--distribution=block", "--export=ALL,X=a b"):
+        assert word in words
+    # The container wraps the command the submitted job runs, as in the script.
+    from hpcdist.container import container_prefix
+
+    assert container_prefix(spec)[:3] == ["apptainer", "exec", "--nv"]
+    assert re.search(r"apptainer exec --nv .*/images/torch.sif python3", render(spec))
+
+
+def _finished_job(stdout: Path) -> Any:
+    from hpcdist.slurmquery import JobInfo
+
+    return JobInfo(
+        job_id="42",
+        name="emu",
+        state="COMPLETED",
+        reason=None,
+        nodes="node[1-2]",
+        num_nodes=2,
+        elapsed_s=3.0,
+        limit_s=60.0,
+        exit_code=0,
+        signal=0,
+        restarts=0,
+        stdout=str(stdout),
+        stderr=str(stdout),
+        workdir=str(stdout.parent),
+        source="scontrol",
+    )
+
+
+@pytest.mark.parametrize(
+    ("files", "rank", "expected"),
+    [
+        # --rank-logs label: srun's labels pick the rank, and are taken off.
+        (
+            {"emu-42.out": "hpcdist: job 42\n0: [Rank 0] up\n1: [Rank 1] up\n1: Traceback\n"},
+            1,
+            "[Rank 1] up\nTraceback\n",
+        ),
+        # Twelve tasks: srun pads the label (' 3: ').
+        ({"emu-42.out": " 3: [Rank 3] up\n13: [Rank 13] up\n"}, 3, "[Rank 3] up\n"),
+        # --rank-logs split: the rank's own file beside the job's log.
+        (
+            {"emu-42.out": "hpcdist: job 42\n", "emu-42.rank1.out": "[Rank 1] up\nplain line\n"},
+            1,
+            "[Rank 1] up\nplain line\n",
+        ),
+        # --rank-logs none: the ranks' own prefix.
+        ({"emu-42.out": "[Rank 0] a\n[Rank 1] b\n"}, 1, "[Rank 1] b\n"),
+    ],
+    ids=["label", "label-padded", "split", "none"],
+)
+def test_logs_rank_finds_a_rank_in_every_rank_logs_mode(
+    files: dict[str, str],
+    rank: int,
+    expected: str,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    from hpcdist import cli_follow
+
+    for name, text in files.items():
+        (tmp_path / name).write_text(text)
+    job = _finished_job(tmp_path / "emu-42.out")
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setattr(cli_follow, "query_job", lambda job_id: job if job_id == "42" else None)
+    result = CliRunner().invoke(cli, ["logs", "42", "--rank", str(rank)])
+    assert result.exit_code == 0, result.output
+    assert result.stdout == expected
