@@ -16,7 +16,7 @@ import click
 
 from hpcdist.errors import SpecError
 from hpcdist.joboption import JobOption
-from hpcdist.profiles import DEFAULT_PROFILE, load_profile
+from hpcdist.profiles import DEFAULT_PROFILE, Profile, load_profile
 from hpcdist.siteopts import parse_sbatch_option
 from hpcdist.spec import AUTO, JOB_OPTIONS, JobSpec, build_spec
 
@@ -79,9 +79,8 @@ def job_options(func: F) -> F:
 def spec_from_options(options: dict[str, Any]) -> JobSpec:
     """defaults < profile < flags, validated; raises SpecError / ProfileError for the user."""
     flags = dict(options)
-    profile = load_profile(
-        flags.pop("profile", None) or os.environ.get("HPCDIST_PROFILE") or DEFAULT_PROFILE
-    )
+    profile = options_profile(flags)
+    flags.pop("profile", None)
     backend = flags.pop("backend", None)
     if backend and flags.get("mode") and flags["mode"] != backend:
         raise SpecError(f"--backend {backend!r} contradicts --mode {flags['mode']!r}")
@@ -102,6 +101,13 @@ def spec_from_options(options: dict[str, Any]) -> JobSpec:
                 "runs (leave the flag out for the emulator training)"
             )
     return build_spec(profile, flags)
+
+
+def options_profile(options: dict[str, Any]) -> Profile:
+    """The profile the options name: --profile, else $HPCDIST_PROFILE, else the default."""
+    return load_profile(
+        options.get("profile") or os.environ.get("HPCDIST_PROFILE") or DEFAULT_PROFILE
+    )
 
 
 def _parse_env(item: str) -> tuple[str, str]:
