@@ -478,7 +478,7 @@ def test_requeue_marker_requeues_even_when_srun_reports_a_killed_rank(
         assert (tmp_path / "scontrol-argv").read_text().split() == ["requeue", "77"]
         assert not (tmp_path / "sbatch-argv").exists()
         return
-    assert "scontrol missing, resubmitting" in proc.stderr
+    assert "no requeue (scontrol missing or refused), resubmitting" in proc.stderr
     sbatch_env = dict(
         line.split("=", 1)
         for line in (tmp_path / "sbatch-env").read_text().splitlines()
