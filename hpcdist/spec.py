@@ -317,6 +317,11 @@ def build_spec(profile: Profile, flags: Mapping[str, Any]) -> JobSpec:
         merged["signal"], merged["requeue"] = None, False
     if flags.get("mem_per_gpu") is not None and flags.get("memory") is None:
         merged["memory"] = None  # --mem-per-gpu replaces the profile's --mem
+    if not on_gpus:
+        # A profile's GPU defaults are for its GPU jobs; only a flag is an error on CPUs.
+        for key in ("gpu_type", "mem_per_gpu"):
+            if flags.get(key) is None:
+                merged[key] = None
     command = tuple(merged.get("command") or ())
     if not command:
         command = COMMCHECK_COMMAND if mode == "test" else TRAIN_COMMAND

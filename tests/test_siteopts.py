@@ -499,3 +499,24 @@ def test_logs_rank_finds_a_rank_in_every_rank_logs_mode(
     result = CliRunner().invoke(cli, ["logs", "42", "--rank", str(rank)])
     assert result.exit_code == 0, result.output
     assert result.stdout == expected
+
+
+def _readme_site_profile(tmp_path: Path) -> str:
+    text = (Path(__file__).resolve().parents[1] / "README.md").read_text()
+    block = text.split("```yaml\n# site.yaml", 1)[1].split("```", 1)[0]
+    path = tmp_path / "site.yaml"
+    path.write_text("# site.yaml" + block)
+    return str(path)
+
+
+def test_readme_site_profile_renders_gpu_and_cpu_jobs(tmp_path: Path) -> None:
+    site = _readme_site_profile(tmp_path)
+    gpu = render(spec_from_options({"profile": site, "mode": "nccl", "nodes": 2}))
+    found = _directives(gpu)
+    assert found["gres"] == "gpu:a100:4" and found["constraint"] == "ib"
+    assert found["comment"] == "emulator" and found["hint"] == "nomultithread"
+    assert found["account"] == "proj123" and found["mail-type"] == "END,FAIL"
+    assert "apptainer exec --nv --bind=/scratch --writable-tmpfs /sw/images/torch-2.13.sif" in gpu
+    # The profile's GPU type is for its GPU jobs: a CPU job on it asks for no GPU.
+    cpu = _directives(render(spec_from_options({"profile": site, "mode": "gloo"})))
+    assert "gres" not in cpu and cpu["constraint"] == "ib"
