@@ -171,7 +171,8 @@ def test_run_inside_salloc_runs_the_communication_check(
     )
     assert proc.returncode == 0, proc.stdout + proc.stderr
     assert any(
-        line.startswith("PASS: world size 2, gloo backend") for line in proc.stdout.splitlines()
+        line.startswith("PASS: world size 2, gloo backend")
+        for line in unlabel(proc.stdout).splitlines()
     ), proc.stdout + proc.stderr
     assert "Distributed training initialized: gloo backend, 2 processes" in proc.stdout
 
