@@ -98,8 +98,9 @@ def gpu_directives(spec: JobSpec) -> list[Directive]:
 
 
 def _with_site_options(rows: list[Directive], spec: JobSpec) -> list[Directive]:
-    """The profile's ``sbatch:`` and --sbatch's options after hpcdist's own rows; one that
-    names a built-in row (open-mode) takes its place: built-in < profile < flags."""
+    """The profile's ``sbatch:`` and --sbatch's options after hpcdist's own rows (a key of
+    both: the flag's value). Keys that name hpcdist's own rows are refused by validation;
+    a row of the same name would still give way here, so that a line appears once."""
     site = dict(spec.sbatch_options)
     rows = [row for row in rows if row.option not in site]
     comment = "Site options: the profile's sbatch: keys, then --sbatch."

@@ -47,6 +47,8 @@ OWNED_SBATCH: dict[str, str] = {
     "no-requeue": "--no-requeue",
     "array": "hpcdist's own job arrays",
     "dependency": "hpcdist's own job dependencies",
+    # submitit writes its own (append), so a rendered script keeps it too: one log per job.
+    "open-mode": "hpcdist's own --open-mode=append (a requeued job keeps its log)",
     "mem": "--mem",
     "mem-per-gpu": "--mem-per-gpu",
     "constraint": "--constraint",

@@ -27,7 +27,7 @@ SITE_PROFILE = {
     "gpu_request": "gres",
     "gpu_types": ["a100", "h100"],
     "features": ["a100", "ib", "testbed"],
-    "sbatch": {"comment": "from-profile", "open-mode": "truncate", "hint": None},
+    "sbatch": {"comment": "from-profile", "licenses": "matlab:1", "hint": None},
     "srun_args": ["--distribution=block"],
     "container": {
         "runtime": "apptainer",
@@ -58,6 +58,7 @@ BAD_SITE_REQUESTS: list[tuple[list[str], str]] = [
     (["--sbatch", "dependency=afterok:1"], "'dependency' is hpcdist's own option"),
     (["--sbatch", "constraint=ib"], "use --constraint instead"),
     (["--sbatch", "mem=4G"], "use --mem instead"),
+    (["--sbatch", "open-mode=truncate"], "use hpcdist's own --open-mode=append"),
     # sbatch takes unique abbreviations: --nod is --nodes.
     (["--sbatch", "nod=4"], "--sbatch 'nod' is hpcdist's own option; use --nodes instead"),
     (
@@ -155,12 +156,12 @@ def test_profile_then_flags_win_over_built_in_rows(site: str) -> None:
         }
     )
     rows = {d.option: d.value for d in sbatch_directives(spec)}
-    # The flag's comment over the profile's; the profile's open-mode over hpcdist's append.
+    # The flag's comment over the profile's; the profile's other keys stay.
     assert rows["comment"] == "from-flag"
-    assert rows["open-mode"] == "truncate"
+    assert rows["licenses"] == "matlab:1"
     assert rows["begin"] == "now+1"
     assert "hint" in rows and rows["hint"] is None
-    assert [d.option for d in sbatch_directives(spec)].count("open-mode") == 1
+    assert [d.option for d in sbatch_directives(spec)].count("comment") == 1
     # srun: hpcdist's options, then the profile's srun_args, then --srun-arg.
     words = srun_options(spec)
     assert words[-2:] == ["--distribution=block", "--cpu-bind=cores"]
