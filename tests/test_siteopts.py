@@ -13,7 +13,7 @@ import yaml
 from click.testing import CliRunner
 
 from hpcdist.cli import cli
-from hpcdist.directives import rank_log_pattern, sbatch_directives, srun_options
+from hpcdist.directives import sbatch_directives, srun_options
 from hpcdist.errors import SpecError
 from hpcdist.options import spec_from_options
 from hpcdist.render import quote, render
@@ -227,105 +227,6 @@ def test_first_class_site_flags_render_as_given() -> None:
     assert "--cpu-bind=map_cpu:0,1 --gpu-bind=closest" in srun
 
 
-@pytest.mark.parametrize(
-    ("rank_logs", "words"),
-    [
-        ("label", ["--label"]),
-        ("split", ["--output=%x-%j.rank%t.out"]),
-        ("none", []),
-    ],
-)
-def test_rank_logs_in_the_rendered_srun_line(rank_logs: str, words: list[str]) -> None:
-    spec = spec_from_options({"profile": None, "mode": "gloo", "rank_logs": rank_logs})
-    srun = next(line for line in render(spec).splitlines() if line.startswith("srun "))
-    tail = srun.split("--kill-on-bad-exit=1", 1)[1].rstrip(" \\").split()
-    assert tail == words
-
-
-@pytest.mark.parametrize(
-    ("log", "rank", "expected"),
-    [
-        ("%x-%j.out", "%t", "%x-%j.rank%t.out"),
-        ("logs/run.%j.log", "%t", "logs/run.%j.rank%t.log"),
-        ("plain", "%t", "plain.rank%t"),
-        ("/d.x/emu-12.out", "3", "/d.x/emu-12.rank3.out"),
-        ("/d.x/.hidden", "0", "/d.x/.hidden.rank0"),
-    ],
-)
-def test_rank_log_pattern(log: str, rank: str, expected: str) -> None:
-    assert rank_log_pattern(log, rank) == expected
-
-
-def test_split_rank_logs_keep_stderr_apart_when_the_job_does() -> None:
-    spec = spec_from_options(
-        {"profile": None, "mode": "gloo", "rank_logs": "split", "error": "e-%j.err"}
-    )
-    srun = next(line for line in render(spec).splitlines() if line.startswith("srun "))
-    assert "--output=%x-%j.rank%t.out --error=e-%j.rank%t.err" in srun
-
-
-def test_apptainer_wraps_the_rank_command_with_nv_on_gpus(site: str) -> None:
-    spec = spec_from_options({"profile": site, "mode": "nccl", "container_mounts": ("/data:/d",)})
-    srun = next(line for line in render(spec).splitlines() if line.strip().startswith("apptainer"))
-    assert srun.split() == [
-        "apptainer",
-        "exec",
-        "--nv",
-        "--bind=/scratch",
-        "--bind=/data:/d",
-        "--writable-tmpfs",
-        "/images/torch.sif",
-        "python3",
-        "-m",
-        "ufsemulator",
-        "train",
-        "||",
-        "status=$?",
-    ]
-
-
-def test_singularity_on_cpus_has_no_nv() -> None:
-    spec = spec_from_options(
-        {"profile": None, "mode": "gloo", "container": "c.sif", "container_runtime": "singularity"}
-    )
-    line = next(ln for ln in render(spec).splitlines() if "singularity" in ln)
-    assert line.split()[:3] == ["singularity", "exec", "c.sif"]
-
-
-def test_pyxis_is_srun_options_not_a_wrapper() -> None:
-    spec = spec_from_options(
-        {
-            "profile": None,
-            "mode": "gloo",
-            "container": "nvcr.io#nvidia/pytorch:24.01-py3",
-            "container_runtime": "pyxis",
-            "container_mounts": ("/scratch:/scratch", "/home"),
-            "container_options": ("--container-workdir=/work",),
-        }
-    )
-    words = srun_options(spec)
-    assert words[-3:] == [
-        "--container-image=nvcr.io#nvidia/pytorch:24.01-py3",
-        "--container-mounts=/scratch:/scratch,/home",
-        "--container-workdir=/work",
-    ]
-    script = render(spec)
-    assert "'--container-image=nvcr.io#nvidia/pytorch:24.01-py3'" in script
-    assert "apptainer" not in script
-
-
-def test_container_with_torchrun_wraps_torchrun() -> None:
-    spec = spec_from_options(
-        {"profile": None, "mode": "gloo", "launcher": "torchrun", "container": "c.sif"}
-    )
-    line = next(ln for ln in render(spec).splitlines() if "c.sif" in ln)
-    words = line.split()
-    assert words[:3] == ["apptainer", "exec", "c.sif"]
-    # Inside the container: the shell that keeps torchrun from the warning, then torchrun.
-    assert words[3:5] == ["bash", "-c"]
-    assert "torchrun torchrun --nnodes=" in line
-
-
 # Every new field that reaches the script as text, and how the payload shows in it.
 INJECTABLE = [
     "sbatch_options",
@@ -437,69 +338,6 @@ def test_render_and_submitit_get_the_site_options_with_their_values(
 
     assert container_prefix(spec)[:3] == ["apptainer", "exec", "--nv"]
     assert re.search(r"apptainer exec --nv .*/images/torch.sif python3", render(spec))
-
-
-def _finished_job(stdout: Path) -> Any:
-    from hpcdist.slurmquery import JobInfo
-
-    return JobInfo(
-        job_id="42",
-        name="emu",
-        state="COMPLETED",
-        reason=None,
-        nodes="node[1-2]",
-        num_nodes=2,
-        elapsed_s=3.0,
-        limit_s=60.0,
-        exit_code=0,
-        signal=0,
-        restarts=0,
-        stdout=str(stdout),
-        stderr=str(stdout),
-        workdir=str(stdout.parent),
-        source="scontrol",
-    )
-
-
-@pytest.mark.parametrize(
-    ("files", "rank", "expected"),
-    [
-        # --rank-logs label: srun's labels pick the rank, and are taken off.
-        (
-            {"emu-42.out": "hpcdist: job 42\n0: [Rank 0] up\n1: [Rank 1] up\n1: Traceback\n"},
-            1,
-            "[Rank 1] up\nTraceback\n",
-        ),
-        # Twelve tasks: srun pads the label (' 3: ').
-        ({"emu-42.out": " 3: [Rank 3] up\n13: [Rank 13] up\n"}, 3, "[Rank 3] up\n"),
-        # --rank-logs split: the rank's own file beside the job's log.
-        (
-            {"emu-42.out": "hpcdist: job 42\n", "emu-42.rank1.out": "[Rank 1] up\nplain line\n"},
-            1,
-            "[Rank 1] up\nplain line\n",
-        ),
-        # --rank-logs none: the ranks' own prefix.
-        ({"emu-42.out": "[Rank 0] a\n[Rank 1] b\n"}, 1, "[Rank 1] b\n"),
-    ],
-    ids=["label", "label-padded", "split", "none"],
-)
-def test_logs_rank_finds_a_rank_in_every_rank_logs_mode(
-    files: dict[str, str],
-    rank: int,
-    expected: str,
-    tmp_path: Path,
-    monkeypatch: pytest.MonkeyPatch,
-) -> None:
-    from hpcdist import cli_follow
-
-    for name, text in files.items():
-        (tmp_path / name).write_text(text)
-    job = _finished_job(tmp_path / "emu-42.out")
-    monkeypatch.chdir(tmp_path)
-    monkeypatch.setattr(cli_follow, "query_job", lambda job_id: job if job_id == "42" else None)
-    result = CliRunner().invoke(cli, ["logs", "42", "--rank", str(rank)])
-    assert result.exit_code == 0, result.output
-    assert result.stdout == expected
 
 
 def _readme_site_profile(tmp_path: Path) -> str:
