@@ -119,5 +119,6 @@ def fill_gpu_count(options: dict[str, Any], spec: JobSpec) -> tuple[JobSpec, str
     filled = spec_from_options(flags)
     return filled, (
         f"hpcdist: no GPU count given; {found.describe()}: submitting "
-        f"{found.gpus_per_node} tasks per node, {filled.cpus_per_task} CPUs each"
+        f"{found.gpus_per_node} tasks per node, {filled.cpus_per_task} "
+        f"CPU{'' if filled.cpus_per_task == 1 else 's'} each"
     )

@@ -79,7 +79,7 @@ def test_submit_fills_the_gpu_count_from_the_partition(
     assert result.exit_code == 0, result.output
     assert result.stderr.strip() == (
         "hpcdist: no GPU count given; partition debug has 2 GPUs per node "
-        "(sinfo %G: gpu:tesla:2(S:0)): submitting 2 tasks per node, 1 CPUs each"
+        "(sinfo %G: gpu:tesla:2(S:0)): submitting 2 tasks per node, 1 CPU each"
     )
     params = json.loads(result.stdout)["parameters"]
     assert params["ntasks_per_node"] == 2

@@ -195,7 +195,7 @@ def test_submit_without_a_gpu_count_takes_the_partitions_typed_gpus(
         assert run.returncode == 0, run.stdout + run.stderr
         assert (
             "hpcdist: no GPU count given; partition debug has 2 GPUs per node "
-            "(sinfo %G: gpu:tesla:2): submitting 2 tasks per node, 1 CPUs each"
+            "(sinfo %G: gpu:tesla:2): submitting 2 tasks per node, 1 CPU each"
         ) in run.stderr
         job_id = _job_id(run.stdout)
         assert "nodes x 2 tasks" in run.stdout
