@@ -15,6 +15,10 @@
 #SBATCH --open-mode="append"
 
 set -euo pipefail
+# A preemption sends TERM to this shell as well as to the ranks: trapped, the shell outlives
+# srun, whose ranks checkpoint on it, and can requeue the job (or submit it again) below.
+terminated=0
+trap 'terminated=1 interrupted=1' TERM
 
 
 # >>> environment
@@ -52,21 +56,32 @@ rm -f "${HPCDIST_REQUEUE_MARKER}"
 status=0
 # srun in SLURM >= 22.05 no longer inherits --cpus-per-task from sbatch: pass it explicitly.
 # --kill-on-bad-exit ends every rank when one dies, instead of leaving the rest in a collective.
-srun --nodes=4 --ntasks-per-node=1 --cpus-per-task=2 --kill-on-bad-exit=1 \
+srun --nodes=4 --ntasks-per-node=1 --cpus-per-task=2 --kill-on-bad-exit=1 --label \
   python3 -m ufsemulator train || status=$?
 if [ -f "${HPCDIST_REQUEUE_MARKER}" ] || [ "$status" -eq 85 ]; then
   rm -f "${HPCDIST_REQUEUE_MARKER}"
   # Requeues count in SLURM_RESTART_COUNT, resubmissions (no scontrol) in HPCDIST_RESTARTS.
   restarts=$(( ${SLURM_RESTART_COUNT:-0} + ${HPCDIST_RESTARTS:-0} ))
-  if [ "$restarts" -ge 3 ]; then
+  # TERM without a preemption is scancel, the time limit or SLURM's own requeue: never
+  # requeue a job the user cancelled. A job picked for preemption has a PreemptTime.
+  preempted=0
+  if [ "${terminated}" -eq 1 ] && scontrol show job "${SLURM_JOB_ID}" 2>/dev/null | grep -q 'PreemptTime=[0-9]'; then
+    preempted=1
+  fi
+  if [ "${terminated}" -eq 1 ] && [ "${preempted}" -eq 0 ]; then
+    echo "hpcdist: not requeueing: job ${SLURM_JOB_ID} was ended (TERM) without a preemption" >&2
+  elif [ "$restarts" -ge 3 ]; then
     echo "hpcdist: not requeueing: restart ${restarts} reached --max-restarts 3" >&2
-  elif command -v scontrol >/dev/null 2>&1; then
+  elif command -v scontrol >/dev/null 2>&1 && {
     echo "hpcdist: checkpoint written, requeueing job ${SLURM_JOB_ID}" >&2
-    scontrol requeue "${SLURM_JOB_ID}" && exit 0
+    scontrol requeue "${SLURM_JOB_ID}"
+  }; then
+    exit 0
   else
-    # No scontrol on this compute node: submit this script again as a new job that resumes
-    # from this job's run folder, without this job's SLURM_* variables.
-    echo "hpcdist: scontrol missing, resubmitting ${BASH_SOURCE[0]} with sbatch" >&2
+    # No scontrol here, or the site refuses the requeue (a preemption that cancels): submit
+    # this script again as a new job that resumes from this job's run folder, without this
+    # job's SLURM_* variables.
+    echo "hpcdist: no requeue (scontrol missing or refused), resubmitting ${BASH_SOURCE[0]} with sbatch" >&2
     unset_vars=()
     for var in $(compgen -e); do
       case "$var" in

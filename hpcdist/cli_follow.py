@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import re
 import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
@@ -15,6 +16,7 @@ from typing import Any
 
 import click
 
+from hpcdist.directives import rank_log_pattern
 from hpcdist.errors import UserError
 from hpcdist.jobs import (
     FINAL_STATES,
@@ -131,11 +133,28 @@ def status(job_id: str | None, as_json: bool) -> int:
     return 0
 
 
+# srun --label's prefix of each line (--rank-logs label): the task number, padded.
+_LABEL = re.compile(r" *([0-9]+): ")
+
+
 def _rank_filter(rank: int | None) -> Callable[[str], bool]:
+    """A rank's lines: labelled with its number by srun, or printed as '[Rank N]'."""
     if rank is None:
         return lambda line: True
     prefix = f"[Rank {rank}]"
-    return lambda line: line.startswith(prefix)
+
+    def keep(line: str) -> bool:
+        label = _LABEL.match(line)
+        return label.group(1) == str(rank) if label else line.startswith(prefix)
+
+    return keep
+
+
+def _unlabel(rank: int | None) -> Callable[[str], str]:
+    """One rank's lines as it printed them, without srun's label."""
+    if rank is None:
+        return lambda line: line
+    return lambda line: _LABEL.sub("", line, count=1)
 
 
 def follow_files(
@@ -143,6 +162,7 @@ def follow_files(
     state: Callable[[], str],
     keep: Callable[[str], bool],
     poll_s: float = 1.0,
+    shown: Callable[[str], str] = str,
 ) -> str:
     """Print the lines of ``(path, to_stderr)`` files as they grow, those ``keep`` accepts,
     until ``state()`` is final; return that state. A line is printed once it is whole."""
@@ -163,7 +183,7 @@ def follow_files(
             for raw in whole:
                 line = raw.decode(errors="replace")
                 if keep(line):
-                    click.echo(line, err=to_stderr)
+                    click.echo(shown(line), err=to_stderr)
         if current in _ENDED:
             return current
         time.sleep(poll_s)
@@ -181,13 +201,22 @@ def _slurm_logs(info: JobInfo) -> list[tuple[Path, bool]]:
     return paths
 
 
+def _split_logs(paths: list[tuple[Path, bool]], rank: int | None) -> list[tuple[Path, bool]]:
+    """A rank's own files beside the job's log (``--rank-logs split``), where they exist."""
+    if rank is None:
+        return []
+    found = [(Path(rank_log_pattern(str(path), str(rank))), err) for path, err in paths]
+    return [(path, err) for path, err in found if path.is_file()]
+
+
 @click.command()
 @click.argument("job_id")
 @click.option(
     "--rank",
     type=int,
     default=None,
-    help="Only this rank's lines ('[Rank N]'); a job of this folder: its log file (default 0).",
+    help="Only this rank's lines (its label, its own file, or '[Rank N]'); a job of this "
+    "folder: its log file (default 0).",
 )
 @click.option("--follow", "follow_", is_flag=True, help="Keep printing until the job ends.")
 def logs(job_id: str, rank: int | None, follow_: bool) -> int:
@@ -221,14 +250,17 @@ def logs(job_id: str, rank: int | None, follow_: bool) -> int:
             raise UserError(f"job {job_id} is an array; expected one task, e.g. {job_id}_0")
         raise _unknown(job_id)
     paths = _slurm_logs(info)
-    keep = _rank_filter(rank)
+    keep, shown = _rank_filter(rank), _unlabel(rank)
+    split = _split_logs(paths, rank)
+    if split:  # --rank-logs split: the rank's own files
+        paths, keep = split, _rank_filter(None)
     if follow_:
 
         def current() -> str:
             found = query_job(job_id)
             return found.state if found is not None else "UNKNOWN"
 
-        follow_files(paths, current, keep)
+        follow_files(paths, current, keep, shown=shown)
         return 0
     missing = [str(path) for path, _ in paths if not path.is_file()]
     if len(missing) == len(paths):
@@ -236,7 +268,8 @@ def logs(job_id: str, rank: int | None, follow_: bool) -> int:
     for path, _ in paths:  # both to stdout, as for a job of this folder
         if path.is_file():
             text = path.read_text(errors="replace")
-            click.echo("".join(ln for ln in text.splitlines(keepends=True) if keep(ln)), nl=False)
+            lines = text.splitlines(keepends=True)
+            click.echo("".join(shown(ln) for ln in lines if keep(ln)), nl=False)
     return 0
 
 

@@ -34,6 +34,12 @@ def submit(executor: str, dry_run: bool, wait: bool, no_preflight: bool, **optio
     from hpcdist import submit as submission
 
     spec = spec_from_options(options)
+    if spec.gpus_auto and submission.choose_executor(executor) == "slurm":
+        # No GPU count anywhere: the partition's, from the controller (submitit needs it).
+        from hpcdist.gpudetect import fill_gpu_count
+
+        spec, found = fill_gpu_count(options, spec)
+        click.echo(found, err=True)
     if dry_run:
         click.echo(json.dumps(submission.describe(spec, executor), indent=2, default=list))
         return 0

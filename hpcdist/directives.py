@@ -11,7 +11,9 @@ from __future__ import annotations
 import shlex
 from dataclasses import dataclass
 
+from hpcdist.container import container_prefix, container_srun_options
 from hpcdist.dependency import dependency_value
+from hpcdist.errors import SpecError
 from hpcdist.protocol import port_seed_shell, port_shell_expression
 from hpcdist.spec import JOB_OPTIONS, Count, JobSpec
 from hpcdist.sweep import array_range, task_command
@@ -53,10 +55,14 @@ def sbatch_directives(spec: JobSpec) -> list[Directive]:
     # The options a field passes to sbatch as they are, declared on the field (job_field).
     for option in JOB_OPTIONS:
         value = getattr(spec, option.name)
-        if option.sbatch is not None and value is not None:
-            rows.append(Directive(option.sbatch, value))
-    if isinstance(spec.gpus_per_node, int) and spec.gpus_per_node > 0:
-        rows.append(Directive("gpus-per-node", spec.gpus_per_node))
+        if option.sbatch is None or value is None or value is False:
+            continue
+        if value is True:  # a flag such as --exclusive
+            if not any(row.option == option.sbatch for row in rows):
+                rows.append(Directive(option.sbatch))
+            continue
+        rows.append(Directive(option.sbatch, value))
+    rows += gpu_directives(spec)
     if spec.signal is not None:
         rows.append(Directive("signal", spec.signal))
     array = array_range(spec)
@@ -85,6 +91,40 @@ def sbatch_directives(spec: JobSpec) -> list[Directive]:
         ]
     else:
         rows.append(Directive("no-requeue"))
+    return _with_site_options(rows, spec)
+
+
+def gpu_directives(spec: JobSpec) -> list[Directive]:
+    """The GPU request in the shape the site wants (``gpu_request``, ``--gpu-type``)."""
+    gpus = spec.gpus_per_node
+    if not isinstance(gpus, int):
+        if spec.gpu_type is not None:
+            raise SpecError(
+                f"--gpu-type {spec.gpu_type!r} needs a GPU count in a rendered script: pass "
+                "--gpus-per-node N (submit reads it from the partition)"
+            )
+        return []
+    if gpus <= 0:
+        return []
+    typed = f"{spec.gpu_type}:" if spec.gpu_type else ""
+    if spec.gpu_request == "gpus-per-task":
+        # Under torchrun one task per node holds all of its node's GPUs.
+        per_task = gpus // _known(spec.srun_tasks_per_node)
+        return [Directive("gpus-per-task", f"{typed}{per_task}" if typed else per_task)]
+    if spec.gpu_request == "gres" or spec.gpu_type:
+        return [Directive("gres", f"gpu:{typed}{gpus}")]
+    return [Directive("gpus-per-node", gpus)]
+
+
+def _with_site_options(rows: list[Directive], spec: JobSpec) -> list[Directive]:
+    """The profile's ``sbatch:`` and --sbatch's options after hpcdist's own rows (a key of
+    both: the flag's value). Keys that name hpcdist's own rows are refused by validation;
+    a row of the same name would still give way here, so that a line appears once."""
+    site = dict(spec.sbatch_options)
+    rows = [row for row in rows if row.option not in site]
+    comment = "Site options: the profile's sbatch: keys, then --sbatch."
+    for index, (option, value) in enumerate(site.items()):
+        rows.append(Directive(option, value, comment if index == 0 else ""))
     return rows
 
 
@@ -104,13 +144,54 @@ def srun_options(spec: JobSpec) -> list[str]:
         cpus = '"$(( cpus * gpus ))"' if torchrun else CPUS_VAR
     else:
         ntasks, cpus = str(spec.srun_tasks_per_node), str(spec.srun_cpus_per_task)
-    words = [f"--nodes={spec.nodes}", f"--ntasks-per-node={ntasks}", f"--cpus-per-task={cpus}"]
+    words: list[str] = [
+        f"--nodes={spec.nodes}",
+        ShellWord(f"--ntasks-per-node={ntasks}"),
+        ShellWord(f"--cpus-per-task={cpus}"),
+    ]
     if spec.gpus_auto:
-        words.append('${gpu_request:+"$gpu_request"}')
+        words.append(ShellWord('${gpu_request:+"$gpu_request"}'))
     # --kill-on-bad-exit ends every rank when one dies, instead of leaving the rest waiting
     # in a collective.
     words.append("--kill-on-bad-exit=1")
+    # The site's: binding, a pyxis container, then the profile's srun_args and --srun-arg.
+    # These are plain values (the script quotes them, submitit quotes its own).
+    words += [f"--{name}={value}" for name, value in _binding(spec)]
+    words += container_srun_options(spec)
+    words += spec.srun_args
     return words
+
+
+class ShellWord(str):
+    """A word of srun's options that is already shell code (a count the script computes):
+    the script writes it as it is, where every other word is quoted."""
+
+
+def _binding(spec: JobSpec) -> list[tuple[str, str]]:
+    pairs = [("cpu-bind", spec.cpu_bind), ("gpu-bind", spec.gpu_bind)]
+    return [(name, value) for name, value in pairs if value is not None]
+
+
+def rank_log_options(spec: JobSpec) -> list[str]:
+    """srun's options for the ranks' output in a rendered script (``--rank-logs``): each line
+    labelled with its rank, or one file per rank. submitit writes one file per rank itself."""
+    if spec.rank_logs == "label":
+        return ["--label"]
+    if spec.rank_logs == "split":
+        words = [f"--output={rank_log_pattern(spec.output)}"]
+        if spec.error is not None:
+            words.append(f"--error={rank_log_pattern(spec.error)}")
+        return words
+    return []
+
+
+def rank_log_pattern(log: str, rank: str = "%t") -> str:
+    """The per-rank file beside the job's log: ``%x-%j.out`` -> ``%x-%j.rank%t.out``; with
+    ``rank`` a number, the name of that rank's file beside an expanded log path."""
+    folder, slash, name = log.rpartition("/")
+    stem, dot, suffix = name.rpartition(".")
+    named = f"{stem}.rank{rank}.{suffix}" if dot and stem else f"{name}.rank{rank}"
+    return f"{folder}{slash}{named}"
 
 
 def torchrun_flags(
@@ -147,8 +228,9 @@ def launch_argv(spec: JobSpec) -> list[str]:
     if spec.sweep:
         # This array task's point: the script's case on SLURM_ARRAY_TASK_ID sets it.
         command.append(POINT_WORDS)
+    wrapper = [shlex.quote(word) for word in container_prefix(spec)]
     if spec.launcher != "torchrun":
-        return command
+        return [*wrapper, *command]
     nproc = GPUS_VAR if spec.gpus_auto else str(spec.tasks_per_node)
     torchrun = [
         "torchrun",
@@ -165,7 +247,7 @@ def launch_argv(spec: JobSpec) -> list[str]:
         # its ranks catch to checkpoint, so it ignores it (its ranks set their own handler).
         script = f'trap "" {spec.warning_signal} && exec "$@"'
         torchrun = ["bash", "-c", shlex.quote(script), "torchrun", *torchrun]
-    return torchrun_command(torchrun, command)
+    return [*wrapper, *torchrun_command(torchrun, command)]
 
 
 # The batch script's (unexported) copy of the job's secret, read from its 0600 file.

@@ -17,7 +17,8 @@ import click
 from hpcdist.dependency import parse_after
 from hpcdist.errors import SpecError
 from hpcdist.joboption import JobOption
-from hpcdist.profiles import DEFAULT_PROFILE, load_profile
+from hpcdist.profiles import DEFAULT_PROFILE, Profile, load_profile
+from hpcdist.siteopts import parse_sbatch_option
 from hpcdist.spec import AUTO, JOB_OPTIONS, JobSpec, build_spec
 from hpcdist.sweep import parse_sets, parse_sweeps
 
@@ -86,10 +87,9 @@ def job_options(func: F) -> F:
 def spec_from_options(options: dict[str, Any]) -> JobSpec:
     """defaults < profile < flags, validated; raises SpecError / ProfileError for the user."""
     flags = dict(options)
-    profile = load_profile(
-        flags.pop("profile", None) or os.environ.get("HPCDIST_PROFILE") or DEFAULT_PROFILE,
-        trust=bool(flags.pop("trust_profile", False)),
-    )
+    profile = options_profile(flags)
+    flags.pop("profile", None)
+    flags.pop("trust_profile", None)
     backend = flags.pop("backend", None)
     if backend and flags.get("mode") and flags["mode"] != backend:
         raise SpecError(f"--backend {backend!r} contradicts --mode {flags['mode']!r}")
@@ -98,6 +98,9 @@ def spec_from_options(options: dict[str, Any]) -> JobSpec:
     flags["overrides"] = parse_sets(flags.get("overrides") or ())
     flags["sweep"] = parse_sweeps(flags.get("sweep") or ())
     flags["after"] = parse_after(flags.get("after") or ())
+    flags["sbatch_options"] = tuple(
+        parse_sbatch_option(item) for item in flags.get("sbatch_options") or ()
+    )
     command = flags.pop("command", None)
     if command is not None:
         try:
@@ -110,6 +113,14 @@ def spec_from_options(options: dict[str, Any]) -> JobSpec:
                 "runs (leave the flag out for the emulator training)"
             )
     return build_spec(profile, flags)
+
+
+def options_profile(options: dict[str, Any]) -> Profile:
+    """The profile the options name: --profile, else $HPCDIST_PROFILE, else the default."""
+    return load_profile(
+        options.get("profile") or os.environ.get("HPCDIST_PROFILE") or DEFAULT_PROFILE,
+        trust=bool(options.get("trust_profile", False)),
+    )
 
 
 def _parse_env(item: str) -> tuple[str, str]:

@@ -11,7 +11,9 @@ from hpcdist import protocol
 from hpcdist.directives import (
     CPUS_VAR,
     SECRET_SHELL_VAR,
+    ShellWord,
     launch_argv,
+    rank_log_options,
     sbatch_directives,
     srun_options,
     torchrun_port_expression,
@@ -101,10 +103,17 @@ def render(spec: JobSpec) -> str:
         spec=spec,
         version=VERSION,
         directives=sbatch_directives(spec),
-        srun_options=" ".join(srun_options(spec)),
+        srun_options=" ".join(_srun_words(spec)),
         threads_expr=threads_expr,
         launch_argv=launch_argv(spec),
         points=[set_words(point) for point in points(spec)],
         private_dirs=private_dirs(spec),
         **protocol_context(),
     )
+
+
+def _srun_words(spec: JobSpec) -> list[str]:
+    """srun's options as script words: the user's values quoted, the script's counts as
+    they are; then the ranks' output (--rank-logs), which only a rendered script sets."""
+    words = [*srun_options(spec), *rank_log_options(spec)]
+    return [word if isinstance(word, ShellWord) else quote(word) for word in words]

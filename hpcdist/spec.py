@@ -23,6 +23,9 @@ Mode = Literal["threads", "gloo", "nccl", "test"]
 Launcher = Literal["srun", "torchrun"]
 MODES: tuple[str, ...] = ("threads", "gloo", "nccl", "test")
 LAUNCHERS: tuple[str, ...] = ("srun", "torchrun")
+GPU_REQUESTS: tuple[str, ...] = ("gpus-per-node", "gres", "gpus-per-task")
+RANK_LOGS: tuple[str, ...] = ("label", "split", "none")
+CONTAINER_RUNTIMES: tuple[str, ...] = ("apptainer", "singularity", "pyxis")
 
 # A count known when the job is rendered, or "auto": one task per GPU of each node, counted
 # by the script when the job starts (nccl with no GPU count anywhere).
@@ -170,6 +173,86 @@ class JobSpec:
         profile=False,
         metavar="JOB[:ok|any|notok]",
     )
+    # Site options: what a real cluster asks of its jobs (hpcdist/siteopts.py checks them).
+    constraint: str | None = job_field(
+        None, "Node features the job needs, e.g. 'a100&ib'.", sbatch="constraint"
+    )
+    exclusive: bool = job_field(
+        False,
+        "Whole nodes, shared with no other job.",
+        flag="--exclusive/--no-exclusive",
+        value_type="bool",
+        sbatch="exclusive",
+    )
+    reservation: str | None = job_field(None, "Run in this reservation.", sbatch="reservation")
+    mem_per_gpu: str | None = job_field(
+        None, "Memory per GPU, e.g. 40G (instead of --mem).", sbatch="mem-per-gpu"
+    )
+    mail_type: str | None = job_field(
+        None, "When to mail, e.g. END,FAIL or ALL.", sbatch="mail-type"
+    )
+    mail_user: str | None = job_field(None, "Who gets the mail.", sbatch="mail-user")
+    nodelist: str | None = job_field(
+        None, "Run on these nodes, e.g. 'node[01-04]'.", sbatch="nodelist"
+    )
+    exclude: str | None = job_field(
+        None, "Never run on these nodes, e.g. 'node07'.", sbatch="exclude"
+    )
+    gpu_type: str | None = job_field(
+        None, "GPU type, e.g. a100: asks for gres gpu:TYPE:N.", metavar="TYPE"
+    )
+    gpu_request: str = job_field(
+        DERIVED,
+        "How the GPUs are asked for (default: the profile's gpu_request, else gpus-per-node).",
+        choices=GPU_REQUESTS,
+        profile=False,
+    )
+    gpu_bind: str | None = job_field(None, "srun --gpu-bind, e.g. closest.")
+    cpu_bind: str | None = job_field(None, "srun --cpu-bind, e.g. cores.")
+    sbatch_options: tuple[tuple[str, str | None], ...] = job_field(
+        (),
+        "Any other sbatch option, passed as it is after the profile's; repeatable.",
+        flag="--sbatch",
+        multiple=True,
+        profile=False,
+        metavar="KEY[=VALUE]",
+    )
+    srun_args: tuple[str, ...] = job_field(
+        (),
+        "Any other srun option of the job step, after the profile's; repeatable.",
+        flag="--srun-arg",
+        multiple=True,
+        profile=False,
+        metavar="--OPTION[=VALUE]",
+    )
+    rank_logs: str = job_field(
+        "label",
+        "Rank logs: label (srun --label), split (one file per rank) or none.",
+        choices=RANK_LOGS,
+    )
+    container: str | None = job_field(
+        None, "Run every rank in this container image (default: the profile's).", profile=False
+    )
+    container_runtime: str = job_field(
+        DERIVED,
+        "Container runtime (default: the profile's, else apptainer).",
+        choices=CONTAINER_RUNTIMES,
+        profile=False,
+    )
+    container_mounts: tuple[str, ...] = job_field(
+        (),
+        "A mount SRC[:DST[:OPTS]] of the container, after the profile's; repeatable.",
+        flag="--container-mount",
+        multiple=True,
+        profile=False,
+    )
+    container_options: tuple[str, ...] = job_field(
+        (),
+        "A runtime option, after the profile's; repeatable.",
+        flag="--container-option",
+        multiple=True,
+        profile=False,
+    )
     profile: str = "local"
     profile_source: str = ""  # the profile's file, as the script's header names it
 
@@ -230,6 +313,7 @@ def default_job_name(mode: str) -> str:
 
 def build_spec(profile: Profile, flags: Mapping[str, Any]) -> JobSpec:
     """Merge defaults < profile < flags (flags that are None are unset) and validate."""
+    from hpcdist.siteopts import site_fields
     from hpcdist.validate import validate
 
     merged: dict[str, Any] = dict(DEFAULTS)
@@ -267,6 +351,13 @@ def build_spec(profile: Profile, flags: Mapping[str, Any]) -> JobSpec:
     if mode == "test":
         # A smoke test has nothing to checkpoint: no warning signal, no requeue.
         merged["signal"], merged["requeue"] = None, False
+    if flags.get("mem_per_gpu") is not None and flags.get("memory") is None:
+        merged["memory"] = None  # --mem-per-gpu replaces the profile's --mem
+    if not on_gpus:
+        # A profile's GPU defaults are for its GPU jobs; only a flag is an error on CPUs.
+        for key in ("gpu_type", "mem_per_gpu"):
+            if flags.get(key) is None:
+                merged[key] = None
     command = tuple(merged.get("command") or ())
     if not command:
         command = COMMCHECK_COMMAND if mode == "test" else TRAIN_COMMAND
@@ -304,6 +395,7 @@ def build_spec(profile: Profile, flags: Mapping[str, Any]) -> JobSpec:
         sweep=tuple(merged.get("sweep", ())),
         max_parallel=merged.get("max_parallel"),
         after=tuple(merged.get("after", ())),
+        **site_fields(profile, merged),
     )
     validate(spec, profile)
     return spec

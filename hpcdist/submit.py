@@ -22,6 +22,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from hpcdist.container import container_prefix
 from hpcdist.dependency import check_known
 from hpcdist.directives import sbatch_directives, srun_options
 from hpcdist.errors import SpecError, UserError
@@ -252,6 +253,8 @@ def submit(
     # The job's secret, before any rank can start: its file's path travels in the job.
     secret_files = [_new_secret_file(project_dir)]
     extra_env[SECRET_VAR] = str(secret_files[0])
+    # In a container (apptainer/singularity) the runtime wraps the rank's command.
+    wrapper = container_prefix(spec)
     if spec.warning_signal:
         extra_env[SIGNAL_VAR] = spec.warning_signal
 
@@ -278,7 +281,7 @@ def submit(
         secret_files = task_secrets
         commands = [
             CommandJob(
-                task_command(spec, point),
+                (*wrapper, *task_command(spec, point)),
                 {**extra_env, SECRET_VAR: str(secret)},
                 record_dir=None,
                 torchrun_nproc=nproc,
@@ -294,7 +297,7 @@ def submit(
         )
         commands = [
             CommandJob(
-                task_command(spec),
+                (*wrapper, *task_command(spec)),
                 extra_env,
                 record_dir=None,
                 threads=_local_threads(spec, shape),

@@ -10,6 +10,7 @@ from dataclasses import fields
 
 from hpcdist.errors import SpecError
 from hpcdist.profiles import Profile
+from hpcdist.siteopts import check_site
 from hpcdist.slurmtime import time_limit_seconds
 from hpcdist.spec import AUTO, JOB_OPTIONS, LAUNCHERS, JobSpec
 from hpcdist.sweep import check_sweep
@@ -80,6 +81,7 @@ def validate(spec: JobSpec, profile: Profile) -> None:
             f"--output {spec.output!r} names the job's log, as in sbatch; expected "
             "a log name such as %x-%j.out (render writes the script with --script)"
         )
+    check_site(spec, profile)
 
 
 def _check_gpus(spec: JobSpec, profile: Profile) -> None:
@@ -199,6 +201,8 @@ def _text_values(spec: JobSpec) -> list[tuple[str, str]]:
             out.append((flag, value))
         elif f.name == "env":
             out.extend((f"--env {k}", f"{k}={v}") for k, v in value)
+        elif f.name == "sbatch_options":
+            out.extend((flag, k if v is None else f"{k}={v}") for k, v in value)
         elif isinstance(value, tuple):
             out.extend((flag, str(v)) for v in value)
     return out

@@ -160,7 +160,7 @@ def test_nccl_without_a_gpu_count_asks_for_whole_nodes() -> None:
     assert "nvidia-smi -L" in script
     assert (
         'srun --nodes=2 --ntasks-per-node="$gpus" --cpus-per-task="$cpus" '
-        '${gpu_request:+"$gpu_request"} --kill-on-bad-exit=1 \\\n'
+        '${gpu_request:+"$gpu_request"} --kill-on-bad-exit=1 --label \\\n'
     ) in script
     assert 'export OMP_NUM_THREADS="$cpus"\nexport MKL_NUM_THREADS="$cpus"\n' in script
 
@@ -495,7 +495,7 @@ def test_requeue_marker_requeues_even_when_srun_reports_a_killed_rank(
         assert (tmp_path / "scontrol-argv").read_text().split() == ["requeue", "77"]
         assert not (tmp_path / "sbatch-argv").exists()
         return
-    assert "scontrol missing, resubmitting" in proc.stderr
+    assert "no requeue (scontrol missing or refused), resubmitting" in proc.stderr
     sbatch_env = dict(
         line.split("=", 1)
         for line in (tmp_path / "sbatch-env").read_text().splitlines()

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import re
+import shlex
 import subprocess
 import sys
 from pathlib import Path
@@ -107,6 +108,21 @@ def _submitit_script(spec: JobSpec, tmp_path: Path, monkeypatch: pytest.MonkeyPa
             "memory": "1500M",
             "max_restarts": 0,
         },
+        {
+            "mode": "nccl",
+            "profile": "gpu-cluster",
+            "gpus_per_node": 2,
+            "gpu_type": "a100",
+            "constraint": "a100&ib",
+            "exclusive": True,
+            "reservation": "maint 2",
+            "mail_type": "END,FAIL",
+            "mail_user": "me@site.org",
+            "nodelist": "gpu[01-02]",
+            "exclude": "gpu07",
+            "sbatch_options": ("comment=site test", "hint=nomultithread"),
+            "srun_args": ("--cpu-bind=cores", "--export=ALL,X=a b"),
+        },
     ],
 )
 def test_render_and_submit_ask_slurm_for_the_same_resources(
@@ -127,14 +143,33 @@ def test_render_and_submit_ask_slurm_for_the_same_resources(
         "output": "output",
         "error": "error",
     }
+    given.update(
+        {
+            "constraint": "constraint",
+            "reservation": "reservation",
+            "mail_type": "mail-type",
+            "mail_user": "mail-user",
+            "nodelist": "nodelist",
+            "exclude": "exclude",
+        }
+    )
     for flag, directive in given.items():
         if flag in flags:
             assert submitted[directive] == str(flags[flag])
+    for key, _, value in (item.partition("=") for item in flags.get("sbatch_options", ())):
+        assert rendered[key] == submitted[key] == value
+    if flags.get("gpu_type"):
+        assert rendered["gres"] == submitted["gres"] == f"gpu:{flags['gpu_type']}:2"
+    if flags.get("exclusive"):
+        assert rendered["exclusive"] == submitted["exclusive"] == ""
     assert ("no-requeue" in submitted) == (flags.get("requeue") is False or spec.mode == "test")
     assert ("requeue" in submitted) == spec.requeue
     srun = _srun_line(_submitit_script(spec, tmp_path, monkeypatch))
+    words = shlex.split(srun)
     for option in srun_options(spec):
-        assert option in srun
+        assert option in words
+    for arg in flags.get("srun_args", ()):
+        assert arg in words
 
 
 def _srun_line(script: str) -> str:
@@ -147,11 +182,15 @@ AUTO_MESSAGE = (
 )
 
 
-@pytest.mark.parametrize("executor", ["slurm", "local", "auto"])
+# With SLURM, submit asks the partition for its GPUs instead (tests/test_gpudetect.py).
+@pytest.mark.parametrize("executor", ["local", "auto"])
 @pytest.mark.parametrize("dry_run", [True, False])
 def test_submit_refuses_gpus_counted_at_run_time_in_one_line(
     executor: str, dry_run: bool, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
+    import hpcdist.submit
+
+    monkeypatch.setattr(hpcdist.submit, "slurm_config", lambda: None)  # auto: no cluster here
     monkeypatch.chdir(tmp_path)
     monkeypatch.setenv("HPCDIST_HOME", str(tmp_path))
     args = ["submit", "--mode", "nccl", "--nodes", "2", "--executor", executor]
@@ -310,12 +349,23 @@ def test_status_of_unknown_job_is_a_user_error(tmp_path: Path) -> None:
 def test_every_pass_through_option_reaches_render_and_submit_with_its_value(
     option: JobOption, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    value = {"memory": "1500M", "partition": "debug"}.get(option.name, "site-value-7")
-    spec = spec_from_options({"profile": None, "mode": "gloo", option.name: value})
-    assert _directives(render(spec))[option.sbatch] == value
-    assert _directives(_submitit_script(spec, tmp_path, monkeypatch))[option.sbatch] == value
+    value: Any = {
+        "memory": "1500M",
+        "partition": "debug",
+        "mem_per_gpu": "40G",
+        "mail_type": "END,FAIL",
+        "constraint": "testbed&ib",
+        "exclusive": True,
+    }.get(option.name, "site-value-7")
+    # Memory per GPU needs GPUs (and replaces the GPU profile's --mem).
+    gpus = {"profile": "gpu-cluster", "mode": "nccl"}
+    base = gpus if option.name == "mem_per_gpu" else {"profile": None, "mode": "gloo"}
+    spec = spec_from_options({**base, option.name: value})
+    shown = "" if value is True else value  # a flag: --exclusive, no value
+    assert _directives(render(spec))[option.sbatch] == shown
+    assert _directives(_submitit_script(spec, tmp_path, monkeypatch))[option.sbatch] == shown
     unset = spec_from_options({"profile": None, "mode": "gloo"})
     # Unset: no directive, unless a default or the profile (its partition) gives a value.
     assert (option.sbatch in _directives(render(unset))) == (
-        getattr(unset, option.name) is not None
+        getattr(unset, option.name) not in (None, False)
     )

@@ -45,11 +45,18 @@ class Profile:
     setup: tuple[str, ...] = ()
     # Where it was read from: "shipped:NAME.yaml" or the file's absolute path.
     source: str = ""
+    # Site keys: how GPUs are asked for, what the nodes offer, options for every job.
+    gpu_request: str | None = None
+    gpu_types: tuple[str, ...] = ()
+    features: tuple[str, ...] = ()
+    sbatch: Mapping[str, str | None] = field(default_factory=dict)
+    srun_args: tuple[str, ...] = ()
+    container: Mapping[str, Any] = field(default_factory=dict)
 
 
 _KEYS = tuple(f for f in Profile.__dataclass_fields__ if f not in ("name", "source"))
 _INT_KEYS = ("max_nodes", "cores_per_node", "gpus_per_node")
-_STR_KEYS = ("description", "partition", "account", "qos", "max_time")
+_STR_KEYS = ("description", "partition", "account", "qos", "max_time", "gpu_request")
 _ENV_KEYS = ("env", "gloo_env", "nccl_env")
 
 
@@ -148,11 +155,15 @@ def profile_from_mapping(name: str, raw: object, source: str = "<profile>") -> P
             values[key] = _expect_str(source, key, value)
         elif key in _ENV_KEYS:
             values[key] = _expect_env(source, key, value)
-        elif key in ("partitions", "setup"):
+        elif key in ("partitions", "setup", "gpu_types", "features", "srun_args"):
             items = _expect_list(source, key, value)
             values[key] = tuple(_expect_str(source, key, v) for v in items)
         elif key == "defaults":
             values[key] = _expect_defaults(source, value)
+        elif key == "sbatch":
+            values[key] = _expect_sbatch(source, value)
+        elif key == "container":
+            values[key] = _expect_container(source, value)
     return Profile(name=name, **values)
 
 
@@ -217,4 +228,40 @@ def _expect_defaults(source: str, value: object) -> dict[str, Any]:
                 f"profile {source!r}: defaults.{key} {item!r}; expected one of "
                 f"{', '.join(options[key].choices)}"
             )
+    return out
+
+
+def _expect_sbatch(source: str, value: object) -> dict[str, str | None]:
+    """``sbatch:`` maps option names to values; null (or true) is a flag such as --exclusive.
+    The names themselves are checked with the job (hpcdist/siteopts.py), as --sbatch's are."""
+    if not isinstance(value, Mapping):
+        raise ProfileError(f"profile {source!r}: sbatch must be a mapping, got {_kind(value)}")
+    out: dict[str, str | None] = {}
+    for key, item in value.items():
+        flag = item is None or item is True
+        out[str(key)] = None if flag else _expect_str(source, f"sbatch.{key}", item)
+    return out
+
+
+CONTAINER_KEYS = ("runtime", "image", "mounts", "options")
+
+
+def _expect_container(source: str, value: object) -> dict[str, Any]:
+    if not isinstance(value, Mapping):
+        raise ProfileError(f"profile {source!r}: container must be a mapping, got {_kind(value)}")
+    unknown = sorted(set(value) - set(CONTAINER_KEYS), key=str)
+    if unknown:
+        raise ProfileError(
+            f"profile {source!r} has unknown key 'container.{unknown[0]}'; "
+            f"allowed: {', '.join(CONTAINER_KEYS)}"
+        )
+    out: dict[str, Any] = {}
+    for key, item in value.items():
+        if item is None:
+            continue
+        if key in ("mounts", "options"):
+            items = _expect_list(source, f"container.{key}", item)
+            out[key] = tuple(_expect_str(source, f"container.{key}", v) for v in items)
+        else:
+            out[key] = _expect_str(source, f"container.{key}", item)
     return out

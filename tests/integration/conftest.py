@@ -101,6 +101,14 @@ def run_slurm(
     return proc
 
 
+_LABEL = re.compile(r"^ *\d+: ", re.M)
+
+
+def unlabel(text: str) -> str:
+    """A job log without srun's --label prefixes ('0: '), as the ranks printed it."""
+    return _LABEL.sub("", text)
+
+
 def squeue(job_id: int) -> tuple[str, str]:
     """(state, reason) of a job the controller knows, else ("", "")."""
     proc = run_slurm("squeue", "-h", "-j", str(job_id), "-o", "%T|%r", check=False)

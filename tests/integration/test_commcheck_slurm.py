@@ -9,7 +9,7 @@ import pytest
 
 from hpcdist.options import spec_from_options
 from hpcdist.render import render
-from tests.integration.conftest import SlurmCluster, sbatch
+from tests.integration.conftest import SlurmCluster, sbatch, unlabel
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -22,7 +22,7 @@ def _render_test_job(tmp_path: Path, **flags: object) -> Path:
 
 def _output(tmp_path: Path, job_id: int) -> str:
     (out,) = tmp_path.glob(f"*-{job_id}.out")
-    return out.read_text()
+    return unlabel(out.read_text())
 
 
 def test_committed_test_distributed_script_passes_on_two_nodes(

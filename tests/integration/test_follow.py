@@ -13,7 +13,14 @@ from pathlib import Path
 
 import pytest
 
-from tests.integration.conftest import SlurmCluster, SubmittedJob, run_slurm, sbatch, slurm_env
+from tests.integration.conftest import (
+    SlurmCluster,
+    SubmittedJob,
+    run_slurm,
+    sbatch,
+    slurm_env,
+    unlabel,
+)
 
 REPO = Path(__file__).resolve().parents[2]
 HPCDIST = [sys.executable, "-m", "hpcdist.cli"]
@@ -94,7 +101,7 @@ def test_plain_sbatch_job_status_efficiency_logs_and_list(
 
     logs = hpcdist("logs", str(job.job_id), cwd=tmp_path)
     assert logs.returncode == 0, logs.stderr
-    assert any(line.startswith("PASS: world size 2") for line in logs.stdout.splitlines())
+    assert any(line.startswith("PASS: world size 2") for line in unlabel(logs.stdout).splitlines())
     rank1 = hpcdist("logs", str(job.job_id), "--rank", "1", cwd=tmp_path).stdout.splitlines()
     assert rank1 and all(line.startswith("[Rank 1]") for line in rank1)
 
@@ -164,7 +171,8 @@ def test_run_inside_salloc_runs_the_communication_check(
     )
     assert proc.returncode == 0, proc.stdout + proc.stderr
     assert any(
-        line.startswith("PASS: world size 2, gloo backend") for line in proc.stdout.splitlines()
+        line.startswith("PASS: world size 2, gloo backend")
+        for line in unlabel(proc.stdout).splitlines()
     ), proc.stdout + proc.stderr
     assert "Distributed training initialized: gloo backend, 2 processes" in proc.stdout
 

@@ -1,0 +1,179 @@
+"""Real preemption on a testbed with a high-priority partition over the same nodes
+(PreemptType=preempt/partition_prio, a grace time): a training preempted by a job of
+partition `high` checkpoints in its grace time and finishes with the weights of an
+uninterrupted run, whether the site requeues it (PreemptMode=REQUEUE) or cancels it and
+refuses the requeue (PreemptMode=CANCEL: the script submits itself again with sbatch into
+the same run folder). A job submitted with --no-requeue is never resubmitted.
+
+PreemptMode is the cluster's own setting: each mode has its own small testbed (2 nodes,
+no accounting) beside the session's, started for this module and stopped after it.
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+import os
+import re
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+import pytest
+import torch
+
+from tests.integration.conftest import SlurmCluster, run_slurm, sbatch
+from tests.integration.sidebed import FINAL, SideBed, show_job, side_testbed, wait_state
+from tests.integration.test_faults import _log, _training_job, _wait_for, _weights
+
+EPOCHS = 30
+GRACE_S = "15"
+# A job of the high partition that needs every CPU of both nodes: it preempts the training.
+HIGH_JOB = "#!/bin/bash\nsleep 1\n"
+
+
+Weights = dict[str, torch.Tensor]
+
+
+@pytest.fixture(scope="module")
+def reference(
+    slurm_cluster: SlurmCluster, tmp_path_factory: pytest.TempPathFactory
+) -> Callable[[], Weights]:
+    """The same training, uninterrupted, on the session's testbed: it runs while the
+    preemption tests run; its weights are read when a test first asks for them."""
+    folder = tmp_path_factory.mktemp("reference")
+    job = sbatch(_training_job(folder, "reference", EPOCHS), cwd=folder, wait=False)
+
+    @functools.cache
+    def weights() -> Weights:
+        state = slurm_cluster.job_state(job.job_id, timeout=300)
+        assert state == "COMPLETED", _log(folder, "reference", job.job_id)
+        return _weights(folder / "runs" / str(job.job_id))
+
+    return weights
+
+
+@pytest.fixture(scope="module")
+def requeue_bed() -> Iterator[SideBed]:
+    with side_testbed("preempt-requeue", 50, preempt="requeue", grace_time=GRACE_S) as bed:
+        yield bed
+
+
+@pytest.fixture(scope="module")
+def cancel_bed() -> Iterator[SideBed]:
+    with side_testbed("preempt-cancel", 60, preempt="cancel", grace_time=GRACE_S) as bed:
+        yield bed
+
+
+def _preempt_after_epoch_3(tmp_path: Path, name: str, job_id: int) -> int:
+    _wait_for(lambda: "Epoch 3/" in _log(tmp_path, name, job_id), 180, f"{name} to train")
+    high = sbatch(HIGH_JOB, "-p", "high", "-N", "2", "--exclusive", cwd=tmp_path, wait=False)
+    return high.job_id
+
+
+def _assert_same_weights(run_dir: Path, reference: Callable[[], Weights]) -> None:
+    expected = reference()
+    final = _weights(run_dir)
+    assert sorted(final) == sorted(expected)
+    for key in expected:
+        assert torch.equal(final[key], expected[key]), f"{key} differs after the preemption"
+    results = json.loads((run_dir / "training_results.json").read_text())
+    assert results["epochs_run"] == EPOCHS and results["world_size"] == 2
+
+
+def test_requeue_mode_preempted_training_resumes_with_the_uninterrupted_weights(
+    requeue_bed: SideBed,
+    reference: Callable[[], Weights],
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    started = time.monotonic()
+    with requeue_bed.active(monkeypatch):
+        job = sbatch(_training_job(tmp_path, "preempted", EPOCHS), cwd=tmp_path, wait=False)
+        high = _preempt_after_epoch_3(tmp_path, "preempted", job.job_id)
+        assert wait_state(high, FINAL, timeout=120)["JobState"] == "COMPLETED"
+        shown = wait_state(job.job_id, ("COMPLETED", "FAILED", "CANCELLED", "TIMEOUT"), 300)
+    log = _log(tmp_path, "preempted", job.job_id)
+    assert shown["JobState"] == "COMPLETED", log
+    assert shown["Restarts"] == "1", shown
+    assert "checkpoint written, requeueing" in log, log
+    resumed = re.findall(r"Resuming from \S+ \(epoch (\d+), restart 1\)", log)
+    assert resumed, log
+    _assert_same_weights(tmp_path / "runs" / str(job.job_id), reference)
+    print(
+        f"measured: REQUEUE preemption after epoch 3, resumed from epoch {resumed[0]}, "
+        f"weights equal to the uninterrupted run ({time.monotonic() - started:.0f} s)"
+    )
+
+
+def _refusing_scontrol(tmp_path: Path) -> Path:
+    """A site where users may not requeue: scontrol requeue fails as SLURM's does when a
+    job may not be requeued; every other scontrol command is the real one."""
+    real = run_slurm("bash", "-c", "command -v scontrol").stdout.strip()
+    bindir = tmp_path / "site-bin"
+    bindir.mkdir()
+    (bindir / "scontrol").write_text(
+        "#!/bin/bash\n"
+        'if [ "$1" = requeue ]; then\n'
+        '  echo "Requested operation is presently disabled for job $2" >&2; exit 1\n'
+        "fi\n"
+        f'exec {real} "$@"\n'
+    )
+    (bindir / "scontrol").chmod(0o755)
+    return bindir
+
+
+def test_cancel_mode_preempted_training_submits_itself_again_and_resumes(
+    cancel_bed: SideBed,
+    reference: Callable[[], Weights],
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    started = time.monotonic()
+    bindir = _refusing_scontrol(tmp_path)
+    with cancel_bed.active(monkeypatch):
+        # sbatch hands its PATH to the job: the batch shell finds the refusing scontrol.
+        monkeypatch.setenv("PATH", f"{bindir}{os.pathsep}{os.environ['PATH']}")
+        job = sbatch(_training_job(tmp_path, "cancelled", EPOCHS), cwd=tmp_path, wait=False)
+        high = _preempt_after_epoch_3(tmp_path, "cancelled", job.job_id)
+        first = wait_state(job.job_id, FINAL, timeout=120)
+        assert wait_state(high, FINAL, timeout=120)["JobState"] == "COMPLETED"
+        again = [
+            int(i) for i in run_slurm("squeue", "-h", "-n", "cancelled", "-o", "%i").stdout.split()
+        ]
+        assert len(again) == 1 and again[0] != job.job_id, again
+        second = wait_state(again[0], FINAL, timeout=300)
+    log = _log(tmp_path, "cancelled", job.job_id)
+    # Picked for preemption; its batch shell submitted it again and ended (0) in its grace time.
+    assert first["PreemptTime"] != "None" and first["JobState"] == "COMPLETED", (first, log)
+    assert "no requeue (scontrol missing or refused), resubmitting" in log, log
+    resumed_log = _log(tmp_path, "cancelled", again[0])
+    assert second["JobState"] == "COMPLETED", resumed_log
+    run_dir = tmp_path / "runs" / str(job.job_id)
+    assert f"Resuming from {run_dir}/checkpoint.pt" in resumed_log, resumed_log
+    _assert_same_weights(run_dir, reference)
+    print(
+        f"measured: CANCEL preemption, requeue refused: job {again[0]} resumed job "
+        f"{job.job_id}'s run folder, weights equal ({time.monotonic() - started:.0f} s)"
+    )
+
+
+def test_no_requeue_job_is_never_resubmitted_after_a_preemption(
+    cancel_bed: SideBed, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    with cancel_bed.active(monkeypatch):
+        script = _training_job(tmp_path, "stays", EPOCHS, requeue=False)
+        assert "#SBATCH --no-requeue" in script.read_text()
+        job = sbatch(script, cwd=tmp_path, wait=False)
+        high = _preempt_after_epoch_3(tmp_path, "stays", job.job_id)
+        shown = wait_state(job.job_id, FINAL, timeout=120)
+        assert wait_state(high, FINAL, timeout=120)["JobState"] == "COMPLETED"
+        time.sleep(2)
+        queued = run_slurm("squeue", "-h", "-n", "stays", "-o", "%i").stdout.split()
+        again = show_job(job.job_id)
+    log = _log(tmp_path, "stays", job.job_id)
+    # Picked for preemption; its ranks checkpointed and stopped (85), and the job ended there.
+    assert shown["PreemptTime"] != "None" and shown["JobState"] == "FAILED", (shown, log)
+    assert shown["ExitCode"] == "85:0", shown
+    assert queued == [] and again["Restarts"] == "0", (queued, again)
+    assert "resubmitting" not in log and "requeueing" not in log, log
