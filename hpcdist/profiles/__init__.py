@@ -199,15 +199,8 @@ def _expect_defaults(source: str, value: object) -> dict[str, Any]:
     # The JobSpec declares which of its fields a profile may preset, and their types.
     from hpcdist.spec import JOB_OPTIONS
 
-    if not isinstance(value, Mapping):
-        raise ProfileError(f"profile {source!r}: defaults must be a mapping, got {_kind(value)}")
     options = {o.name: o for o in JOB_OPTIONS if o.profile}
-    unknown = sorted(set(value) - set(options), key=str)
-    if unknown:
-        raise ProfileError(
-            f"profile {source!r} has unknown key 'defaults.{unknown[0]}'; "
-            f"allowed: {', '.join(options)}"
-        )
+    value = _expect_keys(source, "defaults", value, tuple(options))
     out: dict[str, Any] = {}
     for key, item in value.items():
         if item is None:
@@ -231,6 +224,21 @@ def _expect_defaults(source: str, value: object) -> dict[str, Any]:
     return out
 
 
+def _expect_keys(
+    source: str, name: str, value: object, allowed: tuple[str, ...]
+) -> Mapping[str, Any]:
+    """A mapping whose keys are all in ``allowed``; the first other key is named."""
+    if not isinstance(value, Mapping):
+        raise ProfileError(f"profile {source!r}: {name} must be a mapping, got {_kind(value)}")
+    unknown = sorted(set(value) - set(allowed), key=str)
+    if unknown:
+        raise ProfileError(
+            f"profile {source!r} has unknown key '{name}.{unknown[0]}'; "
+            f"allowed: {', '.join(allowed)}"
+        )
+    return value
+
+
 def _expect_sbatch(source: str, value: object) -> dict[str, str | None]:
     """``sbatch:`` maps option names to values; null (or true) is a flag such as --exclusive.
     The names themselves are checked with the job (hpcdist/siteopts.py), as --sbatch's are."""
@@ -247,14 +255,7 @@ CONTAINER_KEYS = ("runtime", "image", "mounts", "options")
 
 
 def _expect_container(source: str, value: object) -> dict[str, Any]:
-    if not isinstance(value, Mapping):
-        raise ProfileError(f"profile {source!r}: container must be a mapping, got {_kind(value)}")
-    unknown = sorted(set(value) - set(CONTAINER_KEYS), key=str)
-    if unknown:
-        raise ProfileError(
-            f"profile {source!r} has unknown key 'container.{unknown[0]}'; "
-            f"allowed: {', '.join(CONTAINER_KEYS)}"
-        )
+    value = _expect_keys(source, "container", value, CONTAINER_KEYS)
     out: dict[str, Any] = {}
     for key, item in value.items():
         if item is None:
