@@ -391,10 +391,10 @@ def build_spec(profile: Profile, flags: Mapping[str, Any]) -> JobSpec:
         profile=profile.name,
         profile_source=profile.source,
         collective_timeout=None if timeout is None else int(timeout),
-        overrides=tuple(merged.get("overrides", ())),
-        sweep=tuple(merged.get("sweep", ())),
-        max_parallel=merged.get("max_parallel"),
-        after=tuple(merged.get("after", ())),
+        overrides=tuple(merged["overrides"]),
+        sweep=tuple(merged["sweep"]),
+        max_parallel=merged["max_parallel"],
+        after=tuple(merged["after"]),
         **site_fields(profile, merged),
     )
     validate(spec, profile)

@@ -34,11 +34,18 @@ EQUIVALENT_FILE = REPO / "scripts" / "mutation-equivalent.yaml"
 MUTMUT_VERSION = "3.8.1"
 TARGET_SCORE = 95.0
 
+JOB_EXTRAS = (
+    "tests/test_siteopts.py",
+    "tests/test_sweep.py",
+    "tests/test_container.py",
+    "tests/test_rank_logs.py",
+)
 # module -> the test files that are its own (mutants run against these only).
 CORE_MODULES: dict[str, tuple[str, ...]] = {
-    "spec": ("tests/test_spec.py", "tests/test_cli.py"),
-    "validate": ("tests/test_spec.py", "tests/test_cli.py"),
-    "directives": ("tests/test_render.py", "tests/test_submit.py"),
+    # The site options and sweeps of the job description are tested in files of their own.
+    "spec": ("tests/test_spec.py", "tests/test_cli.py", *JOB_EXTRAS),
+    "validate": ("tests/test_spec.py", "tests/test_cli.py", *JOB_EXTRAS),
+    "directives": ("tests/test_render.py", "tests/test_submit.py", *JOB_EXTRAS),
     "render": ("tests/test_render.py",),
     "distenv": ("tests/test_distenv.py", "tests/test_nodelist.py"),  # + tasks per node
     "nodelist": ("tests/test_nodelist.py",),
