@@ -238,6 +238,13 @@ def submit(
 
     shape = refuse_auto_gpus(spec)
     kind = choose_executor(executor)
+    # Every check before anything is written: a refused job leaves no trace.
+    require_slurm_for_arrays(spec, kind)
+    if kind == "slurm":
+        if spec.after:
+            check_known(spec.after)
+        if preflight_check:
+            preflight(spec)
     root = jobs_root(project_dir)
     # submitit's pickles run as this user when the job starts: their folder is ours alone.
     folder = state_dir("submitit", project_dir=project_dir) / "%j"
@@ -258,17 +265,12 @@ def submit(
     if spec.warning_signal:
         extra_env[SIGNAL_VAR] = spec.warning_signal
 
-    require_slurm_for_arrays(spec, kind)
     sweep_points = points(spec)
     # One task's --set values per array task (a plain job: its own, if any).
     task_points = [[*spec.overrides, *point] for point in sweep_points] or [[*spec.overrides]]
 
     ex: Any
     if kind == "slurm":
-        if spec.after:
-            check_known(spec.after)
-        if preflight_check:
-            preflight(spec)
         ex = submitit.SlurmExecutor(folder=folder, max_num_timeout=spec.max_restarts)
         # The array's --array and --dependency travel in additional_parameters, written
         # after submitit's own array option: the rendered script's values win.
