@@ -46,7 +46,7 @@ CORE_MODULES: dict[str, tuple[str, ...]] = {
     "spec": ("tests/test_spec.py", "tests/test_cli.py", *JOB_EXTRAS),
     "validate": ("tests/test_spec.py", "tests/test_cli.py", *JOB_EXTRAS),
     "directives": ("tests/test_render.py", "tests/test_submit.py", *JOB_EXTRAS),
-    "render": ("tests/test_render.py",),
+    "render": ("tests/test_render.py", "tests/test_sweep.py"),
     "distenv": ("tests/test_distenv.py", "tests/test_nodelist.py"),  # + tasks per node
     "nodelist": ("tests/test_nodelist.py",),
     "slurmtime": ("tests/test_spec.py",),

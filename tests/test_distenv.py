@@ -769,3 +769,28 @@ def test_distributed_context_cleans_up_after_an_exception(clean_process_env: Non
     with pytest.raises(RuntimeError, match="boom"), distributed(timeout_s=30, environ={}):
         raise RuntimeError("boom")
     assert not dist.is_initialized()
+
+
+SECRET = "0000abcd" + "f" * 56  # port seed 0xabcd
+
+
+@pytest.mark.parametrize(
+    ("env", "port"),
+    [
+        (srun(1, 2, "node[1-2]", "1(x2)", job=77, step=3), derive_port(0xABCD, 3)),
+        (
+            {**srun(0, 1, "node1", "1", local=0, node=0), **submitit_local(0, 1)},
+            derive_port(0xABCD, 0),
+        ),
+        (submitit_local(1, 2), derive_port(0xABCD, 0)),
+    ],
+    ids=["slurm-step-3", "slurm-and-local-agreeing", "submitit-local"],
+)
+def test_the_port_comes_from_the_secret_not_the_job_id(env: dict[str, str], port: int) -> None:
+    assert DistEnv.from_environ(env, SECRET).master_port == port
+    assert DistEnv.from_environ(env).master_port != port  # without it: the public job id
+
+
+def test_a_secret_does_not_override_an_exported_port() -> None:
+    env = srun(1, 2, "node[1-2]", "1(x2)", MASTER_PORT="23456")
+    assert DistEnv.from_environ(env, SECRET).master_port == 23456
