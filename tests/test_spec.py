@@ -709,3 +709,21 @@ def test_tasks_per_node_from_the_api_must_be_a_number() -> None:
     with pytest.raises(SpecError) as info:
         _build(mode="gloo", tasks_per_node="auto")
     assert str(info.value) == "--tasks-per-node 'auto'; expected a number of tasks per node"
+
+
+def test_a_profiles_gpu_defaults_do_not_reach_its_cpu_jobs() -> None:
+    profile = _site(gpus_per_node=4, defaults={"mem_per_gpu": "40G", "gpu_type": "a100"})
+    cpu = _build(profile, mode="gloo")
+    assert (cpu.mem_per_gpu, cpu.gpu_type) == (None, None)
+    gpu = _build(profile, mode="nccl")
+    assert (gpu.mem_per_gpu, gpu.gpu_type) == ("40G", "a100")
+
+
+def test_the_spec_names_the_profiles_file() -> None:
+    assert _build(_site(source="/home/me/site.yaml")).profile_source == "/home/me/site.yaml"
+
+
+def test_newline_in_a_valueless_sbatch_option_names_the_option() -> None:
+    with pytest.raises(SpecError) as info:
+        _build(sbatch_options=(("hint\nx", None),))
+    assert str(info.value) == "--sbatch 'hint\\nx' contains a newline or NUL; expected one line"
