@@ -708,3 +708,41 @@ def test_unknown_quoting_context_is_refused_by_name() -> None:
     with pytest.raises(ValueError) as info:
         quote("x", "yaml")
     assert str(info.value) == "unknown quoting context 'yaml'; expected 'shell' or 'sbatch'"
+
+
+def test_site_options_are_introduced_once_above_the_first() -> None:
+    flags = {"profile": None, "sbatch_options": ("comment=x", "hint=nomultithread")}
+    assert (
+        "# Site options: the profile's sbatch: keys, then --sbatch.\n"
+        '#SBATCH --comment="x"\n'
+        '#SBATCH --hint="nomultithread"\n'
+    ) in render(spec_from_options(flags))
+
+
+@pytest.mark.parametrize(
+    ("max_parallel", "lines"),
+    [
+        (
+            2,
+            "# One array task per point of the sweep, each a whole job of this shape, at most "
+            '2 at once.\n#SBATCH --array="0-1%2"\n',
+        ),
+        (
+            None,
+            "# One array task per point of the sweep, each a whole job of this shape.\n"
+            '#SBATCH --array="0-1"\n',
+        ),
+    ],
+)
+def test_array_directive_says_what_it_does(max_parallel: int | None, lines: str) -> None:
+    flags = {"profile": None, "sweep": ("training.lr=1e-3,2e-3",), "max_parallel": max_parallel}
+    assert lines in render(spec_from_options(flags))
+
+
+def test_a_gpu_type_without_a_count_cannot_be_rendered() -> None:
+    result = CliRunner().invoke(cli, ["render", "--mode", "nccl", "--gpu-type", "a100"])
+    assert result.exit_code == 2
+    assert result.stderr == (
+        "hpcdist: error: --gpu-type 'a100' needs a GPU count in a rendered script: pass "
+        "--gpus-per-node N (submit reads it from the partition)\n"
+    )
