@@ -746,3 +746,12 @@ def test_a_gpu_type_without_a_count_cannot_be_rendered() -> None:
         "hpcdist: error: --gpu-type 'a100' needs a GPU count in a rendered script: pass "
         "--gpus-per-node N (submit reads it from the partition)\n"
     )
+
+
+def test_a_users_srun_words_are_quoted_and_the_scripts_counts_are_not() -> None:
+    flags = {"profile": None, "mode": "nccl", "srun_args": ("--comment=a b$(x)",)}
+    script = render(spec_from_options(flags))
+    assert (
+        'srun --nodes=1 --ntasks-per-node="$gpus" --cpus-per-task="$cpus" '
+        "${gpu_request:+\"$gpu_request\"} --kill-on-bad-exit=1 '--comment=a b$(x)' --label \\\n"
+    ) in script
