@@ -140,7 +140,7 @@ try:
 except Exception as exc:
     print(f"FAILED after {time.monotonic() - start:.1f} s: {type(exc).__name__}", flush=True)
     # Out at once: the group's destructor, after a timed-out collective, may abort the
-    # interpreter on its way out (seen once in twenty runs), which would hide the code.
+    # interpreter on its way out (seen in one full test run), which would hide the code.
     os._exit(3)
 """
 
