@@ -50,6 +50,18 @@ def _sacct(job_id: str) -> dict[str, tuple[str, str, str]]:
     return rows
 
 
+def _sacct_tasks(job_id: str, count: int, timeout: float = 60.0) -> dict[str, tuple[str, str, str]]:
+    """``_sacct`` once every task of the array has a final state there: slurmdbd records a
+    task's end some seconds after squeue (which `--wait` follows) forgets it."""
+    deadline = time.monotonic() + timeout
+    while True:
+        rows = _sacct(job_id)
+        tasks = [rows.get(f"{job_id}_{i}", ("",))[0] for i in range(count)]
+        if all(state in FINAL_STATES for state in tasks) or time.monotonic() > deadline:
+            return rows
+        time.sleep(0.5)
+
+
 def _log(folder: Path, task: str) -> str:
     path = folder / ".hpcdist" / "submitit" / task / f"{task}_0_log.out"
     return path.read_text(errors="replace") if path.is_file() else ""
@@ -86,7 +98,7 @@ def test_sweep_runs_every_point_as_an_array_task_at_most_k_at_once(
     assert proc.returncode == 0, proc.stdout + proc.stderr
     job = _job_id(proc.stdout)
     assert f"Job {job} ended: 4 of 4 tasks COMPLETED" in proc.stdout
-    rows = _sacct(job)
+    rows = _sacct_tasks(job, 4)
     assert sorted(rows) == [f"{job}_{i}" for i in range(4)]
     assert {state for state, _, _ in rows.values()} == {"COMPLETED"}
     intervals = [
@@ -148,7 +160,7 @@ def test_a_point_that_fails_at_run_time_fails_alone_and_the_report_says_why(
     assert proc.returncode == 1, proc.stdout + proc.stderr
     job = _job_id(proc.stdout)
     assert f"Job {job} ended: 1 of 2 tasks COMPLETED" in proc.stdout
-    rows = _sacct(job)
+    rows = _sacct_tasks(job, 2)
     assert (rows[f"{job}_0"][0], rows[f"{job}_1"][0]) == ("COMPLETED", "FAILED")
     report = _hpcdist("report", job, cwd=tmp_path)
     assert report.returncode == 0, report.stderr
