@@ -256,16 +256,18 @@ def submit(
             "folder only you can write",
             file=sys.stderr,
         )
+    sweep_points = points(spec)
     extra_env = dict(spec.env)
-    # The job's secret, before any rank can start: its file's path travels in the job.
-    secret_files = [_new_secret_file(project_dir)]
+    # The job's secret, before any rank can start: its file's path travels in the job. Each
+    # array task has its own: the rendezvous port follows the secret, and two tasks on one
+    # node must not meet on the same port.
+    secret_files = [_new_secret_file(project_dir) for _ in sweep_points or [()]]
     extra_env[SECRET_VAR] = str(secret_files[0])
     # In a container (apptainer/singularity) the runtime wraps the rank's command.
     wrapper = container_prefix(spec)
     if spec.warning_signal:
         extra_env[SIGNAL_VAR] = spec.warning_signal
 
-    sweep_points = points(spec)
     # One task's --set values per array task (a plain job: its own, if any).
     task_points = [[*spec.overrides, *point] for point in sweep_points] or [[*spec.overrides]]
 
@@ -276,11 +278,6 @@ def submit(
         # after submitit's own array option: the rendered script's values win.
         ex.update_parameters(**slurm_parameters(spec))
         nproc = shape.tasks_per_node if spec.launcher == "torchrun" else None
-        # Each array task its own secret: the rendezvous port follows the secret, and two
-        # tasks on one node must not meet on the same port.
-        task_secrets = [secret_files[0]]
-        task_secrets += [_new_secret_file(project_dir) for _ in sweep_points[1:]]
-        secret_files = task_secrets
         commands = [
             CommandJob(
                 (*wrapper, *task_command(spec, point)),
@@ -290,7 +287,7 @@ def submit(
                 requeue=spec.requeue,
                 umask=current_umask(),
             )
-            for point, secret in zip(sweep_points or [()], task_secrets, strict=True)
+            for point, secret in zip(sweep_points or [()], secret_files, strict=True)
         ]
     else:
         ex = submitit.LocalExecutor(folder=folder)
