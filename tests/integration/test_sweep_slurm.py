@@ -21,6 +21,9 @@ from tests.integration.conftest import SlurmCluster, run_slurm, slurm_env
 
 HPCDIST = [sys.executable, "-m", "hpcdist.cli"]
 SMALL = ["--set", "data.synthetic.ni=64", "--set", "data.synthetic.nj=48"]
+# An epoch of the small training takes about 4 ms here: 3000 of them leave the warning
+# some 12 s to land after "Epoch 3" shows (80 left 0.3 s, and the task sometimes ended first).
+WARNED_EPOCHS = 3000
 
 
 def _hpcdist(*argv: str, cwd: Path, timeout: float = 300) -> subprocess.CompletedProcess[str]:
@@ -196,7 +199,7 @@ def test_a_warned_array_task_checkpoints_requeues_alone_and_resumes_its_own_run(
             "--sweep",
             "training.lr=1e-3,3e-3",
             "--set",
-            "training.epochs=80",
+            f"training.epochs={WARNED_EPOCHS}",
             "--set",
             "training.early_stopping_patience=0",
             *SMALL,
@@ -233,7 +236,7 @@ def test_a_warned_array_task_checkpoints_requeues_alone_and_resumes_its_own_run(
         task: json.loads((tmp_path / "runs" / task / "training_results.json").read_text())
         for task in (warned, other)
     }
-    assert results[warned]["epochs_run"] == results[other]["epochs_run"] == 80
+    assert results[warned]["epochs_run"] == results[other]["epochs_run"] == WARNED_EPOCHS
     assert results[warned]["overrides"]["training.lr"] == 3e-3
 
 
@@ -307,7 +310,7 @@ def test_the_rendered_array_script_requeues_a_warned_task_alone_under_plain_sbat
         "--sweep",
         "training.lr=1e-3,3e-3",
         "--set",
-        "training.epochs=80",
+        f"training.epochs={WARNED_EPOCHS}",
         "--set",
         "training.early_stopping_patience=0",
         *SMALL,
@@ -351,7 +354,7 @@ def test_the_rendered_array_script_requeues_a_warned_task_alone_under_plain_sbat
     assert "Resuming" not in log(other) and "requeueing" not in log(other)
     for task, lr in ((other, 1e-3), (warned, 3e-3)):
         results = json.loads((tmp_path / "runs" / task / "training_results.json").read_text())
-        assert (results["epochs_run"], results["overrides"]["training.lr"]) == (80, lr)
+        assert (results["epochs_run"], results["overrides"]["training.lr"]) == (WARNED_EPOCHS, lr)
     # No record of hpcdist's (plain sbatch): report reads SLURM and the run folders.
     report = _hpcdist("report", job, "--json", cwd=tmp_path)
     assert report.returncode == 0, report.stderr
@@ -359,4 +362,4 @@ def test_the_rendered_array_script_requeues_a_warned_task_alone_under_plain_sbat
     assert sorted(rows) == [other, warned]
     assert [rows[t]["state"] for t in (other, warned)] == ["COMPLETED", "COMPLETED"]
     assert "training.lr=0.003" in rows[warned]["overrides"]
-    assert all(row["epochs"] == 80 and row["best_val_loss"] > 0 for row in rows.values())
+    assert all(row["epochs"] == WARNED_EPOCHS and row["best_val_loss"] > 0 for row in rows.values())
