@@ -20,6 +20,7 @@ from dataclasses import dataclass
 from datetime import timedelta
 from typing import TYPE_CHECKING, Any
 
+from hpcdist.cpubind import bind_cpu_rank, describe
 from hpcdist.distenv import DistEnv, DistEnvError, Source, expand_tasks_per_node
 from hpcdist.hangs import (
     COLLECTIVE_TIMEOUT_ENV,
@@ -184,6 +185,9 @@ def setup_distributed(
         torch.cuda.set_device(device)
     if backend == "nccl":
         _prepare_flight_recorder(source_env)
+    bound = None
+    if device.type == "cpu":  # before the threads exist: they inherit the rank's CPUs
+        bound = bind_cpu_rank(env.local_rank, env.local_world_size, env.num_threads, source_env)
     if env.num_threads is not None:
         torch.set_num_threads(env.num_threads)
     timeout = timedelta(seconds=timeout_s)
@@ -225,7 +229,8 @@ def setup_distributed(
     print(
         f"[Rank {env.rank}] host {env.hostname}, local rank {env.local_rank}/"
         f"{env.local_world_size}, node {env.node_rank}, device {device}, "
-        f"threads {torch.get_num_threads()}",
+        f"threads {torch.get_num_threads()}"
+        + (f", CPUs {describe(bound)}" if bound is not None else ""),
         flush=True,
     )
     if env.is_main:

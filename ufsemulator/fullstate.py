@@ -16,9 +16,13 @@ import torch
 from torch import nn
 from torch.nn.parallel import DistributedDataParallel
 
+from ufsemulator.adam import FusedAdam
+from ufsemulator.gradsync import GradSync
+
 
 def unwrap(model: nn.Module) -> nn.Module:
-    return model.module if isinstance(model, DistributedDataParallel) else model
+    """The model inside a DDP or ``GradSync`` wrapper (the model itself otherwise)."""
+    return model.module if isinstance(model, DistributedDataParallel | GradSync) else model
 
 
 def sharded(model: nn.Module) -> bool:
@@ -27,7 +31,7 @@ def sharded(model: nn.Module) -> bool:
 
 
 def full_state(
-    model: nn.Module, optimizer: torch.optim.Optimizer
+    model: nn.Module, optimizer: torch.optim.Optimizer | FusedAdam
 ) -> tuple[dict[str, Any], dict[str, Any]]:
     """(model state, optimiser state), full and on the CPU, keyed by parameter names.
     Collective for FSDP (every rank calls it); local otherwise."""
@@ -35,6 +39,7 @@ def full_state(
         from torch.distributed.checkpoint.state_dict import StateDictOptions, get_state_dict
 
         options = StateDictOptions(full_state_dict=True, cpu_offload=True)
+        assert isinstance(optimizer, torch.optim.Optimizer)  # FSDP always takes torch's Adam
         return get_state_dict(model, optimizer, options=options)
     net = unwrap(model)
     model_state = {key: _cpu(value) for key, value in net.state_dict().items()}

@@ -25,6 +25,7 @@ import warnings
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import torch
 import torch.distributed as dist
@@ -33,12 +34,14 @@ from torch.nn.parallel import DistributedDataParallel
 
 from hpcdist.digests import default_book
 from hpcdist.distributed import DistContext
+from ufsemulator.adam import FusedAdam
 from ufsemulator.checkpoint import capture_rng
 from ufsemulator.ckptwriter import CheckpointWriter
 from ufsemulator.config import Config
 from ufsemulator.errors import CheckpointError
-from ufsemulator.fullstate import full_model_state, full_state, sharded
-from ufsemulator.gradreduce import LocalAllReduce, comm_hook, local_allreduce
+from ufsemulator.fullstate import full_model_state, full_state, sharded, unwrap
+from ufsemulator.gradreduce import LocalAllReduce, local_allreduce
+from ufsemulator.gradsync import reduce_gradients
 from ufsemulator.metrics import TrainSums, loss_function, val_metrics, validation_sums
 from ufsemulator.model import EmulatorMLP, ModelConfig
 from ufsemulator.parallel import adam, compile_model, cuda_graph_blocker, grouped, no_sync, wrap
@@ -166,10 +169,15 @@ class Loop:
     def _wrap(self, model: nn.Module) -> nn.Module:
         cfg = self.config.training
 
-        hook = None if self.grad_reducer is None else comm_hook(self.grad_reducer)
-
         def make() -> nn.Module:
-            return wrap(model, cfg.strategy, cfg.ddp_bucket_cap_mb, self.ctx, hook)  # type: ignore[arg-type]
+            return wrap(
+                model,  # type: ignore[arg-type]
+                cfg.strategy,
+                cfg.ddp_bucket_cap_mb,
+                self.ctx,
+                self.grad_reducer,
+                compiled=cfg.compile,
+            )
 
         return make() if self._graphs is None else self._graphs.build(make)
 
@@ -177,21 +185,12 @@ class Loop:
 
     def restore(self, state: TrainingState, source: str) -> None:
         """Optimiser and progress of ``state`` (the weights are already loaded)."""
-        # Here, not at the top: a run that does not resume never pays for its import.
-        from torch.distributed.checkpoint.state_dict import (
-            StateDictOptions,
-            set_optimizer_state_dict,
-        )
-
         try:
-            with warnings.catch_warnings():  # a capturable Adam's first, uncaptured step
-                warnings.filterwarnings("ignore", message=".*capturable=True.*")
-                set_optimizer_state_dict(
-                    self.model,
-                    self.optimizer,
-                    state.optimizer,
-                    options=StateDictOptions(full_state_dict=True),
-                )
+            if isinstance(self.optimizer, FusedAdam):
+                names = dict(unwrap(self.model).named_parameters())
+                self.optimizer.load_full_state(state.optimizer, names)
+            else:
+                self._restore_torch_optimizer(state.optimizer)
         except (KeyError, TypeError, ValueError, RuntimeError) as exc:
             raise CheckpointError(f"checkpoint '{source}' cannot resume training: {exc}") from exc
         self.progress = state.progress
@@ -213,10 +212,28 @@ class Loop:
                 flush=True,
             )
 
+    def _restore_torch_optimizer(self, saved: dict[str, Any]) -> None:
+        # Here, not at the top: a run that does not resume never pays for its import.
+        from torch.distributed.checkpoint.state_dict import (
+            StateDictOptions,
+            set_optimizer_state_dict,
+        )
+
+        with warnings.catch_warnings():  # a capturable Adam's first, uncaptured step
+            warnings.filterwarnings("ignore", message=".*capturable=True.*")
+            set_optimizer_state_dict(
+                self.model,
+                self.optimizer,  # type: ignore[arg-type]
+                saved,
+                options=StateDictOptions(full_state_dict=True),
+            )
+
     def _fit_optimizer_flags(self) -> None:
         """A loaded optimiser state brings the flags of the run that wrote it (a CPU run, or
         a GPU run with CUDA graphs): capturable only where this run captures, and then
         with its step counts on the device."""
+        if isinstance(self.optimizer, FusedAdam):
+            return  # its step counts are on the device already; nothing to fit
         capturable = self._graphs is not None
         for group in self.optimizer.param_groups:
             group["capturable"] = capturable
@@ -430,6 +447,7 @@ class Loop:
                 (raw * (xb.shape[0] / total) if last - first > 1 else raw).backward()
             sums.loss.add_(raw.detach(), alpha=xb.shape[0])
             sums.rows += xb.shape[0]
+        reduce_gradients(self.model)  # GradSync: the all-reduce (DDP's ran in backward)
         if before_update is not None:
             before_update()
         self.optimizer.step()
@@ -495,7 +513,7 @@ class Loop:
         return None
 
     def _validation_sums(self) -> torch.Tensor:
-        net = self.model.module if isinstance(self.model, DistributedDataParallel) else self.model
+        net = unwrap(self.model)
         # Same chunk count on every rank: FSDP gathers weights in every forward call.
         per_rank = math.ceil(self.shards.n_val / self.ctx.env.world_size)
         return validation_sums(

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import contextlib
 import inspect
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from typing import Any
 
 import torch
@@ -17,6 +17,9 @@ from torch import nn
 from torch.nn.parallel import DistributedDataParallel
 
 from hpcdist.distributed import DistContext
+from ufsemulator.adam import FusedAdam, fused_kernel_runs
+from ufsemulator.gradreduce import LocalAllReduce, comm_hook
+from ufsemulator.gradsync import GradSync
 from ufsemulator.model import EmulatorMLP
 
 
@@ -31,10 +34,12 @@ def wrap(
     strategy: str,
     bucket_cap_mb: float | None,
     ctx: DistContext,
-    comm_hook: Callable[[Any, dist.GradBucket], torch.futures.Future[torch.Tensor]] | None = None,
+    reducer: LocalAllReduce | None = None,
+    compiled: bool = False,
 ) -> nn.Module:
-    """DDP (with ``comm_hook`` as its gradient all-reduce, if given) or FSDP2; without a
-    process group (one process), the model itself: DDP of one rank only adds work."""
+    """The model made data-parallel: ``GradSync`` (``reducer`` as its all-reduce, if given);
+    DDP for a compiled model (``torch.compile`` knows DDP's buckets); FSDP2. Without a
+    process group (one process), the model itself."""
     if strategy == "ddp" and not grouped():
         return model
     if strategy == "fsdp":
@@ -44,47 +49,42 @@ def wrap(
             fully_shard(layer)  # each layer's weights are gathered only while it runs
         fully_shard(model)
         return model
+    if not compiled:
+        return GradSync(model, reducer)
     device_ids = [ctx.device] if ctx.device.type == "cuda" else None
     # The buffers are the normalisation statistics: equal on every rank (all-reduced sums)
     # and constant, so DDP's broadcast of them before every forward is a wasted collective.
     # Its keyword was renamed in torch 2.13; the old one still works but warns there.
-    key = "forward_sync_buffers" if "forward_sync_buffers" in _DDP_ARGS else "broadcast_buffers"
+    names = inspect.signature(DistributedDataParallel.__init__).parameters
+    key = "forward_sync_buffers" if "forward_sync_buffers" in names else "broadcast_buffers"
     options: dict[str, Any] = {key: False}
     if bucket_cap_mb is not None:  # torch < 2.4 takes no None for its default
         options["bucket_cap_mb"] = bucket_cap_mb
-    ddp = DistributedDataParallel(
+    ddp = DistributedDataParallel(  # its constructor imports torch._dynamo
         model,
         device_ids=device_ids,
         gradient_as_bucket_view=True,  # the gradients live in the all-reduce buffer: no copies
         **options,
     )
-    if comm_hook is not None:
-        ddp.register_comm_hook(None, comm_hook)
+    if reducer is not None:
+        ddp.register_comm_hook(None, comm_hook(reducer))
     return ddp
-
-
-_DDP_ARGS = frozenset(inspect.signature(DistributedDataParallel.__init__).parameters)
 
 
 def adam(
     model: nn.Module, lr: float, weight_decay: float, strategy: str, capturable: bool = False
-) -> torch.optim.Adam:
-    # The fused kernel is a third faster for a model this small (and on a GPU it is 2
-    # kernels a step instead of one per tensor); it takes no DTensor, and before torch 2.4
-    # no CPU tensor either: there the for-loop implementation takes over. ``capturable``
-    # (CUDA graphs) changes no arithmetic of the fused kernel: its step counts live on
-    # the device either way; it only lets ``step()`` run inside a graph capture.
-    if strategy == "ddp":
-        with contextlib.suppress(RuntimeError):
-            return torch.optim.Adam(
-                model.parameters(),
-                lr=lr,
-                weight_decay=weight_decay,
-                fused=True,
-                capturable=capturable,
-            )
+) -> FusedAdam | torch.optim.Adam:
+    """Adam for the loop. Under ddp (DDP, ``GradSync`` or one process): torch's fused kernel,
+    a third faster for a model this small (and on a GPU 2 kernels a step instead of one per
+    tensor), as ``FusedAdam``, which spares the job ``torch.optim``'s import of
+    ``torch._dynamo``. FSDP's DTensors, and CPUs before torch 2.4, take ``torch.optim.Adam``
+    (its for-loop form). ``capturable`` (CUDA graphs) changes no arithmetic of the fused
+    kernel: its step counts live on the device either way."""
+    params = [p for p in model.parameters() if p.requires_grad]
+    if strategy == "ddp" and fused_kernel_runs(params[0].device):
+        return FusedAdam(params, lr=lr, weight_decay=weight_decay)
     return torch.optim.Adam(
-        model.parameters(), lr=lr, weight_decay=weight_decay, foreach=False, capturable=capturable
+        params, lr=lr, weight_decay=weight_decay, foreach=False, capturable=capturable
     )
 
 
