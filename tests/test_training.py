@@ -29,7 +29,7 @@ RUN_FILES = {
     "checkpoint.pt",
     "best_model.pt",
     "model.pt",
-    "loss_curves.png",
+    "loss_curves.svg",
     "training_results.json",
 }
 # Launcher variables a test run must not inherit (and setup_distributed exports).
@@ -598,7 +598,7 @@ def test_graph_bookkeeping_trains_like_eager_steps(
     monkeypatch.setattr(loop_module.Loop, "_capture", recording_capture)
     # 40x32 grid: 154 training rows, batch 32: 4 full steps and one of 26 rows an epoch
     graphed = run_single(monkeypatch, smoke(epochs=6, batch_size=32), run_dir=tmp_path / "a")
-    assert captures == [(11, 12)]  # after 11 eager steps: step 12, the 2nd of epoch 3
+    assert captures == [(3, 4)]  # after 3 eager steps: step 4, the last full one of epoch 1
     plain = run_single(
         monkeypatch, smoke(epochs=6, batch_size=32, cuda_graph=False), run_dir=tmp_path / "b"
     )
@@ -607,7 +607,7 @@ def test_graph_bookkeeping_trains_like_eager_steps(
     b = json.loads((tmp_path / "b" / "training_results.json").read_text())["history"]
     for key in ("train_loss", "val_loss", "val_r2"):
         assert a[key] == b[key], key
-    assert fakes[0].replays == 15  # 24 full steps in 6 epochs, the first 9 eager
+    assert fakes[0].replays == 21  # 24 full steps in 6 epochs, the first 3 eager
 
 
 def test_failed_capture_goes_on_eagerly_and_trains_like_the_plain_loop(

@@ -1,4 +1,4 @@
-"""The epoch/step loop: DDP or FSDP, gradient accumulation, validation, checkpoints.
+"""The epoch/step loop: data-parallel or FSDP, gradient accumulation, validation, checkpoints.
 
 A step is one optimiser update (``grad_accum_steps`` micro-batches of ``batch_size``
 rows per rank). At step boundaries the ranks agree on a stop request (one all_reduce
@@ -17,7 +17,6 @@ against plain DDP loops.
 from __future__ import annotations
 
 import contextlib
-import gc
 import math
 import sys
 import time
@@ -30,7 +29,6 @@ from typing import Any
 import torch
 import torch.distributed as dist
 from torch import nn
-from torch.nn.parallel import DistributedDataParallel
 
 from hpcdist.digests import default_book
 from hpcdist.distributed import DistContext
@@ -99,8 +97,7 @@ class Loop:
     wrapped model, optimiser and gradient all-reduce. What changes as it trains:
     ``progress`` (a frozen ``RunProgress``, replaced at every epoch end and stop: the
     checkpoint's counters and history), the running epoch's loss sums (``TrainSums``),
-    the CUDA graph (``GraphedSteps``, which keeps its own state) and, after a failed
-    capture, the DDP wrapper."""
+    and the CUDA graph (``GraphedSteps``, which keeps its own state)."""
 
     def __init__(
         self,
@@ -420,18 +417,10 @@ class Loop:
                     f"training.cuda_graph: capture failed ({reason}); the steps run eagerly",
                     flush=True,
                 )
-            self._rewrap()
+            # The gradients may hold the failed attempt's sums: the next step starts afresh.
+            self.optimizer.zero_grad(set_to_none=True)
         finally:
             self._sums.rows = host_rows
-
-    def _rewrap(self) -> None:
-        """A fresh DDP wrapper: the failed capture may have left the reducer mid-iteration."""
-        self.optimizer.zero_grad(set_to_none=True)
-        module = self.model.module if isinstance(self.model, DistributedDataParallel) else None
-        if module is not None:
-            self.model = None  # type: ignore[assignment]  # the old reducer goes first
-            gc.collect()
-            self.model = self._wrap(module)
 
     def _step(self, xs: torch.Tensor, ys: torch.Tensor, first: int, last: int, batch: int) -> None:
         """One optimiser step over micro-batches ``first..last-1``; the gradient is the

@@ -3,7 +3,7 @@
     runs/<job id>/checkpoint.pt        every epoch (and at a preemption), atomically
                   best_model.pt        the epoch with the lowest validation loss
                   model.pt             TorchScript export of best_model.pt
-                  loss_curves.png
+                  loss_curves.svg
                   training_results.json
 
 Only rank 0 writes here: the helpers that take a DistContext see to it; the others
@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import json
 import os
-import tempfile
 import time
 from collections.abc import Mapping, Sequence
 from pathlib import Path
@@ -24,10 +23,11 @@ import torch.distributed as dist
 
 from hpcdist.digests import default_book
 from hpcdist.distributed import DistContext
-from hpcdist.fileutil import umask_mode, write_atomic
+from hpcdist.fileutil import write_atomic
 from hpcdist.private import PrivacyError, path_problem
 from hpcdist.protocol import RUN_DIR_VAR
 from ufsemulator.config import Config
+from ufsemulator.losscurve import loss_curves_svg
 from ufsemulator.sources import PathSpec, expand_paths
 from ufsemulator.synthetic import make_synthetic
 
@@ -156,36 +156,5 @@ def plot_loss_curves(
     best_epoch: int | None,
     title: str,
 ) -> None:
-    """Train and validation loss per epoch (log scale), written atomically as a PNG."""
-    import matplotlib
-
-    matplotlib.use("Agg")  # no display on compute nodes
-    from matplotlib import pyplot as plt
-
-    epochs = range(1, len(train_loss) + 1)
-    fig, ax = plt.subplots(figsize=(7, 4.5), dpi=100)
-    try:
-        ax.plot(epochs, train_loss, label="train")
-        ax.plot(epochs, val_loss, label="validation")
-        if best_epoch is not None and 1 <= best_epoch <= len(val_loss):
-            ax.axvline(best_epoch, color="grey", linestyle=":", label=f"best (epoch {best_epoch})")
-        if all(v > 0 for v in (*train_loss, *val_loss)):
-            ax.set_yscale("log")
-        ax.set_xlabel("epoch")
-        ax.set_ylabel("loss (normalised units)")
-        ax.set_title(title)
-        ax.grid(True, alpha=0.3)
-        ax.legend()
-        fig.tight_layout()
-        path.parent.mkdir(parents=True, exist_ok=True)
-        fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
-        try:
-            os.fchmod(fd, umask_mode())
-            with os.fdopen(fd, "wb") as handle:
-                fig.savefig(handle, format="png")
-            os.replace(tmp, path)
-        except BaseException:
-            Path(tmp).unlink(missing_ok=True)
-            raise
-    finally:
-        plt.close(fig)
+    """Train and validation loss per epoch (log scale), written atomically as an SVG."""
+    write_atomic(path, loss_curves_svg(train_loss, val_loss, best_epoch, title))

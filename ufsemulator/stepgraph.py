@@ -1,15 +1,13 @@
 """The training step as a CUDA graph: captured once, replayed for every full step.
 
 The step is launch-bound (a 9,345-parameter MLP): one replay is one launch for forward,
-loss, backward with DDP's all-reduce, Adam and the loss sum, instead of dozens of
-launches through Python and autograd. ``Loop`` decides what a step is; this module owns
-the stream the steps run on, when a capture may happen and the captured graph.
+loss, backward, the gradient all-reduce (``GradSync``), Adam and the loss sum, instead of
+dozens of launches through Python and autograd. ``Loop`` decides what a step is; this
+module owns the stream the steps run on, when a capture may happen and the captured graph.
 
-The steps run on a side stream of their own, on which DDP is built too: its gradient
-hooks belong to the stream current when it is built, and a capture on another stream
-would fail. The first steps of every run are eager: DDP rebuilds its buckets after its
-first iteration and times iterations 1-10 (and every 100th) with CUDA events that a graph
-cannot hold, so the capture is never such an iteration or right after one.
+The steps run on a side stream of their own, on which the wrapper is built too. The first
+steps of every run are eager: they create what a capture may not allocate (Adam's state,
+cuBLAS's workspace, the communicator of the first all-reduce).
 """
 
 from __future__ import annotations
@@ -21,9 +19,8 @@ from dataclasses import dataclass
 import torch
 from torch import nn
 
-# Eager DDP iterations before a capture (see the module's docstring).
-WARMUP_STEPS = 11
-DDP_TIMED_EVERY = 100
+# Eager steps before a capture (see the module's docstring).
+WARMUP_STEPS = 3
 
 Step = Callable[[torch.Tensor, torch.Tensor], None]
 
@@ -51,7 +48,7 @@ class GraphedSteps:
         self.stream = torch.cuda.Stream(device)
         self._graph: StepGraph | None = None
         self._failed = False
-        self._eager_steps = 0  # DDP iterations run eagerly so far
+        self._eager_steps = 0  # steps run eagerly so far
         self._status = "on, not captured yet"
 
     @property
@@ -69,7 +66,8 @@ class GraphedSteps:
         return self._status
 
     def build(self, make: Callable[[], nn.Module]) -> nn.Module:
-        """``make()`` (the DDP wrapper) on the steps' stream, ordered with the main one."""
+        """``make()`` (the data-parallel wrapper) on the steps' stream, ordered with the
+        main one."""
         main = torch.cuda.current_stream(self.device)
         self.stream.wait_stream(main)
         with torch.cuda.stream(self.stream):
@@ -90,18 +88,11 @@ class GraphedSteps:
             main.wait_stream(self.stream)
 
     def ran_eagerly(self) -> None:
-        """Count a step run without the graph (DDP counts it as an iteration too)."""
+        """Count a step run without the graph."""
         self._eager_steps += 1
 
     def may_capture(self) -> bool:
-        n = self._eager_steps  # DDP's iteration count; the capture is iteration n + 1
-        return (
-            not self._failed
-            and self._graph is None
-            and n >= WARMUP_STEPS
-            and n % DDP_TIMED_EVERY != 0
-            and (n + 1) % DDP_TIMED_EVERY != 0
-        )
+        return not self._failed and self._graph is None and self._eager_steps >= WARMUP_STEPS
 
     def capture(self, step: Step, x: torch.Tensor, y: torch.Tensor, at_step: int) -> StepGraph:
         """Capture ``step`` reading static copies of ``x`` and ``y``; nothing runs here.

@@ -410,7 +410,7 @@ def _write_outputs(
     runfiles.write_results(run_dir / "training_results.json", results)
     if summary.epochs_run:  # last: model.pt and the results are what a user waits for
         runfiles.plot_loss_curves(
-            run_dir / "loss_curves.png",
+            run_dir / "loss_curves.svg",
             history["train_loss"],
             history["val_loss"],
             summary.best_epoch or None,

@@ -16,7 +16,7 @@ HPCDIST = [sys.executable, "-m", "hpcdist.cli"]
 RUN_FILES = {
     "checkpoint.pt",
     "best_model.pt",
-    "loss_curves.png",
+    "loss_curves.svg",
     "training_results.json",
     "model.pt",
 }
