@@ -368,19 +368,33 @@ def _init_failure(
     )
 
 
-def cleanup_distributed() -> None:
-    """Destroy the process group if there is one; safe to call twice or uninitialised."""
+def cleanup_distributed(after_error: bool = False) -> None:
+    """Destroy the process group if there is one; safe to call twice or uninitialised.
+
+    ``after_error``: this rank is leaving on an exception while others may be waiting in a
+    collective for it. NCCL's graceful destroy can then wait for them (a rank that failed
+    before a barrier sat there until the collective timeout instead of exiting, and the
+    launcher, which ends the others when one exits, never got to); its communicators are
+    aborted instead, so the rank exits at once with its own error."""
     if "torch" not in sys.modules:
         return  # nothing can have been initialised without torch
     import torch.distributed as dist
 
-    if dist.is_available() and dist.is_initialized():
-        # DDP reducers (and their pending work) left in reference cycles go while their
-        # process group still exists, not at interpreter teardown, where gloo's threads
-        # were seen to abort a finished rank ("terminate called without an active
-        # exception").
-        gc.collect()
-        dist.destroy_process_group()
+    if not (dist.is_available() and dist.is_initialized()):
+        return
+    if after_error and dist.get_backend() == "nccl":
+        from torch.distributed import distributed_c10d
+
+        abort = getattr(distributed_c10d, "_abort_process_group", None)
+        if abort is not None:
+            abort()
+            return
+    # DDP reducers (and their pending work) left in reference cycles go while their
+    # process group still exists, not at interpreter teardown, where gloo's threads
+    # were seen to abort a finished rank ("terminate called without an active
+    # exception").
+    gc.collect()
+    dist.destroy_process_group()
 
 
 @contextmanager

@@ -135,6 +135,7 @@ def train(
     # setup_distributed exports MASTER_PORT, RANK, ... for the code below it; a later
     # train() in this process must not mistake them for a launcher's (stale port).
     saved_env = {var: os.environ.get(var) for var in _EXPORTED_VARS}
+    failed = True
     try:
         # SIGTERM too: scancel and `scontrol requeue` send it, KillWait seconds before SIGKILL.
         # And the job's own warning signal, when hpcdist's script names one.
@@ -143,11 +144,13 @@ def train(
         with _stop_on_signal(names, flag):
             ctx = _context(config)
             clock.group = time.perf_counter()
-            return _train(
+            result = _train(
                 ctx, config, data_path, checkpoint, resume, run_dir, flag, hooks, clock, overrides
             )
+            failed = False
+            return result
     finally:
-        cleanup_distributed()  # collects the DDP reducer first (see there)
+        cleanup_distributed(after_error=failed)  # aborts NCCL's communicators after an error
         for var, value in saved_env.items():
             if value is None:
                 os.environ.pop(var, None)
