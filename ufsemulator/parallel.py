@@ -1,5 +1,5 @@
-"""How the loop's model is made parallel and optimised: DDP or FSDP2, Adam, torch.compile,
-whether the training step can be a CUDA graph.
+"""How the loop's model is made parallel and optimised: GradSync (DDP for a compiled model)
+or FSDP2, Adam, torch.compile, whether the training step can be a CUDA graph.
 
 Choices for speed that leave the results as they are; docs/benchmarks.md measures them.
 """
