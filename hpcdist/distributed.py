@@ -387,8 +387,11 @@ def cleanup_distributed(after_error: bool = False) -> None:
 
         abort = getattr(distributed_c10d, "_abort_process_group", None)
         if abort is not None:
-            abort()
-            return
+            try:  # a private torch function: whatever it raises must not hide the error
+                abort()
+                return
+            except Exception:
+                pass
     # DDP reducers (and their pending work) left in reference cycles go while their
     # process group still exists, not at interpreter teardown, where gloo's threads
     # were seen to abort a finished rank ("terminate called without an active

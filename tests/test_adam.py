@@ -111,8 +111,11 @@ def test_a_state_that_does_not_fit_the_model_is_refused() -> None:
     fewer = {**saved, "param_groups": [{**saved["param_groups"][0], "params": ["layers.0.weight"]}]}
     with pytest.raises(ValueError, match="other parameters"):
         fresh.load_full_state(fewer, dict(other.named_parameters()))
-    with pytest.raises(KeyError):
+    with pytest.raises(ValueError, match=r"\['layers.0.bias', .*\] only there, \[\] only here"):
         fresh.load_full_state(saved, {})
+    amsgrad = {**saved, "param_groups": [{**saved["param_groups"][0], "amsgrad": True}]}
+    with pytest.raises(ValueError, match="amsgrad=True"):
+        fresh.load_full_state(amsgrad, dict(other.named_parameters()))
 
 
 def test_training_with_it_never_imports_torch_dynamo() -> None:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+from collections.abc import Callable
 
 import pytest
 from hypothesis import given
@@ -42,25 +43,73 @@ def test_a_local_rank_outside_the_world_is_an_error(local_rank: int) -> None:
         rank_cpus(range(8), local_rank, 2, 2)
 
 
+def _hyperthreads(cores: int) -> Callable[[int], tuple[int, int]]:
+    """Linux's usual numbering: CPU c and CPU c + cores are the two threads of core c."""
+    return lambda cpu: (0, cpu % cores)
+
+
+def test_with_a_core_per_thread_each_rank_gets_one_thread_of_its_own_cores() -> None:
+    allowed, topology = range(16), _hyperthreads(8)
+    assert [rank_cpus(allowed, r, 2, 4, topology) for r in range(2)] == [
+        (0, 1, 2, 3),
+        (4, 5, 6, 7),
+    ]  # not 8-11, the siblings of rank 0's cores
+
+
+def test_with_fewer_cores_than_threads_each_rank_gets_whole_cores() -> None:
+    allowed, topology = range(8), _hyperthreads(4)
+    assert [rank_cpus(allowed, r, 2, 3, topology) for r in range(2)] == [
+        (0, 4, 1, 5),
+        (2, 6, 3, 7),
+    ]
+
+
+def test_adjacent_siblings_are_kept_together_too() -> None:
+    def adjacent(cpu: int) -> tuple[int, int]:
+        return (0, cpu // 2)  # CPUs 2k and 2k + 1 share core k
+
+    assert [rank_cpus(range(8), r, 2, 2, adjacent) for r in range(2)] == [(0, 2), (4, 6)]
+    assert [rank_cpus(range(8), r, 2, 4, adjacent) for r in range(2)] == [
+        (0, 1, 2, 3),
+        (4, 5, 6, 7),
+    ]
+
+
+def test_packages_are_filled_one_after_the_other() -> None:
+    def two_sockets(cpu: int) -> tuple[int, int]:
+        return (cpu % 2, cpu // 2)  # even CPUs on socket 0, odd on socket 1
+
+    assert rank_cpus(range(8), 0, 2, 4, two_sockets) == (0, 2, 4, 6)
+    assert rank_cpus(range(8), 1, 2, 4, two_sockets) == (1, 3, 5, 7)
+
+
 @given(
     n=st.integers(1, 256),
     world=st.integers(2, 16),
     threads=st.integers(1, 32),
+    per_core=st.integers(1, 4),
 )
-def test_slices_never_overlap_and_stay_inside_the_set(n: int, world: int, threads: int) -> None:
+def test_slices_never_overlap_and_stay_inside_the_set(
+    n: int, world: int, threads: int, per_core: int
+) -> None:
     allowed = list(range(0, 2 * n, 2))
-    slices = [rank_cpus(allowed, r, world, threads) for r in range(world)]
+
+    def core_of(cpu: int) -> tuple[int, int]:
+        return (0, cpu // (2 * per_core))
+
+    slices = [rank_cpus(allowed, r, world, threads, core_of) for r in range(world)]
     if n < world * threads:
         assert slices == [None] * world
         return
     taken = [cpu for cpus in slices for cpu in (cpus or ())]
-    assert len(taken) == len(set(taken)) == world * threads
+    assert len(taken) == len(set(taken)) >= world * threads
+    assert all(len(cpus or ()) >= threads for cpus in slices)
     assert set(taken) <= set(allowed)
 
 
 def test_slurms_own_binding_choice_is_respected() -> None:
     before = os.sched_getaffinity(0)
-    assert bind_cpu_rank(0, 2, 1, {"SLURM_CPU_BIND_TYPE": "none"}) is None
+    assert bind_cpu_rank(0, 2, 1, {"SLURM_CPU_BIND": "quiet,none"}) is None
     assert os.sched_getaffinity(0) == before
 
 

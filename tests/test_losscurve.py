@@ -42,6 +42,13 @@ def test_positive_losses_get_a_log_axis_of_decades() -> None:
     assert {"1e-3", "1e-2", "1e-1", "1e0"} <= set(texts)
 
 
+def test_equal_losses_at_a_power_of_ten_keep_every_tick_inside() -> None:
+    root = _parse(loss_curves_svg([0.1], [0.1], 1, "t"))
+    ticks = [t for t in root.iter(f"{NS}text") if (t.text or "").startswith("1e")]
+    assert [t.text for t in ticks] == ["1e-1"]
+    assert all(40 <= float(t.attrib["y"]) - 4 <= 400 for t in ticks)
+
+
 def test_a_zero_loss_gets_a_linear_axis() -> None:
     texts = _texts(_parse(loss_curves_svg([0.0, 1.0], [0.5, 0.5], None, "t")))
     assert "1e0" not in texts and "0" in texts and "1" in texts
@@ -86,3 +93,5 @@ def test_any_history_is_well_formed_and_draws_each_finite_point_inside(
     for line in lines:
         for x, y in line:
             assert 70 - 1e-6 <= x <= 680 + 1e-6 and 40 - 1e-6 <= y <= 400 + 1e-6
+    for grid in root.iter(f"{NS}line"):  # ticks, the best epoch, the legend: in the frame
+        assert all(40 - 1e-6 <= float(grid.attrib[k]) <= 400 + 1e-6 for k in ("y1", "y2"))

@@ -162,6 +162,30 @@ def test_mid_epoch_preemption_resumes_bitwise(
     assert a == b
 
 
+def test_a_ddp_checkpoint_resumes_under_fsdp_with_torchs_own_adam(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    """The ddp run's FusedAdam records fused=True; FSDP's torch.optim.Adam (for-loop form)
+    keeps its own implementation flags when it loads that state."""
+    config = smoke(epochs=2, batch_size=32)
+
+    def warn_at_step_3(step: int) -> None:
+        if step == 3:
+            os.kill(os.getpid(), signal.SIGUSR2)
+
+    stopped = run_single(monkeypatch, config, run_dir=tmp_path / "b", step_callback=warn_at_step_3)
+    assert stopped.status == "preempted"
+    saved = load_checkpoint(tmp_path / "b" / "checkpoint.pt")["optimizer"]["param_groups"][0]
+    assert (saved["fused"], saved["foreach"]) == (True, None)
+    fsdp = dataclasses.replace(
+        config, training=dataclasses.replace(config.training, strategy="fsdp")
+    )
+    resumed = run_single(monkeypatch, fsdp, resume=tmp_path / "b" / "checkpoint.pt")
+    assert resumed.status == "completed" and resumed.epochs_run == 2
+    written = load_checkpoint(tmp_path / "b" / "checkpoint.pt")["optimizer"]["param_groups"][0]
+    assert (written["fused"], written["foreach"]) == (None, False)
+
+
 def test_gradient_accumulation_matches_one_big_batch(
     monkeypatch: pytest.MonkeyPatch, tmp_path: Path
 ) -> None:

@@ -107,10 +107,16 @@ class FusedAdam:
         groups = saved["param_groups"]
         if len(groups) != 1:
             raise ValueError(f"{len(groups)} parameter groups, expected 1")
-        mine = {id(param) for param in self.params}
-        wanted = [names[key] for key in groups[0]["params"]]
-        if {id(param) for param in wanted} != mine:
-            raise ValueError("the checkpoint's optimiser holds other parameters than the model")
+        for flag in ("amsgrad", "maximize", "decoupled_weight_decay"):
+            if groups[0].get(flag):
+                raise ValueError(f"the checkpoint's Adam has {flag}=True; this one has not")
+        mine = {name for name, param in names.items() if any(param is p for p in self.params)}
+        saved_names = set(groups[0]["params"])
+        if saved_names != mine:
+            raise ValueError(
+                "the checkpoint's optimiser holds other parameters than the model: "
+                f"{sorted(saved_names - mine)} only there, {sorted(mine - saved_names)} only here"
+            )
         state: dict[torch.Tensor, dict[str, torch.Tensor]] = {}
         for key, entry in saved["state"].items():
             param = names[key]

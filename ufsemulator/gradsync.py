@@ -36,8 +36,9 @@ class GradSync(nn.Module):
         self.reducer = reducer
         self.world = dist.get_world_size()
         params = [p for p in module.parameters() if p.requires_grad]
-        if not params or any(p.dtype != params[0].dtype for p in params):
-            raise ValueError("GradSync needs parameters, all of one dtype")
+        dtypes = sorted({str(p.dtype) for p in params})
+        if len(dtypes) != 1:
+            raise ValueError(f"GradSync needs parameters of one dtype, got {dtypes or 'none'}")
         self._params = params
         self.flat = torch.zeros(
             sum(p.numel() for p in params), dtype=params[0].dtype, device=params[0].device

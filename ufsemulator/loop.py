@@ -216,6 +216,9 @@ class Loop:
             set_optimizer_state_dict,
         )
 
+        # Loading takes the saved group's settings, the implementation flags too (a
+        # FusedAdam checkpoint says fused=True): this optimiser keeps its own.
+        own = [{k: g[k] for k in ("fused", "foreach")} for g in self.optimizer.param_groups]
         with warnings.catch_warnings():  # a capturable Adam's first, uncaptured step
             warnings.filterwarnings("ignore", message=".*capturable=True.*")
             set_optimizer_state_dict(
@@ -224,6 +227,8 @@ class Loop:
                 saved,
                 options=StateDictOptions(full_state_dict=True),
             )
+        for group, flags in zip(self.optimizer.param_groups, own, strict=True):
+            group.update(flags)
 
     def _fit_optimizer_flags(self) -> None:
         """A loaded optimiser state brings the flags of the run that wrote it (a CPU run, or
@@ -405,8 +410,9 @@ class Loop:
     ) -> None:
         """Capture ``_step`` over ``micro`` full micro-batches of rows ``x``, ``y``."""
         host_rows = self._sums.rows  # each replay counts its rows on the host instead
-        # Gradients must not exist yet: backward then allocates them in the graph's pool,
-        # and every replay overwrites them instead of adding to them.
+        # Gradients must not exist yet, so that the graph starts every step afresh: a plain
+        # model's backward then allocates them in the graph's pool (every replay overwrites
+        # them), and GradSync's first forward records the zeroing of its flat buffer.
         self.optimizer.zero_grad(set_to_none=True)
         try:
             graphs.capture(lambda xs, ys: self._step(xs, ys, 0, micro, batch), x, y, at_step)

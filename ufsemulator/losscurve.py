@@ -102,7 +102,7 @@ def loss_curves_svg(
 def _y_ticks(lo: float, hi: float, log: bool) -> list[tuple[float, str]]:
     """(value, label) pairs: every decade on a log axis, five steps on a linear one."""
     if log:
-        return [(10.0**d, f"1e{d}") for d in range(int(lo), int(hi) + 1)]
+        return [(10.0**d, f"1e{d}") for d in range(math.ceil(lo), math.floor(hi) + 1)]
     return [(lo + (hi - lo) * k / 5, f"{lo + (hi - lo) * k / 5:.3g}") for k in range(6)]
 
 
