@@ -82,7 +82,17 @@ def env_command(
         click.echo(json.dumps(rows, indent=2))
     else:
         _print_table(rows)
+        click.echo(PORT_NOTE, err=True)
     return 0
+
+
+# A job that hpcdist renders or submits makes a new secret for every run and derives its
+# port from it, so no port can be shown before it runs; the job-id port is what a job
+# without one (a script hpcdist did not write) uses.
+PORT_NOTE = (
+    "note: the port shown is a job's without an hpcdist secret (from the job id and step); "
+    "a job hpcdist rendered or submitted derives it from its own secret when it starts"
+)
 
 
 def _print_own(as_json: bool) -> None:

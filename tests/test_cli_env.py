@@ -10,7 +10,7 @@ import sys
 import pytest
 from click.testing import CliRunner
 
-from hpcdist.cli_env import env_command
+from hpcdist.cli_env import PORT_NOTE, env_command
 from hpcdist.distributed import derive_port
 
 SIMULATE = ["--simulate", "--job-id", "1234"]
@@ -38,7 +38,9 @@ def invoke(*args: str, env: dict[str, str] | None = None) -> tuple[int, str]:
 
 
 def table(output: str) -> list[list[str]]:
-    header, *rows = output.splitlines()
+    *lines, note = output.splitlines()
+    assert note == PORT_NOTE  # after the table, on stderr
+    header, *rows = lines
     assert header.split() == ["rank", "local", "node", "master", "threads", "device"]
     return [row.split() for row in rows]
 
@@ -102,6 +104,14 @@ def test_simulate_accepts_the_compressed_layout() -> None:
         ("5", "1", "n3"),
         ("6", "0", "n4"),
     ]
+
+
+def test_the_port_note_goes_to_stderr_and_never_into_json() -> None:
+    result = CliRunner().invoke(env_command, [*SIMULATE, "--nodelist", "n1"])
+    assert result.exit_code == 0 and PORT_NOTE not in result.stdout
+    assert result.stderr.strip() == PORT_NOTE
+    result = CliRunner().invoke(env_command, [*SIMULATE, "--nodelist", "n1", "--json"])
+    assert result.stderr == "" and json.loads(result.stdout)[0]["rank"] == 0
 
 
 def test_simulate_step_id_changes_the_port() -> None:
