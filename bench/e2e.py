@@ -91,6 +91,9 @@ def launch(
                 n_train=data["n_train"],
                 timings=data.get("timings"),
                 val_history=data["history"]["val_loss"],
+                # How the steps ran: a graph captured or not (and why), the all-reduce used.
+                cuda_graph=data.get("cuda_graph"),
+                grad_allreduce=data.get("grad_allreduce"),
             )
         user = run_dir / "result.json"
         if user.is_file():
