@@ -249,14 +249,17 @@ def _select_record(
 ) -> dict[str, npt.NDArray[Any]]:
     aice = fields["aice"]
     target = fields[options.target]
-    stacked = np.stack([fields[name] for name in options.inputs], axis=-1)
-    valid = reader.ocean & np.isfinite(stacked).all(axis=-1) & np.isfinite(target)
+    valid = reader.ocean & np.isfinite(target)
+    for name in options.inputs:  # field by field: no full-grid stack of every input
+        valid &= np.isfinite(fields[name])
     valid &= np.isfinite(reader.lat) & np.isfinite(reader.lon)
     # Every mode looks at aice to tell ice from open water; a missing aice is no point.
     valid &= np.isfinite(aice)
     index = select_points(valid.ravel(), aice.ravel(), options)
+    # Only the selected points are stacked (a sea-ice share is a few percent of the grid).
+    inputs = np.stack([fields[name].ravel()[index] for name in options.inputs], axis=-1)
     return {
-        "inputs": stacked.reshape(-1, len(options.inputs))[index].astype(np.float32),
+        "inputs": inputs.astype(np.float32),
         "targets": target.ravel()[index].astype(np.float32)[:, None],
         "lat": reader.lat.ravel()[index].astype(np.float32),
         "lon": reader.lon.ravel()[index].astype(np.float32),
