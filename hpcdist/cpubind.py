@@ -19,6 +19,7 @@ single local rank.
 
 from __future__ import annotations
 
+import itertools
 import os
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
@@ -84,15 +85,9 @@ def _core_of_cpu(cpu: int, root: Path = Path("/sys/devices/system/cpu")) -> tupl
 
 def describe(cpus: Sequence[int]) -> str:
     """``0-15`` or ``0,2,4`` style, for the rank's start-up line."""
-    runs: list[str] = []
-    start = prev = None
-    for cpu in sorted(cpus):
-        if prev is not None and cpu == prev + 1:
-            prev = cpu
-            continue
-        if start is not None:
-            runs.append(f"{start}" if start == prev else f"{start}-{prev}")
-        start = prev = cpu
-    if start is not None:
-        runs.append(f"{start}" if start == prev else f"{start}-{prev}")
+    runs = []
+    # Consecutive CPUs share cpu - position: each such group is one run.
+    for _, group in itertools.groupby(enumerate(sorted(cpus)), lambda pair: pair[1] - pair[0]):
+        run = [cpu for _, cpu in group]
+        runs.append(f"{run[0]}" if len(run) == 1 else f"{run[0]}-{run[-1]}")
     return ",".join(runs)

@@ -216,15 +216,21 @@ def _check_choice(flag: str, value: str, choices: tuple[str, ...]) -> None:
         raise SpecError(f"{flag} {value!r}; expected one of {', '.join(choices)}")
 
 
+def _owner(owned: Mapping[str, str], name: str) -> str | None:
+    """The first-class flag for option ``name`` or an abbreviation of one (sbatch and srun
+    take ``--nod`` for ``--nodes``); None where hpcdist does not own it."""
+    return owned.get(name) or next(
+        (flag for full, flag in owned.items() if full.startswith(name)), None
+    )
+
+
 def _check_sbatch_key(key: str, spec: JobSpec) -> None:
     if not _SBATCH_KEY.fullmatch(key):
         raise SpecError(
             f"--sbatch key {key!r} is not an sbatch long option; expected lower-case "
             "letters, digits and dashes, e.g. --sbatch comment=site-test"
         )
-    owner = OWNED_SBATCH.get(key) or next(
-        (flag for name, flag in OWNED_SBATCH.items() if name.startswith(key)), None
-    )
+    owner = _owner(OWNED_SBATCH, key)
     if owner is None and "gres".startswith(key) and uses_gpus(spec):
         owner = _GRES_OWNER
     if owner is not None:
@@ -237,9 +243,7 @@ def _check_srun_arg(flag: str, arg: str) -> None:
             f"{flag} {arg!r} is not one srun option; expected --name[=value], e.g. --cpu-bind=cores"
         )
     name = _SRUN_SHORT.get(arg, arg).removeprefix("--").partition("=")[0]
-    owner = OWNED_SRUN.get(name) or next(
-        (f for owned, f in OWNED_SRUN.items() if owned.startswith(name)), None
-    )
+    owner = _owner(OWNED_SRUN, name)
     if owner is not None:
         raise SpecError(f"{flag} {arg!r} is hpcdist's own srun option; use {owner} instead")
 

@@ -146,26 +146,14 @@ def _fresh_state(param: torch.Tensor) -> dict[str, torch.Tensor]:
 
 
 def fused_kernel_runs(device: torch.device) -> bool:
-    """Whether ``torch._fused_adam_`` runs on ``device`` (CUDA: always; CPU: torch >= 2.4)."""
+    """Whether ``torch._fused_adam_`` runs on ``device`` (CUDA: always; CPU: torch >= 2.4):
+    one step of a one-element parameter."""
     if not hasattr(torch, "_fused_adam_"):
         return False
-    one = [torch.zeros(1, device=device)]
+    param = nn.Parameter(torch.zeros(1, device=device))
+    param.grad = torch.zeros(1, device=device)
     try:
-        torch._fused_adam_(
-            one,
-            [torch.zeros(1, device=device)],
-            [torch.zeros(1, device=device)],
-            [torch.zeros(1, device=device)],
-            [],
-            [torch.ones((), device=device)],
-            lr=1e-3,
-            beta1=BETAS[0],
-            beta2=BETAS[1],
-            weight_decay=0.0,
-            eps=EPS,
-            amsgrad=False,
-            maximize=False,
-        )
+        FusedAdam([param], lr=1e-3, weight_decay=0.0).step()
     except (RuntimeError, NotImplementedError):
         return False
     return True
