@@ -151,6 +151,17 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--max-epochs-default", type=int, default=150)
     parser.add_argument("--user-max-s", type=float, default=150.0)
     parser.add_argument("--timeout", type=float, default=300.0)
+    parser.add_argument(
+        "--repeats", type=int, default=1, help="runs of the floor and the default job, in turns"
+    )
+    parser.add_argument(
+        "--default-set",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="the default job also with `--set KEY=VALUE`, at every --gpus, e.g. "
+        "training.grad_allreduce=backend",
+    )
     args = parser.parse_args(argv)
     stages = set(args.stages.split(","))
     args.out.mkdir(parents=True, exist_ok=True)
@@ -206,9 +217,6 @@ def main(argv: list[str] | None = None) -> int:
         print(
             f"make-data: {time.time() - started:.1f} s: {done.stdout.strip()} {done.stderr[-500:]}"
         )
-    if "floor" in stages:
-        for n in args.gpus:
-            record("floor gpu", launch(["bench.floor"], n, gpu_env, None, args.timeout, log))
     if "default" in stages:
         run = args.work / "warm"
         launch(
@@ -219,22 +227,25 @@ def main(argv: list[str] | None = None) -> int:
             args.timeout,
             log,
         )  # untimed: writes the synthetic file and its cache
+    # The floor and the default job (and its variants) take turns, --repeats times.
+    variants = [("", [])] + [(f" ({item})", ["--set", item]) for item in args.default_set]
+    for repeat in range(args.repeats):
+        if "floor" in stages:
+            for n in args.gpus:
+                result = launch(["bench.floor"], n, gpu_env, None, args.timeout, log)
+                record("floor gpu", {**result, "repeat": repeat})
+        if "default" not in stages:
+            continue
+        for label, extra in variants:
+            for n in args.gpus:
+                run = args.work / f"default{n}-{repeat}{label.strip(' ()').replace('=', '-')}"
+                argv = ["ufsemulator", "train", "--run-dir", str(run), *extra]
+                result = launch(argv, n, gpu_env, run, args.timeout, log)
+                record(f"default job{label}", {**result, "repeat": repeat})
+    if "default" in stages:
         target = _config(
             args.work / "default_target.yaml", args.target_default, args.max_epochs_default
         )
-        for n in args.gpus:
-            run = args.work / f"default{n}"
-            record(
-                "default job",
-                launch(
-                    ["ufsemulator", "train", "--run-dir", str(run)],
-                    n,
-                    gpu_env,
-                    run,
-                    args.timeout,
-                    log,
-                ),
-            )
         for n in args.default_target_gpus:
             run = args.work / f"default-target{n}"
             record(

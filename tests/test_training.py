@@ -566,13 +566,29 @@ def test_cuda_graph_blockers() -> None:
     assert cuda_graph_blocker("ddp", False, ctx("nccl", "cuda:0")) is None
 
 
+# 40x32 grid: 154 training rows. Batch 32: 4 full steps and one of 26 rows an epoch; after
+# 3 eager steps, step 4 (the last full one of epoch 1) is captured; step 5, the first short
+# one, runs eagerly, and the next, step 10 at the end of epoch 2, is captured. Batch 77
+# divides the rows: 2 full steps an epoch, one graph.
+GRAPH_CASES = [
+    (32, [(3, 4), (4, 10)], "step 4 (32 rows), step 10 (26 rows)", [21, 5]),
+    (77, [(3, 4)], "step 4 (77 rows)", [9]),
+]
+
+
+@pytest.mark.parametrize(("batch", "expected", "status", "replays"), GRAPH_CASES)
 def test_graph_bookkeeping_trains_like_eager_steps(
-    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+    monkeypatch: pytest.MonkeyPatch,
+    tmp_path: Path,
+    batch: int,
+    expected: list[tuple[int, int]],
+    status: str,
+    replays: list[int],
 ) -> None:
     """The graph path's logic on the CPU, with a stand-in for the CUDA graph that replays
     the captured step eagerly from the static buffers: warm-up steps, the capture point,
-    the rows copied before each replay, the short last step of an epoch run eagerly and
-    the host-side row count all give bitwise the training of the plain loop."""
+    the rows copied before each replay, the short last step of an epoch with a graph of
+    its own and the host-side row count all give bitwise the training of the plain loop."""
     from ufsemulator import loop as loop_module
     from ufsemulator import stepgraph
 
@@ -604,9 +620,10 @@ def test_graph_bookkeeping_trains_like_eager_steps(
         captures.append((self.eager_steps, at_step))
         static_x, static_y = torch.full_like(x, 7.0), torch.full_like(y, 7.0)
         fakes.append(ReplayEagerly(step, static_x, static_y))
-        # Stands in for GraphedSteps.capture, so it sets what that method sets.
-        self._graph = stepgraph.StepGraph(fakes[-1], static_x, static_y)  # type: ignore[arg-type]
-        return self._graph
+        # Stands in for GraphedSteps.capture, so it records what that method records.
+        static = stepgraph.StepGraph(fakes[-1], static_x, static_y)  # type: ignore[arg-type]
+        self._record(static, at_step)
+        return static
 
     real_capture = loop_module.Loop._capture
 
@@ -620,18 +637,20 @@ def test_graph_bookkeeping_trains_like_eager_steps(
     monkeypatch.setattr(stepgraph.GraphedSteps, "running", lambda self: contextlib.nullcontext())
     monkeypatch.setattr(stepgraph.GraphedSteps, "capture", capture)
     monkeypatch.setattr(loop_module.Loop, "_capture", recording_capture)
-    # 40x32 grid: 154 training rows, batch 32: 4 full steps and one of 26 rows an epoch
-    graphed = run_single(monkeypatch, smoke(epochs=6, batch_size=32), run_dir=tmp_path / "a")
-    assert captures == [(3, 4)]  # after 3 eager steps: step 4, the last full one of epoch 1
+    graphed = run_single(monkeypatch, smoke(epochs=6, batch_size=batch), run_dir=tmp_path / "a")
+    assert captures == expected
+    assert loops[0].cuda_graph_status == f"captured at {status} of this run"
     plain = run_single(
-        monkeypatch, smoke(epochs=6, batch_size=32, cuda_graph=False), run_dir=tmp_path / "b"
+        monkeypatch, smoke(epochs=6, batch_size=batch, cuda_graph=False), run_dir=tmp_path / "b"
     )
     assert_same_weights(graphed.model, plain.model)
     a = json.loads((tmp_path / "a" / "training_results.json").read_text())["history"]
     b = json.loads((tmp_path / "b" / "training_results.json").read_text())["history"]
     for key in ("train_loss", "val_loss", "val_r2"):
         assert a[key] == b[key], key
-    assert fakes[0].replays == 21  # 24 full steps in 6 epochs, the first 3 eager
+    # 32: 24 full steps in 6 epochs, the first 3 eager; 6 short ones, the first eager.
+    # 77: 12 full steps, the first 3 eager.
+    assert [fake.replays for fake in fakes] == replays
 
 
 def test_failed_capture_goes_on_eagerly_and_trains_like_the_plain_loop(

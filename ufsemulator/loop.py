@@ -382,19 +382,17 @@ class Loop:
             return
         start = first * batch
         rows = min(last * batch, xs.shape[0]) - start
-        micro = last - first
-        full = micro == self.config.training.grad_accum_steps and rows == micro * batch
         x, y = xs[start : start + rows], ys[start : start + rows]
-        graph = graphs.graph
-        if graph is None and full and graphs.may_capture():
-            self._capture(graphs, x, y, micro, batch, done + 1)
-            graph = graphs.graph
-        if graph is None or not full:
-            # Warm-up, an epoch's short last step, or no graph: eagerly, same kernels.
+        graph = graphs.graph(rows)  # a full step's, or the epoch's short last step's
+        if graph is None and graphs.may_capture(rows):
+            self._capture(graphs, x, y, last - first, batch, done + 1)
+            graph = graphs.graph(rows)
+        if graph is None:
+            # Warm-up, a shape's first step, or no graph: eagerly, same kernels.
             with warnings.catch_warnings():
                 warnings.filterwarnings("ignore", message=".*capturable=True.*")
                 self._step(xs, ys, first, last, batch)
-            graphs.ran_eagerly()
+            graphs.ran_eagerly(rows)
             return
         graph.replay(x, y)
         self._sums.rows += rows
@@ -408,7 +406,7 @@ class Loop:
         batch: int,
         at_step: int,
     ) -> None:
-        """Capture ``_step`` over ``micro`` full micro-batches of rows ``x``, ``y``."""
+        """Capture ``_step`` over the ``micro`` micro-batches of rows ``x``, ``y``."""
         host_rows = self._sums.rows  # each replay counts its rows on the host instead
         # Gradients must not exist yet, so that the graph starts every step afresh: a plain
         # model's backward then allocates them in the graph's pool (every replay overwrites

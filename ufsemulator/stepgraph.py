@@ -5,9 +5,15 @@ loss, backward, the gradient all-reduce (``GradSync``), Adam and the loss sum, i
 dozens of launches through Python and autograd. ``Loop`` decides what a step is; this
 module owns the stream the steps run on, when a capture may happen and the captured graph.
 
+An epoch has two shapes of step: the full ones and, unless the batch divides the rows, a
+shorter last one. Each shape gets its own graph, so that no step of an epoch goes through
+Python's dozens of launches once the graphs exist (on the default data set, one step in
+16 is the short one).
+
 The steps run on a side stream of their own, on which the wrapper is built too. The first
 steps of every run are eager: they create what a capture may not allocate (Adam's state,
-cuBLAS's workspace, the communicator of the first all-reduce).
+cuBLAS's workspace, the communicator of the first all-reduce); and a shape is captured only
+after one eager step of its own (cuBLAS picks its kernels per shape).
 """
 
 from __future__ import annotations
@@ -40,21 +46,23 @@ class StepGraph:
 
 
 class GraphedSteps:
-    """The steps' stream, the graph once captured, and whether a capture failed. Its state
-    changes only through its methods: ``ran_eagerly``, ``capture`` and ``give_up``."""
+    """The steps' stream, a graph for each shape of step once captured, and whether a
+    capture failed. Its state changes only through its methods: ``ran_eagerly``,
+    ``capture`` and ``give_up``."""
 
     def __init__(self, device: torch.device) -> None:
         self.device = device
         self.stream = torch.cuda.Stream(device)
-        self._graph: StepGraph | None = None
+        self._graphs: dict[int, StepGraph] = {}  # by the step's number of rows
         self._failed = False
         self._eager_steps = 0  # steps run eagerly so far
-        self._status = "on, not captured yet"
+        self._eager_rows: set[int] = set()  # the shapes of those steps
+        self._captured: list[str] = []  # for the status
 
-    @property
-    def graph(self) -> StepGraph | None:
-        """The captured step; None before the capture and after a failed one."""
-        return self._graph
+    def graph(self, rows: int) -> StepGraph | None:
+        """The captured step over ``rows`` rows; None before its capture and after a
+        failed one."""
+        return self._graphs.get(rows)
 
     @property
     def eager_steps(self) -> int:
@@ -62,8 +70,12 @@ class GraphedSteps:
 
     @property
     def status(self) -> str:
-        """For logs and benchmarks: not captured yet, captured at which step, or why not."""
-        return self._status
+        """For logs and benchmarks: not captured yet, captured at which steps, or why not."""
+        if self._failed:
+            return self._captured[-1]
+        if not self._captured:
+            return "on, not captured yet"
+        return "captured at " + ", ".join(self._captured) + " of this run"
 
     def build(self, make: Callable[[], nn.Module]) -> nn.Module:
         """``make()`` (the data-parallel wrapper) on the steps' stream, ordered with the
@@ -87,12 +99,20 @@ class GraphedSteps:
         finally:
             main.wait_stream(self.stream)
 
-    def ran_eagerly(self) -> None:
-        """Count a step run without the graph."""
+    def ran_eagerly(self, rows: int) -> None:
+        """Count a step over ``rows`` rows run without a graph."""
         self._eager_steps += 1
+        self._eager_rows.add(rows)
 
-    def may_capture(self) -> bool:
-        return not self._failed and self._graph is None and self._eager_steps >= WARMUP_STEPS
+    def may_capture(self, rows: int) -> bool:
+        """Whether to capture the step over ``rows`` rows now: no capture has failed, it has
+        no graph yet, it has run eagerly before, and so have the run's warm-up steps."""
+        return (
+            not self._failed
+            and rows not in self._graphs
+            and rows in self._eager_rows
+            and self._eager_steps >= WARMUP_STEPS
+        )
 
     def capture(self, step: Step, x: torch.Tensor, y: torch.Tensor, at_step: int) -> StepGraph:
         """Capture ``step`` reading static copies of ``x`` and ``y``; nothing runs here.
@@ -103,16 +123,20 @@ class GraphedSteps:
         # threads meanwhile; only this thread's calls must be capturable.
         with torch.cuda.graph(static.graph, stream=self.stream, capture_error_mode="thread_local"):
             step(static.x, static.y)
-        self._graph = static
-        self._status = f"captured at step {at_step} of this run"
+        self._record(static, at_step)
         return static
+
+    def _record(self, static: StepGraph, at_step: int) -> None:
+        rows = static.x.shape[0]
+        self._graphs[rows] = static
+        self._captured.append(f"step {at_step} ({rows} rows)")
 
     def give_up(self, exc: Exception) -> str:
         """Record a failed capture; eager steps from here on. Returns the reason."""
         text = str(exc).strip()
         reason = f"{type(exc).__name__}: {text.splitlines()[0] if text else ''}"
-        self._status = f"capture failed ({reason}); eager"
+        self._captured.append(f"capture failed ({reason}); eager")
         self._failed = True
-        self._graph = None
+        self._graphs.clear()
         torch.cuda.synchronize(self.device)
         return reason
