@@ -133,7 +133,7 @@ def _parser() -> argparse.ArgumentParser:
         default={},
         metavar="KEY=VALUE,...",
         help="training config changes for ours itself (default: the project's "
-        "default config), e.g. cuda_graph=false",
+        "default config), e.g. grad_allreduce=local; every --variant starts from them",
     )
     p.add_argument("--grid", default="384x320", help="synthetic grid of the rows (384x320)")
     p.add_argument("--no-throughput", action="store_true", help="only --time-to-target")

@@ -103,7 +103,8 @@ main() {
     fi
     if ((GPUS > 0)) && wanted nccl; then
         stage "nccl throughput" 170 --device cuda --ranks "$RANKS" --steps 300 --epochs 2 \
-            --repeats 3 "${EAGER[@]}" --variant nccl:grad_allreduce=backend \
+            --repeats 3 --ours grad_allreduce=local "${EAGER[@]}" \
+            --variant nccl:grad_allreduce=backend \
             --json "$OUT_DIR/nccl.json"
     fi
     if wanted gloo; then
@@ -113,7 +114,8 @@ main() {
     fi
     if ((GPUS > 0)) && wanted ttt; then
         stage "time to target" 120 --device cuda --no-throughput --time-to-target \
-            --ttt-ranks "$TTT_RANKS" "${EAGER[@]}" --variant nccl:grad_allreduce=backend \
+            --ttt-ranks "$TTT_RANKS" --ours grad_allreduce=local "${EAGER[@]}" \
+            --variant nccl:grad_allreduce=backend \
             --json "$OUT_DIR/ttt.json"
     fi
     if ((GPUS > 0)) && wanted fallback; then

@@ -138,7 +138,7 @@ def throughput(ctx: DistContext, job: dict[str, Any], result: dict[str, Any]) ->
         early_stopping_patience=0,
         checkpoint_every=10**9,
     )
-    variants: dict[str, dict[str, Any]] = {"ours": job.get("ours", {}), **job.get("variants", {})}
+    variants = _variants(job)
     for name, changes in variants.items():
         changes = dict(changes)
         hooks = _capture_hooks(changes.pop("fail_capture", False))
@@ -164,6 +164,12 @@ def throughput(ctx: DistContext, job: dict[str, Any], result: dict[str, Any]) ->
                     flush=True,
                 )
             _write(ctx, job, result)
+
+
+def _variants(job: dict[str, Any]) -> dict[str, dict[str, Any]]:
+    """``ours``' config changes, and each variant's: ours' changes, then its own."""
+    ours = job.get("ours", {})
+    return {"ours": ours, **{k: {**ours, **v} for k, v in job.get("variants", {}).items()}}
 
 
 def _fail_capture() -> None:
@@ -266,7 +272,7 @@ def time_to_target(ctx: DistContext, job: dict[str, Any], result: dict[str, Any]
         variants={},
     )
     # ours (the default config), then each variant, from the same initial weights.
-    for name, changes in {"ours": job.get("ours", {}), **job.get("variants", {})}.items():
+    for name, changes in _variants(job).items():
         changes = dict(changes)
         fail_capture = changes.pop("fail_capture", False)
         run = _ttt_run(

@@ -193,3 +193,26 @@ def test_set_up_gives_every_rank_the_same_answer(broken: str) -> None:
         assert answers[0][1] == "not possible on another rank"
     if broken == "rank0-cannot-create":
         assert "No space left on device" in answers[0][1]
+
+
+@pytest.mark.parametrize(
+    ("device", "planned", "asks"),
+    [
+        ("cuda:0", gradreduce.SYMMETRIC_MIN_STEPS - 1, False),  # auto, a short run: NCCL
+        ("cuda:0", gradreduce.SYMMETRIC_MIN_STEPS, True),  # auto, long enough
+        ("cuda:0", None, True),  # local: always asks
+        ("cpu", 1, True),  # shared memory costs no set-up: auto asks on the CPU at any length
+    ],
+)
+def test_auto_asks_for_symmetric_memory_only_for_long_gpu_runs(
+    monkeypatch: pytest.MonkeyPatch, device: str, planned: int | None, asks: bool
+) -> None:
+    # Past the length check come the collective checks; stopped there, without a group.
+    monkeypatch.setattr(gradreduce, "_blocker", lambda ctx, numel: "checked")
+    monkeypatch.setattr(gradreduce, "_agree", lambda ok, ctx: ok)
+    reducer, reason = local_allreduce(9345, context(4, 4, device), planned)
+    assert reducer is None
+    if asks:
+        assert reason == "checked"
+    else:
+        assert reason == "auto: 299,999 steps planned, symmetric memory pays from 300,000"

@@ -103,13 +103,15 @@ class TrainingConfig:
     # bucket for this model; smaller ones start all-reducing during the backward pass),
     # torch.compile of the model (on GPUs with Triton, ddp only; elsewhere ignored) and
     # CUDA graphs of the whole training step (GPUs, ddp, no compile; ignored on the CPU);
-    # the gradient all-reduce (auto: for DDP with every rank on one host, shared memory
+    # the gradient all-reduce (local: for DDP with every rank on one host, shared memory
     # on the CPU and symmetric-memory one-shot on GPUs where available, else the
-    # backend's; backend: always the backend's).
+    # backend's; auto: as local, but on GPUs only for runs long enough to pay for the
+    # symmetric memory's set-up (gradreduce.SYMMETRIC_MIN_STEPS); backend: always the
+    # backend's).
     ddp_bucket_cap_mb: float | None = None
     compile: bool = False
     cuda_graph: bool = True
-    grad_allreduce: Literal["auto", "backend"] = "auto"
+    grad_allreduce: Literal["auto", "local", "backend"] = "auto"
     # Stop (completed) at the first epoch whose validation loss is at or below this
     # (normalised units); None: train the epochs (or until early stopping).
     target_val_loss: float | None = None

@@ -1,7 +1,8 @@
 """DDP's gradient all-reduce without a network round trip, for ranks on one host.
 
 The model's gradients are 37 KB, so the all-reduce every step waits for is all latency.
-When every rank is on the same host (``training.grad_allreduce: auto``), the ranks can
+When every rank is on the same host (``training.grad_allreduce: local``; ``auto`` on
+the CPU, and on GPUs for long runs), the ranks can
 read each other's gradients directly instead of sending them through the backend:
 
 - CPU ranks (gloo): a shared-memory segment in ``/dev/shm`` with one slot per rank.
@@ -38,6 +39,12 @@ SHM_DIR = Path("/dev/shm")
 # ever; one that has exited is noticed within a second (its process id is in the segment).
 ARRIVAL_TIMEOUT_S = 600.0
 _BUSY_SPINS = 50  # looks at the counters (about 1 us each) before yielding the core
+# The symmetric memory's set-up (allocate, map every GPU's buffer, test) made a 2-GPU job
+# on one host 3-3.5 s slower to start than NCCL's all-reduce alone (default job, 2x H200,
+# docs/benchmarks.md); its one-shot all-reduce saves about 11 us a step against NCCL's (4
+# GPUs, 0.130 ms steps). It pays from about 300,000 steps on: ``auto`` asks for it from
+# this many planned steps (epochs x steps an epoch), ``local`` always.
+SYMMETRIC_MIN_STEPS = 300_000
 # Sharing memory wins where an all-reduce is latency, i.e. small. Larger gradients keep the
 # backend: its bandwidth is fine there, and /dev/shm (a tmpfs: a write beyond free memory
 # kills the process with SIGBUS) is never asked for much.
@@ -247,12 +254,21 @@ def symmetric_allreduce(numel: int, ctx: DistContext) -> SymmetricAllReduce:
     return SymmetricAllReduce(buffer, group.group_name, ctx.env.world_size)
 
 
-def local_allreduce(numel: int, ctx: DistContext) -> tuple[LocalAllReduce | None, str]:
+def local_allreduce(
+    numel: int, ctx: DistContext, planned_steps: int | None = None
+) -> tuple[LocalAllReduce | None, str]:
     """The host-local all-reduce for ``numel`` gradient elements, or None and why not.
-    Collective (except with one rank): every rank gets the same answer, also where one
-    rank alone cannot take part (its /dev/shm, its GPU)."""
+    With ``planned_steps`` (``auto``), GPUs take it only for a run of at least
+    ``SYMMETRIC_MIN_STEPS`` steps. Collective (except with one rank): every rank gets the
+    same answer, also where one rank alone cannot take part (its /dev/shm, its GPU)."""
     if ctx.env.world_size < 2:
         return None, "one rank"
+    short = planned_steps is not None and planned_steps < SYMMETRIC_MIN_STEPS
+    if ctx.device.type == "cuda" and short:  # the same on every rank: no need to agree
+        return None, (
+            f"auto: {planned_steps:,} steps planned, symmetric memory pays from "
+            f"{SYMMETRIC_MIN_STEPS:,}"
+        )
     reason = _blocker(ctx, numel)
     if not _agree(reason is None, ctx):
         return None, reason or "not possible on another rank"

@@ -130,9 +130,10 @@ class Loop:
                     )
         self.grad_reducer: LocalAllReduce | None = None  # None: the backend's all-reduce
         self.grad_allreduce_status = "backend"
-        if cfg.grad_allreduce == "auto" and cfg.strategy == "ddp":
+        if cfg.grad_allreduce != "backend" and cfg.strategy == "ddp":
             numel = sum(p.numel() for p in model.parameters() if p.requires_grad)
-            reducer, why = local_allreduce(numel, ctx)
+            planned = cfg.epochs * self._steps_per_epoch() if cfg.grad_allreduce == "auto" else None
+            reducer, why = local_allreduce(numel, ctx, planned)
             if reducer is None:
                 self.grad_allreduce_status = f"backend ({why})"
             else:
@@ -157,6 +158,10 @@ class Loop:
         # Every checkpoint's SHA-256 goes to the private state: auto-resume trusts only those.
         self._writer = CheckpointWriter(default_book()) if ctx.is_main else None
         self.times = LoopTimes()
+
+    def _steps_per_epoch(self) -> int:
+        batches = math.ceil(self.shards.x_train.shape[0] / self.config.training.batch_size)
+        return math.ceil(batches / self.config.training.grad_accum_steps)
 
     @property
     def cuda_graph_status(self) -> str:
@@ -315,7 +320,7 @@ class Loop:
         x, y = self.shards.x_train, self.shards.y_train
         n_local, batch, accum = x.shape[0], cfg.batch_size, cfg.grad_accum_steps
         n_batches = math.ceil(n_local / batch)
-        steps = math.ceil(n_batches / accum)
+        steps = self._steps_per_epoch()
         check_every = self.config.preemption.check_every_steps
         after_step, after_epoch = self.hooks.after_step, self.hooks.after_epoch
         bar = Progress(steps, cfg.epochs) if self.ctx.is_main and sys.stdout.isatty() else None
