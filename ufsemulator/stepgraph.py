@@ -54,10 +54,10 @@ class GraphedSteps:
         self.device = device
         self.stream = torch.cuda.Stream(device)
         self._graphs: dict[int, StepGraph] = {}  # by the step's number of rows
-        self._failed = False
+        self._failure: str | None = None  # why a capture failed: eager from then on
         self._eager_steps = 0  # steps run eagerly so far
         self._eager_rows: set[int] = set()  # the shapes of those steps
-        self._captured: list[str] = []  # for the status
+        self._captured: list[str] = []  # "step N (R rows)" of each capture, for the status
 
     def graph(self, rows: int) -> StepGraph | None:
         """The captured step over ``rows`` rows; None before its capture and after a
@@ -71,8 +71,8 @@ class GraphedSteps:
     @property
     def status(self) -> str:
         """For logs and benchmarks: not captured yet, captured at which steps, or why not."""
-        if self._failed:
-            return self._captured[-1]
+        if self._failure is not None:
+            return f"capture failed ({self._failure}); eager"
         if not self._captured:
             return "on, not captured yet"
         return "captured at " + ", ".join(self._captured) + " of this run"
@@ -108,7 +108,7 @@ class GraphedSteps:
         """Whether to capture the step over ``rows`` rows now: no capture has failed, it has
         no graph yet, it has run eagerly before, and so have the run's warm-up steps."""
         return (
-            not self._failed
+            self._failure is None
             and rows not in self._graphs
             and rows in self._eager_rows
             and self._eager_steps >= WARMUP_STEPS
@@ -135,8 +135,7 @@ class GraphedSteps:
         """Record a failed capture; eager steps from here on. Returns the reason."""
         text = str(exc).strip()
         reason = f"{type(exc).__name__}: {text.splitlines()[0] if text else ''}"
-        self._captured.append(f"capture failed ({reason}); eager")
-        self._failed = True
+        self._failure = reason
         self._graphs.clear()
         torch.cuda.synchronize(self.device)
         return reason
