@@ -35,6 +35,7 @@ from pathlib import Path
 from typing import Any
 
 from bench.launch import NO_MULTICAST, REPO, without_launcher
+from hpcdist.cpulayout import cpu_layout
 
 
 def _ints(text: str) -> list[int]:
@@ -103,7 +104,11 @@ def launch(
     return result
 
 
-def _env(base: dict[str, str], data_dir: Path, cpu_threads: int | None) -> dict[str, str]:
+def _env(
+    base: dict[str, str], data_dir: Path, cpu_threads: int | None, ranks: int = 1
+) -> dict[str, str]:
+    """The case's environment; CPU ranks (``cpu_threads``: each rank's CPUs) get the CPU
+    layout a rendered script exports for ``ranks`` ranks of that many CPUs."""
     env = without_launcher(base)
     env.update(NO_MULTICAST)
     path = env.get("PYTHONPATH")
@@ -113,7 +118,7 @@ def _env(base: dict[str, str], data_dir: Path, cpu_threads: int | None) -> dict[
         HPCDIST_DATA_DIR=str(data_dir),
     )
     if cpu_threads is not None:
-        env.update(CUDA_VISIBLE_DEVICES="", OMP_NUM_THREADS=str(cpu_threads))
+        env.update(CUDA_VISIBLE_DEVICES="", **cpu_layout(cpu_threads, ranks).env())
     return env
 
 
@@ -270,13 +275,13 @@ def main(argv: list[str] | None = None) -> int:
                 argv += ["--run-dir", str(run)]
                 record(f"days to {loss}", launch(argv, n, env, run, args.timeout, log))
     if "cpu" in stages:
-        cpu_env = _env(dict(os.environ), args.work / "cpu-cache", args.threads)
         for n in args.cpu_ranks:
+            cpu_env = _env(dict(os.environ), args.work / "cpu-cache", args.threads, n)
             record("floor cpu", launch(["bench.floor"], n, cpu_env, None, args.timeout, log))
         target = _config(args.work / "cpu_target.yaml", args.target_cpu, args.max_epochs)
         for n in args.cpu_ranks:
             run = args.work / f"cpu{n}"
-            env = _env(dict(os.environ), args.work / f"nocache-cpu{n}", args.threads)
+            env = _env(dict(os.environ), args.work / f"nocache-cpu{n}", args.threads, n)
             record(
                 "30-day set to target, CPU",
                 launch(

@@ -41,6 +41,10 @@ _DROP = {
 }
 
 
+# One process group of a launch: its world size and each rank's CPU set (None: unbound).
+Group = tuple[int, "list[set[int] | None]"]
+
+
 class LaunchError(RuntimeError):
     """A rank failed or the ranks did not finish in time; the message holds their output,
     ``partial`` what rank 0 had written by then (None: nothing)."""
@@ -63,9 +67,15 @@ def without_launcher(env: Mapping[str, str]) -> dict[str, str]:
 
 
 def rank_env(
-    base: Mapping[str, str], rank: int, world: int, port: int, threads: int
+    base: Mapping[str, str],
+    rank: int,
+    world: int,
+    port: int,
+    threads: int,
+    extra: Mapping[str, str] | None = None,
 ) -> dict[str, str]:
     env = without_launcher(base)
+    env.update(extra or {})
     path = env.get("PYTHONPATH")
     env.update(NO_MULTICAST)
     env.update(
@@ -88,7 +98,7 @@ def core_sets(world: int, threads: int) -> list[set[int]]:
     cores), from the CPUs this process may use."""
     cpus = sorted(os.sched_getaffinity(0))
     if world * threads > len(cpus):
-        raise LaunchError(f"cannot bind {world} ranks x {threads} threads to {len(cpus)} CPUs")
+        raise LaunchError(f"cannot bind {world} ranks x {threads} CPUs to {len(cpus)} CPUs")
     first_threads: list[int] = []
     siblings: list[int] = []
     seen: set[tuple[str, str]] = set()
@@ -114,58 +124,113 @@ def run_ranks(
     timeout_s: float,
     log: Path | None = None,
     bind: bool = False,
+    cpus_per_rank: int | None = None,
+    env: Mapping[str, str] | None = None,
 ) -> dict[str, Any]:
     """Run ``job`` on ``world`` ranks; return what rank 0 wrote (its result dict).
-    ``bind``: each rank on cores of its own (``core_sets``)."""
+    ``bind``: each rank on ``cpus_per_rank`` (default ``threads``) cores of its own
+    (``core_sets``); ``env``: more variables for every rank (a thread layout)."""
+    cores: list[set[int] | None] = [None] * world
+    if bind:
+        cores = list(core_sets(world, cpus_per_rank or threads))
+    results = _launch(job, [(world, cores)], threads, timeout_s, log, env)
+    return results[0]
+
+
+def run_copies(
+    job: Mapping[str, Any],
+    copies: int,
+    threads: int,
+    timeout_s: float,
+    log: Path | None = None,
+    cpus_per_rank: int | None = None,
+    env: Mapping[str, str] | None = None,
+) -> list[dict[str, Any]]:
+    """``copies`` independent single-rank runs of ``job`` started together, each bound to
+    cores of its own as the ranks of ``run_ranks(..., bind=True)`` would be: what the
+    ranks could reach if they exchanged nothing (shared memory bandwidth, caches and
+    clocks still shared). Returns each copy's result."""
+    cores = core_sets(copies, cpus_per_rank or threads)
+    groups: list[Group] = [(1, [cpu_set]) for cpu_set in cores]
+    return _launch(job, groups, threads, timeout_s, log, env)
+
+
+def _launch(
+    job: Mapping[str, Any],
+    groups: list[Group],
+    threads: int,
+    timeout_s: float,
+    log: Path | None,
+    env: Mapping[str, str] | None,
+) -> list[dict[str, Any]]:
+    """Start every group (a process group of ``world`` ranks, each with its CPU set or
+    None) at once; each rank waits at a start line until every process of every group
+    is up, so the copies run side by side. Returns each group's rank-0 result."""
     with tempfile.TemporaryDirectory(prefix="hpcdist-bench-") as tmp:
         folder = Path(tmp)
-        job_file = folder / "job.json"
-        result_file = folder / "result.json"
-        job_file.write_text(json.dumps({**job, "result": str(result_file)}))
-        port = free_port()
+        total = sum(world for world, _ in groups)
+        start_line = folder / "start"
+        start_line.mkdir()
         procs: list[subprocess.Popen[bytes]] = []
-        cores = core_sets(world, threads) if bind else None
-        outputs = [folder / f"rank{rank}.log" for rank in range(world)]
-        for rank in range(world):
-            with outputs[rank].open("wb") as out:
-                procs.append(
-                    subprocess.Popen(
-                        [sys.executable, "-m", "bench.worker", str(job_file)],
-                        env=rank_env(os.environ, rank, world, port, threads),
-                        cwd=REPO,
-                        stdout=out,
-                        stderr=subprocess.STDOUT,
-                        preexec_fn=None if cores is None else _bind_to(cores[rank]),
-                    )
+        outputs: list[Path] = []
+        result_files: list[Path] = []
+        for index, (world, cores) in enumerate(groups):
+            job_file = folder / f"job{index}.json"
+            result_file = folder / f"result{index}.json"
+            result_files.append(result_file)
+            job_file.write_text(
+                json.dumps(
+                    {
+                        **job,
+                        "result": str(result_file),
+                        "start_line": {"folder": str(start_line), "count": total},
+                    }
                 )
+            )
+            port = free_port()
+            for rank in range(world):
+                output = folder / f"group{index}-rank{rank}.log"
+                outputs.append(output)
+                cpu_set = cores[rank]
+                with output.open("wb") as out:
+                    procs.append(
+                        subprocess.Popen(
+                            [sys.executable, "-m", "bench.worker", str(job_file)],
+                            env=rank_env(os.environ, rank, world, port, threads, env),
+                            cwd=REPO,
+                            stdout=out,
+                            stderr=subprocess.STDOUT,
+                            preexec_fn=None if cpu_set is None else _bind_to(cpu_set),
+                        )
+                    )
         deadline = time.monotonic() + timeout_s
         failed = ""
-        for rank, proc in enumerate(procs):
+        for number, proc in enumerate(procs):
             try:
                 code = proc.wait(timeout=max(deadline - time.monotonic(), 0.1))
             except subprocess.TimeoutExpired:
                 failed = f"ranks still running after {timeout_s:.0f} s"
                 break
             if code != 0:
-                failed = f"rank {rank} exited with {code}"
+                failed = f"process {number} ({outputs[number].stem}) exited with {code}"
                 break
         for proc in procs:  # a failed rank leaves the others waiting in a collective
             if proc.poll() is None:
                 proc.kill()
                 proc.wait()
-        text = "".join(
-            f"--- rank {r}\n{p.read_text(errors='replace')}" for r, p in enumerate(outputs)
-        )
+        text = "".join(f"--- {p.stem}\n{p.read_text(errors='replace')}" for p in outputs)
         if log is not None:
             with log.open("a") as handle:
-                handle.write(f"=== {job.get('kind')} {job.get('label', '')}: {world} ranks\n{text}")
-        result: dict[str, Any] | None = (
-            json.loads(result_file.read_text()) if result_file.is_file() else None
-        )
-        if failed or result is None:
+                handle.write(f"=== {job.get('kind')} {job.get('label', '')}: {total} processes\n")
+                handle.write(text)
+        results = [json.loads(f.read_text()) if f.is_file() else None for f in result_files]
+        if failed or any(r is None for r in results):
             tail = "\n".join(text.splitlines()[-40:])
-            raise LaunchError(f"{failed or 'rank 0 wrote no result'}; last output:\n{tail}", result)
-        return result
+            partial = results[0] if results else None
+            raise LaunchError(
+                f"{failed or 'a rank 0 wrote no result'}; last output:\n{tail}", partial
+            )
+        return [r for r in results if r is not None]
 
 
 def _bind_to(cpus: set[int]) -> Callable[[], None]:

@@ -139,6 +139,7 @@ def throughput(ctx: DistContext, job: dict[str, Any], result: dict[str, Any]) ->
         checkpoint_every=10**9,
     )
     variants = _variants(job)
+    _start_line(job)
     for name, changes in variants.items():
         changes = dict(changes)
         hooks = _capture_hooks(changes.pop("fail_capture", False))
@@ -164,6 +165,21 @@ def throughput(ctx: DistContext, job: dict[str, Any], result: dict[str, Any]) ->
                     flush=True,
                 )
             _write(ctx, job, result)
+
+
+def _start_line(job: dict[str, Any], timeout_s: float = 300.0) -> None:
+    """Wait until every process the launcher started for this measurement is ready (its
+    data loaded), so that independent copies run side by side, not one after another."""
+    line = job.get("start_line")
+    if not line:
+        return
+    folder = Path(line["folder"])
+    (folder / str(os.getpid())).touch()
+    deadline = time.monotonic() + timeout_s
+    while sum(1 for _ in folder.iterdir()) < line["count"]:
+        if time.monotonic() > deadline:
+            raise RuntimeError(f"not every process reached the start line in {timeout_s:.0f} s")
+        time.sleep(0.001)
 
 
 def _variants(job: dict[str, Any]) -> dict[str, dict[str, Any]]:

@@ -15,9 +15,13 @@ set -euo pipefail
 
 
 # >>> environment
-# One thread per allocated CPU: the numbers follow the allocation, never the node's core count.
-export OMP_NUM_THREADS="${SLURM_CPUS_PER_TASK:-1}"
-export MKL_NUM_THREADS="${SLURM_CPUS_PER_TASK:-1}"
+# CPU layout: 1 compute thread on 2 CPUs, 1 for the exchange; OpenMP wait: the runtime's default.
+# Where ranks exchange gradients, a quarter of each rank's CPUs is kept free for the
+# exchange (docs/benchmarks.md, "CPU layout"); --threads-per-task and --omp-wait-policy
+# change it.
+export OMP_NUM_THREADS=1
+export MKL_NUM_THREADS=1
+export HPCDIST_CPUS_PER_TASK=2
 export GLOO_SOCKET_IFNAME=lo
 # <<< environment
 

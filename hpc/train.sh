@@ -26,9 +26,13 @@ if command -v module >/dev/null 2>&1; then module load python/3.11; fi
 if [ -n "${HPCDIST_VENV:-}" ]; then source "${HPCDIST_VENV}/bin/activate"; fi
 
 # >>> environment
-# One thread per allocated CPU: the numbers follow the allocation, never the node's core count.
-export OMP_NUM_THREADS="${SLURM_CPUS_PER_TASK:-1}"
-export MKL_NUM_THREADS="${SLURM_CPUS_PER_TASK:-1}"
+# CPU layout: 40 compute threads on 40 CPUs; OpenMP wait: the runtime's default.
+# Where ranks exchange gradients, a quarter of each rank's CPUs is kept free for the
+# exchange (docs/benchmarks.md, "CPU layout"); --threads-per-task and --omp-wait-policy
+# change it.
+export OMP_NUM_THREADS=40
+export MKL_NUM_THREADS=40
+export HPCDIST_CPUS_PER_TASK=40
 # The training catches this warning signal (as well as USR2) to checkpoint in time.
 export HPCDIST_SIGNAL=USR2
 export GLOO_SOCKET_IFNAME=ib0

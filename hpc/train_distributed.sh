@@ -1,5 +1,5 @@
 #!/bin/bash
-# ufsemulator-gloo: DDP over gloo, 2 nodes x 1 tasks, 2 threads each
+# ufsemulator-gloo: DDP over gloo, 2 nodes x 1 tasks, 2 CPUs each
 # Rendered by hpcdist 0.1.0 from templates/gloo.sh.j2, profile local (shipped:local.yaml).
 # Regenerate it with hpcdist rather than editing it by hand.
 #SBATCH --job-name="ufsemulator-gloo"
@@ -22,9 +22,13 @@ trap 'terminated=1 interrupted=1' TERM
 
 
 # >>> environment
-# One thread per allocated CPU: the numbers follow the allocation, never the node's core count.
-export OMP_NUM_THREADS="${SLURM_CPUS_PER_TASK:-1}"
-export MKL_NUM_THREADS="${SLURM_CPUS_PER_TASK:-1}"
+# CPU layout: 1 compute thread on 2 CPUs, 1 for the exchange; OpenMP wait: the runtime's default.
+# Where ranks exchange gradients, a quarter of each rank's CPUs is kept free for the
+# exchange (docs/benchmarks.md, "CPU layout"); --threads-per-task and --omp-wait-policy
+# change it.
+export OMP_NUM_THREADS=1
+export MKL_NUM_THREADS=1
+export HPCDIST_CPUS_PER_TASK=2
 # The training catches this warning signal (as well as USR2) to checkpoint in time.
 export HPCDIST_SIGNAL=USR2
 export GLOO_SOCKET_IFNAME=lo

@@ -24,6 +24,8 @@ import os
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 
+from hpcdist.cpulayout import CPUS_VAR
+
 CoreOf = Callable[[int], tuple[int, int]]
 
 
@@ -33,13 +35,17 @@ def rank_cpus(
     local_world: int,
     threads: int | None,
     core_of: CoreOf = lambda cpu: (0, cpu),
+    share: int | None = None,
 ) -> tuple[int, ...] | None:
     """The CPUs local rank ``local_rank`` of ``local_world`` should keep, or None: leave
-    the set as it is. ``core_of(cpu)``: the (package, core) the CPU belongs to."""
+    the set as it is. ``core_of(cpu)``: the (package, core) the CPU belongs to. ``share``:
+    the rank's CPU count where it is more than its compute threads (the CPU layout keeps some
+    for the gradient exchange); None: ``threads``."""
     if threads is None or threads < 1 or local_world < 2:
         return None
     if not 0 <= local_rank < local_world:
         raise ValueError(f"local rank {local_rank} is outside 0..{local_world - 1}")
+    threads = max(threads, share or 0)
     need = local_world * threads
     cpus = sorted(set(allowed))
     if len(cpus) < need:
@@ -51,25 +57,41 @@ def rank_cpus(
     if len(by_core) >= need:  # one thread of each of T cores
         return tuple(siblings[0] for siblings in by_core[local_rank * threads :][:threads])
     per_rank = len(by_core) // local_world  # whole cores, as many for every rank
-    mine = [cpu for siblings in by_core[local_rank * per_rank :][:per_rank] for cpu in siblings]
-    if len(mine) >= threads:
-        return tuple(mine)
+    shares = [
+        [cpu for siblings in by_core[r * per_rank :][:per_rank] for cpu in siblings]
+        for r in range(local_world)
+    ]
+    # Every rank the same way: one rank on whole cores beside another on plain CPU blocks
+    # would overlap it.
+    if min(len(share) for share in shares) >= threads:
+        return tuple(shares[local_rank])
     order = [cpu for siblings in by_core for cpu in siblings]  # cores too uneven: CPUs
     return tuple(order[local_rank * threads : (local_rank + 1) * threads])
 
 
 def bind_cpu_rank(
-    local_rank: int, local_world: int, threads: int | None, environ: Mapping[str, str]
+    local_rank: int,
+    local_world: int,
+    threads: int | None,
+    environ: Mapping[str, str],
+    share: int | None = None,
 ) -> tuple[int, ...] | None:
-    """Narrow this process to its block (``rank_cpus``); returns the CPUs it now keeps,
-    or None where it left the set alone."""
+    """Narrow this process to its block (``rank_cpus``, ``share`` CPUs where given);
+    returns the CPUs it now keeps, or None where it left the set alone."""
     if "SLURM_CPU_BIND" in environ or not hasattr(os, "sched_setaffinity"):
         return None
     allowed = sorted(os.sched_getaffinity(0))
-    cpus = rank_cpus(allowed, local_rank, local_world, threads, _core_of_cpu)
+    cpus = rank_cpus(allowed, local_rank, local_world, threads, _core_of_cpu, share)
     if cpus is not None:
         os.sched_setaffinity(0, cpus)
     return cpus
+
+
+def cpus_per_rank(environ: Mapping[str, str]) -> int | None:
+    """The rank's CPU share that the job's CPU layout states (``HPCDIST_CPUS_PER_TASK``),
+    or None; a value that is not a positive integer counts as unset."""
+    text = environ.get(CPUS_VAR, "").strip()
+    return int(text) if text.isdigit() and int(text) > 0 else None
 
 
 def _core_of_cpu(cpu: int, root: Path = Path("/sys/devices/system/cpu")) -> tuple[int, int]:

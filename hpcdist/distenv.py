@@ -156,7 +156,9 @@ def _from_slurm(env: Mapping[str, str], secret: str | None = None) -> DistEnv:
         node_rank=node_rank,
         master_addr=env.get("MASTER_ADDR") or hosts[_place(layout, 0)[0]],
         master_port=port,
-        num_threads=_threads(env, ("SLURM_CPUS_PER_TASK", "OMP_NUM_THREADS")),
+        # The script's CPU layout (OMP_NUM_THREADS) first: it may keep some of the task's
+        # CPUs free for the gradient exchange (hpcdist.cpulayout).
+        num_threads=_threads(env, ("OMP_NUM_THREADS", "SLURM_CPUS_PER_TASK")),
         source="slurm",
         hostname=env.get("SLURMD_NODENAME") or hosts[node_rank],
     )

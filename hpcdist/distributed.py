@@ -20,7 +20,7 @@ from dataclasses import dataclass
 from datetime import timedelta
 from typing import TYPE_CHECKING, Any
 
-from hpcdist.cpubind import bind_cpu_rank, describe
+from hpcdist.cpubind import bind_cpu_rank, cpus_per_rank, describe
 from hpcdist.distenv import DistEnv, DistEnvError, Source, expand_tasks_per_node
 from hpcdist.hangs import (
     COLLECTIVE_TIMEOUT_ENV,
@@ -187,7 +187,13 @@ def setup_distributed(
         _prepare_flight_recorder(source_env)
     bound = None
     if device.type == "cpu":  # before the threads exist: they inherit the rank's CPUs
-        bound = bind_cpu_rank(env.local_rank, env.local_world_size, env.num_threads, source_env)
+        bound = bind_cpu_rank(
+            env.local_rank,
+            env.local_world_size,
+            env.num_threads,
+            source_env,
+            cpus_per_rank(source_env),
+        )
     if env.num_threads is not None:
         torch.set_num_threads(env.num_threads)
     timeout = timedelta(seconds=timeout_s)

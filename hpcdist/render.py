@@ -105,6 +105,7 @@ def render(spec: JobSpec) -> str:
         directives=sbatch_directives(spec),
         srun_options=" ".join(_srun_words(spec)),
         threads_expr=threads_expr,
+        layout=spec.cpu_layout,
         launch_argv=launch_argv(spec),
         points=[set_words(point) for point in points(spec)],
         private_dirs=private_dirs(spec),

@@ -13,6 +13,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, Literal
 
+from hpcdist.cpulayout import WAIT_POLICIES, CpuLayout, cpu_layout
 from hpcdist.errors import SpecError
 from hpcdist.hangs import COLLECTIVE_TIMEOUT_ENV
 from hpcdist.joboption import DERIVED, JobOption, job_field, job_options
@@ -62,6 +63,18 @@ class JobSpec:
         "CPUs (threads) per rank (default: the node's cores shared evenly).",
         short="-c",
         value_type="int",
+    )
+    threads_per_task: int | None = job_field(
+        None,
+        "Compute threads per rank of a CPU job (default: the CPU layout: every CPU for one "
+        "rank; where ranks exchange gradients, a quarter of each rank's CPUs kept free).",
+        value_type="int",
+    )
+    omp_wait_policy: str | None = job_field(
+        None,
+        "What idle OpenMP threads of a CPU job do: passive (sleep) or active (spin) "
+        "(default: the OpenMP runtime's own, spin briefly then sleep).",
+        choices=WAIT_POLICIES,
     )
     gpus_per_node: Count = job_field(
         0,
@@ -286,6 +299,16 @@ class JobSpec:
         return cpus * tasks if isinstance(cpus, int) and isinstance(tasks, int) else AUTO
 
     @property
+    def cpu_layout(self) -> CpuLayout | None:
+        """How each rank of a CPU job uses its CPUs (None: a GPU job, or CPUs counted at
+        run time)."""
+        on_gpus = self.mode == "nccl" or (self.mode == "test" and self.gpus_per_node != 0)
+        ranks = self.world_size
+        if on_gpus or not isinstance(self.cpus_per_task, int) or ranks is None:
+            return None
+        return cpu_layout(self.cpus_per_task, ranks, self.threads_per_task, self.omp_wait_policy)
+
+    @property
     def warning_signal(self) -> str | None:
         """The name of the signal SLURM warns with before the time limit (``USR2`` of
         ``B:USR2@90``), or None."""
@@ -369,6 +392,8 @@ def build_spec(profile: Profile, flags: Mapping[str, Any]) -> JobSpec:
         nodes=int(merged["nodes"]),
         tasks_per_node=tasks,
         cpus_per_task=cpus,
+        threads_per_task=merged.get("threads_per_task"),
+        omp_wait_policy=merged.get("omp_wait_policy"),
         gpus_per_node=gpus,
         time=str(merged["time"]),
         job_name=str(merged.get("job_name") or default_job_name(mode)),

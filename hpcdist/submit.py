@@ -23,6 +23,7 @@ from pathlib import Path
 from typing import Any
 
 from hpcdist.container import container_prefix
+from hpcdist.cpulayout import cpu_layout
 from hpcdist.dependency import check_known
 from hpcdist.directives import sbatch_directives, srun_options
 from hpcdist.errors import SpecError, UserError
@@ -34,7 +35,7 @@ from hpcdist.private import replaceable_by_others, strict_umask
 from hpcdist.protocol import SECRET_DIR, SECRET_VAR, SIGNAL_VAR, is_inherited
 from hpcdist.render import render
 from hpcdist.slurmtime import time_limit_minutes
-from hpcdist.spec import JobSpec
+from hpcdist.spec import Count, JobSpec
 from hpcdist.sweep import points, task_command
 
 EXECUTORS = ("auto", "slurm", "local")
@@ -226,6 +227,18 @@ def _local_threads(spec: JobSpec, shape: Shape) -> int:
     return max(1, min(shape.cpus_per_task, cores // max(1, shape.world_size(spec.nodes))))
 
 
+def layout_env(spec: JobSpec, cpus: Count) -> dict[str, str]:
+    """The CPU layout's variables (``hpcdist.cpulayout``) for ranks of ``cpus`` CPUs each,
+    as the rendered script exports them; none for a GPU job. The user's
+    --threads-per-task is kept within ``cpus`` (local ranks share this machine's cores)."""
+    layout = spec.cpu_layout
+    if layout is None or not isinstance(cpus, int):
+        return {}
+    threads = None if spec.threads_per_task is None else min(spec.threads_per_task, cpus)
+    world = spec.world_size or 1
+    return dict(cpu_layout(cpus, world, threads, spec.omp_wait_policy).env())
+
+
 def submit(
     spec: JobSpec,
     executor: str = "auto",
@@ -273,6 +286,7 @@ def submit(
 
     ex: Any
     if kind == "slurm":
+        extra_env.update(layout_env(spec, spec.cpus_per_task))
         ex = submitit.SlurmExecutor(folder=folder, max_num_timeout=spec.max_restarts)
         # The array's --array and --dependency travel in additional_parameters, written
         # after submitit's own array option: the rendered script's values win.
@@ -297,9 +311,8 @@ def submit(
         commands = [
             CommandJob(
                 (*wrapper, *task_command(spec)),
-                extra_env,
+                {**extra_env, **layout_env(spec, _local_threads(spec, shape))},
                 record_dir=None,
-                threads=_local_threads(spec, shape),
                 requeue=spec.requeue,
                 umask=current_umask(),
             )
@@ -401,6 +414,7 @@ def describe(spec: JobSpec, executor: str) -> Mapping[str, Any]:
         "executor": kind,
         "tasks": shape.world_size(spec.nodes),
         "threads_per_task": _local_threads(spec, shape),
+        "environment": layout_env(spec, _local_threads(spec, shape)),
         "timeout_min": time_limit_minutes(spec.time),
         "command": task_command(spec),
     }

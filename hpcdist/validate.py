@@ -126,6 +126,7 @@ def _check_cpus(spec: JobSpec, profile: Profile) -> None:
         return
     if cpus < 1:
         raise SpecError(f"--cpus-per-task must be >= 1, got {cpus}")
+    _check_threads(spec, cpus)
     if cores is None:
         return
     if not isinstance(tasks, int) and cpus > cores:
@@ -137,6 +138,20 @@ def _check_cpus(spec: JobSpec, profile: Profile) -> None:
         raise SpecError(
             f"{tasks} tasks x --cpus-per-task {cpus} = {tasks * cpus} CPUs per node exceeds "
             f"profile {profile.name!r} limit of {cores} cores per node"
+        )
+
+
+def _check_threads(spec: JobSpec, cpus: int) -> None:
+    threads = spec.threads_per_task
+    if threads is None:
+        return
+    if spec.mode == "nccl" or (spec.mode == "test" and spec.gpus_per_node != 0):
+        raise SpecError(
+            f"--threads-per-task {threads} is for CPU jobs; --mode {spec.mode} runs on GPUs"
+        )
+    if not 1 <= threads <= cpus:
+        raise SpecError(
+            f"--threads-per-task must be between 1 and --cpus-per-task {cpus}, got {threads}"
         )
 
 

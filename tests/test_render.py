@@ -79,7 +79,10 @@ def test_srun_gets_cpus_per_task_explicitly() -> None:
     script = render(spec)
     assert "#SBATCH --nodes=2\n#SBATCH --ntasks-per-node=2\n#SBATCH --cpus-per-task=1\n" in script
     assert "srun --nodes=2 --ntasks-per-node=2 --cpus-per-task=1 --kill-on-bad-exit=1" in script
-    assert 'export OMP_NUM_THREADS="${SLURM_CPUS_PER_TASK:-1}"' in script
+    assert (
+        "export OMP_NUM_THREADS=1\nexport MKL_NUM_THREADS=1\nexport HPCDIST_CPUS_PER_TASK=1\n"
+        in script
+    )
 
 
 def test_nccl_asks_for_gpus_and_torchrun_starts_one_per_node() -> None:

@@ -33,6 +33,8 @@ import torch
 import torch.distributed as dist
 
 from hpcdist.distributed import DistContext
+from ufsemulator.meshreduce import MAX_BYTES as MESH_MAX_BYTES
+from ufsemulator.meshreduce import mesh_allreduce
 
 SHM_DIR = Path("/dev/shm")
 # A rank that is alive but never arrives (hung) must not leave the others spinning for
@@ -291,6 +293,43 @@ def local_allreduce(
     return reducer, ""
 
 
+def gradient_allreduce(
+    mode: str, numel: int, ctx: DistContext, planned_steps: int | None = None
+) -> tuple[LocalAllReduce | None, str]:
+    """The all-reduce ``training.grad_allreduce`` asks for, or None (the backend's) and why.
+
+    ``local``: the host-local one (``local_allreduce``); ``direct``: every CPU rank sends
+    to every rank (``meshreduce``), on any hosts; ``auto``: the host-local one where every
+    rank is on one host, else on CPUs the direct exchange for small gradients. Collective."""
+    if mode in ("auto", "local"):
+        reducer, why = local_allreduce(numel, ctx, planned_steps if mode == "auto" else None)
+        if reducer is not None or mode == "local" or why != _SEVERAL_HOSTS:
+            return reducer, why
+    if ctx.device.type != "cpu":
+        return None, f"the direct exchange is for CPU ranks, not {ctx.device.type}"
+    if ctx.env.world_size < 2:
+        return None, "one rank"
+    if 4 * numel > MESH_MAX_BYTES:
+        return None, (
+            f"{4 * numel / 2**20:.1f} MiB of gradients, more than the "
+            f"{MESH_MAX_BYTES // 2**20} MiB where a direct exchange pays"
+        )
+    try:
+        reducer = mesh_allreduce(numel, ctx)
+        probe = torch.full((numel,), float(ctx.env.rank + 1))
+        reducer.reduce_(probe)
+        expected = (ctx.env.world_size + 1) / 2
+        ok = bool(torch.allclose(probe, torch.full_like(probe, expected)))
+    except Exception as exc:  # collective: every rank raised, every rank falls back
+        return None, f"{type(exc).__name__}: {str(exc).strip().splitlines()[0]}"
+    if not _agree(ok, ctx):
+        return None, "a test of the direct exchange gave a wrong mean"
+    return reducer, ""
+
+
+_SEVERAL_HOSTS = "ranks on several hosts"
+
+
 def _blocker(ctx: DistContext, numel: int) -> str | None:
     """Why this rank cannot take part (None: it can); the ranks then agree."""
     if 4 * numel > MAX_BYTES:
@@ -299,7 +338,7 @@ def _blocker(ctx: DistContext, numel: int) -> str | None:
             f"{MAX_BYTES // 2**20} MiB where sharing memory pays"
         )
     if ctx.env.local_world_size != ctx.env.world_size:
-        return "ranks on several hosts"
+        return _SEVERAL_HOSTS
     if ctx.device.type == "cuda":
         if ctx.backend != "nccl":
             return f"backend {ctx.backend!r} on GPUs"

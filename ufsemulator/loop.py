@@ -38,7 +38,7 @@ from ufsemulator.ckptwriter import CheckpointWriter
 from ufsemulator.config import Config
 from ufsemulator.errors import CheckpointError
 from ufsemulator.fullstate import full_model_state, full_state, sharded, unwrap
-from ufsemulator.gradreduce import LocalAllReduce, local_allreduce
+from ufsemulator.gradreduce import LocalAllReduce, gradient_allreduce
 from ufsemulator.gradsync import reduce_gradients
 from ufsemulator.metrics import TrainSums, loss_function, val_metrics, validation_sums
 from ufsemulator.model import EmulatorMLP, ModelConfig
@@ -133,7 +133,7 @@ class Loop:
         if cfg.grad_allreduce != "backend" and cfg.strategy == "ddp":
             numel = sum(p.numel() for p in model.parameters() if p.requires_grad)
             planned = cfg.epochs * self._steps_per_epoch() if cfg.grad_allreduce == "auto" else None
-            reducer, why = local_allreduce(numel, ctx, planned)
+            reducer, why = gradient_allreduce(cfg.grad_allreduce, numel, ctx, planned)
             if reducer is None:
                 self.grad_allreduce_status = f"backend ({why})"
             else:
