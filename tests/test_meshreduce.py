@@ -144,3 +144,10 @@ def test_gradients_larger_than_a_direct_exchange_pays_keep_the_backend() -> None
     reducer, reason = gradreduce.gradient_allreduce("direct", limit + 1, ctx)
     assert reducer is None
     assert reason.startswith("1.0 MiB of gradients, more than the 1 MiB")
+
+
+def test_the_exchange_listens_on_gloos_interface_when_the_job_names_one() -> None:
+    assert meshreduce._local_address("10.0.0.1", {"GLOO_SOCKET_IFNAME": "lo"}) == "127.0.0.1"
+    assert meshreduce._local_address("127.0.0.1", {}) == "127.0.0.1"
+    with pytest.raises(OSError, match="GLOO_SOCKET_IFNAME 'nosuch0': no IPv4 address"):
+        meshreduce._local_address("127.0.0.1", {"GLOO_SOCKET_IFNAME": "nosuch0"})

@@ -21,12 +21,14 @@ the listener's token and a rank that is still expected is closed unread.
 from __future__ import annotations
 
 import contextlib
+import fcntl
 import os
 import secrets
 import select
 import socket
 import struct
 import time
+from collections.abc import Mapping
 
 import torch
 import torch.distributed as dist
@@ -131,7 +133,7 @@ def mesh_allreduce(numel: int, ctx: DistContext) -> MeshAllReduce:
     token = secrets.token_bytes(32)
     error = ""
     try:
-        listener.bind((_local_address(ctx.env.master_addr), 0))
+        listener.bind((_local_address(ctx.env.master_addr, os.environ), 0))
         listener.listen(world)
         address: tuple[str, int, bytes] | None = (*listener.getsockname()[:2], token)
     except OSError as exc:
@@ -197,11 +199,28 @@ def _admit(sock: socket.socket, token: bytes, expected: set[int], timeout: float
     return int(peer)
 
 
-def _local_address(master_addr: str) -> str:
-    """This host's address on the route to the master (the interface its peers reach)."""
+def _local_address(master_addr: str, environ: Mapping[str, str]) -> str:
+    """The address to listen on: that of gloo's interface where the job names one
+    (``GLOO_SOCKET_IFNAME``, e.g. a cluster's InfiniBand ``ib0``), else this host's
+    address on the route to the master."""
+    names = [n.strip() for n in environ.get("GLOO_SOCKET_IFNAME", "").split(",") if n.strip()]
+    if names:
+        return _interface_address(names[0])
     try:
         with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as probe:
             probe.connect((master_addr, 9))  # no packet is sent: only the route is chosen
             return str(probe.getsockname()[0])
     except OSError:
-        return socket.gethostbyname(socket.gethostname()) if os.name == "posix" else "0.0.0.0"
+        return socket.gethostbyname(socket.gethostname())
+
+
+def _interface_address(name: str) -> str:
+    """The IPv4 address of network interface ``name`` (Linux's SIOCGIFADDR)."""
+    siocgifaddr = 0x8915
+    request = struct.pack("256s", name.encode()[:15])
+    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as sock:
+        try:
+            answer = fcntl.ioctl(sock.fileno(), siocgifaddr, request)
+        except OSError as exc:
+            raise OSError(f"GLOO_SOCKET_IFNAME {name!r}: no IPv4 address ({exc})") from exc
+    return socket.inet_ntoa(answer[20:24])

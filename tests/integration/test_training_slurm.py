@@ -13,6 +13,7 @@ import pytest
 from tests.integration.conftest import SlurmCluster, slurm_env
 
 HPCDIST = [sys.executable, "-m", "hpcdist.cli"]
+MESH = "direct exchange over TCP (every rank to every rank)"
 RUN_FILES = {
     "checkpoint.pt",
     "best_model.pt",
@@ -93,6 +94,10 @@ def test_only_rank_0_wrote_the_run_folder(
     results = json.loads((run / "training_results.json").read_text())
     assert results["world_size"] == nodes
     assert results["backend"] == "gloo"
+    # Every testbed node is a host of its own to SLURM: gradients cross "nodes" through
+    # the direct exchange, not gloo's all-reduce (one rank has none).
+    if nodes > 1:
+        assert results["grad_allreduce"] == MESH, results["grad_allreduce"]
 
 
 def test_one_two_and_four_nodes_reach_comparable_validation_loss(
@@ -126,7 +131,18 @@ def test_committed_multinode_script_trains_with_plain_sbatch(
     assert job.returncode == 0, text
     assert slurm_cluster.job_state(job.job_id) == "COMPLETED"
     assert "Distributed training initialized: gloo backend, 4 processes" in text
+    # The rendered CPU layout (local profile: 2 CPUs a node, ranks exchange): one compute
+    # thread, the other CPU kept for the exchange; and the direct exchange across nodes.
+    assert (
+        "export OMP_NUM_THREADS=1\nexport MKL_NUM_THREADS=1\nexport HPCDIST_CPUS_PER_TASK=2\n"
+        in (repo / "hpc" / "train_distributed_multinode.sh").read_text()
+    )
+    for rank in range(4):
+        line = re.search(rf"\[Rank {rank}\] host node{rank + 1}, .*", text)
+        assert line and line.group(0).endswith("device cpu, threads 1"), text
+    assert f"Gradient all-reduce: {MESH}" in text
     results = json.loads(
         (tmp_path / "runs" / str(job.job_id) / "training_results.json").read_text()
     )
     assert results["world_size"] == 4 and results["best_val_loss"] <= 0.1
+    assert results["grad_allreduce"] == MESH
