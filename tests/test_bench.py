@@ -188,3 +188,63 @@ def test_time_to_target_variants_and_epoch_clocks() -> None:
     assert "20.0 ms of steps" in text and "10.0 ms outside them" in text
     assert "epoch 1: 50.0 ms steps, 10.0 ms outside" in text
     assert _outside_steps({}) == "no per-epoch clock"
+
+
+def test_cpu_scaling_runs_every_exchange_beside_independent_copies(tmp_path: Path) -> None:
+    # The short CPU mode of bench.cpu_scaling: 2 ranks of 1 CPU, as on a 2-core machine.
+    out = tmp_path / "scaling.json"
+    proc = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "bench.cpu_scaling",
+            "--ranks",
+            "2",
+            "--cpus-per-rank",
+            "1",
+            "--steps",
+            "3",
+            "--epochs",
+            "1",
+            "--warmup-epochs",
+            "0",
+            "--grid",
+            "40x32",
+            "--layouts",
+            "hpcdist",
+            "--layout",
+            "passive:OMP_WAIT_POLICY=PASSIVE",
+            "--work-dir",
+            str(tmp_path),
+            "--json",
+            str(out),
+        ],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=False,
+    )
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    layouts = json.loads(out.read_text())["layouts"]
+    assert set(layouts) == {"hpcdist", "passive"}
+    assert layouts["passive"]["env"] == {"OMP_WAIT_POLICY": "PASSIVE"}
+    for layout in layouts.values():
+        steps = layout["step_ms"]
+        assert set(steps) == {"alone", "copies", "shm", "direct", "gloo"}, layout["errors"]
+        assert len(steps["copies"]) == 2 and min(steps["copies"]) > 0
+        assert all(steps[name] > 0 for name in ("alone", "shm", "direct", "gloo"))
+    assert "| hpcdist (1 threads" in proc.stdout and "direct/copies" in proc.stdout
+
+
+def test_cpu_scaling_refuses_more_cpus_than_it_may_use() -> None:
+    proc = subprocess.run(
+        [sys.executable, "-m", "bench.cpu_scaling", "--ranks", "2", "--cpus-per-rank", "4096"],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    assert proc.returncode == 2
+    assert "2 ranks x 4096 CPUs need 8192 CPUs" in proc.stderr
