@@ -62,6 +62,8 @@ def validate(spec: JobSpec, profile: Profile) -> None:
         raise SpecError(f"--mem {spec.memory!r}; expected a size such as 4000M, 16G or 0")
     if spec.signal is not None and not _SIGNAL.fullmatch(spec.signal):
         raise SpecError(f"--signal {spec.signal!r}; expected [B:]SIGNAL[@SECONDS], e.g. USR2@90")
+    if spec.signal is not None:
+        _check_warning_fits(spec.signal, spec.time, seconds)
     if spec.collective_timeout is not None and spec.collective_timeout < 1:
         raise SpecError(f"--collective-timeout must be >= 1 second, got {spec.collective_timeout}")
     if spec.max_restarts < 0:
@@ -138,6 +140,23 @@ def _check_cpus(spec: JobSpec, profile: Profile) -> None:
         raise SpecError(
             f"{tasks} tasks x --cpus-per-task {cpus} = {tasks * cpus} CPUs per node exceeds "
             f"profile {profile.name!r} limit of {cores} cores per node"
+        )
+
+
+# sbatch --signal without @SECONDS warns this long before the limit (sbatch(1)).
+_DEFAULT_WARNING_S = 60
+
+
+def _check_warning_fits(signal: str, time: str, limit_s: int) -> None:
+    """A warning at or before the job's start leaves it no time to work: it would be
+    warned, checkpoint and be requeued (or restarted) in a loop."""
+    _, at, seconds = signal.partition("@")
+    warning_s = int(seconds) if at else _DEFAULT_WARNING_S
+    if warning_s >= limit_s:
+        raise SpecError(
+            f"--time {time!r} ({limit_s} s) leaves no time before --signal {signal!r} warns "
+            f"{warning_s} s before the end; give a --time over {warning_s} s or a shorter "
+            "warning"
         )
 
 
