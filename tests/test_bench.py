@@ -5,6 +5,7 @@ import json
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pytest
@@ -22,6 +23,8 @@ from bench.launch import NO_MULTICAST, rank_env
 from bench.synthdata import Grid, make_arrays
 from ufsemulator.data import DataOptions, load_dataset
 from ufsemulator.synthetic import make_synthetic
+
+from .test_cxx_example import binary, case  # noqa: F401  (fixtures of the C++ example)
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -188,3 +191,22 @@ def test_time_to_target_variants_and_epoch_clocks() -> None:
     assert "20.0 ms of steps" in text and "10.0 ms outside them" in text
     assert "epoch 1: 50.0 ms steps, 10.0 ms outside" in text
     assert _outside_steps({}) == "no per-epoch clock"
+
+
+@pytest.mark.cxx
+def test_export_paths_bench_short_mode_times_both_cxx_paths(
+    binary: Path, case: dict[str, Any], tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from bench.export_paths import main as export_paths
+
+    out = tmp_path / "paths.json"
+    args = ["--short", "--binary", str(binary), "--model", str(case["model"])]
+    assert export_paths([*args, "--aoti", str(case["aoti"]), "--json", str(out)]) == 0
+    record = json.loads(out.read_text())
+    assert (record["rows"], record["threads"], record["processes"]) == (1000, 1, 1)
+    for path in ("torchscript", "aoti"):
+        timings = record["paths"][path]
+        assert timings["first_jacobian_ms"] > 0 and timings["jacobian_ms"] > 0
+    assert record["aoti_jacobian_speedup"] > 0 and record["aoti_max_diff"] < 1e-3
+    printed = capsys.readouterr().out
+    assert "| torchscript |" in printed and "| aoti |" in printed
