@@ -58,12 +58,15 @@ def make_models(folder: Path, hidden: tuple[int, ...]) -> tuple[Path, Path]:
     mean = [-1.0, 33.0, -15.0, -12.0, 1.5, 0.2, 4.0, 0.0, 0.0, 2.0, 0.0, 1.5, 250.0, 30.0]
     std = [1.0, 1.0, 8.0, 7.0, 1.0, 0.1, 2.0, 0.1, 0.1, 5.0, 4.0, 0.8, 40.0, 50.0]
     model.set_normalization(Stats(mean, std, [0.6], [0.3]))
-    model.set_input_range([m - 4 * s for m, s in zip(mean, std)], [m + 4 * s for m, s in zip(mean, std)])
+    low = [m - 4 * s for m, s in zip(mean, std, strict=True)]
+    model.set_input_range(low, [m + 4 * s for m, s in zip(mean, std, strict=True)])
     pt = export_model(model.eval(), folder / "model.pt", ExportConfig(names="jedi"))
     return pt, package_export(pt, folder / "model.pt2")
 
 
-def run_once(binary: Path, pt: Path, pt2: Path, rows: int, threads: int, repeat: int) -> dict[str, Any]:
+def run_once(
+    binary: Path, pt: Path, pt2: Path, rows: int, threads: int, repeat: int
+) -> dict[str, Any]:
     command = [str(binary), str(pt), "--aoti", str(pt2), "--rows", str(rows)]
     command += ["--threads", str(threads), "--repeat", str(repeat)]
     out = subprocess.run(command, check=True, capture_output=True, text=True, timeout=600)

@@ -195,7 +195,10 @@ def test_time_to_target_variants_and_epoch_clocks() -> None:
 
 @pytest.mark.cxx
 def test_export_paths_bench_short_mode_times_both_cxx_paths(
-    binary: Path, case: dict[str, Any], tmp_path: Path, capsys: pytest.CaptureFixture[str]
+    binary: Path,  # noqa: F811
+    case: dict[str, Any],  # noqa: F811
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
 ) -> None:
     from bench.export_paths import main as export_paths
 

@@ -81,7 +81,9 @@ def binary(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFact
 
 
 @pytest.fixture(scope="session")
-def case(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
+def case(
+    request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory
+) -> dict[str, Any]:
     """A JEDI-named export (TorchScript and AOTInductor) and SABER-like inputs: K and kg/kg,
     a land row, a fractional mask."""
     tmp = tmp_path_factory.mktemp("cxx-case")
@@ -216,17 +218,16 @@ def test_python_loads_the_aoti_package_with_the_exports_signature(case: dict[str
     from ufsemulator.export import read_extra_files
 
     jac = load(case["aoti"], "jac_physical")
-    prediction, flags = load(case["aoti"], "predict")(case["x"])
-    assert jac.loader.get_metadata()["signature.json"] == read_extra_files(case["model"])[
-        "signature.json"
-    ]
+    _, flags = load(case["aoti"], "predict")(case["x"])
+    assert (
+        jac.loader.get_metadata()["signature.json"]
+        == read_extra_files(case["model"])["signature.json"]
+    )
     assert flags.dtype == torch.int8 and flags[[5, 9]].tolist() == [2, 2]
     assert tuple(jac(case["x"][:1], case["mask"][:1]).shape) == (1, 1, 14)  # any N, even 1
 
 
-def test_cxx_refuses_a_kelvin_background_for_a_celsius_model(
-    binary: Path, tmp_path: Path
-) -> None:
+def test_cxx_refuses_a_kelvin_background_for_a_celsius_model(binary: Path, tmp_path: Path) -> None:
     """The documented path: the caller passes its background's units; K vs degC is exit 2."""
     options = ExportConfig(names="jedi", units="native")
     model = export_model(aice_model(), tmp_path / "degc.pt", options)

@@ -8,7 +8,6 @@ import os
 from pathlib import Path
 
 import pytest
-import torch
 
 from ufsemulator.__main__ import main
 from ufsemulator.export import read_extra_files
@@ -29,7 +28,8 @@ def test_a_daily_stream_run_records_its_data_and_provenance(
     assert len(files) == 2
     run = tmp_path / "run"
     train = ["train", "--config", str(SMOKE), "--data", *files, "--run-dir", "run"]
-    assert main([*train, "--epochs", "1", "--set", "data.time='1:4'", "--set", "export.names=jedi"]) == 0
+    sets = ["--set", "data.time='1:4'", "--set", "export.names=jedi"]
+    assert main([*train, "--epochs", "1", *sets]) == 0
     out = capsys.readouterr().out
     # Records 1, 2 and 3 of the four (the second of the first file, both of the second).
     assert "Read records 1..3 (3 of a 32x40 grid, 2000-01-03T00:00:00 .. " in out

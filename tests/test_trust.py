@@ -61,9 +61,11 @@ def test_a_kelvin_background_never_gives_a_wrong_number(tmp_path: Path) -> None:
     options = ExportConfig(names="jedi", units="native", out_of_range="fill")
     path = export_model(model, tmp_path / "degc.pt", options)
     sig = json.loads(read_extra_files(path)["signature.json"])
-    background = {item["name"]: item["unit"] for item in json.loads(
-        read_extra_files(tmp_path / "jedi.pt")["signature.json"])["inputs"]}
-    with pytest.raises(ValueError, match="sea_water_potential_temperature in K .*takes degC"):
+    background = {
+        item["name"]: item["unit"]
+        for item in json.loads(read_extra_files(tmp_path / "jedi.pt")["signature.json"])["inputs"]
+    }
+    with pytest.raises(ValueError, match=r"sea_water_potential_temperature in K .*takes degC"):
         signature.check_units(sig, background)
     signature.check_units(sig, {item["name"]: item["unit"] for item in sig["inputs"]})
     degc = _load(path)
@@ -152,8 +154,10 @@ def test_a_checkpoint_from_before_ranges_loads_with_no_range(tmp_path: Path) -> 
         del state["model"][key]
     torch.save(state, tmp_path / "old.pt")
     model = load_checkpoint_model(tmp_path / "old.pt")
-    assert torch.isinf(model.input_min).all() and (model.row_flags(
-        torch.full((1, 14), 1.0e19)) == 0).all()
+    assert (
+        torch.isinf(model.input_min).all()
+        and (model.row_flags(torch.full((1, 14), 1.0e19)) == 0).all()
+    )
 
 
 @pytest.mark.parametrize(

@@ -169,8 +169,12 @@ def _convert_units(
     mean = model.output_mean.double().numpy()
     std = model.output_std.double().numpy()
     new_out = (y_f[:, 0] * mean + y_f[:, 1], y_f[:, 0] * std)
-    model.output_lower = [float(a * v + b) for (a, b), v in zip(y_f, model.output_lower)]
-    model.output_upper = [float(a * v + b) for (a, b), v in zip(y_f, model.output_upper)]
+    model.output_lower = [
+        float(a * v + b) for (a, b), v in zip(y_f, model.output_lower, strict=True)
+    ]
+    model.output_upper = [
+        float(a * v + b) for (a, b), v in zip(y_f, model.output_upper, strict=True)
+    ]
     with torch.no_grad():
         for name, values in (
             ("input_mean", new_in[0]),

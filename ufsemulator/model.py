@@ -227,7 +227,7 @@ class EmulatorMLP(nn.Module):
     def row_flags(self, inputs: torch.Tensor) -> torch.Tensor:
         """``[N]`` int8 per row: 0 in range, 1 an input beyond its training range by more
         than ``range_margin`` of that range, 2 missing (a NaN, infinite or fill value)."""
-        x, valid = self._prepare(inputs)
+        _, valid = self._prepare(inputs)
         return self._flags(inputs, valid)
 
     def _flags(self, inputs: torch.Tensor, valid: torch.Tensor) -> torch.Tensor:
