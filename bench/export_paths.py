@@ -24,6 +24,8 @@ import time
 from pathlib import Path
 from typing import Any
 
+import numpy as np
+
 REPO = Path(__file__).resolve().parents[1]
 EXAMPLE = REPO / "examples" / "cxx"
 KEYS = ("first_jacobian_ms", "jacobian_ms", "first_predict_ms", "predict_ms")
@@ -57,7 +59,9 @@ def make_models(folder: Path, hidden: tuple[int, ...]) -> tuple[Path, Path]:
     model = EmulatorMLP(ModelConfig(hidden=hidden))
     mean = [-1.0, 33.0, -15.0, -12.0, 1.5, 0.2, 4.0, 0.0, 0.0, 2.0, 0.0, 1.5, 250.0, 30.0]
     std = [1.0, 1.0, 8.0, 7.0, 1.0, 0.1, 2.0, 0.1, 0.1, 5.0, 4.0, 0.8, 40.0, 50.0]
-    model.set_normalization(Stats(mean, std, [0.6], [0.3]))
+    model.set_normalization(
+        Stats(*(np.asarray(v, dtype=np.float64) for v in (mean, std, [0.6], [0.3])))
+    )
     low = [m - 4 * s for m, s in zip(mean, std, strict=True)]
     model.set_input_range(low, [m + 4 * s for m, s in zip(mean, std, strict=True)])
     pt = export_model(model.eval(), folder / "model.pt", ExportConfig(names="jedi"))

@@ -33,7 +33,9 @@ def test_a_daily_stream_run_records_its_data_and_provenance(
     out = capsys.readouterr().out
     # Records 1, 2 and 3 of the four (the second of the first file, both of the second).
     assert "Read records 1..3 (3 of a 32x40 grid, 2000-01-03T00:00:00 .. " in out
-    results = json.loads((run / "training_results.json").read_text())
+    text = (run / "training_results.json").read_text()
+    results = json.loads(text, parse_constant=lambda name: pytest.fail(f"{name} in JSON"))
+    assert results["config"]["export"]["fill_value"] == "nan"
     assert results["config"]["data"]["path"] == [str(Path(f).resolve()) for f in files]
     assert "synthetic" not in results["config"]["data"]
     data = results["data"]

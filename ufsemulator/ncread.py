@@ -130,7 +130,7 @@ class GroupReader:
             units = getattr(var, "units", None)
             if units is None:
                 return str(float(value))
-            when = netCDF4.num2date(value, units, getattr(var, "calendar", "standard"))
+            when: Any = netCDF4.num2date(value, units, getattr(var, "calendar", "standard"))
             return str(when.isoformat())
         return None
 

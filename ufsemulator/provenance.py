@@ -89,7 +89,7 @@ def record_times(paths: Sequence[Path], time: int | str = "all") -> tuple[str | 
             if units is None:
                 stamps.extend(str(float(v)) for v in values)
                 continue
-            dates = netCDF4.num2date(values, units, getattr(var, "calendar", "standard"))
+            dates: Any = netCDF4.num2date(values, units, getattr(var, "calendar", "standard"))
             stamps.extend(d.isoformat() for d in dates)
     picked = parse_time(time).pick(len(stamps))
     if not picked:
@@ -133,14 +133,16 @@ def build(
 
 def to_json(record: Mapping[str, Any]) -> str:
     """Strict JSON (a NaN fill value becomes the string "nan"): C++ and jq read it."""
-    return json.dumps(_finite(record), indent=2)
+    return json.dumps(finite(record), indent=2)
 
 
-def _finite(value: Any) -> Any:
+def finite(value: Any) -> Any:
+    """``value`` with every NaN or infinite float written as a string ("nan", "inf"),
+    which the config reads back as the number."""
     if isinstance(value, float) and not math.isfinite(value):
         return str(value)
     if isinstance(value, Mapping):
-        return {str(k): _finite(v) for k, v in value.items()}
+        return {str(k): finite(v) for k, v in value.items()}
     if isinstance(value, (list, tuple)):
-        return [_finite(v) for v in value]
+        return [finite(v) for v in value]
     return value

@@ -37,12 +37,13 @@ def _absolute(spec: PathSpec | None, what: str = "data file") -> list[str] | Non
     return [str(path.resolve()) for path in expand_paths(spec, what)]
 
 
-def results_config(config: Config, data_path: PathSpec) -> dict[str, Any]:
-    """``config.to_dict()`` with the files actually read, as absolute paths, and without
-    the ``synthetic`` block when the data were real files."""
-    record = config.to_dict()
+def results_config(config: Config, data_path: PathSpec | None) -> dict[str, Any]:
+    """``config.to_dict()`` with the files actually read, as absolute paths, without the
+    ``synthetic`` block when the data were real files, and strict JSON (a NaN fill value
+    as "nan")."""
+    record = provenance.finite(config.to_dict())
     data = dict(record["data"])
-    data["path"] = _absolute(data_path)
+    data["path"] = _absolute(data_path if data_path is not None else config.data.path)
     data["atmosphere"] = _absolute(config.data.atmosphere, "atmosphere file")
     if config.data.path is not None:
         data.pop("synthetic", None)

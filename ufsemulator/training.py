@@ -419,7 +419,7 @@ def _write_outputs(
         **run,
         "wall_time_s": wall_time,  # this process, from train() on
         "data": data,
-        "config": runrecord.results_config(config, used) if used is not None else config.to_dict(),
+        "config": runrecord.results_config(config, used),
         # What --set changed (a sweep's point): key -> the value the run used.
         "overrides": overrides_record(config, overrides),
     }
