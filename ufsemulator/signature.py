@@ -14,10 +14,11 @@ import math
 from collections.abc import Mapping
 from typing import Any
 
-# JEDI variable names and units follow these (checked against the public repositories).
+# Where the JEDI names come from (docs/data.md says which of them were checked).
 JEDI_REFERENCE = (
-    "JCSDA SABER TorchBalanceSurfaceEmulator (looks names and levels up in the background) "
-    "and the CICE/SOCA variable names of JCSDA vader and ufo, as of 2026-11"
+    "ocean names and sea_ice_area_fraction: SOCA GetValues names (JCSDA-internal/soca "
+    "test/Data/fields_metadata.yml, commit 0b255b4); the others: CF standard names; "
+    "units: K and kg/kg as a JEDI atmospheric background holds them"
 )
 
 
@@ -81,9 +82,11 @@ def describe(extra: Mapping[str, str], path: str) -> str:
     lines = [f"{path} (format {extra.get('format_version') or '?'})", "inputs:"]
     width = max(len(item["name"]) for item in sig["inputs"] + sig["outputs"])
     for item in sig["inputs"]:
+        low, high = (_number(item[key]) for key in ("train_min", "train_max"))
+        known = "inf" not in low + high
         lines.append(
             f"  {item['name']:<{width}}  {item['unit'] or '-':<6} level {item['level']}  "
-            f"trained on {_number(item['train_min'])} .. {_number(item['train_max'])}"
+            + (f"trained on {low} .. {high}" if known else "training range not recorded")
         )
     lines.append("outputs:")
     for item in sig["outputs"]:
