@@ -9,6 +9,7 @@ ratios the issue's targets are about (AOTI Jacobian vs TorchScript's; first vs l
     python -m bench.export_paths                      # 10,000 rows, 1 thread, 5 processes
     python -m bench.export_paths --short              # CI: small model, 1,000 rows, 1 process
     python -m bench.export_paths --binary B --model M.pt --aoti M.pt2   # reuse artifacts
+    python -m bench.export_paths --work DIR --rows 100000   # build and export into DIR once
 """
 
 from __future__ import annotations
@@ -127,16 +128,23 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--model", type=Path, help="model.pt to time (with --aoti)")
     parser.add_argument("--aoti", type=Path, help="model.pt2 to time (with --model)")
     parser.add_argument("--json", type=Path, help="write the summary and the runs here")
+    parser.add_argument(
+        "--work", type=Path, help="keep the build and exports here, reusing what is there"
+    )
     args = parser.parse_args(argv)
     if args.short:
         args.rows, args.repeat, args.runs, args.hidden = 1000, 3, 1, "8"
     if (args.model is None) != (args.aoti is None):
         parser.error("--model and --aoti go together")
     with tempfile.TemporaryDirectory(prefix="bench-export-") as tmp:
-        work = Path(tmp)
+        work = args.work or Path(tmp)
+        work.mkdir(parents=True, exist_ok=True)
         started = time.perf_counter()
-        binary = args.binary or build_example(work / "build")
-        if args.model is None:
+        built = work / "build" / "emulator_jacobian"
+        binary = args.binary or (built if built.is_file() else build_example(work / "build"))
+        if args.model is None and (work / "model.pt2").is_file():
+            args.model, args.aoti = work / "model.pt", work / "model.pt2"
+        elif args.model is None:
             hidden = tuple(int(h) for h in args.hidden.split(","))
             args.model, args.aoti = make_models(work, hidden)
         prepared = time.perf_counter() - started

@@ -65,3 +65,21 @@ def test_a_bad_export_setting_fails_before_any_data_is_read(
     assert not (tmp_path / "cache").exists()  # not even the synthetic file was made
     assert not (tmp_path / "run" / "checkpoint.pt").exists()
     assert os.environ.get("RANK") is None
+
+
+def test_a_checkpoint_from_before_ranges_resumes(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import torch
+
+    monkeypatch.setenv("HPCDIST_DATA_DIR", str(tmp_path / "cache"))
+    argv = ["train", "--config", str(SMOKE), "--run-dir", str(tmp_path / "run"), "--epochs", "1"]
+    assert main(argv) == 0
+    checkpoint = tmp_path / "run" / "checkpoint.pt"
+    state = torch.load(checkpoint, weights_only=True)
+    low = state["model"].pop("input_min")
+    del state["model"]["input_max"]
+    torch.save(state, checkpoint)
+    assert main(["train", "--resume", str(checkpoint), "--epochs", "2"]) == 0
+    resumed = torch.load(checkpoint, weights_only=True)["model"]["input_min"]
+    assert torch.equal(resumed, low)  # the same files give the same range

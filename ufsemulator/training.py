@@ -355,8 +355,13 @@ def split(
 
 
 def _load_weights(model: nn.Module, checkpoint: TrainingState, source: object) -> None:
+    # A checkpoint from before the training range was kept: the range of the data just
+    # read (the same files) stands in.
+    current = model.state_dict()
+    state = {key: current[key] for key in ("input_min", "input_max") if key in current}
+    state.update(checkpoint.model)
     try:
-        model.load_state_dict(checkpoint.model)
+        model.load_state_dict(state)
     except (RuntimeError, KeyError, TypeError) as exc:
         reason = str(exc).strip().splitlines()[0]
         raise CheckpointError(
