@@ -358,7 +358,7 @@ def _load_weights(model: nn.Module, checkpoint: TrainingState, source: object) -
     # A checkpoint from before the training range was kept: the range of the data just
     # read (the same files) stands in.
     current = model.state_dict()
-    state = {key: current[key] for key in ("input_min", "input_max") if key in current}
+    state: dict[str, Any] = {k: current[k] for k in ("input_min", "input_max") if k in current}
     state.update(checkpoint.model)
     try:
         model.load_state_dict(state)
