@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import re
 import shutil
 import subprocess
 import time
@@ -249,3 +250,13 @@ def test_cxx_refuses_a_kelvin_background_for_a_celsius_model(binary: Path, tmp_p
         timeout=60,
     )
     assert ok.returncode == 0 and json.loads(ok.stdout)["input_units"][0] == "degC"
+
+
+def test_describe_reads_the_aoti_package_too(
+    case: dict[str, Any], capsys: pytest.CaptureFixture[str]
+) -> None:
+    from ufsemulator.__main__ import main
+
+    assert main(["export", "--describe", str(case["aoti"])]) == 0
+    out = capsys.readouterr().out
+    assert "(format 2)" in out and re.search(r"sea_water_potential_temperature +K +level 0", out)

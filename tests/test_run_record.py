@@ -35,7 +35,7 @@ def test_a_daily_stream_run_records_its_data_and_provenance(
     assert "Read records 1..3 (3 of a 32x40 grid, 2000-01-03T00:00:00 .. " in out
     text = (run / "training_results.json").read_text()
     results = json.loads(text, parse_constant=lambda name: pytest.fail(f"{name} in JSON"))
-    assert results["config"]["export"]["fill_value"] == "nan"
+    assert results["config"]["export"]["fill_value"] is None  # NaN
     assert results["config"]["data"]["path"] == [str(Path(f).resolve()) for f in files]
     assert "synthetic" not in results["config"]["data"]
     data = results["data"]

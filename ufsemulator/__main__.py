@@ -101,7 +101,8 @@ def _parser() -> argparse.ArgumentParser:
         "--describe",
         type=Path,
         metavar="MODEL",
-        help="print an export's names, units, levels, ranges and provenance, and stop",
+        help="print an export's (model.pt or model.pt2) names, units, levels, ranges and "
+        "provenance, and stop",
     )
     export.add_argument(
         "--aoti",
@@ -262,7 +263,12 @@ def _describe(path: Path) -> int:
     if not path.is_file():
         raise ConfigError(f"--describe: '{path}' does not exist or is not a file")
     try:
-        extra = read_extra_files(path)
+        if path.suffix == ".pt2":  # an AOTInductor package: the same records as metadata
+            from ufsemulator.aoti import load
+
+            extra = dict(load(path).loader.get_metadata())
+        else:
+            extra = read_extra_files(path)
     except RuntimeError as exc:
         first = str(exc).strip().splitlines()[0] if str(exc).strip() else "not TorchScript"
         raise ConfigError(f"--describe: cannot load '{path}' as an export: {first}") from None

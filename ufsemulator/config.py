@@ -70,8 +70,9 @@ class ExportConfig:
     units: str | dict[str, str] | None = None  # native | jedi | {name: unit}
     input_levels: tuple[int, ...] | None = None  # None: the model's (0, the surface)
     output_levels: tuple[int, ...] | None = None
-    # predict's answer for a row with a NaN, infinite or fill input (never a plausible 0).
-    fill_value: float = float("nan")
+    # predict's answer for a row with a NaN, infinite or fill input (never a plausible 0);
+    # None: NaN (not written as NaN here, so that two configs compare equal).
+    fill_value: float | None = None
     # An input further than this fraction of its training range outside that range is
     # out of range: flagged by out_of_range(); with out_of_range: fill, predict answers
     # fill_value there too.

@@ -19,6 +19,7 @@ then under ``InferenceMode``. Load it in C++ with ``torch::jit::load`` or in Pyt
 from __future__ import annotations
 
 import copy
+import math
 import os
 import uuid
 import warnings
@@ -110,7 +111,7 @@ def prepare_export(model: EmulatorMLP, options: ExportConfig) -> EmulatorMLP:
         raise ConfigError(str(exc)) from None
     if not options.range_margin >= 0.0:
         raise ConfigError(f"export.range_margin must be >= 0, got {options.range_margin}")
-    model.fill_value = float(options.fill_value)
+    model.fill_value = math.nan if options.fill_value is None else float(options.fill_value)
     model.range_margin = float(options.range_margin)
     model.fill_out_of_range = options.out_of_range == "fill"
     model.clamp_output = bool(options.clamp)
