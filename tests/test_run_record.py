@@ -28,7 +28,11 @@ def test_a_daily_stream_run_records_its_data_and_provenance(
     assert len(files) == 2
     run = tmp_path / "run"
     train = ["train", "--config", str(SMOKE), "--data", *files, "--run-dir", "run"]
-    sets = ["--set", "data.time='1:4'", "--set", "export.names=jedi"]
+    packaged: list[Path] = []
+    monkeypatch.setattr(
+        "ufsemulator.aoti.package_export", lambda pt, out: packaged.append(Path(out)) or out
+    )
+    sets = ["--set", "data.time='1:4'", "--set", "export.names=jedi", "--set", "export.aoti=true"]
     assert main([*train, "--epochs", "1", *sets]) == 0
     out = capsys.readouterr().out
     # Records 1, 2 and 3 of the four (the second of the first file, both of the second).
@@ -52,6 +56,7 @@ def test_a_daily_stream_run_records_its_data_and_provenance(
     assert (sst["name"], sst["unit"]) == ("sea_water_potential_temperature", "K")
     assert 250.0 < sst["train_min"] < sst["train_max"] < 320.0  # a range, in K
     assert (run / "model.md").read_text().count("sea_water_potential_temperature") == 1
+    assert [p.resolve() for p in packaged] == [run / "model.pt2"]  # export.aoti: beside model.pt
 
 
 def test_a_bad_export_setting_fails_before_any_data_is_read(

@@ -171,3 +171,26 @@ def test_a_checkpoint_from_before_ranges_loads_with_no_range(tmp_path: Path) -> 
 def test_check_export_refuses_before_any_training(options: ExportConfig, message: str) -> None:
     with pytest.raises(ConfigError, match=message):
         check_export(ModelConfig(hidden=(4,)), options)
+
+
+def test_export_cli_packages_for_aoti_when_asked(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """The wiring only: compiling is tested (and cached) by the cxx tests."""
+    import ufsemulator.aoti
+
+    calls: list[tuple[Path, Path]] = []
+
+    def package(model_pt: Path, out: Path) -> Path:
+        calls.append((Path(model_pt), Path(out)))
+        return Path(out)
+
+    monkeypatch.setattr(ufsemulator.aoti, "package_export", package)
+    torch.save(_checkpoint(aice_model()), tmp_path / "ckpt.pt")
+    argv = ["export", "--checkpoint", str(tmp_path / "ckpt.pt"), "--out", str(tmp_path / "m.pt")]
+    assert main([*argv, "--names", "jedi", "--aoti", str(tmp_path / "m.pt2")]) == 0
+    assert calls == [(tmp_path / "m.pt", tmp_path / "m.pt2")]
+    out = capsys.readouterr().out
+    assert "units jedi" in out and "Packaged" in out and "m.pt2" in out
+    assert main(["export", "--out", str(tmp_path / "x.pt")]) == 2
+    assert "export needs --checkpoint and --out" in capsys.readouterr().err
