@@ -37,6 +37,11 @@ def test_a_daily_stream_run_records_its_data_and_provenance(
     out = capsys.readouterr().out
     # Records 1, 2 and 3 of the four (the second of the first file, both of the second).
     assert "Read records 1..3 (3 of a 32x40 grid, 2000-01-03T00:00:00 .. " in out
+    one = tmp_path / "one"
+    assert main(["train", "--config", str(SMOKE), "--data", files[0], "--run-dir", str(one)]) == 0
+    times = "2000-01-02T00:00:00 .. 2000-01-03T00:00:00"
+    line = f"Data: {files[0]}, records 0..1 (2 of a 32x40 grid, {times}) (372 points"
+    assert line in capsys.readouterr().out
     text = (run / "training_results.json").read_text()
     results = json.loads(text, parse_constant=lambda name: pytest.fail(f"{name} in JSON"))
     assert results["config"]["export"]["fill_value"] is None  # NaN

@@ -139,6 +139,14 @@ class Dataset:
     def __len__(self) -> int:
         return int(self.inputs.shape[0])
 
+    def records_text(self) -> str:
+        """``records 2..3 (2 of a 320x384 grid, 2000-01-03T00:00:00 .. 2000-01-04T00:00:00)``:
+        record numbers counted over all files, as the log lines give them."""
+        first, last = self.records_read
+        start, end = self.record_times
+        nj, ni = self.grid_shape
+        return f"records {first}..{last - 1} ({last - first} of a {nj}x{ni} grid, {start} .. {end})"
+
 
 def load_dataset(
     path: PathSpec,

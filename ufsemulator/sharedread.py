@@ -189,14 +189,10 @@ def describe_read(dataset: Dataset, rank: int, seconds: float, before_bytes: int
     took (the peak above what the process held before reading: torch and CUDA alone
     hold over a GB)."""
     mb = dataset.bytes_read / 1e6
-    first, last = dataset.records_read
-    start, end = dataset.record_times
     speed = mb / seconds if seconds > 0 else math.inf
     peak = peak_host_memory_bytes()
-    nj, ni = dataset.grid_shape
     return (
-        f"[Rank {rank}] Read records {first}..{last - 1} ({last - first} of a {nj}x{ni} "
-        f"grid, {start} .. {end}): {len(dataset)} rows, {mb:.0f} MB in "
+        f"[Rank {rank}] Read {dataset.records_text()}: {len(dataset)} rows, {mb:.0f} MB in "
         f"{seconds:.2f} s ({speed:.0f} MB/s), {dataset.inputs.nbytes / 1e6:.0f} MB of rows; "
         f"peak host memory {peak / 1e6:.0f} MB, {(peak - before_bytes) / 1e6:.0f} MB above "
         "the start of reading"

@@ -250,6 +250,8 @@ def _train(
     torch.manual_seed(config.training.seed)  # same initial weights on every rank
     model = EmulatorMLP(_model_config(config, dataset.input_names))
     notes, source, n_points = dataset.notes, dataset.source, len(dataset)
+    # Shares: each rank's "Read records" line says which records it read.
+    records = "" if in_shares else f", {dataset.records_text()}"
     if in_shares:
         from ufsemulator.sharedread import describe_read, split_share
 
@@ -264,7 +266,7 @@ def _train(
         what = f"rank 0's share {n_points}" if in_shares else f"{n_points}"
         print(
             "".join(f"Data: {note}\n" for note in notes)
-            + f"Data: {source} ({what} points, mask {config.data.mask}, thin "
+            + f"Data: {source}{records} ({what} points, mask {config.data.mask}, thin "
             f"{config.data.thin}): train {shards.n_train}, validation {shards.n_val}, "
             f"target {config.data.target}",
             flush=True,
