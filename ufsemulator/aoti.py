@@ -16,8 +16,6 @@ with :func:`load`. Compiling takes about a minute per program on a loaded 2-core
 from __future__ import annotations
 
 import os
-import shutil
-import tempfile
 import uuid
 import warnings
 from pathlib import Path
@@ -66,12 +64,12 @@ def package_model(model: nn.Module, out: str | Path, metadata: dict[str, str]) -
     }
     options = {"aot_inductor.package": True, "aot_inductor.metadata": dict(metadata)}
     out.parent.mkdir(parents=True, exist_ok=True)
-    work = Path(tempfile.mkdtemp(prefix="aoti-", dir=out.parent))
     tmp_name = out.with_name(f".{out.stem}.{os.getpid()}.{uuid.uuid4().hex[:8]}.tmp.pt2")
     try:
         files: dict[str, Any] = {}
         with warnings.catch_warnings():
             warnings.simplefilter("ignore", UserWarning)
+            warnings.simplefilter("ignore", FutureWarning)  # torch's own LeafSpec notice
             for name, (wrapper, args, shapes) in programs.items():
                 program = torch.export.export(wrapper.eval(), args, dynamic_shapes=shapes)
                 files[name] = aot_compile(program.module(), args, options=options)
@@ -79,7 +77,6 @@ def package_model(model: nn.Module, out: str | Path, metadata: dict[str, str]) -
         os.replace(tmp_name, out)
     finally:
         Path(tmp_name).unlink(missing_ok=True)
-        shutil.rmtree(work, ignore_errors=True)
     return out
 
 
