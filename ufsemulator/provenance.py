@@ -6,8 +6,8 @@ and a short model card (``model.md``) is written next to it, so a file found on 
 system's disk can be traced to the run, the data and the code that made it.
 
 The data's identity is the files' absolute paths, the times of the first and last
-records used, and one SHA-256 over the files' bytes in order (it reads every byte: about
-10 s per 4 GB on a cold disk, once, at export).
+records used, and one SHA-256 over the files' bytes in order (it reads every byte once more,
+at export: SHA-256 runs at about 1.4 GB/s on one core, plus the disk's reading time).
 """
 
 from __future__ import annotations
