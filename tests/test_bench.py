@@ -5,6 +5,7 @@ import json
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pytest
@@ -22,6 +23,8 @@ from bench.launch import NO_MULTICAST, rank_env
 from bench.synthdata import Grid, make_arrays
 from ufsemulator.data import DataOptions, load_dataset
 from ufsemulator.synthetic import make_synthetic
+
+from .test_cxx_example import binary, case  # noqa: F401  (fixtures of the C++ example)
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -248,3 +251,25 @@ def test_cpu_scaling_refuses_more_cpus_than_it_may_use() -> None:
     )
     assert proc.returncode == 2
     assert "2 ranks x 4096 CPUs need 8192 CPUs" in proc.stderr
+
+
+@pytest.mark.cxx
+def test_export_paths_bench_short_mode_times_both_cxx_paths(
+    binary: Path,  # noqa: F811
+    case: dict[str, Any],  # noqa: F811
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    from bench.export_paths import main as export_paths
+
+    out = tmp_path / "paths.json"
+    args = ["--short", "--binary", str(binary), "--model", str(case["model"])]
+    assert export_paths([*args, "--aoti", str(case["aoti"]), "--json", str(out)]) == 0
+    record = json.loads(out.read_text())
+    assert (record["rows"], record["threads"], record["processes"]) == (1000, 1, 1)
+    for path in ("torchscript", "aoti"):
+        timings = record["paths"][path]
+        assert timings["first_jacobian_ms"] > 0 and timings["jacobian_ms"] > 0
+    assert record["aoti_jacobian_speedup"] > 0 and record["aoti_max_diff"] < 1e-3
+    printed = capsys.readouterr().out
+    assert "| torchscript |" in printed and "| aoti |" in printed

@@ -14,6 +14,7 @@ from ufsemulator.errors import CheckpointError
 from ufsemulator.export import export_checkpoint, export_model, load_checkpoint_model
 from ufsemulator.model import EmulatorMLP, ModelConfig
 from ufsemulator.normalization import Stats
+from ufsemulator.variables import INPUT_NAMES
 
 from .test_model import make_model, physical_inputs
 
@@ -217,11 +218,11 @@ def test_jedi_names_units_and_levels_travel_with_the_export(
     assert list(loaded.output_names) == ["sea_ice_area_fraction"]
     assert list(loaded.input_units)[:4] == ["K", "ppt", "K", "K"]
     assert list(loaded.input_units)[11] == "kg/kg" and list(loaded.output_units) == ["1"]
-    options = ExportConfig(
-        names={"sst": "sst_K", "aice": "siconc"}, input_levels=tuple(range(14)), output_levels=(3,)
-    )
+    names = {name: f"my_{name}" for name in (*INPUT_NAMES, "aice")}
+    options = ExportConfig(names=names, input_levels=tuple(range(14)), output_levels=(3,))
     other = _load(export_model(aice_model(), tmp_path / "m.pt", options))
-    assert list(other.input_names)[:2] == ["sst_K", "sss"] and other.output_names == ["siconc"]
+    assert list(other.input_names)[:2] == ["my_sst", "my_sss"] and other.output_names == ["my_aice"]
+    assert list(other.input_units)[:2] == ["degC", "ppt"]  # own names: native units
     assert list(other.input_levels) == list(range(14)) and list(other.output_levels) == [3]
 
 
@@ -229,6 +230,11 @@ def test_jedi_names_units_and_levels_travel_with_the_export(
     ("options", "message"),
     [
         (ExportConfig(names={"ssh": "x"}), "'ssh', which the model does not have"),
+        (
+            ExportConfig(names={"sst": "sea_surface_temperature", "aice": "siconc"}),
+            "mapping lacks 'sss', 'tair', .*'fswdn': give every input",
+        ),
+        (ExportConfig(range_margin=-0.5), "range_margin must be >= 0, got -0.5"),
         (ExportConfig(units={"sst": "m"}), "cannot convert 'sst' between degC and 'm'"),
         (ExportConfig(input_levels=(0, 1)), "input_levels must have 14 entries"),
     ],
@@ -296,17 +302,29 @@ def test_exported_module_answers_in_the_inputs_dtype(
 
 
 @pytest.mark.parametrize("bad", [1.0e30, -1.0e20, float("nan"), float("inf")])
-def test_fill_and_nan_rows_give_zero(exported: tuple[EmulatorMLP, Any], bad: float) -> None:
+def test_fill_and_nan_rows_predict_nan_and_a_zero_jacobian(
+    exported: tuple[EmulatorMLP, Any], bad: float
+) -> None:
     model, loaded = exported
     x = jedi_inputs(model, 6).float()
     clean_y, clean_jac = loaded.predict(x), loaded.jac_physical(x, None)
     x[[1, 4], [3, 0]] = bad
     y, jac = loaded.predict(x), loaded.jac_physical(x, torch.ones(6, 1))
-    assert torch.isfinite(y).all() and torch.isfinite(jac).all()
-    assert (y[[1, 4]] == 0).all() and (jac[[1, 4]] == 0).all()
+    assert torch.isfinite(jac).all() and (jac[[1, 4]] == 0).all()
+    assert torch.isnan(y[[1, 4]]).all() and torch.isfinite(y[[0, 2, 3, 5]]).all()
+    assert loaded.row_flags(x).tolist() == [0, 2, 0, 0, 2, 0]
     keep = [0, 2, 3, 5]
     assert torch.equal(y[keep], clean_y[keep]) and torch.equal(jac[keep], clean_jac[keep])
     assert (loaded.tlm(x, torch.ones_like(x))[[1, 4]] == 0).all()
+
+
+def test_fill_value_is_the_users(tmp_path: Path) -> None:
+    x = physical_inputs(aice_model(), 3)
+    x[1, 0] = 1.0e30
+    options = ExportConfig(fill_value=-999.0)
+    loaded = _load(export_model(aice_model(), tmp_path / "m.pt", options))
+    y = loaded.predict(x)
+    assert y[1, 0].item() == -999.0 and (y[[0, 2]] != -999.0).all()
 
 
 def test_mask_multiplies_the_jacobian(exported: tuple[EmulatorMLP, Any]) -> None:
@@ -359,6 +377,7 @@ def test_export_checkpoint_follows_the_checkpoints_export_section(tmp_path: Path
     state["config"] = {"export": {"names": "jedi", "units": "native"}}
     torch.save(state, tmp_path / "ckpt.pt")
     loaded = _load(export_checkpoint(tmp_path / "ckpt.pt", tmp_path / "m.pt"))
+    # degC under JEDI names only because the config says units: native in so many words.
     assert list(loaded.input_names) == JEDI_INPUTS and loaded.input_units[0] == "degC"
     short = _load(export_checkpoint(tmp_path / "ckpt.pt", tmp_path / "s.pt", ExportConfig()))
     assert short.input_names[0] == "sst"

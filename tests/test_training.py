@@ -29,6 +29,7 @@ RUN_FILES = {
     "checkpoint.pt",
     "best_model.pt",
     "model.pt",
+    "model.md",
     "loss_curves.svg",
     "training_results.json",
 }

@@ -92,9 +92,25 @@ def _parser() -> argparse.ArgumentParser:
         "(a YAML value); repeatable, applied after --config and --epochs",
     )
 
-    export = sub.add_parser("export", help="TorchScript export of a checkpoint")
-    export.add_argument("--checkpoint", type=Path, required=True)
-    export.add_argument("--out", type=Path, required=True)
+    export = sub.add_parser(
+        "export", help="TorchScript (and AOTInductor) export of a checkpoint, or --describe one"
+    )
+    export.add_argument("--checkpoint", type=Path)
+    export.add_argument("--out", type=Path)
+    export.add_argument(
+        "--describe",
+        type=Path,
+        metavar="MODEL",
+        help="print an export's (model.pt or model.pt2) names, units, levels, ranges and "
+        "provenance, and stop",
+    )
+    export.add_argument(
+        "--aoti",
+        type=Path,
+        metavar="PT2",
+        help="also write an AOTInductor package (predict, jac_physical) for LibTorch's "
+        "AOTIModelPackageLoader; compiling takes 1-2 min",
+    )
     export.add_argument(
         "--names",
         choices=["short", "jedi"],
@@ -103,7 +119,8 @@ def _parser() -> argparse.ArgumentParser:
     export.add_argument(
         "--units",
         choices=["native", "jedi"],
-        help="units the module takes (default: the checkpoint's export.units)",
+        help="units the module takes (default: the checkpoint's export.units, else those "
+        "of the names: K and kg/kg for jedi)",
     )
     return parser
 
@@ -215,6 +232,10 @@ def _train(args: argparse.Namespace) -> int:
 def _export(args: argparse.Namespace) -> int:
     from ufsemulator.export import checkpoint_export_config, export_checkpoint
 
+    if args.describe is not None:
+        return _describe(args.describe)
+    if args.checkpoint is None or args.out is None:
+        raise ConfigError("export needs --checkpoint and --out (or --describe MODEL)")
     options = checkpoint_export_config(args.checkpoint)
     overrides = {
         key: value for key in ("names", "units") if (value := getattr(args, key)) is not None
@@ -222,10 +243,36 @@ def _export(args: argparse.Namespace) -> int:
     options = dataclasses.replace(options, **overrides)
     path = export_checkpoint(args.checkpoint, args.out, options)
     print(
-        f"Exported {args.checkpoint} to {path} (TorchScript: predict, jac_physical, tlm, "
-        f"adjoint in physical units; forward normalised; names {options.names}, units "
-        f"{options.units})"
+        f"Exported {args.checkpoint} to {path} (TorchScript: predict, row_flags, "
+        f"jac_physical, tlm, adjoint in physical units; forward normalised, not the "
+        f"prediction; names {options.names}, units {options.chosen_units}); model card "
+        f"{path.with_suffix('.md')}"
     )
+    if args.aoti is not None:
+        from ufsemulator.aoti import package_export
+
+        package = package_export(path, args.aoti)
+        print(f"Packaged {path} for AOTInductor at {package} (predict, jac_physical; float32)")
+    return 0
+
+
+def _describe(path: Path) -> int:
+    from ufsemulator.export import read_extra_files
+    from ufsemulator.signature import describe
+
+    if not path.is_file():
+        raise ConfigError(f"--describe: '{path}' does not exist or is not a file")
+    try:
+        if path.suffix == ".pt2":  # an AOTInductor package: the same records as metadata
+            from ufsemulator.aoti import load
+
+            extra = dict(load(path).loader.get_metadata())
+        else:
+            extra = read_extra_files(path)
+    except RuntimeError as exc:
+        first = str(exc).strip().splitlines()[0] if str(exc).strip() else "not TorchScript"
+        raise ConfigError(f"--describe: cannot load '{path}' as an export: {first}") from None
+    print(describe(extra, str(path)))
     return 0
 
 

@@ -62,12 +62,24 @@ class DataConfig:
 
 @dataclass(frozen=True)
 class ExportConfig:
-    """What the TorchScript export tells its caller (a DA system looks names up)."""
+    """What the export tells its caller (a DA system looks names up, never units)."""
 
     names: str | dict[str, str] = "short"  # short | jedi | {our name: exported name}
-    units: str | dict[str, str] = "native"  # native | jedi (K, kg/kg) | {name: unit}
+    # None: the units that go with the names (jedi names: JEDI's K and kg/kg; others:
+    # native), so JEDI names never come over degC unless a user writes units: native.
+    units: str | dict[str, str] | None = None  # native | jedi | {name: unit}
     input_levels: tuple[int, ...] | None = None  # None: the model's (0, the surface)
     output_levels: tuple[int, ...] | None = None
+    # predict's answer for a row with a NaN, infinite or fill input (never a plausible 0);
+    # None: NaN (not written as NaN here, so that two configs compare equal).
+    fill_value: float | None = None
+    # An input further than this fraction of its training range outside that range is
+    # out of range: flagged by out_of_range(); with out_of_range: fill, predict answers
+    # fill_value there too.
+    range_margin: float = 0.1
+    out_of_range: Literal["flag", "fill"] = "flag"
+    clamp: bool = False  # clamp predict to the output's physical bounds (aice: [0, 1])
+    aoti: bool = False  # also write model.pt2 (AOTInductor) beside model.pt after training
 
     def __post_init__(self) -> None:
         for key, words in (("names", ("short", "jedi")), ("units", ("native", "jedi"))):
@@ -76,6 +88,13 @@ class ExportConfig:
                 raise ConfigError(
                     f"'export.{key}' must be {' or '.join(words)} or a mapping, got {value!r}"
                 )
+
+    @property
+    def chosen_units(self) -> str | dict[str, str]:
+        """The units the export takes: as written, else those that go with the names."""
+        if self.units is not None:
+            return self.units
+        return "jedi" if self.names == "jedi" else "native"
 
 
 @dataclass(frozen=True)
@@ -179,7 +198,7 @@ _POSITIVE = {
 
 
 # Integers that may be negative (a record counted from the end).
-_SIGNED = {"data.time"}
+_SIGNED = {"data.time", "export.fill_value"}
 _KIND_WORDS = {str: "a string", int: "an integer", tuple: "a list", dict: "a mapping"}
 
 
@@ -311,6 +330,6 @@ def _to_float(value: Any, name: str) -> float:
             raise ConfigError(f"'{name}' must be a number, got {value!r}") from None
     if isinstance(value, bool) or not isinstance(value, (int, float)):
         raise ConfigError(f"'{name}' must be a number, got {value!r}")
-    if value < 0:
+    if value < 0 and name not in _SIGNED:
         raise ConfigError(f"'{name}' must be >= 0, got {value}")
     return float(value)

@@ -74,7 +74,7 @@ VARIABLE_NAMES: dict[str, tuple[str, ...]] = {
     name: tuple(base + s for s in CICE_SUFFIXES) + OTHER_NAMES.get(name, ())
     for name, base in CICE_NAMES.items()
 }
-_CACHE_VERSION = 2
+_CACHE_VERSION = 3  # 3: records_read absolute, record_times
 
 FloatArray = npt.NDArray[np.float64]
 
@@ -131,10 +131,21 @@ class Dataset:
     )  # [N] record number, counted over all files in order
     notes: tuple[str, ...] = ()  # what the reader decided that a user should know
     bytes_read: int = 0  # of the files, in proportion to the records read (or the cache's)
-    records_read: tuple[int, int] = (0, 0)  # [first, last) of the selected records, read
+    # [first, last) record numbers read, counted over all files in order, and the times of
+    # the first and last of them (ISO 8601; None without a time variable).
+    records_read: tuple[int, int] = (0, 0)
+    record_times: tuple[str | None, str | None] = (None, None)
 
     def __len__(self) -> int:
         return int(self.inputs.shape[0])
+
+    def records_text(self) -> str:
+        """``records 2..3 (2 of a 320x384 grid, 2000-01-03T00:00:00 .. 2000-01-04T00:00:00)``:
+        record numbers counted over all files, as the log lines give them."""
+        first, last = self.records_read
+        start, end = self.record_times
+        nj, ni = self.grid_shape
+        return f"records {first}..{last - 1} ({last - first} of a {nj}x{ni} grid, {start} .. {end})"
 
 
 def load_dataset(
@@ -192,6 +203,7 @@ def _read(
         first_picked = rank * len(picked) // world
         picked = picked[first_picked : (rank + 1) * len(picked) // world]
     n_bytes = 0.0
+    times: list[str | None] = []
     parts: list[dict[str, npt.NDArray[Any]]] = []
     shape: tuple[int, ...] | None = None
     for group, first, count in with_readers:
@@ -210,6 +222,8 @@ def _read(
             n_bytes += sum(path.stat().st_size for path in group) * len(mine) / count
             for r in mine:
                 parts.append(_select_record(reader.fields(r - first), reader, options, r))
+                if r in (picked[0], picked[-1]):
+                    times.append(reader.time_of(r - first))
     assert shape is not None
     where = " + ".join(map(str, groups[0])) + (" ..." if len(groups) > 1 else "")
     total = sum(part["index"].size for part in parts)
@@ -240,7 +254,8 @@ def _read(
         input_names=options.inputs,
         notes=summary,
         bytes_read=round(n_bytes),
-        records_read=(first_picked, first_picked + len(picked)),
+        records_read=(int(picked[0]), int(picked[-1]) + 1),
+        record_times=(times[0], times[-1]),
     )
 
 
@@ -335,6 +350,7 @@ def _load_cache(path: Path) -> Dataset | None:
                 input_names=tuple(meta["input_names"]),
                 notes=tuple(meta["notes"]),
                 records_read=tuple(meta.get("records_read", (0, 0))),
+                record_times=tuple(meta.get("record_times", (None, None))),
             )
     except (OSError, ValueError, KeyError, zipfile.BadZipFile):
         return None  # a damaged cache is rebuilt, not fatal
@@ -348,6 +364,7 @@ def _save_cache(path: Path, dataset: Dataset) -> None:
         "source": dataset.source,
         "notes": list(dataset.notes),
         "records_read": list(dataset.records_read),
+        "record_times": list(dataset.record_times),
     }
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp_name = path.with_name(f".{path.name}.{os.getpid()}.{uuid.uuid4().hex[:8]}.tmp")

@@ -1,6 +1,7 @@
 """The emulator: a per-point MLP with its normalisation and an analytic Jacobian.
 
-``forward`` works in NORMALISED space (what training optimises); ``predict``,
+``forward`` works in NORMALISED space (what training optimises, NOT the model's prediction:
+for physical inputs it is off by the normalisation); ``predict``,
 ``jac_physical``, ``tlm`` and ``adjoint`` work in physical units (what a data-assimilation
 system calls), accept float32 and float64 and answer in the inputs' dtype. The
 Jacobian is propagated layer by layer rather than taken with autograd, so it also works
@@ -21,10 +22,12 @@ import torch.nn.functional as F
 from torch import nn
 
 from ufsemulator.normalization import Stats
-from ufsemulator.variables import INPUT_NAMES, UNITS
+from ufsemulator.variables import INPUT_NAMES, OUTPUT_BOUNDS, UNITS
 
 ACTIVATIONS: tuple[str, ...] = ("relu", "tanh", "gelu", "silu")
 FILL_THRESHOLD = 1.0e20
+# row_flags codes: what a caller should make of each row's prediction.
+ROW_OK, ROW_OUT_OF_RANGE, ROW_MISSING = 0, 1, 2
 
 
 @dataclass(frozen=True)
@@ -99,6 +102,14 @@ class EmulatorMLP(nn.Module):
         input_units: list[str]
         output_units: list[str]
         fill_threshold: float
+        fill_value: float
+        range_margin: float
+        fill_out_of_range: bool
+        clamp_output: bool
+        output_lower: list[float]
+        output_upper: list[float]
+        input_min: torch.Tensor
+        input_max: torch.Tensor
         input_mean: torch.Tensor
         input_std: torch.Tensor
         output_mean: torch.Tensor
@@ -122,6 +133,17 @@ class EmulatorMLP(nn.Module):
         self.output_units = [UNITS.get(name, "") for name in config.output_names]
         # |x| at or above this is a fill value (CICE writes 1e30 over land), not data.
         self.fill_threshold = FILL_THRESHOLD
+        # What predict answers for a row it cannot predict (set by the export).
+        self.fill_value = math.nan
+        self.range_margin = 0.1
+        self.fill_out_of_range = False
+        self.clamp_output = False
+        bounds = [OUTPUT_BOUNDS.get(name, (-math.inf, math.inf)) for name in config.output_names]
+        self.output_lower = [float(lo) for lo, _ in bounds]
+        self.output_upper = [float(hi) for _, hi in bounds]
+        # The training range of each input (unknown until set: everything is in range).
+        self.register_buffer("input_min", torch.full((config.n_in,), -math.inf))
+        self.register_buffer("input_max", torch.full((config.n_in,), math.inf))
         self.register_buffer("input_mean", torch.zeros(config.n_in))
         self.register_buffer("input_std", torch.ones(config.n_in))
         self.register_buffer("output_mean", torch.zeros(config.n_out))
@@ -144,6 +166,17 @@ class EmulatorMLP(nn.Module):
             if name.endswith("std") and (values <= 0).any():
                 raise ValueError(f"{name} must be positive, got {values.tolist()}")
             buffer.copy_(torch.as_tensor(values, dtype=buffer.dtype))
+
+    @torch.jit.ignore
+    def set_input_range(self, low: Any, high: Any) -> None:
+        """The smallest and largest training value of each input (in the model's units)."""
+        for buffer, values in ((self.input_min, low), (self.input_max, high)):
+            tensor = torch.as_tensor(values, dtype=buffer.dtype).reshape(-1)
+            if tensor.shape != buffer.shape:
+                raise ValueError(
+                    f"input range has {tensor.numel()} values, model has {buffer.numel()} inputs"
+                )
+            buffer.copy_(tensor)
 
     def _act(self, z: torch.Tensor) -> torch.Tensor:
         if self.activation == "relu":
@@ -171,8 +204,9 @@ class EmulatorMLP(nn.Module):
     def forward(self, x_norm: torch.Tensor) -> torch.Tensor:
         """NORMALISED inputs ``[N, n_in]`` -> NORMALISED outputs ``[N, n_out]``.
 
-        What training optimises; not what a caller with physical fields wants: that is
-        ``predict``. Kept as ``forward`` because the training loop calls the module."""
+        NOT the model's prediction: what training optimises. A caller with physical fields
+        wants ``predict`` (or ``jac_physical``); ``forward`` on physical values is off by the
+        normalisation. Kept as ``forward`` because the training loop calls the module."""
         h = x_norm
         last = len(self.layers) - 1
         for i, layer in enumerate(self.layers):
@@ -190,9 +224,33 @@ class EmulatorMLP(nn.Module):
         return y_norm * self.output_std + self.output_mean
 
     @torch.jit.export
+    def row_flags(self, inputs: torch.Tensor) -> torch.Tensor:
+        """``[N]`` int8 per row: 0 in range, 1 an input beyond its training range by more
+        than ``range_margin`` of that range, 2 missing (a NaN, infinite or fill value)."""
+        _, valid = self._prepare(inputs)
+        return self._flags(inputs, valid)
+
+    def _flags(self, inputs: torch.Tensor, valid: torch.Tensor) -> torch.Tensor:
+        dtype = self.input_min.dtype
+        if inputs.dtype == torch.float64:
+            dtype = inputs.dtype
+        low, high = self.input_min.to(dtype), self.input_max.to(dtype)
+        width = high - low
+        # An infinite bound (range unknown) gives inf - inf = NaN: no bound there.
+        pad = torch.where(torch.isfinite(width), width * self.range_margin, torch.zeros_like(width))
+        x = inputs.to(dtype)
+        outside = ((x < low - pad) | (x > high + pad)).any(dim=1)
+        # Literals: TorchScript cannot read module constants (ROW_OK, ...) here.
+        flags = torch.where(outside, 1, 0)
+        return torch.where(valid, flags, 2).to(torch.int8)
+
+    @torch.jit.export
     def predict(self, inputs: torch.Tensor) -> torch.Tensor:
         """Physical inputs ``[N, n_in]`` -> physical outputs ``[N, n_out]``, in the inputs'
-        dtype (float32 or float64); a row with a NaN or fill value (|x| >= 1e20) gives 0."""
+        dtype (float32 or float64). A row with a NaN or fill value (|x| >= 1e20) gives
+        ``fill_value`` (NaN unless the export chose another), as does a row out of range
+        when ``fill_out_of_range``; with ``clamp_output`` the answer is clamped to
+        ``output_lower`` .. ``output_upper``."""
         x, valid = self._prepare(inputs)
         h = x
         weights = self._weights(x.dtype)
@@ -203,7 +261,14 @@ class EmulatorMLP(nn.Module):
             if i < last:
                 h = self._act(h)
         y = h * self.output_std.to(x.dtype) + self.output_mean.to(x.dtype)
-        return torch.where(valid.unsqueeze(1), y, torch.zeros_like(y))
+        if self.clamp_output:
+            low = torch.tensor(self.output_lower, dtype=y.dtype, device=y.device)
+            high = torch.tensor(self.output_upper, dtype=y.dtype, device=y.device)
+            y = torch.minimum(torch.maximum(y, low), high)
+        keep = valid
+        if self.fill_out_of_range:
+            keep = self._flags(inputs, valid) == 0
+        return torch.where(keep.unsqueeze(1), y, torch.full_like(y, self.fill_value))
 
     @torch.jit.export
     def jac_physical(self, inputs: torch.Tensor, mask: torch.Tensor | None = None) -> torch.Tensor:

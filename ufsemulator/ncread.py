@@ -119,6 +119,21 @@ class GroupReader:
     def where(self) -> str:
         return " + ".join(f"'{path}'" for path in self.files)
 
+    def time_of(self, record: int) -> str | None:
+        """Record ``record``'s time, ISO 8601 (as its ``time`` variable's units and
+        calendar say), or None where the group has no such variable."""
+        for nc in self._nc:
+            var = nc.variables.get("time")
+            if var is None or var.ndim != 1 or record >= var.shape[0]:
+                continue
+            value = var[record]
+            units = getattr(var, "units", None)
+            if units is None:
+                return str(float(value))
+            when: Any = netCDF4.num2date(value, units, getattr(var, "calendar", "standard"))
+            return str(when.isoformat())
+        return None
+
     def fields(self, record: int) -> dict[str, FloatArray]:
         """Record ``record`` of every needed field, in our units, land and fill as NaN."""
         out: dict[str, FloatArray] = {}

@@ -113,3 +113,25 @@ def _as_2d_float64(values: Any, name: str) -> FloatArray:
     if array.ndim != 2:
         raise ValueError(f"{name} must be [n, features], got shape {array.shape}")
     return array
+
+
+def input_range(
+    inputs: torch.Tensor, grouped: bool = False, device: torch.device | str | None = None
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """The smallest and largest value of each column of ``inputs`` ``[n, n_in]`` over all
+    ranks (``grouped``: one MAX all-reduce of 2 n_in numbers over the default process
+    group, on ``device``, which must suit the backend), as float64 on the CPU: the
+    training range an export stores."""
+    x = inputs.to(torch.float64)
+    if x.shape[0]:
+        both = torch.cat([x.amax(0), -x.amin(0)])
+    else:  # a rank without training rows leaves the range to the others
+        both = torch.full((2 * x.shape[1],), -torch.inf, dtype=torch.float64, device=x.device)
+    if grouped:
+        import torch.distributed as dist
+
+        both = both.to(device if device is not None else x.device)
+        dist.all_reduce(both, op=dist.ReduceOp.MAX)
+    both = both.cpu()
+    n_in = x.shape[1]
+    return -both[n_in:], both[:n_in]

@@ -33,7 +33,7 @@ from ufsemulator.data import Dataset
 from ufsemulator.errors import DataError
 from ufsemulator.loop import Shards
 from ufsemulator.model import EmulatorMLP
-from ufsemulator.normalization import MIN_STD, Stats
+from ufsemulator.normalization import MIN_STD, Stats, input_range
 from ufsemulator.parallel import grouped
 
 _MASK64 = (1 << 64) - 1
@@ -107,6 +107,7 @@ def split_share(ctx: DistContext, config: Config, dataset: Dataset, model: Emula
     del local
     stats = _stats(mine, n_in, _sum)
     model.set_normalization(stats)
+    model.set_input_range(*input_range(mine[:, :n_in], grouped()))
     x_val = torch.from_numpy(val_rows).to(device)
     del val_rows
     return Shards(
@@ -188,11 +189,10 @@ def describe_read(dataset: Dataset, rank: int, seconds: float, before_bytes: int
     took (the peak above what the process held before reading: torch and CUDA alone
     hold over a GB)."""
     mb = dataset.bytes_read / 1e6
-    first, last = dataset.records_read
     speed = mb / seconds if seconds > 0 else math.inf
     peak = peak_host_memory_bytes()
     return (
-        f"[Rank {rank}] Read records {first}..{last - 1}: {len(dataset)} rows, {mb:.0f} MB in "
+        f"[Rank {rank}] Read {dataset.records_text()}: {len(dataset)} rows, {mb:.0f} MB in "
         f"{seconds:.2f} s ({speed:.0f} MB/s), {dataset.inputs.nbytes / 1e6:.0f} MB of rows; "
         f"peak host memory {peak / 1e6:.0f} MB, {(peak - before_bytes) / 1e6:.0f} MB above "
         "the start of reading"

@@ -40,7 +40,7 @@ from ufsemulator.data import DataOptions, load_dataset
 from ufsemulator.errors import CheckpointError, DataError
 from ufsemulator.loop import Loop, LoopHooks, Shards, StopFlag, full_model
 from ufsemulator.model import EmulatorMLP, ModelConfig
-from ufsemulator.normalization import stats_from_shard, torch_all_reduce
+from ufsemulator.normalization import input_range, stats_from_shard, torch_all_reduce
 from ufsemulator.overrides import overrides_record
 from ufsemulator.parallel import grouped
 from ufsemulator.sources import PathSpec, expand_paths
@@ -224,6 +224,11 @@ def _train(
                 f"Resuming from {resume} (epoch {checkpoint.progress.epoch}, restart {restarts})",
                 flush=True,
             )
+    # Before any data is read or step taken: a bad export name, unit or level fails now,
+    # not after the training it would have thrown away.
+    from ufsemulator.export import check_export
+
+    check_export(_model_config(config, config.data.inputs), config.export)
     path = runfiles.ensure_data(ctx, config, data_path)
     options = DataOptions(
         mask=config.data.mask,
@@ -243,16 +248,10 @@ def _train(
     dataset = load_dataset(path, options, atmosphere=config.data.atmosphere, share=share)
     read_s = time.perf_counter() - read_started
     torch.manual_seed(config.training.seed)  # same initial weights on every rank
-    model_config = ModelConfig(
-        n_in=len(dataset.input_names),
-        input_names=dataset.input_names,
-        input_levels=(0,) * len(dataset.input_names),
-        hidden=config.model.hidden_sizes,
-        activation=config.model.activation,
-        output_names=(config.data.target,),
-    )
-    model = EmulatorMLP(model_config)
+    model = EmulatorMLP(_model_config(config, dataset.input_names))
     notes, source, n_points = dataset.notes, dataset.source, len(dataset)
+    # Shares: each rank's "Read records" line says which records it read.
+    records = "" if in_shares else f", {dataset.records_text()}"
     if in_shares:
         from ufsemulator.sharedread import describe_read, split_share
 
@@ -267,7 +266,7 @@ def _train(
         what = f"rank 0's share {n_points}" if in_shares else f"{n_points}"
         print(
             "".join(f"Data: {note}\n" for note in notes)
-            + f"Data: {source} ({what} points, mask {config.data.mask}, thin "
+            + f"Data: {source}{records} ({what} points, mask {config.data.mask}, thin "
             f"{config.data.thin}): train {shards.n_train}, validation {shards.n_val}, "
             f"target {config.data.target}",
             flush=True,
@@ -285,7 +284,7 @@ def _train(
     final = full_model(loop.model, model.config)
     wall_time = time.perf_counter() - clock.train  # this process, from train() on
     if ctx.is_main:
-        _write_outputs(ctx, config, summary, run_dir, wall_time, clock, overrides)
+        _write_outputs(ctx, config, summary, run_dir, wall_time, clock, overrides, path)
     # No rank leaves before rank 0 has written everything: under srun --kill-on-bad-exit
     # the first rank to exit non-zero takes the others down with it.
     if grouped():
@@ -341,6 +340,7 @@ def split(
     reduce = torch_all_reduce(ctx.device) if grouped() else None  # None: one process
     stats = stats_from_shard(x_all[mine], y_all[mine], all_reduce=reduce)
     model.set_normalization(stats)
+    model.set_input_range(*input_range(x_all[mine], grouped(), ctx.device))
     with torch.no_grad():
 
         def norm_y(y: torch.Tensor) -> torch.Tensor:
@@ -357,8 +357,13 @@ def split(
 
 
 def _load_weights(model: nn.Module, checkpoint: TrainingState, source: object) -> None:
+    # A checkpoint from before the training range was kept: the range of the data just
+    # read (the same files) stands in.
+    current = model.state_dict()
+    state: dict[str, Any] = {k: current[k] for k in ("input_min", "input_max") if k in current}
+    state.update(checkpoint.model)
     try:
-        model.load_state_dict(checkpoint.model)
+        model.load_state_dict(state)
     except (RuntimeError, KeyError, TypeError) as exc:
         reason = str(exc).strip().splitlines()[0]
         raise CheckpointError(
@@ -372,6 +377,17 @@ def _read_in_shares(path: PathSpec, ctx: DistContext) -> bool:
     return files > 1 and files >= ctx.env.world_size
 
 
+def _model_config(config: Config, input_names: tuple[str, ...]) -> ModelConfig:
+    return ModelConfig(
+        n_in=len(input_names),
+        input_names=input_names,
+        input_levels=(0,) * len(input_names),
+        hidden=config.model.hidden_sizes,
+        activation=config.model.activation,
+        output_names=(config.data.target,),
+    )
+
+
 def _write_outputs(
     ctx: DistContext,
     config: Config,
@@ -380,16 +396,19 @@ def _write_outputs(
     wall_time: float,
     clock: _Clock | None = None,
     overrides: Sequence[str] = (),
+    data_path: PathSpec | None = None,
 ) -> None:
+    from ufsemulator import runrecord
+
     status, history = summary.status, summary.progress.history
     best = run_dir / "best_model.pt"
     export_started = time.perf_counter()
+    used = data_path if data_path is not None else config.data.path
+    data = runrecord.data_record(config, used) if used is not None else None
     if status != "preempted":
         source = best if best.is_file() else run_dir / "checkpoint.pt"
         if source.is_file():
-            from ufsemulator.export import export_checkpoint  # TorchScript: only here
-
-            export_checkpoint(source, run_dir / "model.pt")
+            runrecord.export_run(source, run_dir, config, data or {}, summary.to_json())
     exported = time.perf_counter()
     if clock is not None:
         timings = clock.timings(summary, exported)
@@ -406,7 +425,8 @@ def _write_outputs(
         "target": config.data.target,
         **run,
         "wall_time_s": wall_time,  # this process, from train() on
-        "config": config.to_dict(),
+        "data": data,
+        "config": runrecord.results_config(config, used),
         # What --set changed (a sweep's point): key -> the value the run used.
         "overrides": overrides_record(config, overrides),
     }

@@ -126,6 +126,9 @@ UNITS: dict[str, str] = {
 }
 JEDI_UNITS: dict[str, str] = {"sst": "K", "tair": "K", "tsfc": "K", "qref": "kg/kg"}
 
+# Physical bounds of an output, in UNITS (an export's optional clamp); others unbounded.
+OUTPUT_BOUNDS: dict[str, tuple[float, float]] = {"aice": (0.0, 1.0)}
+
 # Spellings of each unit, compared in lower case with blanks collapsed.
 _ALIASES: dict[str, tuple[str, ...]] = {
     "degC": (
@@ -204,9 +207,9 @@ def exported_names(
 ) -> list[str]:
     """Names to put in an export: ``short`` (ours), ``jedi``, or a mapping from ours.
 
-    A mapping renames the names it lists and keeps the others; a name it lists that is
-    neither in ``names`` nor in ``known`` (the model's other names) is an error, so a
-    typo does not go unnoticed."""
+    A mapping must name every input and output (a half-renamed model would mix two
+    naming schemes), and nothing else: a name it lists that is neither in ``names`` nor
+    in ``known`` (the model's other names) is an error, so a typo does not go unnoticed."""
     if isinstance(choice, Mapping):
         unknown = [key for key in choice if key not in (*names, *known)]
         if unknown:
@@ -214,7 +217,13 @@ def exported_names(
                 f"export name mapping names {unknown[0]!r}, which the model does not have; "
                 f"its variables: {', '.join((*names, *known))}"
             )
-        return [str(choice.get(name, name)) for name in names]
+        missing = [name for name in (*names, *known) if name not in choice]
+        if missing:
+            raise ValueError(
+                f"export name mapping lacks {', '.join(map(repr, missing))}: give every "
+                "input and output a name, or use names: short or jedi"
+            )
+        return [str(choice[name]) for name in names]
     if choice == "short":
         return list(names)
     if choice == "jedi":

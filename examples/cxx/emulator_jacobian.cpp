@@ -1,9 +1,18 @@
 // Load the exported emulator (model.pt) the way JCSDA SABER's TorchBalance does: read the
 // name and level attributes, call jac_physical on [N, n_in] float32 inputs with a
 // [N, 1] float32 mask, read the [N, n_out, n_in] float32 result; then time predict.
+// With --aoti, do the same through the AOTInductor package (model.pt2) with
+// torch::inductor::AOTIModelPackageLoader, the path that does not need TorchScript.
 //
-//   emulator_jacobian MODEL.pt [--inputs FILE] [--mask FILE] [--rows N] [--threads T]
-//                     [--repeat R] [--jacobian-out FILE] [--predict-out FILE]
+//   emulator_jacobian MODEL.pt [--aoti MODEL.pt2] [--inputs FILE] [--mask FILE]
+//                     [--input-units U1,U2,...] [--rows N] [--threads T] [--repeat R]
+//                     [--jacobian-out FILE] [--predict-out FILE]
+//                     [--aoti-jacobian-out FILE] [--aoti-predict-out FILE]
+//
+// --input-units: the units the caller's background holds, one per input in the module's
+// order; any that differs from the module's input_units is an error (exit 2), never a
+// silently wrong number. Each path reports its load time, its first call and the median
+// of later calls (first_jacobian_ms, jacobian_ms, ...).
 //
 // FILE arguments are raw little-endian float32, row-major: inputs [N, n_in] (N follows
 // from the size), mask [N]. Without --inputs, N rows are made from the module's own
@@ -12,6 +21,7 @@
 #include <ATen/Parallel.h>
 #include <c10/core/GradMode.h>
 #include <c10/core/InferenceMode.h>
+#include <torch/csrc/inductor/aoti_package/model_package_loader.h>
 #include <torch/script.h>
 
 #include <algorithm>
@@ -34,6 +44,10 @@ struct Options {
   std::string mask;
   std::string jacobian_out;
   std::string predict_out;
+  std::string aoti;
+  std::string aoti_jacobian_out;
+  std::string aoti_predict_out;
+  std::string input_units;
   int64_t rows = 1000;
   int threads = 1;
   int repeat = 20;
@@ -42,8 +56,9 @@ struct Options {
 Options parse(int argc, char** argv) {
   if (argc < 2) {
     throw std::invalid_argument(
-        "usage: emulator_jacobian MODEL.pt [--inputs FILE] [--mask FILE] [--rows N] "
-        "[--threads T] [--repeat R] [--jacobian-out FILE] [--predict-out FILE]");
+        "usage: emulator_jacobian MODEL.pt [--aoti MODEL.pt2] [--inputs FILE] [--mask FILE] "
+        "[--input-units U1,U2,...] [--rows N] [--threads T] [--repeat R] [--jacobian-out FILE] "
+        "[--predict-out FILE] [--aoti-jacobian-out FILE] [--aoti-predict-out FILE]");
   }
   Options opt;
   opt.model = argv[1];
@@ -55,6 +70,10 @@ Options parse(int argc, char** argv) {
     else if (key == "--mask") opt.mask = value;
     else if (key == "--jacobian-out") opt.jacobian_out = value;
     else if (key == "--predict-out") opt.predict_out = value;
+    else if (key == "--aoti") opt.aoti = value;
+    else if (key == "--aoti-jacobian-out") opt.aoti_jacobian_out = value;
+    else if (key == "--aoti-predict-out") opt.aoti_predict_out = value;
+    else if (key == "--input-units") opt.input_units = value;
     else if (key == "--rows") opt.rows = std::stoll(value);
     else if (key == "--threads") opt.threads = std::stoi(value);
     else if (key == "--repeat") opt.repeat = std::stoi(value);
@@ -125,6 +144,44 @@ std::string json_list(const std::vector<T>& items) {
   return out.str();
 }
 
+std::vector<std::string> split(const std::string& text, char sep) {
+  std::vector<std::string> out;
+  std::stringstream stream(text);
+  for (std::string item; std::getline(stream, item, sep);) out.push_back(item);
+  return out;
+}
+
+// The background's units must be the module's: SABER passes values, not units.
+void check_units(const std::vector<std::string>& names, const std::vector<std::string>& want,
+                 const std::string& given_text) {
+  const auto given = split(given_text, ',');
+  if (given.size() != want.size()) {
+    throw std::invalid_argument("--input-units lists " + std::to_string(given.size()) +
+                                " units, the module takes " + std::to_string(want.size()));
+  }
+  std::string wrong;
+  for (size_t i = 0; i < want.size(); ++i) {
+    if (given[i] != want[i]) {
+      wrong += (wrong.empty() ? "" : "; ") + names[i] + " in " + given[i] + " (the module takes " +
+               want[i] + ")";
+    }
+  }
+  if (!wrong.empty()) throw std::invalid_argument("background units do not match: " + wrong);
+}
+
+double ms_since(std::chrono::steady_clock::time_point start) {
+  return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start)
+      .count();
+}
+
+// Wall time of one call, in milliseconds (the first call of a path is timed with this).
+template <typename F>
+double once_ms(F&& call) {
+  const auto start = std::chrono::steady_clock::now();
+  call();
+  return ms_since(start);
+}
+
 // Median wall time of `repeat` calls, in milliseconds.
 template <typename F>
 double median_ms(int repeat, F&& call) {
@@ -150,8 +207,10 @@ int run(const Options& opt) {
   // wants; LibTorch would otherwise start one per core in every task.
   at::set_num_threads(opt.threads);
 
+  const auto load_started = std::chrono::steady_clock::now();
   torch::jit::Module module = torch::jit::load(opt.model);
   module.eval();
+  const double torchscript_load_ms = ms_since(load_started);
   const auto input_names = string_list(module, "input_names");
   const auto output_names = string_list(module, "output_names");
   const auto input_units = string_list(module, "input_units");
@@ -159,6 +218,7 @@ int run(const Options& opt) {
   const auto output_levels = int_list(module, "output_levels");
   const auto n_in = static_cast<int64_t>(input_names.size());
   const auto n_out = static_cast<int64_t>(output_names.size());
+  if (!opt.input_units.empty()) check_units(input_names, input_units, opt.input_units);
 
   torch::Tensor inputs;
   if (!opt.inputs.empty()) {
@@ -177,7 +237,8 @@ int run(const Options& opt) {
 
   // As SABER does at set-up: plain grad mode, get_method, one call for all points.
   auto jac_method = module.get_method("jac_physical");
-  const torch::Tensor jac = jac_method({inputs, mask}).toTensor();
+  torch::Tensor jac;
+  const double first_jacobian_ms = once_ms([&] { jac = jac_method({inputs, mask}).toTensor(); });
   if (jac.dim() != 3 || jac.size(0) != rows || jac.size(1) != n_out || jac.size(2) != n_in) {
     throw std::runtime_error("jac_physical returned shape " + std::to_string(jac.dim()) +
                              "-d, expected [N, n_out, n_in]");
@@ -189,6 +250,7 @@ int run(const Options& opt) {
   torch::Tensor prediction;
   double predict_ms = 0.0;
   double jacobian_ms = 0.0;
+  double first_predict_ms = 0.0;
   {
     // After a grad-mode call: the export's parameters are frozen, so this works.
     c10::InferenceMode guard;
@@ -197,12 +259,41 @@ int run(const Options& opt) {
     float64_dtype = jac64.scalar_type() == torch::kFloat64;
     float64_diff = max_abs_diff(jac64, jac);
     auto predict = module.get_method("predict");
-    prediction = predict({inputs}).toTensor();
+    first_predict_ms = once_ms([&] { prediction = predict({inputs}).toTensor(); });
     predict_ms = median_ms(opt.repeat, [&] { predict({inputs}); });
     jacobian_ms = median_ms(opt.repeat, [&] { jac_method({inputs, mask}); });
   }
   if (!opt.jacobian_out.empty()) write_floats(opt.jacobian_out, jac);
   if (!opt.predict_out.empty()) write_floats(opt.predict_out, prediction);
+
+  // The AOTInductor package: one compiled program per method, float32 in and out.
+  std::ostringstream aoti_json;
+  if (!opt.aoti.empty()) {
+    c10::InferenceMode guard;
+    const auto started = std::chrono::steady_clock::now();
+    torch::inductor::AOTIModelPackageLoader aoti_jac(opt.aoti, "jac_physical");
+    torch::inductor::AOTIModelPackageLoader aoti_predict(opt.aoti, "predict");
+    const double load_ms = ms_since(started);
+    const auto meta = aoti_jac.get_metadata();
+    const bool has_signature = meta.count("signature.json") > 0;
+    std::vector<at::Tensor> jac_out;
+    const double first_jac = once_ms([&] { jac_out = aoti_jac.run({inputs, mask}); });
+    std::vector<at::Tensor> pred_out;
+    const double first_pred = once_ms([&] { pred_out = aoti_predict.run({inputs}); });
+    const double aoti_jac_ms = median_ms(opt.repeat, [&] { aoti_jac.run({inputs, mask}); });
+    const double aoti_pred_ms = median_ms(opt.repeat, [&] { aoti_predict.run({inputs}); });
+    const auto& ajac = jac_out.at(0);
+    if (!opt.aoti_jacobian_out.empty()) write_floats(opt.aoti_jacobian_out, ajac);
+    if (!opt.aoti_predict_out.empty()) write_floats(opt.aoti_predict_out, pred_out.at(0));
+    const auto flags = pred_out.at(1).to(torch::kInt64);
+    aoti_json << ", \"aoti\": {\"load_ms\": " << load_ms
+              << ", \"first_jacobian_ms\": " << first_jac << ", \"jacobian_ms\": " << aoti_jac_ms
+              << ", \"first_predict_ms\": " << first_pred << ", \"predict_ms\": " << aoti_pred_ms
+              << ", \"jacobian_max_diff\": " << max_abs_diff(ajac, jac)
+              << ", \"predict_outputs\": " << pred_out.size()
+              << ", \"flagged_rows\": " << (flags != 0).sum().item<int64_t>()
+              << ", \"metadata_has_signature\": " << (has_signature ? "true" : "false") << "}";
+  }
 
   std::cout << std::setprecision(10) << "{\"input_names\": " << json_list(input_names)
             << ", \"input_levels\": " << json_list(input_levels)
@@ -217,9 +308,12 @@ int run(const Options& opt) {
             << ", \"inference_mode_max_diff\": " << inference_diff
             << ", \"float64_dtype\": " << (float64_dtype ? "true" : "false")
             << ", \"float64_max_diff\": " << float64_diff
+            << ", \"torchscript_load_ms\": " << torchscript_load_ms
+            << ", \"first_jacobian_ms\": " << first_jacobian_ms
+            << ", \"first_predict_ms\": " << first_predict_ms
             << ", \"predict_ms\": " << predict_ms << ", \"jacobian_ms\": " << jacobian_ms
             << ", \"predict_rows_per_s\": " << (predict_ms > 0 ? rows / predict_ms * 1e3 : 0)
-            << "}" << std::endl;
+            << aoti_json.str() << "}" << std::endl;
   return 0;
 }
 
