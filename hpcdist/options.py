@@ -117,6 +117,9 @@ def spec_from_options(options: dict[str, Any]) -> JobSpec:
 
 def options_profile(options: dict[str, Any]) -> Profile:
     """The profile the options name: --profile, else $HPCDIST_PROFILE, else the default."""
+    named = options.get("profile")
+    if named is not None and not str(named).strip():
+        raise SpecError(f"--profile is empty ({named!r}); leave it out or name a profile")
     return load_profile(
         options.get("profile") or os.environ.get("HPCDIST_PROFILE") or DEFAULT_PROFILE,
         trust=bool(options.get("trust_profile", False)),

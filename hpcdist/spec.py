@@ -339,6 +339,7 @@ def build_spec(profile: Profile, flags: Mapping[str, Any]) -> JobSpec:
     from hpcdist.siteopts import site_fields
     from hpcdist.validate import validate
 
+    _refuse_empty(profile, flags)
     merged: dict[str, Any] = dict(DEFAULTS)
     merged.update(profile.defaults)
     site = {"partition": profile.partition, "account": profile.account, "qos": profile.qos}
@@ -424,6 +425,41 @@ def build_spec(profile: Profile, flags: Mapping[str, Any]) -> JobSpec:
     )
     validate(spec, profile)
     return spec
+
+
+# Lists of words where an empty word is a mistake (command words and --env values may be
+# empty on purpose: an empty argument, X=).
+_WORD_LISTS = ("setup", "srun_args", "overrides", "container_mounts", "container_options")
+
+
+def _refuse_empty(profile: Profile, flags: Mapping[str, Any]) -> None:
+    """An empty value is never what a user means: SLURM refuses some (``--output=""``
+    fails the job at launch) and others would be dropped silently. Named where it came
+    from: the flag, or the profile file and key."""
+    where_profile = f"profile {profile.name!r} ({profile.source or 'built in'})"
+    site = {
+        "partition": profile.partition,
+        "account": profile.account,
+        "qos": profile.qos,
+        "setup": profile.setup,
+    }
+    for source, values in (("flag", flags), ("defaults", profile.defaults), ("site", site)):
+        for option in JOB_OPTIONS:
+            if option.name not in values:
+                continue
+            value = values[option.name]
+            words = value if option.name in _WORD_LISTS and isinstance(value, list | tuple) else ()
+            if not (isinstance(value, str) and not value.strip()) and not any(
+                isinstance(word, str) and not word.strip() for word in words
+            ):
+                continue
+            if source == "flag":
+                where = option.flag
+            elif source == "defaults":
+                where = f"{where_profile} key defaults.{option.name}"
+            else:
+                where = f"{where_profile} key {option.name}"
+            raise SpecError(f"{where} is empty ({value!r}); leave it out or give a value")
 
 
 def _gpus(mode: str, value: Count, profile: Profile, flag: object) -> Count:
