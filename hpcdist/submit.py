@@ -35,7 +35,7 @@ from hpcdist.private import replaceable_by_others, strict_umask
 from hpcdist.protocol import SECRET_DIR, SECRET_VAR, SIGNAL_VAR, is_inherited
 from hpcdist.render import render
 from hpcdist.slurmtime import time_limit_minutes
-from hpcdist.spec import Count, JobSpec
+from hpcdist.spec import JOB_OPTIONS, Count, JobSpec
 from hpcdist.sweep import points, task_command
 
 EXECUTORS = ("auto", "slurm", "local")
@@ -374,8 +374,37 @@ def submit(
     return Submission(record=records[0], executor=kind)
 
 
+# What only SLURM can honour: the local executor runs on this machine, whatever they ask.
+_SLURM_ONLY = (
+    "constraint",
+    "exclusive",
+    "reservation",
+    "memory",
+    "mem_per_gpu",
+    "nodelist",
+    "exclude",
+    "gpu_type",
+    "mail_type",
+    "mail_user",
+    "sbatch_options",
+)
+
+
 def require_slurm_for_arrays(spec: JobSpec, kind: str) -> None:
-    """A sweep is a SLURM job array and --after a SLURM dependency: no local twin."""
+    """A sweep is a SLURM job array and --after a SLURM dependency: no local twin. Nor
+    have the site options (a node feature, memory, exclusive nodes, ...): a local run
+    that ignored them would not be the job that was asked for."""
+    if kind != "slurm":
+        flags = {o.name: o.flag.split("/")[0] for o in JOB_OPTIONS}
+        asked = [flags[name] for name in _SLURM_ONLY if getattr(spec, name) not in (None, False, ())]
+        if asked:
+            raise SpecError(
+                f"{', '.join(asked)} need{'s' if len(asked) == 1 else ''} SLURM; the {kind} "
+                "executor runs on this machine and cannot honour "
+                f"{'it' if len(asked) == 1 else 'them'}: leave "
+                f"{'it' if len(asked) == 1 else 'them'} out (flag or profile) or submit to a "
+                "SLURM cluster"
+            )
     if kind != "slurm" and (spec.sweep or spec.after):
         flag = "--sweep" if spec.sweep else "--after"
         raise SpecError(

@@ -78,3 +78,23 @@ def test_an_empty_profile_value_names_the_file_and_key(
     assert proc.returncode == 2, proc.stdout + proc.stderr
     line = proc.stderr.strip()
     assert line.startswith(f"hpcdist: error: profile 'site' ({site}) {key} is empty"), line
+
+
+@pytest.mark.parametrize(
+    ("flags", "named"),
+    [
+        (["--constraint=a100"], "--constraint needs SLURM"),
+        (["--mem=4G"], "--mem needs SLURM"),
+        (["--exclusive"], "--exclusive needs SLURM"),
+        (["--sbatch=comment=x"], "--sbatch needs SLURM"),
+        (["--mem=4G", "--constraint=x"], "--constraint, --mem need SLURM"),
+    ],
+)
+def test_the_local_executor_refuses_what_only_slurm_can_honour(
+    tmp_path: Path, flags: list[str], named: str
+) -> None:
+    proc = _hpcdist(["submit", "--executor", "local", "--mode", "threads", *flags], tmp_path)
+    assert proc.returncode == 2, proc.stdout + proc.stderr
+    assert proc.stderr.startswith(f"hpcdist: error: {named}; the local executor"), proc.stderr
+    assert len(proc.stderr.strip().splitlines()) == 1
+    assert list(tmp_path.iterdir()) == []
