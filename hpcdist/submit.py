@@ -396,7 +396,8 @@ def require_slurm_for_arrays(spec: JobSpec, kind: str) -> None:
     that ignored them would not be the job that was asked for."""
     if kind != "slurm":
         flags = {o.name: o.flag.split("/")[0] for o in JOB_OPTIONS}
-        asked = [flags[name] for name in _SLURM_ONLY if getattr(spec, name) not in (None, False, ())]
+        unset = (None, False, ())
+        asked = [flags[name] for name in _SLURM_ONLY if getattr(spec, name) not in unset]
         if asked:
             raise SpecError(
                 f"{', '.join(asked)} need{'s' if len(asked) == 1 else ''} SLURM; the {kind} "
