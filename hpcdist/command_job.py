@@ -6,8 +6,10 @@ CLI's render path; it imports neither torch nor anything heavy.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -48,7 +50,9 @@ class CommandJob(Checkpointable):
     # The user's umask at submission: submit hands submitit a strict one (its pickles and
     # folders are private), which sbatch and the local executor would pass on to the job.
     umask: int | None = None
+    max_restarts: int | None = None  # None: no limit of ours (submitit's still holds)
     _child: subprocess.Popen[bytes] | None = field(default=None, repr=False, compare=False)
+    _terminated: bool = field(default=False, repr=False, compare=False)
 
     def __call__(self) -> int:
         if self.umask is not None:
@@ -58,6 +62,7 @@ class CommandJob(Checkpointable):
         if self.threads is not None:
             env["OMP_NUM_THREADS"] = env["MKL_NUM_THREADS"] = str(self.threads)
         env["PYTHONUNBUFFERED"] = "1"
+        self._note_termination()
         marker: Path | None = None
         if self.torchrun_nproc is None:
             self._child = subprocess.Popen(list(self.argv), env=env)
@@ -84,12 +89,44 @@ class CommandJob(Checkpointable):
                 f"{' '.join(self.argv)} checkpointed after the warning signal; "
                 "not requeued (--no-requeue)"
             )
+        if checkpointed and self._terminated:
+            # SLURM ended the step (a preemption, the time limit, scancel) and the child has
+            # saved its state: nothing is left to do here, and waiting would hold the nodes
+            # until SLURM's grace time ends while a preempting job waits for them. A
+            # preemption in REQUEUE mode requeues the job by itself.
+            # One task asks (the first); the others end as theirs did.
+            requeued = (
+                self.requeue and _task_rank() == 0 and _requeue_if_preempted(self.max_restarts)
+            )
+            print(
+                "hpcdist: checkpoint written after SIGTERM; "
+                + ("job requeued, " if requeued else "")
+                + "giving the nodes back now",
+                file=sys.stderr,
+                flush=True,
+            )
+            os._exit(0 if requeued else code)  # as if SLURM had ended us: no result recorded
         if checkpointed:
             # The child checkpointed after the warning signal; submitit's handler requeues.
             time.sleep(CHECKPOINT_GRACE_S)
         if code != 0:
             raise CommandFailed(f"{' '.join(self.argv)} exited with code {code}")
         return code
+
+    def _note_termination(self) -> None:
+        """Remember a SIGTERM (then pass it to submitit's own handler, which only logs it):
+        SLURM's end of the step, not the warning signal submitit requeues on."""
+        self._terminated = False
+        previous = signal.getsignal(signal.SIGTERM)
+
+        def on_term(signum: int, frame: Any) -> None:
+            self._terminated = True
+            if callable(previous):
+                previous(signum, frame)
+
+        # Not the main thread (ValueError): no handler of ours, the old wait stays.
+        with contextlib.suppress(ValueError):
+            signal.signal(signal.SIGTERM, on_term)
 
     # submitit reads a None from checkpoint() as "do not requeue" (its _checkpoint helper),
     # although Checkpointable's annotation names DelayedSubmission only.
@@ -115,6 +152,7 @@ class CommandJob(Checkpointable):
             self.torchrun_nproc,
             self.requeue,
             self.umask,
+            self.max_restarts,
         )
         return DelayedSubmission(fresh)
 
@@ -154,6 +192,24 @@ class CommandJob(Checkpointable):
         rank = _task_rank()
         record = {"rank": rank, "returncode": code, "finished": time.time()}
         write_atomic(self._folder() / f"exit_{rank}.json", json.dumps(record))
+
+
+def _requeue_if_preempted(max_restarts: int | None) -> bool:
+    """Requeue this job if SLURM picked it for preemption (it has a PreemptTime) and it has
+    restarts left: a preemption's SIGTERM, not the user's scancel or the time limit."""
+    job = os.environ.get("SLURM_JOB_ID", "")
+    restarts = int(os.environ.get("SLURM_RESTART_COUNT", "0") or 0)
+    if not job or (max_restarts is not None and restarts >= max_restarts):
+        return False
+    try:
+        shown = subprocess.run(
+            ["scontrol", "show", "job", job], capture_output=True, text=True, timeout=30
+        ).stdout
+        if not re.search(r"PreemptTime=[0-9]", shown):
+            return False
+        return subprocess.run(["scontrol", "requeue", job], timeout=30).returncode == 0
+    except (OSError, subprocess.SubprocessError):  # no scontrol here: SLURM decides
+        return False
 
 
 def _wait_exited(pid: int, timeout_s: float) -> bool:

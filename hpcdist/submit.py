@@ -299,6 +299,7 @@ def submit(
                 record_dir=None,
                 torchrun_nproc=nproc,
                 requeue=spec.requeue,
+                max_restarts=spec.max_restarts,
                 umask=current_umask(),
             )
             for point, secret in zip(sweep_points or [()], secret_files, strict=True)

@@ -17,14 +17,21 @@ import os
 import re
 import time
 from collections.abc import Callable, Iterator
+from datetime import datetime
 from pathlib import Path
 
 import pytest
 import torch
 
-from tests.integration.conftest import SlurmCluster, run_slurm, sbatch
+from tests.integration.conftest import (
+    SlurmCluster,
+    finish_waiting,
+    run_slurm,
+    sbatch,
+    submit_waiting,
+)
 from tests.integration.sidebed import FINAL, SideBed, show_job, side_testbed, wait_state
-from tests.integration.test_faults import _log, _training_job, _wait_for, _weights
+from tests.integration.test_faults import CONFIG, _log, _training_job, _wait_for, _weights
 
 EPOCHS = 30
 GRACE_S = "15"
@@ -104,6 +111,57 @@ def test_requeue_mode_preempted_training_resumes_with_the_uninterrupted_weights(
         f"measured: REQUEUE preemption after epoch 3, resumed from epoch {resumed[0]}, "
         f"weights equal to the uninterrupted run ({time.monotonic() - started:.0f} s)"
     )
+
+
+def _seconds_between(earlier: str, later: str) -> float:
+    """Seconds between two of scontrol's times (2026-11-27T01:40:03)."""
+    return (datetime.fromisoformat(later) - datetime.fromisoformat(earlier)).total_seconds()
+
+
+def test_a_preempted_submit_job_gives_its_nodes_back_at_once_and_resumes(
+    requeue_bed: SideBed,
+    reference: Callable[[], Weights],
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    config = tmp_path / "submitted.yaml"
+    config.write_text(CONFIG.format(epochs=EPOCHS))
+    with requeue_bed.active(monkeypatch):
+        waiter, job_id = submit_waiting(
+            [
+                "--nodes=2",
+                "--backend=gloo",
+                "--cpus-per-task=1",
+                "--time=20",
+                "--job-name=submitted",
+                "--wait",
+                "--command",
+                f"python3 -m ufsemulator train --config {config}",
+            ],
+            tmp_path,
+        )
+        folder = tmp_path / ".hpcdist" / "submitit" / str(job_id)
+
+        def log() -> str:  # rank 0's task: stdout and stderr, every run appended
+            path = folder / f"{job_id}_0_log.out"
+            return path.read_text(errors="replace") if path.exists() else ""
+
+        _wait_for(lambda: "Epoch 3/" in log(), 180, "the submitted training")
+        high = sbatch(HIGH_JOB, "-p", "high", "-N", "2", "--exclusive", cwd=tmp_path, wait=False)
+        preemptor = wait_state(high.job_id, FINAL, timeout=120)
+        out = finish_waiting(waiter, job_id, timeout=400)
+    assert preemptor["JobState"] == "COMPLETED", preemptor
+    # The preemptor is submitted before the training is told to stop, so its wait from
+    # submission to start bounds how long the nodes were held after the checkpoint. Before,
+    # the submitit task slept until SLURM killed it at the end of the grace time.
+    waited = _seconds_between(preemptor["SubmitTime"], preemptor["StartTime"])
+    assert waited <= 10, (preemptor, log())
+    said = "checkpoint written after SIGTERM; job requeued, giving the nodes back now"
+    assert said in log(), log()
+    assert f"Job {job_id} ended COMPLETED" in out, out
+    assert re.search(r"Resuming from \S+ \(epoch \d+, restart 1\)", log()), log()
+    _assert_same_weights(tmp_path / "runs" / str(job_id), reference)
+    print(f"measured: the preemptor started {waited:.0f} s after its submission")
 
 
 def _refusing_scontrol(tmp_path: Path) -> Path:
