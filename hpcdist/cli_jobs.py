@@ -57,9 +57,22 @@ def submit(executor: str, dry_run: bool, wait: bool, no_preflight: bool, **optio
         click.echo(f"  rank 0 err: {record.log_path(0, 'err')}")
     if not wait:
         return 0
-    state = follow(record, rank=0)
+    try:
+        state = follow(record, rank=0)
+    except KeyboardInterrupt:
+        return _stopped_following(record.job_id)
     click.echo(f"Job {record.job_id} ended {state}")
     return 0 if state == "COMPLETED" else 1
+
+
+def _stopped_following(job_id: str) -> int:
+    """Ctrl-C stops the following, not the job: say so, and how to reach it again."""
+    click.echo(
+        f"\nhpcdist: stopped following; job {job_id} keeps running "
+        f"(hpcdist status {job_id}, hpcdist logs {job_id} --follow, hpcdist cancel {job_id})",
+        err=True,
+    )
+    return 130
 
 
 def _submitted_array(record: JobRecord, max_parallel: int | None, wait: bool) -> int:
@@ -74,9 +87,12 @@ def _submitted_array(record: JobRecord, max_parallel: int | None, wait: bool) ->
         click.echo(f"  {task.job_id}: {' '.join(point)}; rank 0 log: {task.log_path(0)}")
     if not wait:
         return 0
-    states = wait_for_tasks(
-        record.job_id, len(points), lambda task, state: click.echo(f"  {task} {state}")
-    )
+    try:
+        states = wait_for_tasks(
+            record.job_id, len(points), lambda task, state: click.echo(f"  {task} {state}")
+        )
+    except KeyboardInterrupt:
+        return _stopped_following(record.job_id)
     ended = sum(state == "COMPLETED" for state in states.values())
     click.echo(f"Job {record.job_id} ended: {ended} of {len(states)} tasks COMPLETED")
     from hpcdist.report import collect, table
@@ -102,7 +118,8 @@ def follow(record: JobRecord, rank: int, poll_s: float = 1.0) -> str:
 def cancel_command(job_id: str) -> int:
     """Cancel a job."""
     record = load_record(job_id)
-    state = cancel(record)
+    # An array answers one state per task: said once each, in order.
+    state = ", ".join(dict.fromkeys(s.strip() for s in cancel(record).splitlines() if s.strip()))
     if state in FINAL_STATES:
         click.echo(f"Job {job_id} had already ended ({state}); nothing to cancel")
     else:

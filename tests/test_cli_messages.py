@@ -1,0 +1,58 @@
+"""Messages that point the right way: a stopped --wait, an array's cancel."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import pytest
+
+from hpcdist import cli_jobs
+from hpcdist.cli import main
+
+
+def test_ctrl_c_during_wait_says_the_job_keeps_running(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    monkeypatch.chdir(tmp_path)
+
+    def interrupted(record: object, rank: int, poll_s: float = 1.0) -> str:
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(cli_jobs, "follow", interrupted)
+    code = main(
+        [
+            "submit",
+            "--executor",
+            "local",
+            "--mode",
+            "threads",
+            "--wait",
+            "--command",
+            f"{sys.executable} -c pass",
+        ]
+    )
+    err = capsys.readouterr().err
+    assert code == 130
+    job = err.split("job ")[1].split()[0]
+    assert (
+        f"hpcdist: stopped following; job {job} keeps running (hpcdist status {job}, "
+        f"hpcdist logs {job} --follow, hpcdist cancel {job})"
+    ) in err
+
+
+@pytest.mark.parametrize(
+    ("answer", "said"),
+    [
+        ("CANCELLED\nRUNNING\nRUNNING\n", "(was CANCELLED, RUNNING)"),
+        ("RUNNING", "(was RUNNING)"),
+    ],
+)
+def test_cancel_says_each_state_once_on_one_line(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str], answer: str, said: str
+) -> None:
+    monkeypatch.setattr(cli_jobs, "load_record", lambda job_id: object())
+    monkeypatch.setattr(cli_jobs, "cancel", lambda record: answer)
+    assert main(["cancel", "42"]) == 0
+    out = capsys.readouterr().out
+    assert out == f"Cancelled job 42 {said}\n"
