@@ -423,8 +423,36 @@ def build_spec(profile: Profile, flags: Mapping[str, Any]) -> JobSpec:
         after=tuple(merged["after"]),
         **site_fields(profile, merged),
     )
-    validate(spec, profile)
+    try:
+        validate(spec, profile)
+    except SpecError as exc:
+        raise SpecError(_named_where_it_came_from(str(exc), profile, flags)) from None
     return spec
+
+
+# Profile keys whose values reach a field other than the one of the same name.
+_PROFILE_KEYS = {"sbatch_options": "sbatch", "srun_args": "srun_args"}
+_SITE_KEYS = ("partition", "account", "qos", "setup")
+
+
+def _named_where_it_came_from(message: str, profile: Profile, flags: Mapping[str, Any]) -> str:
+    """A refusal names the flag of the value; where no flag set it, the value came from
+    the profile: the message names the profile's file and key instead."""
+    for option in JOB_OPTIONS:
+        flag = option.flag.split("/")[0]
+        if not message.startswith(flag + " ") or flags.get(option.name) not in (None, ()):
+            continue
+        if option.name in profile.defaults:
+            key = f"defaults.{option.name}"
+        elif option.name in _PROFILE_KEYS and getattr(profile, _PROFILE_KEYS[option.name], None):
+            key = _PROFILE_KEYS[option.name]
+        elif option.name in _SITE_KEYS and getattr(profile, option.name, None):
+            key = option.name
+        else:
+            return message  # the built-in default: the flag is the way to change it
+        where = f"profile {profile.name!r} ({profile.source or 'built in'}) key {key}"
+        return where + message[len(flag) :]
+    return message
 
 
 # Lists of words where an empty word is a mistake (command words and --env values may be

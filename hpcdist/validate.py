@@ -47,7 +47,7 @@ def validate(spec: JobSpec, profile: Profile) -> None:
     _check_gpus(spec, profile)
     _check_cpus(spec, profile)
     seconds = time_limit_seconds(spec.time)
-    if profile.max_time is not None and seconds > time_limit_seconds(profile.max_time):
+    if profile.max_time is not None and seconds > _profile_time(profile):
         raise SpecError(
             f"--time {spec.time!r} exceeds profile {profile.name!r} limit of {profile.max_time}"
         )
@@ -145,6 +145,16 @@ def _check_cpus(spec: JobSpec, profile: Profile) -> None:
 
 # sbatch --signal without @SECONDS warns this long before the limit (sbatch(1)).
 _DEFAULT_WARNING_S = 60
+
+
+def _profile_time(profile: Profile) -> int:
+    """The profile's max_time in seconds; a bad one is named as the profile's key."""
+    assert profile.max_time is not None
+    try:
+        return time_limit_seconds(profile.max_time)
+    except SpecError as exc:
+        where = f"profile {profile.name!r} ({profile.source or 'built in'}) key max_time"
+        raise SpecError(str(exc).replace("--time", where, 1)) from None
 
 
 def _check_warning_fits(signal: str, time: str, limit_s: int) -> None:

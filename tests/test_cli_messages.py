@@ -56,3 +56,37 @@ def test_cancel_says_each_state_once_on_one_line(
     assert main(["cancel", "42"]) == 0
     out = capsys.readouterr().out
     assert out == f"Cancelled job 42 {said}\n"
+
+
+@pytest.mark.parametrize(
+    ("profile_text", "flags", "said"),
+    [
+        ("max_time: forever", [], "key max_time 'forever' is not a SLURM time limit"),
+        ("sbatch: {nodes: 4}", [], "key sbatch 'nodes' is hpcdist's own option"),
+        ("defaults: {nodes: 0}", [], "key defaults.nodes must be >= 1, got 0"),
+    ],
+)
+def test_a_bad_profile_value_is_named_as_the_profiles_key_not_a_flag(
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
+    profile_text: str,
+    flags: list[str],
+    said: str,
+) -> None:
+    site = tmp_path / "site.yaml"
+    site.write_text(f"partition: debug\npartitions: [debug]\n{profile_text}\n")
+    site.chmod(0o600)
+    assert main(["render", "--profile", str(site), *flags]) == 2
+    err = capsys.readouterr().err
+    assert err == f"hpcdist: error: profile 'site' ({site}) {said}" + err.split(said, 1)[1]
+    assert err.count("\n") == 1
+
+
+def test_the_users_own_flag_is_named_as_the_flag(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    site = tmp_path / "site.yaml"
+    site.write_text("partition: debug\npartitions: [debug]\ndefaults: {nodes: 0}\n")
+    site.chmod(0o600)
+    assert main(["render", "--profile", str(site), "--nodes", "0"]) == 2
+    assert capsys.readouterr().err == "hpcdist: error: --nodes must be >= 1, got 0\n"

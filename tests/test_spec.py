@@ -114,7 +114,7 @@ BAD_REQUESTS: list[tuple[list[str], str]] = [
     (["--env", "1BAD=x"], "--env '1BAD' is not a variable name; expected [A-Za-z_][A-Za-z0-9_]*"),
     (["--job-name", "a\nb"], "--job-name 'a\\nb' contains a newline or NUL; expected one line"),
     (["--output", "x\x00y"], "--output 'x\\x00y' contains a newline or NUL; expected one line"),
-    (["--job-name", " "], "--job-name must not be empty"),
+    (["--job-name", " "], "--job-name is empty (' '); leave it out or give a value"),
     (
         ["--mode", "mpi"],
         "Invalid value for '--mode': 'mpi' is not one of 'threads', 'gloo', 'nccl', 'test'.",
