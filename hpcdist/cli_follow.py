@@ -9,6 +9,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import re
+import signal
 import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
@@ -67,6 +68,21 @@ def _efficiency(infos: Sequence[JobInfo]) -> dict[str, tuple[Any, str, str | Non
     return out
 
 
+def exit_text(code: int, signal_number: int, reason: str | None) -> str:
+    """``3``, ``0, killed by signal 9 (SIGKILL)``; SLURM also writes numbers there that are
+    no signal (a launch failure reads 0:53): said as such, with the reason."""
+    if signal_number == 0:
+        return str(code)
+    try:
+        name = signal.Signals(signal_number).name
+    except ValueError:
+        name = None
+    if name is not None and signal_number < signal.SIGRTMIN:
+        return f"{code}, killed by signal {signal_number} ({name})"
+    why = f"; reason {reason}" if reason else ""
+    return f"{code} (no signal: SLURM's signal field reads {signal_number}{why})"
+
+
 def _describe(info: JobInfo, summary: str | None, advice: str | None) -> list[str]:
     lines = [f"{info.job_id} {info.state}"]
     rows: list[tuple[str, str]] = [("name", info.name)]
@@ -77,7 +93,7 @@ def _describe(info: JobInfo, summary: str | None, advice: str | None) -> list[st
         ("elapsed", f"{format_duration(info.elapsed_s or 0)} of {format_duration(info.limit_s)}")
     )
     if info.state not in ("PENDING", "RUNNING"):
-        rows.append(("exit code", f"{info.exit_code}, signal {info.signal}"))
+        rows.append(("exit code", exit_text(info.exit_code, info.signal, info.reason)))
     rows.append(("restarts", str(info.restarts)))
     rows.append(("stdout", info.stdout or "unknown"))
     if info.stderr and info.stderr != info.stdout:

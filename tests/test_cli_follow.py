@@ -49,7 +49,7 @@ def test_status_of_a_completed_job_with_efficiency(slurm: dict[str, JobInfo]) ->
         "  name:       hpcdist-commcheck",
         "  nodes:      node[3-4] (2)",
         "  elapsed:    0:00:04 of 0:30:00",
-        "  exit code:  0, signal 0",
+        "  exit code:  0",
         "  restarts:   0",
         "  stdout:     /tmp/jobsfx/hpcdist-commcheck-9569844.out",
         "  efficiency: CPU not recorded, memory not recorded, wall time 0.2% (0:00:04 of 0:30:00)",

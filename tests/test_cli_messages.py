@@ -90,3 +90,25 @@ def test_the_users_own_flag_is_named_as_the_flag(
     site.chmod(0o600)
     assert main(["render", "--profile", str(site), "--nodes", "0"]) == 2
     assert capsys.readouterr().err == "hpcdist: error: --nodes must be >= 1, got 0\n"
+
+
+@pytest.mark.parametrize(
+    ("code", "number", "reason", "said"),
+    [
+        (3, 0, None, "3"),
+        (0, 9, None, "0, killed by signal 9 (SIGKILL)"),
+        (
+            0,
+            53,
+            "JobLaunchFailure",
+            "0 (no signal: SLURM's signal field reads 53; reason JobLaunchFailure)",
+        ),
+        (0, 53, None, "0 (no signal: SLURM's signal field reads 53)"),
+    ],
+)
+def test_status_says_a_signal_only_where_one_ended_the_job(
+    code: int, number: int, reason: str | None, said: str
+) -> None:
+    from hpcdist.cli_follow import exit_text
+
+    assert exit_text(code, number, reason) == said
