@@ -93,7 +93,7 @@ def from_scontrol(record: Mapping[str, str]) -> JobInfo:
         job_id=task_id(record),
         name=record.get("JobName", ""),
         state=base_state(record.get("JobState", "")),
-        reason=_none(record.get("Reason")),
+        reason=_pending_reason(record),
         nodes=_none(record.get("NodeList")),
         num_nodes=_int(record.get("NumNodes"), 0),
         elapsed_s=parse_duration(record.get("RunTime", "")),
@@ -106,6 +106,17 @@ def from_scontrol(record: Mapping[str, str]) -> JobInfo:
         workdir=_none(record.get("WorkDir")),
         source="scontrol",
     )
+
+
+def _pending_reason(record: Mapping[str, str]) -> str | None:
+    """SLURM's reason, with what it waits for where the reason names it: the time of a
+    ``BeginTime``, the jobs of a ``Dependency``."""
+    reason = _none(record.get("Reason"))
+    if reason == "BeginTime" and _none(record.get("StartTime")):
+        return f"BeginTime (starts no earlier than {record['StartTime']})"
+    if reason == "Dependency" and _none(record.get("Dependency")):
+        return f"Dependency ({record['Dependency']})"
+    return reason
 
 
 def job_rows(rows: Sequence[Mapping[str, str]]) -> list[Mapping[str, str]]:

@@ -64,7 +64,7 @@ def test_status_of_a_pending_job_names_its_reason(slurm: dict[str, JobInfo]) -> 
     data = json.loads(result.stdout)
     assert (data["state"], data["reason"], data["nodes"], data["efficiency"]) == (
         "PENDING",
-        "BeginTime",
+        "BeginTime (starts no earlier than 2026-11-26T11:20:51)",
         None,
         None,
     )

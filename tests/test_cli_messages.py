@@ -112,3 +112,25 @@ def test_status_says_a_signal_only_where_one_ended_the_job(
     from hpcdist.cli_follow import exit_text
 
     assert exit_text(code, number, reason) == said
+
+
+@pytest.mark.parametrize(
+    ("fields", "reason"),
+    [
+        (
+            {"Reason": "BeginTime", "StartTime": "2026-11-27T03:00:00"},
+            "BeginTime (starts no earlier than 2026-11-27T03:00:00)",
+        ),
+        (
+            {"Reason": "Dependency", "Dependency": "afterok:41(unfulfilled)"},
+            "Dependency (afterok:41(unfulfilled))",
+        ),
+        ({"Reason": "Dependency", "Dependency": "(null)"}, "Dependency"),
+        ({"Reason": "Priority"}, "Priority"),
+    ],
+)
+def test_a_pending_jobs_reason_names_what_it_waits_for(fields: dict[str, str], reason: str) -> None:
+    from hpcdist.slurmquery import from_scontrol
+
+    record = {"JobId": "42", "JobName": "x", "JobState": "PENDING", **fields}
+    assert from_scontrol(record).reason == reason
