@@ -251,13 +251,12 @@ def logs(job_id: str, rank: int | None, follow_: bool) -> int:
             follow(record, rank)
             return 0
         text = read_log(record, rank)
-        if not text and not record.log_path(rank).is_file():
-            click.echo(
-                f"hpcdist: no log yet for rank {rank} of job {job_id} "
-                f"({job_state(record)}); expected {record.log_path(rank)}",
-                err=True,
+        if not text:  # nothing found never looks like an empty log
+            where = record.log_path(rank)
+            said = "is empty so far" if where.is_file() else "does not exist yet"
+            raise UserError(
+                f"rank {rank} of job {job_id} ({job_state(record)}): its log {where} {said}"
             )
-            return 1
         click.echo(text, nl=False)
         return 0
     info = query_job(job_id)
@@ -281,11 +280,17 @@ def logs(job_id: str, rank: int | None, follow_: bool) -> int:
     missing = [str(path) for path, _ in paths if not path.is_file()]
     if len(missing) == len(paths):
         raise UserError(f"job {job_id} ({info.state}) has no log yet at {', '.join(missing)}")
+    printed = ""
     for path, _ in paths:  # both to stdout, as for a job of this folder
         if path.is_file():
             text = path.read_text(errors="replace")
             lines = text.splitlines(keepends=True)
-            click.echo("".join(shown(ln) for ln in lines if keep(ln)), nl=False)
+            printed += "".join(shown(ln) for ln in lines if keep(ln))
+    if not printed:  # nothing found never looks like an empty log
+        whose = f"rank {rank} of job {job_id}" if rank is not None else f"job {job_id}"
+        looked = ", ".join(str(path) for path, _ in paths)
+        raise UserError(f"nothing for {whose} ({info.state}) in {looked}")
+    click.echo(printed, nl=False)
     return 0
 
 

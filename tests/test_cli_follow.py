@@ -88,6 +88,22 @@ def test_logs_of_a_slurm_job_and_one_rank(slurm: dict[str, JobInfo], tmp_path: P
     assert CliRunner().invoke(cli, ["logs", "5", "--rank", "1"]).stdout == "[Rank 1] host b\n"
 
 
+def test_logs_that_hold_nothing_for_the_rank_say_where_they_looked(
+    slurm: dict[str, JobInfo], tmp_path: Path
+) -> None:
+    log, err = tmp_path / "o-5.log", tmp_path / "e-5.log"
+    log.write_text("[Rank 0] host a\n")
+    err.write_text("")
+    slurm["5"] = _info("9569844", job_id="5", stdout=str(log), stderr=str(err))
+    result = CliRunner().invoke(cli, ["logs", "5", "--rank", "1"])
+    assert result.exit_code == 2
+    assert result.stdout == ""
+    assert result.stderr == (
+        f"hpcdist: error: nothing for rank 1 of job 5 (COMPLETED) in {log}, {err}\n"
+    )
+    assert CliRunner().invoke(cli, ["logs", "5", "--rank", "0"]).stdout == "[Rank 0] host a\n"
+
+
 def test_logs_of_a_job_that_has_not_written_yet(slurm: dict[str, JobInfo], tmp_path: Path) -> None:
     slurm["5"] = _info("9569845", job_id="5", stdout=str(tmp_path / "none.out"))
     result = CliRunner().invoke(cli, ["logs", "5"])

@@ -47,7 +47,17 @@ def _sacct(job_id: str) -> list[dict[str, str]]:
             0,
             "/tmp/jobsfx/hpcdist-commcheck-9569844.out",
         ),
-        ("9569845", "PENDING", "BeginTime (starts no earlier than 2026-11-26T11:20:51)", None, 0.0, None, 0, 0, "/tmp/jobsfx/held-9569845.out"),
+        (
+            "9569845",
+            "PENDING",
+            "BeginTime (starts no earlier than 2026-11-26T11:20:51)",
+            None,
+            0.0,
+            None,
+            0,
+            0,
+            "/tmp/jobsfx/held-9569845.out",
+        ),
         (
             "9569850",
             "TIMEOUT",
