@@ -7,10 +7,12 @@ from typing import Any
 
 import click
 
+from hpcdist.errors import UserError
 from hpcdist.jobs import (
     FINAL_STATES,
     JobRecord,
     cancel,
+    find_record,
     job_state,
     load_record,
 )
@@ -117,14 +119,37 @@ def follow(record: JobRecord, rank: int, poll_s: float = 1.0) -> str:
 @click.argument("job_id")
 def cancel_command(job_id: str) -> int:
     """Cancel a job."""
-    record = load_record(job_id)
+    record = find_record(job_id)
     # An array answers one state per task: said once each, in order.
-    state = ", ".join(dict.fromkeys(s.strip() for s in cancel(record).splitlines() if s.strip()))
+    answer = cancel(record) if record is not None else _cancel_slurm_job(job_id)
+    state = ", ".join(dict.fromkeys(s.strip() for s in answer.splitlines() if s.strip()))
     if state in FINAL_STATES:
         click.echo(f"Job {job_id} had already ended ({state}); nothing to cancel")
     else:
         click.echo(f"Cancelled job {job_id} (was {state})")
     return 0
+
+
+def _cancel_slurm_job(job_id: str) -> str:
+    """A job that `hpcdist list` shows without a record here (``sbatch hpc/train.sh``, or
+    another folder's): SLURM's own, cancelled there; SLURM refuses other users' jobs."""
+    import shutil
+
+    from hpcdist.jobs import slurm_tool
+    from hpcdist.slurmquery import query_job
+
+    info = query_job(job_id) if shutil.which("scontrol") or shutil.which("sacct") else None
+    if info is None:
+        raise UserError(
+            f"job {job_id!r} has no record in this folder and SLURM does not know it; "
+            "expected an id from `hpcdist list`"
+        )
+    if info.state in FINAL_STATES:
+        return info.state
+    proc = slurm_tool(["scancel", job_id])
+    if proc.returncode != 0:
+        raise UserError(f"scancel {job_id} failed: {proc.stderr.strip()}")
+    return info.state
 
 
 JOB_COMMANDS = (submit, cancel_command)

@@ -51,7 +51,7 @@ def test_ctrl_c_during_wait_says_the_job_keeps_running(
 def test_cancel_says_each_state_once_on_one_line(
     monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str], answer: str, said: str
 ) -> None:
-    monkeypatch.setattr(cli_jobs, "load_record", lambda job_id: object())
+    monkeypatch.setattr(cli_jobs, "find_record", lambda job_id: object())
     monkeypatch.setattr(cli_jobs, "cancel", lambda record: answer)
     assert main(["cancel", "42"]) == 0
     out = capsys.readouterr().out
@@ -134,3 +134,32 @@ def test_a_pending_jobs_reason_names_what_it_waits_for(fields: dict[str, str], r
 
     record = {"JobId": "42", "JobName": "x", "JobState": "PENDING", **fields}
     assert from_scontrol(record).reason == reason
+
+
+def test_cancel_reaches_a_slurm_job_this_folder_has_no_record_of(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # `hpcdist list` shows this user's SLURM jobs too (sbatch hpc/train.sh): cancel them.
+    import subprocess
+
+    from hpcdist import jobs, slurmquery
+
+    asked: list[list[str]] = []
+    monkeypatch.setattr(cli_jobs, "find_record", lambda job_id: None)
+    monkeypatch.setattr("shutil.which", lambda name: f"/usr/bin/{name}")
+    info = type("Info", (), {"state": "RUNNING"})()
+    monkeypatch.setattr(slurmquery, "query_job", lambda job_id: info if job_id == "7" else None)
+
+    def scancel(argv: list[str]) -> subprocess.CompletedProcess[str]:
+        asked.append(argv)
+        return subprocess.CompletedProcess(argv, 0, "", "")
+
+    monkeypatch.setattr(jobs, "slurm_tool", scancel)
+    assert main(["cancel", "7"]) == 0
+    assert capsys.readouterr().out == "Cancelled job 7 (was RUNNING)\n"
+    assert asked == [["scancel", "7"]]
+    assert main(["cancel", "8"]) == 2
+    assert capsys.readouterr().err == (
+        "hpcdist: error: job '8' has no record in this folder and SLURM does not know it; "
+        "expected an id from `hpcdist list`\n"
+    )
