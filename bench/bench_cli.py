@@ -3,7 +3,7 @@
     python3 -m bench.bench_cli --runs 20 --json cli.json
 
 - ``hpcdist render --mode gloo --nodes 4`` run ``--runs`` times as a subprocess, through
-  the installed console script and through ``python3 -m hpcdist.cli`` (one untimed run
+  the installed console script and through ``python3 -m hpcdist.cli.main`` (one untimed run
   of each first); median, min and max wall time. Target: median <= 0.3 s.
 - ``import hpcdist.distributed`` alone (what each rank imports before torch), the same way.
 - ``python3 -X importtime`` of the same command: the modules that cost the most.
@@ -24,7 +24,7 @@ from pathlib import Path
 from typing import Any
 
 from bench.report import machine, table, write_json
-from hpcdist.nodelist import expand_nodelist
+from hpcdist.slurm.nodelist import expand_nodelist
 
 RENDER_ARGS = ("render", "--mode", "gloo", "--nodes", "4")
 RENDER_TARGET_S = 0.3
@@ -83,7 +83,7 @@ def main(argv: list[str] | None = None) -> int:
     report["importtime"] = _importtime(args.top)
     imp = report["importtime"]
     print(
-        f"\nImport time of `python3 -X importtime -m hpcdist.cli {' '.join(RENDER_ARGS)}`: "
+        f"\nImport time of `python3 -X importtime -m hpcdist.cli.main {' '.join(RENDER_ARGS)}`: "
         f"{imp['total_ms']:.0f} ms in all top-level imports; largest cumulative:\n"
     )
     print(
@@ -118,8 +118,8 @@ def main(argv: list[str] | None = None) -> int:
 def _render(runs: int) -> list[dict[str, Any]]:
     ways: list[tuple[str, list[str]]] = [
         (
-            "python3 -m hpcdist.cli " + " ".join(RENDER_ARGS),
-            [sys.executable, "-m", "hpcdist.cli", *RENDER_ARGS],
+            "python3 -m hpcdist.cli.main " + " ".join(RENDER_ARGS),
+            [sys.executable, "-m", "hpcdist.cli.main", *RENDER_ARGS],
         ),
         # What every rank imports before torch: the contract without torch.
         (
@@ -161,7 +161,7 @@ def _wall(argv: list[str]) -> float:
 def _importtime(top: int) -> dict[str, Any]:
     env = {**os.environ, "PYTHONPROFILEIMPORTTIME": "1"}
     proc = subprocess.run(
-        [sys.executable, "-X", "importtime", "-m", "hpcdist.cli", *RENDER_ARGS],
+        [sys.executable, "-X", "importtime", "-m", "hpcdist.cli.main", *RENDER_ARGS],
         capture_output=True,
         text=True,
         check=False,

@@ -88,7 +88,7 @@ echo "[rankinfo] rank ${SLURM_PROCID:-?} local ${SLURM_LOCALID:-?} node ${SLURMD
 exec "$@"
 EOF
 chmod +x "$WORK/rankinfo.sh"
-# train_workaround.py: used only when the plain training job fails. ufsemulator/training.py
+# train_workaround.py: used only when the plain training job fails. ufsemulator/training/train.py
 # (as of 2026-11-26) all-reduces its normalisation sums as CPU tensors, torch_all_reduce("cpu"),
 # which an NCCL process group cannot do ("No backend type associated with device type cpu");
 # this runs the unchanged `python -m ufsemulator` with that one reduction on the rank's GPU.
@@ -99,7 +99,7 @@ import sys
 import torch
 import torch.distributed as dist
 
-import ufsemulator.training as training
+import ufsemulator.training.train as training
 from ufsemulator import normalization
 
 
@@ -206,7 +206,7 @@ submit() {
 render() {  # OUT_FILE hpcdist-render-flags...
   local out=$1
   shift
-  python3 -m hpcdist.cli render --profile gpu-cluster --partition gpu "$@" -o "$out" --force \
+  python3 -m hpcdist.cli.main render --profile gpu-cluster --partition gpu "$@" -o "$out" --force \
     >/dev/null || note "render $* FAILED"
 }
 
@@ -235,7 +235,7 @@ fallback_launch() {
 }
 
 # ------------------------------------------------------------------ 2-3. 1 node x 4 GPUs
-CHECK="$WORK/rankinfo.sh python3 -m hpcdist.commcheck --timeout 60"
+CHECK="$WORK/rankinfo.sh python3 -m hpcdist.distributed.commcheck --timeout 60"
 NCCL_INFO=(--env NCCL_DEBUG=INFO --env NCCL_DEBUG_SUBSYS=INIT)
 if testbed_up 1x4 1 4 64 v1; then
   render "$WORK/nccl_check_1x4.sh" --mode nccl --nodes 1 --gpus-per-node 4 --cpus-per-task 4 \
@@ -260,7 +260,7 @@ partitions: [gpu]
 cores_per_node: 64
 nccl_env: {NCCL_NVLS_ENABLE: "0", TORCH_SYMM_MEM_DISABLE_MULTICAST: "1", NVSHMEM_DISABLE_NVLS: "1"}
 YAML
-  python3 -m hpcdist.cli render --profile "$WORK/auto-gpu.yaml" --mode nccl --nodes 1 \
+  python3 -m hpcdist.cli.main render --profile "$WORK/auto-gpu.yaml" --mode nccl --nodes 1 \
     --time 3 --job-name autodetect-gpus --command "$CHECK" -o "$WORK/autodetect.sh" --force \
     >/dev/null || note "render of the auto-detect job FAILED"
   submit autodetect-1x4 "$WORK/autodetect.sh"
@@ -303,7 +303,7 @@ if [ "$TESTBED_OK" -eq 0 ]; then
   note "no testbed came up; launching with the SLURM variables srun would set"
   for layout in "1 4" "2 2"; do
     # shellcheck disable=SC2086
-    fallback_launch $layout python3 -m hpcdist.commcheck --timeout 60 \
+    fallback_launch $layout python3 -m hpcdist.distributed.commcheck --timeout 60 \
       >"$LOGS/fallback-check-${layout/ /x}.out" 2>&1
     note "fallback commcheck ${layout/ /x}: exit $? $(grep -h '^PASS\|^FAIL' "$LOGS/fallback-check-${layout/ /x}.out" | head -4 | tr '\n' ' ')"
   done

@@ -12,7 +12,7 @@ import pytest
 
 from tests.integration.conftest import SlurmCluster, slurm_env
 
-HPCDIST = [sys.executable, "-m", "hpcdist.cli"]
+HPCDIST = [sys.executable, "-m", "hpcdist.cli.main"]
 RUN_FILES = {
     "checkpoint.pt",
     "best_model.pt",

@@ -1,0 +1,113 @@
+"""``hpcdist submit`` and ``cancel``; ``status``, ``logs`` and ``list`` are in cli_follow."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import click
+
+from hpcdist.jobs.records import (
+    FINAL_STATES,
+    JobRecord,
+    cancel,
+    job_state,
+    load_record,
+)
+from hpcdist.jobs.submit import EXECUTORS
+from hpcdist.spec.options import job_options, spec_from_options
+
+
+@click.command()
+@job_options
+@click.option(
+    "--executor",
+    type=click.Choice(EXECUTORS),
+    default="auto",
+    help="slurm, local processes, or auto: slurm where sbatch is on PATH.",
+)
+@click.option("--dry-run", is_flag=True, help="Print what would be submitted; submit nothing.")
+@click.option("--wait", is_flag=True, help="Follow rank 0's log; exit 0 only if COMPLETED.")
+@click.option("--no-preflight", is_flag=True, help="Skip `sbatch --test-only`.")
+def submit(executor: str, dry_run: bool, wait: bool, no_preflight: bool, **options: Any) -> int:
+    """Submit a job through submitit and print its id, state and log paths."""
+    from hpcdist.jobs import submit as submission
+
+    spec = spec_from_options(options)
+    if spec.gpus_auto and submission.choose_executor(executor) == "slurm":
+        # No GPU count anywhere: the partition's, from the controller (submitit needs it).
+        from hpcdist.jobs.gpudetect import fill_gpu_count
+
+        spec, found = fill_gpu_count(options, spec)
+        click.echo(found, err=True)
+    if dry_run:
+        click.echo(json.dumps(submission.describe(spec, executor), indent=2, default=list))
+        return 0
+    result = submission.submit(spec, executor, preflight_check=not no_preflight)
+    record = result.record
+    click.echo(
+        f"Submitted job {record.job_id} ({result.executor}, {spec.mode}, "
+        f"{spec.nodes} nodes x {spec.tasks_per_node} tasks)"
+    )
+    if record.points is not None and "_" not in record.job_id and len(record.points) > 1:
+        return _submitted_array(record, spec.max_parallel, wait)
+    click.echo(f"  state: {job_state(record)}")
+    click.echo(f"  rank 0 log: {record.log_path(0)}")
+    if spec.error is not None or result.executor == "local":
+        click.echo(f"  rank 0 err: {record.log_path(0, 'err')}")
+    if not wait:
+        return 0
+    state = follow(record, rank=0)
+    click.echo(f"Job {record.job_id} ended {state}")
+    return 0 if state == "COMPLETED" else 1
+
+
+def _submitted_array(record: JobRecord, max_parallel: int | None, wait: bool) -> int:
+    """An array's tasks, each with its point and log; with --wait, every task to its end."""
+    from hpcdist.jobs.arrays import wait_for_tasks
+
+    points = record.points or []
+    at_once = f", at most {max_parallel} at once" if max_parallel else ""
+    click.echo(f"  array: {len(points)} tasks{at_once}")
+    for index, point in enumerate(points):
+        task = load_record(f"{record.job_id}_{index}")
+        click.echo(f"  {task.job_id}: {' '.join(point)}; rank 0 log: {task.log_path(0)}")
+    if not wait:
+        return 0
+    states = wait_for_tasks(
+        record.job_id, len(points), lambda task, state: click.echo(f"  {task} {state}")
+    )
+    ended = sum(state == "COMPLETED" for state in states.values())
+    click.echo(f"Job {record.job_id} ended: {ended} of {len(states)} tasks COMPLETED")
+    from hpcdist.jobs.report import collect, table
+
+    click.echo(table(collect(record.job_id)), nl=False)  # what `hpcdist report` prints
+    return 0 if ended == len(states) else 1
+
+
+def follow(record: JobRecord, rank: int, poll_s: float = 1.0) -> str:
+    """Print a rank's log as it grows until the job reaches a final state; return it."""
+    from hpcdist.cli.follow import follow_files
+
+    return follow_files(
+        [(record.log_path(rank, "out"), False), (record.log_path(rank, "err"), True)],
+        lambda: job_state(record),
+        lambda line: True,
+        poll_s,
+    )
+
+
+@click.command(name="cancel")
+@click.argument("job_id")
+def cancel_command(job_id: str) -> int:
+    """Cancel a job."""
+    record = load_record(job_id)
+    state = cancel(record)
+    if state in FINAL_STATES:
+        click.echo(f"Job {job_id} had already ended ({state}); nothing to cancel")
+    else:
+        click.echo(f"Cancelled job {job_id} (was {state})")
+    return 0
+
+
+JOB_COMMANDS = (submit, cancel_command)

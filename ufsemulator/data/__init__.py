@@ -1,0 +1,1 @@
+"""The emulator's data: finding and reading CICE/CF netCDF files, sharding, synthetic files."""

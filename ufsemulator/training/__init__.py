@@ -1,0 +1,1 @@
+"""Training: the loop, data parallelism, the optimiser, signals, timings and run files."""
