@@ -21,7 +21,7 @@ from bench.bench_training import (
 from bench.launch import NO_MULTICAST, rank_env
 from bench.synthdata import Grid, make_arrays
 from ufsemulator.data.read import DataOptions, load_dataset
-from ufsemulator.data.synthetic import make_synthetic
+from ufsemulator.data.synthfiles import make_synthetic
 
 REPO = Path(__file__).resolve().parents[1]
 

@@ -19,6 +19,7 @@ import click
 from hpcdist.errors import UserError
 from hpcdist.jobs.records import (
     FINAL_STATES,
+    JobRecord,
     check_job_id,
     find_record,
     job_state,
@@ -157,6 +158,16 @@ def _unlabel(rank: int | None) -> Callable[[str], str]:
     return lambda line: _LABEL.sub("", line, count=1)
 
 
+def follow(record: JobRecord, rank: int, poll_s: float = 1.0) -> str:
+    """Print a rank's log as it grows until the job reaches a final state; return it."""
+    return follow_files(
+        [(record.log_path(rank, "out"), False), (record.log_path(rank, "err"), True)],
+        lambda: job_state(record),
+        lambda line: True,
+        poll_s,
+    )
+
+
 def follow_files(
     paths: Sequence[tuple[Path, bool]],
     state: Callable[[], str],
@@ -223,8 +234,6 @@ def logs(job_id: str, rank: int | None, follow_: bool) -> int:
     """Print a job's log (stdout, then stderr): any SLURM job, or one of this folder."""
     record = find_record(job_id)
     if record is not None:
-        from hpcdist.cli.jobs import follow
-
         rank = 0 if rank is None else rank
         if not 0 <= rank < record.tasks:
             raise click.BadParameter(

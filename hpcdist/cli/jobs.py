@@ -7,6 +7,7 @@ from typing import Any
 
 import click
 
+from hpcdist.cli.follow import follow
 from hpcdist.jobs.records import (
     FINAL_STATES,
     JobRecord,
@@ -83,18 +84,6 @@ def _submitted_array(record: JobRecord, max_parallel: int | None, wait: bool) ->
 
     click.echo(table(collect(record.job_id)), nl=False)  # what `hpcdist report` prints
     return 0 if ended == len(states) else 1
-
-
-def follow(record: JobRecord, rank: int, poll_s: float = 1.0) -> str:
-    """Print a rank's log as it grows until the job reaches a final state; return it."""
-    from hpcdist.cli.follow import follow_files
-
-    return follow_files(
-        [(record.log_path(rank, "out"), False), (record.log_path(rank, "err"), True)],
-        lambda: job_state(record),
-        lambda line: True,
-        poll_s,
-    )
 
 
 @click.command(name="cancel")

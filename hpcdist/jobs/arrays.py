@@ -12,7 +12,8 @@ import re
 import time
 from collections.abc import Callable
 
-from hpcdist.jobs.records import FINAL_STATES, slurm_tool
+from hpcdist.jobs.records import FINAL_STATES
+from hpcdist.slurm.tools import slurm_tool
 
 _TASK = re.compile(r"(?P<job>\d+)_(?P<task>\d+)")
 _FOLDED = re.compile(r"(?P<job>\d+)_\[(?P<ranges>[0-9,\-]+)(%\d+)?\]")

@@ -12,6 +12,8 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from hpcdist.errors import SpecError
+from hpcdist.slurm.tools import slurm_tool
+from hpcdist.spec.options import options_profile, spec_from_options
 
 if TYPE_CHECKING:
     from hpcdist.spec.jobspec import JobSpec
@@ -94,7 +96,6 @@ def parse_sinfo(text: str, partition: str | None, gpu_type: str | None) -> Parti
 
 def partition_gpus(partition: str | None, gpu_type: str | None = None) -> PartitionGpus:
     """Ask the controller (``sinfo``) for the partition's GPUs per node."""
-    from hpcdist.jobs.records import slurm_tool
 
     argv = ["sinfo", "-h", "-o", "%P|%G|%c", *(["-p", partition] if partition else [])]
     proc = slurm_tool(argv)
@@ -107,8 +108,6 @@ def partition_gpus(partition: str | None, gpu_type: str | None = None) -> Partit
 def fill_gpu_count(options: dict[str, Any], spec: JobSpec) -> tuple[JobSpec, str]:
     """An nccl spec with no GPU count, made again with the partition's count (and, unless
     given, its CPUs shared by those GPUs); with the line that tells the user."""
-    from hpcdist.spec.options import options_profile, spec_from_options
-
     found = partition_gpus(spec.partition, spec.gpu_type)
     flags = {**options, "gpus_per_node": found.gpus_per_node}
     if options.get("cpus_per_task") is None:

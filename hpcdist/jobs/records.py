@@ -7,9 +7,7 @@ commands running at once never corrupt each other's records.
 from __future__ import annotations
 
 import json
-import os
 import re
-import subprocess
 import time
 from dataclasses import asdict, dataclass, fields
 from pathlib import Path
@@ -17,12 +15,13 @@ from typing import Any
 
 from hpcdist.errors import UserError
 from hpcdist.jobs.localjob import ProcessIdentity, stop_tree
+from hpcdist.slurm.tools import slurm_tool
 from hpcdist.state.fileutil import write_atomic
+from hpcdist.state.folders import jobs_root, state_dir
 from hpcdist.state.private import (
     PRIVATE_FILE_MODE,
     PrivacyError,
     check_private_chain,
-    private_dir,
     read_private,
 )
 
@@ -69,25 +68,11 @@ class JobRecord:
         return Path(self.folder) / f"{self.job_id}_{rank}_log.{stream}"
 
 
-def jobs_root(project_dir: Path | None = None) -> Path:
-    base = project_dir if project_dir is not None else Path(os.environ.get("HPCDIST_HOME", "."))
-    return (base / ".hpcdist").resolve()
-
-
-def state_dir(*parts: str, project_dir: Path | None = None) -> Path:
-    """A folder of the private state (``.hpcdist/<parts>``), created 0700 or checked: a
-    folder another user owns or can write is refused (PrivacyError, one line)."""
-    root = jobs_root(project_dir)
-    return private_dir(root.joinpath(*parts), "hpcdist's private folder", root)
-
-
 def save_record(record: JobRecord, project_dir: Path | None = None) -> Path:
     path = state_dir("jobs", project_dir=project_dir) / f"{record.job_id}.json"
     write_atomic(path, json.dumps(asdict(record), indent=2) + "\n", mode=PRIVATE_FILE_MODE)
     return path
 
-
-SLURM_TIMEOUT_S = 30.0  # how long a SLURM client may take to answer
 
 # A SLURM job id, an array task (123_4) or a local job's process id: never a path.
 _JOB_ID = re.compile(r"[1-9][0-9]{0,17}(_[0-9]{1,9})?")
@@ -206,21 +191,6 @@ def job_state(record: JobRecord) -> str:
     if record.executor == "slurm":
         return _slurm_state(record.job_id)
     return _local_state(record)
-
-
-def slurm_tool(argv: list[str]) -> subprocess.CompletedProcess[str]:
-    """Run a SLURM client command; a missing tool or a silent controller is one line."""
-    try:
-        return subprocess.run(argv, capture_output=True, text=True, timeout=SLURM_TIMEOUT_S)
-    except FileNotFoundError as exc:
-        raise UserError(
-            f"{argv[0]} is not on PATH; expected SLURM's client tools "
-            "(module load slurm, or run on a login node)"
-        ) from exc
-    except subprocess.TimeoutExpired as exc:
-        raise UserError(
-            f"{argv[0]} got no answer from the SLURM controller in {SLURM_TIMEOUT_S:.0f} s"
-        ) from exc
 
 
 def _slurm_state(job_id: str) -> str:

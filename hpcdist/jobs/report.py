@@ -17,7 +17,10 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
-from hpcdist.jobs.records import JobRecord, find_record, job_state, jobs_root, load_record
+from hpcdist.jobs.arrays import task_states
+from hpcdist.jobs.records import JobRecord, find_record, job_state, load_record
+from hpcdist.slurm.query import query_jobs
+from hpcdist.state.folders import jobs_root
 
 # The lines a failing training leaves in its log, most telling first: ufsemulator's one-line
 # user errors, then the last line of a Python traceback.
@@ -74,8 +77,6 @@ def collect(job_id: str, project_dir: Path | None = None) -> list[Row]:
 
 def _states(record: JobRecord, tasks: list[str]) -> dict[str, str]:
     if len(tasks) > 1 and record.executor == "slurm":
-        from hpcdist.jobs.arrays import task_states
-
         return task_states(record.job_id, len(tasks))
     return {tasks[0]: job_state(record)}
 
@@ -102,8 +103,6 @@ def _row(task: str, overrides: list[str], state: str, run_dir: Path, logs: list[
 
 
 def _rows_from_slurm(job_id: str) -> list[Row]:
-    from hpcdist.slurm.query import query_jobs
-
     infos = [info for info in query_jobs(job_id) if "[" not in info.job_id]
     if not infos:
         load_record(job_id)  # the one-line error of an id nobody knows

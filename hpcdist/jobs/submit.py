@@ -26,7 +26,7 @@ from hpcdist.distributed.jobsecret import create_secret_file
 from hpcdist.distributed.protocol import SECRET_DIR, SECRET_VAR, SIGNAL_VAR, is_inherited
 from hpcdist.errors import SpecError, UserError
 from hpcdist.jobs.localjob import identify
-from hpcdist.jobs.records import JobRecord, jobs_root, save_record, state_dir
+from hpcdist.jobs.records import JobRecord, save_record
 from hpcdist.render.container import container_prefix
 from hpcdist.render.directives import sbatch_directives, srun_options
 from hpcdist.render.script import render
@@ -35,6 +35,7 @@ from hpcdist.spec.dependency import check_known
 from hpcdist.spec.jobspec import JobSpec
 from hpcdist.spec.sweep import points, task_command
 from hpcdist.state.fileutil import current_umask
+from hpcdist.state.folders import jobs_root, state_dir
 from hpcdist.state.private import replaceable_by_others, strict_umask
 
 EXECUTORS = ("auto", "slurm", "local")
@@ -234,6 +235,7 @@ def submit(
 ) -> Submission:
     import submitit
 
+    # command_job subclasses submitit's Checkpointable: both load only when a job is submitted.
     from hpcdist.jobs.command_job import CommandJob
 
     shape = refuse_auto_gpus(spec)

@@ -14,7 +14,6 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from hpcdist.jobs.records import slurm_tool
 from hpcdist.slurm.parse import (
     base_state,
     parse_duration,
@@ -22,6 +21,7 @@ from hpcdist.slurm.parse import (
     parse_sacct,
     parse_scontrol_records,
 )
+from hpcdist.slurm.tools import slurm_tool
 
 # Fields of `sacct --format` this module and hpcdist.jobs.efficiency read.
 SACCT_FIELDS = (
@@ -161,7 +161,7 @@ def guess_log(workdir: Path, job_id: str) -> str | None:
 
 def _run(argv: Sequence[str]) -> subprocess.CompletedProcess[str] | None:
     """A SLURM client's output; None where the client is not installed (a silent
-    controller is one line, from jobs.slurm_tool)."""
+    controller is one line, from slurm.tools.slurm_tool)."""
     if shutil.which(argv[0]) is None:
         return None
     return slurm_tool(list(argv))

@@ -13,6 +13,7 @@ import re
 from collections.abc import Sequence
 
 from hpcdist.errors import SpecError, UserError
+from hpcdist.slurm.tools import slurm_tool
 
 AFTER_FLAG = "--after"
 # The word after the job id -> sbatch's dependency type.
@@ -49,8 +50,6 @@ def dependency_value(after: After) -> str | None:
 
 def check_known(after: After) -> None:
     """Refuse a job id the SLURM controller does not know (one line)."""
-    from hpcdist.jobs.records import slurm_tool
-
     for job, _ in after:
         proc = slurm_tool(["squeue", "-t", "all", "-h", "-j", job, "-o", "%i"])
         if proc.returncode != 0 or not proc.stdout.strip():

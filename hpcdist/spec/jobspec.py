@@ -9,15 +9,11 @@ look at the flags again.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, Literal
 
-from hpcdist.distributed.hangs import COLLECTIVE_TIMEOUT_ENV
-from hpcdist.errors import SpecError
 from hpcdist.slurm.timelimit import time_limit_seconds
 from hpcdist.spec.joboption import DERIVED, JobOption, job_field, job_options
-from hpcdist.spec.profiles import Profile
 
 Mode = Literal["threads", "gloo", "nccl", "test"]
 Launcher = Literal["srun", "torchrun"]
@@ -309,111 +305,3 @@ DEFAULTS: dict[str, Any] = {o.name: o.default for o in JOB_OPTIONS if o.has_defa
 
 def default_job_name(mode: str) -> str:
     return {"test": "hpcdist-commcheck"}.get(mode, f"ufsemulator-{mode}")
-
-
-def build_spec(profile: Profile, flags: Mapping[str, Any]) -> JobSpec:
-    """Merge defaults < profile < flags (flags that are None are unset) and validate."""
-    from hpcdist.spec.siteopts import site_fields
-    from hpcdist.spec.validate import validate
-
-    merged: dict[str, Any] = dict(DEFAULTS)
-    merged.update(profile.defaults)
-    site = {"partition": profile.partition, "account": profile.account, "qos": profile.qos}
-    merged.update({k: v for k, v in site.items() if v is not None})
-    merged.update({k: v for k, v in flags.items() if v is not None and v != ()})
-
-    mode = str(merged["mode"])
-    if mode not in MODES:
-        raise SpecError(f"--mode {mode!r} is not a mode; expected one of {', '.join(MODES)}")
-    gpus = _gpus(mode, merged["gpus_per_node"], profile, flags.get("gpus_per_node"))
-    # nccl and the communication check on GPUs run one task per GPU over NCCL.
-    on_gpus = mode == "nccl" or (mode == "test" and gpus != 0)
-    tasks = merged.get("tasks_per_node")
-    if tasks is None:
-        tasks = gpus if on_gpus else 1
-    elif not isinstance(tasks, int):
-        raise SpecError(f"--tasks-per-node {tasks!r}; expected a number of tasks per node")
-    cpus = merged.get("cpus_per_task")
-    if cpus is None:
-        cpus = _fair_cpus(profile, tasks) if isinstance(tasks, int) else AUTO
-
-    env = dict(profile.env)
-    if on_gpus:
-        env.update(profile.nccl_env)
-        for key, value in _NCCL_ENV.items():
-            env.setdefault(key, value)
-    else:
-        env.update(profile.gloo_env)
-    env.update(dict(merged["env"]))  # built-in default ()
-    timeout = merged.get("collective_timeout")
-    if timeout is not None:
-        env[COLLECTIVE_TIMEOUT_ENV] = str(int(timeout))
-    if mode == "test":
-        # A smoke test has nothing to checkpoint: no warning signal, no requeue.
-        merged["signal"], merged["requeue"] = None, False
-    if flags.get("mem_per_gpu") is not None and flags.get("memory") is None:
-        merged["memory"] = None  # --mem-per-gpu replaces the profile's --mem
-    if not on_gpus:
-        # A profile's GPU defaults are for its GPU jobs; only a flag is an error on CPUs.
-        for key in ("gpu_type", "mem_per_gpu"):
-            if flags.get(key) is None:
-                merged[key] = None
-    command = tuple(merged.get("command") or ())
-    if not command:
-        command = COMMCHECK_COMMAND if mode == "test" else TRAIN_COMMAND
-        if mode == "test" and timeout is not None:
-            command = (*COMMCHECK_COMMAND[:-1], str(int(timeout)))
-
-    spec = JobSpec(
-        mode=mode,  # type: ignore[arg-type]  # checked against MODES above
-        nodes=int(merged["nodes"]),
-        tasks_per_node=tasks,
-        cpus_per_task=cpus,
-        gpus_per_node=gpus,
-        time=str(merged["time"]),
-        job_name=str(merged.get("job_name") or default_job_name(mode)),
-        output=str(merged["output"]),
-        command=command,
-        launcher=merged["launcher"],
-        memory=None if merged["memory"] is None else str(merged["memory"]),
-        partition=merged.get("partition"),
-        account=merged.get("account"),
-        qos=merged.get("qos"),
-        error=merged.get("error"),
-        workdir=merged.get("workdir"),
-        # The profile's setup (module loads, the environment's activation) comes first, then
-        # the flag's lines: --setup adds to the site's setup as --env adds to its variables.
-        setup=(*profile.setup, *merged.get("setup", ())),
-        env=tuple(env.items()),
-        signal=merged.get("signal") or None,
-        requeue=bool(merged["requeue"]),
-        max_restarts=int(merged["max_restarts"]),
-        profile=profile.name,
-        profile_source=profile.source,
-        collective_timeout=None if timeout is None else int(timeout),
-        overrides=tuple(merged["overrides"]),
-        sweep=tuple(merged["sweep"]),
-        max_parallel=merged["max_parallel"],
-        after=tuple(merged["after"]),
-        **site_fields(profile, merged),
-    )
-    validate(spec, profile)
-    return spec
-
-
-def _gpus(mode: str, value: Count, profile: Profile, flag: object) -> Count:
-    """GPUs per node: the flag, else the profile's; an nccl job with neither counts them."""
-    if mode != "nccl":
-        return value
-    if isinstance(flag, int) and flag < 1:
-        raise SpecError(
-            f"--gpus-per-node must be >= 1 for --mode nccl, got {flag}; leave it out (or pass "
-            "'auto') to use every GPU of each node, counted when the job starts"
-        )
-    return value or profile.gpus_per_node or AUTO
-
-
-def _fair_cpus(profile: Profile, tasks_per_node: int) -> int:
-    """All of a node's cores, shared evenly by the tasks on it."""
-    cores = profile.cores_per_node or 1
-    return max(1, cores // max(1, tasks_per_node))

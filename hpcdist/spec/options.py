@@ -15,9 +15,10 @@ from typing import Any, TypeVar
 import click
 
 from hpcdist.errors import SpecError
+from hpcdist.spec.build import build_spec
 from hpcdist.spec.dependency import parse_after
 from hpcdist.spec.joboption import JobOption
-from hpcdist.spec.jobspec import AUTO, JOB_OPTIONS, JobSpec, build_spec
+from hpcdist.spec.jobspec import AUTO, JOB_OPTIONS, JobSpec
 from hpcdist.spec.profiles import DEFAULT_PROFILE, Profile, load_profile
 from hpcdist.spec.siteopts import parse_sbatch_option
 from hpcdist.spec.sweep import parse_sets, parse_sweeps

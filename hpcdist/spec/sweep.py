@@ -1,6 +1,7 @@
 """Config overrides (``--set``) and sweeps (``--sweep``) of a job: parsed, checked against the
-training config's schema before anything is queued, and turned into the words each array
-task adds to its command (``--set KEY=VALUE`` for ``python -m ufsemulator train``).
+training config's schema (the checker the workload declares, ``hpcdist.spec.workload``)
+before anything is queued, and turned into the words each array task adds to its command
+(``--set KEY=VALUE`` for ``python -m ufsemulator train``).
 
 A sweep is the cartesian product of its ``--sweep KEY=V1,V2,...`` values, in the order the
 flags were given (the last flag varies fastest); point ``i`` is array task ``i``. The rendered
@@ -15,6 +16,7 @@ from collections.abc import Sequence
 
 from hpcdist.errors import SpecError
 from hpcdist.spec.jobspec import JobSpec
+from hpcdist.spec.workload import WORKLOAD, config_checker
 
 SET_FLAG, SWEEP_FLAG = "--set", "--sweep"
 # SLURM's default MaxArraySize is 1001 (task ids 0-1000).
@@ -28,13 +30,11 @@ def parse_sets(items: Sequence[str]) -> tuple[str, ...]:
     """``--set`` texts, each checked for its form (KEY=VALUE, a YAML value); kept as given."""
     if not items:
         return ()  # without --set, render never imports the training's config
-    from ufsemulator.config import ConfigError
-    from ufsemulator.overrides import parse_override
-
+    checker = config_checker()
     for item in items:
         try:
-            parse_override(item, SET_FLAG)
-        except ConfigError as exc:
+            checker.parse_override(item, SET_FLAG)
+        except ValueError as exc:
             raise SpecError(str(exc)) from None
     return tuple(items)
 
@@ -44,22 +44,20 @@ def parse_sweeps(items: Sequence[str]) -> Sweep:
     quotes belong to their value (``model.hidden_sizes=[32,32],[64,64]`` is two values)."""
     if not items:
         return ()
-    from ufsemulator.config import ConfigError
-    from ufsemulator.overrides import parse_value, valid_key
-
+    checker = config_checker()
     out: list[tuple[str, tuple[str, ...]]] = []
     for item in items:
         key, sep, raw = item.partition("=")
         key = key.strip()
-        if not sep or not valid_key(key):
+        if not sep or not checker.valid_key(key):
             raise SpecError(
                 f"{SWEEP_FLAG} {item!r}; expected KEY=V1,V2,... with a dotted config key"
             )
         values = split_values(raw, f"{SWEEP_FLAG} {item!r}")
         try:
             for value in values:
-                parse_value(value, f"{SWEEP_FLAG} {key}")
-        except ConfigError as exc:
+                checker.parse_value(value, f"{SWEEP_FLAG} {key}")
+        except ValueError as exc:
             raise SpecError(str(exc)) from None
         if key in (k for k, _ in out):
             raise SpecError(f"{SWEEP_FLAG} {key} is given twice; expected one --sweep per key")
@@ -132,7 +130,7 @@ def task_command(spec: JobSpec, point: Sequence[str] = ()) -> tuple[str, ...]:
 def runs_training(command: Sequence[str]) -> bool:
     """Whether a command is the emulator training (``... ufsemulator train ...``), which is
     what reads --set."""
-    return any(a.endswith("ufsemulator") and b == "train" for a, b in itertools.pairwise(command))
+    return any(a.endswith(WORKLOAD) and b == "train" for a, b in itertools.pairwise(command))
 
 
 def check_sweep(spec: JobSpec) -> None:
@@ -173,12 +171,10 @@ def check_sweep(spec: JobSpec) -> None:
             f"the sweep has 1 point ({', '.join(all_points[0])}); expected 2 or more "
             "(use --set for a single value)"
         )
-    from ufsemulator.config import ConfigError
-    from ufsemulator.overrides import check_overrides
-
+    checker = config_checker()
     for index, point in enumerate(all_points):
         try:
-            check_overrides((*spec.overrides, *point))
-        except ConfigError as exc:
+            checker.check_overrides((*spec.overrides, *point))
+        except ValueError as exc:
             where = f"sweep point {index} ({', '.join(point)}): " if point else f"{SET_FLAG}: "
             raise SpecError(f"{where}{exc}") from None

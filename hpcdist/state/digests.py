@@ -17,6 +17,7 @@ import os
 from dataclasses import dataclass
 from pathlib import Path
 
+from hpcdist.state.folders import jobs_root
 from hpcdist.state.private import PrivacyError, read_private, write_private
 
 CHUNK = 1 << 20
@@ -86,7 +87,5 @@ class DigestBook:
 
 def default_book() -> DigestBook:
     """The book of this project folder's private state (``$HPCDIST_HOME`` or the cwd)."""
-    from hpcdist.jobs.records import jobs_root
-
     root = jobs_root()
     return DigestBook(root / "digests", root)

@@ -153,7 +153,7 @@ def test_an_array_record_reads_each_task_its_run_folder_and_results(
     )
     (tmp_path / "40_0_0_log.out").write_text("error: no such file\n")
     monkeypatch.setattr(
-        "hpcdist.jobs.arrays.task_states",
+        "hpcdist.jobs.report.task_states",
         lambda job, count: {"40_0": "FAILED", "40_1": "COMPLETED"},
     )
     rows = collect("40", tmp_path)

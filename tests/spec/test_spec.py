@@ -14,11 +14,11 @@ from hpcdist.cli.main import cli
 from hpcdist.distributed.hangs import COLLECTIVE_TIMEOUT_ENV
 from hpcdist.errors import ProfileError, SpecError
 from hpcdist.slurm.timelimit import time_limit_minutes, time_limit_seconds
+from hpcdist.spec.build import build_spec
 from hpcdist.spec.jobspec import (
     COMMCHECK_COMMAND,
     TRAIN_COMMAND,
     JobSpec,
-    build_spec,
     default_job_name,
 )
 from hpcdist.spec.options import spec_from_options

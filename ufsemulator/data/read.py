@@ -43,7 +43,7 @@ import numpy as np
 import numpy.typing as npt
 
 from ufsemulator.data.sources import PathSpec, expand_paths, pair_groups, parse_time
-from ufsemulator.data.synthetic import make_synthetic
+from ufsemulator.data.synthfiles import make_synthetic
 from ufsemulator.errors import DataError
 from ufsemulator.variables import (
     CICE_NAMES,

@@ -21,8 +21,6 @@ the fields in each file layout the reader understands (CICE streams, the CF-name
 
 from __future__ import annotations
 
-from pathlib import Path
-
 import numpy as np
 import numpy.typing as npt
 
@@ -70,24 +68,6 @@ def daily_insolation(lat_deg: FloatArray, decl_deg: float) -> FloatArray:
         * (h0 * np.sin(phi) * np.sin(delta) + np.cos(phi) * np.cos(delta) * np.sin(h0))
     )
     return np.where(h0 > 0.0, np.maximum(q, 0.0), 0.0)
-
-
-def make_synthetic(
-    path: str | Path,
-    ni: int = 384,
-    nj: int = 320,
-    seed: int = 0,
-    *,
-    suffix: str = "_h",
-    records: int = 1,
-) -> Path:
-    """Write a synthetic CICE history file at ``path`` (atomically) and return its path.
-
-    ``suffix`` is the stream's ("_h" hourly, "_d" daily, "" monthly); ``records`` the
-    length of its time axis. Other layouts: :mod:`ufsemulator.data.synthfiles`."""
-    from ufsemulator.data.synthfiles import write_cice  # netCDF4 only where a file is written
-
-    return write_cice(path, ni=ni, nj=nj, seed=seed, suffix=suffix, records=records)
 
 
 def synthetic_grid(

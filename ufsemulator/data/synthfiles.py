@@ -23,8 +23,8 @@ import os
 import uuid
 from collections.abc import Callable
 from pathlib import Path
+from typing import TYPE_CHECKING
 
-import netCDF4
 import numpy as np
 import numpy.typing as npt
 
@@ -39,6 +39,9 @@ from ufsemulator.data.synthetic import (
     synthetic_grid,
 )
 from ufsemulator.errors import DataError
+
+if TYPE_CHECKING:
+    import netCDF4
 from ufsemulator.variables import CICE_SUFFIXES
 
 # layout -> CICE stream suffix (None: the CF pair) and days between records.
@@ -88,6 +91,22 @@ _CF_VARIABLES: dict[str, tuple[str, str, str, str]] = {
 _TO_CF_UNITS = {"K": (1.0, 273.15), "kg kg-1": (1.0e-3, 0.0)}
 
 Records = list[dict[str, FloatArray]]
+
+
+def make_synthetic(
+    path: str | Path,
+    ni: int = 384,
+    nj: int = 320,
+    seed: int = 0,
+    *,
+    suffix: str = "_h",
+    records: int = 1,
+) -> Path:
+    """Write a synthetic CICE history file at ``path`` (atomically) and return its path.
+
+    ``suffix`` is the stream's ("_h" hourly, "_d" daily, "" monthly); ``records`` the
+    length of its time axis. Other layouts: ``write_layout``."""
+    return write_cice(path, ni=ni, nj=nj, seed=seed, suffix=suffix, records=records)
 
 
 def write_layout(
@@ -281,6 +300,8 @@ def _time_axis(ds: netCDF4.Dataset, layout: str, records: int, first_record: int
 
 
 def _atomic(out: Path, write: Callable[[netCDF4.Dataset], None]) -> Path:
+    import netCDF4  # heavy and optional: imported only where a file is written
+
     out.parent.mkdir(parents=True, exist_ok=True)
     # A unique sibling, not mkstemp: the file gets the umask's permissions (shared data).
     tmp = out.with_name(f".{out.name}.{os.getpid()}.{uuid.uuid4().hex[:8]}.tmp")

@@ -34,12 +34,12 @@ from hpcdist.distributed import DistContext
 from hpcdist.state.digests import default_book
 from ufsemulator.checkpoints.checkpoint import capture_rng
 from ufsemulator.checkpoints.ckptwriter import CheckpointWriter
-from ufsemulator.checkpoints.fullstate import full_model_state, full_state, sharded, unwrap
 from ufsemulator.checkpoints.state import EpochRecord, RunProgress, TrainingState
 from ufsemulator.config import Config
 from ufsemulator.errors import CheckpointError
 from ufsemulator.model.emulator import EmulatorMLP, ModelConfig
 from ufsemulator.training.adam import FusedAdam
+from ufsemulator.training.fullstate import full_model_state, full_state, sharded, unwrap
 from ufsemulator.training.gradreduce import LocalAllReduce, local_allreduce
 from ufsemulator.training.gradsync import reduce_gradients
 from ufsemulator.training.metrics import TrainSums, loss_function, val_metrics, validation_sums

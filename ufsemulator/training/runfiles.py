@@ -28,7 +28,7 @@ from hpcdist.state.fileutil import write_atomic
 from hpcdist.state.private import PrivacyError, path_problem
 from ufsemulator.config import Config
 from ufsemulator.data.sources import PathSpec, expand_paths
-from ufsemulator.data.synthetic import make_synthetic
+from ufsemulator.data.synthfiles import make_synthetic
 from ufsemulator.training.losscurve import loss_curves_svg
 
 # In order of preference: one folder per job, shared by all ranks and by a requeued job.

@@ -3,7 +3,7 @@
 Every rank holds the data in memory, takes the same seeded train/validation split and
 trains on its own equal-sized shard of the training set, reshuffled each epoch by a
 generator seeded with (seed, epoch). A data set of several files is read in shares
-instead, each rank its own block of records (``ufsemulator.data.sharedread``). A job of one
+instead, each rank its own block of records (``ufsemulator.training.sharedread``). A job of one
 process sets up no process group at all. Nothing depends on hidden RNG state, so a run
 stopped at any step boundary and resumed from its checkpoint ends with bitwise the same
 weights as an uninterrupted one (CPU, same world size).
@@ -235,7 +235,7 @@ def _train(
     )
     in_shares = _read_in_shares(path, ctx)
     if in_shares:
-        from ufsemulator.data.sharedread import host_memory_bytes
+        from ufsemulator.training.sharedread import host_memory_bytes
 
         rss_before = host_memory_bytes()
     read_started = time.perf_counter()
@@ -254,7 +254,7 @@ def _train(
     model = EmulatorMLP(model_config)
     notes, source, n_points = dataset.notes, dataset.source, len(dataset)
     if in_shares:
-        from ufsemulator.data.sharedread import describe_read, split_share
+        from ufsemulator.training.sharedread import describe_read, split_share
 
         print(describe_read(dataset, env.rank, read_s, rss_before), flush=True)
         shards = split_share(ctx, config, dataset, model)

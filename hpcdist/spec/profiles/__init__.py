@@ -20,6 +20,7 @@ from typing import Any
 import yaml
 
 from hpcdist.errors import ProfileError
+from hpcdist.spec.jobspec import JOB_OPTIONS
 from hpcdist.state.private import ownership_problem
 
 PROFILE_DIR = Path(__file__).resolve().parent
@@ -197,8 +198,6 @@ def _expect_env(source: str, key: str, value: object) -> dict[str, str]:
 
 def _expect_defaults(source: str, value: object) -> dict[str, Any]:
     # The JobSpec declares which of its fields a profile may preset, and their types.
-    from hpcdist.spec.jobspec import JOB_OPTIONS
-
     options = {o.name: o for o in JOB_OPTIONS if o.profile}
     value = _expect_keys(source, "defaults", value, tuple(options))
     out: dict[str, Any] = {}

@@ -10,9 +10,9 @@ import sys
 import pytest
 import torch
 
-from ufsemulator.checkpoints.fullstate import full_state
 from ufsemulator.model.emulator import EmulatorMLP, ModelConfig
 from ufsemulator.training.adam import FusedAdam, fused_kernel_runs
+from ufsemulator.training.fullstate import full_state
 
 pytestmark = pytest.mark.skipif(
     not fused_kernel_runs(torch.device("cpu")), reason="no fused Adam kernel for CPUs here"

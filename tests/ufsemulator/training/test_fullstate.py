@@ -6,8 +6,8 @@ import pytest
 import torch
 from torch.distributed.checkpoint.state_dict import StateDictOptions, get_state_dict
 
-from ufsemulator.checkpoints.fullstate import full_model_state, full_state
 from ufsemulator.model.emulator import EmulatorMLP, ModelConfig
+from ufsemulator.training.fullstate import full_model_state, full_state
 from ufsemulator.variables import INPUT_NAMES
 
 

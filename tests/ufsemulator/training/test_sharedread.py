@@ -11,7 +11,7 @@ import pytest
 from tests.ufsemulator.training.test_training import data_dir, run_single, single_process, smoke  # noqa: F401
 from ufsemulator.data.makedays import write_days
 from ufsemulator.data.read import load_dataset
-from ufsemulator.data.sharedread import block_moves, validation_rows
+from ufsemulator.training.sharedread import block_moves, validation_rows
 
 
 @pytest.mark.parametrize(
