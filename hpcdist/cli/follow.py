@@ -322,6 +322,3 @@ def list_command() -> int:
 def _newest_first(row: tuple[str, ...]) -> tuple[int, int, str]:
     head, _, task = row[0].partition("_")
     return (-int(head) if head.isdigit() else 0, -int(task) if task.isdigit() else 0, row[0])
-
-
-FOLLOW_COMMANDS = (status, logs, list_command)

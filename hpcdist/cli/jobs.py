@@ -97,6 +97,3 @@ def cancel_command(job_id: str) -> int:
     else:
         click.echo(f"Cancelled job {job_id} (was {state})")
     return 0
-
-
-JOB_COMMANDS = (submit, cancel_command)

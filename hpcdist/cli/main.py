@@ -1,10 +1,14 @@
 """The ``hpcdist`` command line: render, submit, status, logs, cancel, list, env.
 
 Rendering and submitting never import torch, so the CLI answers in a fraction of a second.
+Each subcommand's module loads only when that subcommand runs (``SUBCOMMANDS``): ``render``
+never imports submit, the job records or the SLURM queries, and shell completion (which
+runs the CLI at every Tab) stays quick.
 """
 
 from __future__ import annotations
 
+import importlib
 import sys
 from pathlib import Path
 from typing import Any
@@ -15,9 +19,33 @@ from hpcdist.errors import UserError
 from hpcdist.spec.options import job_options, spec_from_options
 from hpcdist.state.fileutil import umask_mode, write_atomic
 
+# name -> (module, attribute): loaded when the subcommand is asked for (click's lazy group).
+SUBCOMMANDS: dict[str, tuple[str, str]] = {
+    "submit": ("hpcdist.cli.jobs", "submit"),
+    "cancel": ("hpcdist.cli.jobs", "cancel_command"),
+    "status": ("hpcdist.cli.follow", "status"),
+    "logs": ("hpcdist.cli.follow", "logs"),
+    "list": ("hpcdist.cli.follow", "list_command"),
+    "report": ("hpcdist.cli.report", "report"),
+    "env": ("hpcdist.cli.env", "env_command"),
+    "run": ("hpcdist.cli.run", "run"),
+    "completion": ("hpcdist.cli.completion", "completion"),
+}
+
 
 class _Cli(click.Group):
-    """A group whose user errors are one line on stderr and exit code 2, never a traceback."""
+    """A group whose user errors are one line on stderr and exit code 2, never a traceback;
+    its subcommands other than ``render`` load on first use."""
+
+    def list_commands(self, ctx: click.Context) -> list[str]:
+        return sorted({*super().list_commands(ctx), *SUBCOMMANDS})
+
+    def get_command(self, ctx: click.Context, cmd_name: str) -> click.Command | None:
+        if cmd_name in SUBCOMMANDS and cmd_name not in self.commands:
+            module, attribute = SUBCOMMANDS[cmd_name]
+            command = getattr(importlib.import_module(module), attribute)
+            self.add_command(command, cmd_name)
+        return super().get_command(ctx, cmd_name)
 
     def main(  # type: ignore[override]  # always exits, whatever standalone_mode says
         self, args: Any = None, prog_name: str | None = None, **extra: Any
@@ -78,26 +106,6 @@ def render(out: Path | None, force: bool, **options: Any) -> int:
         raise UserError(f"--script {str(out)!r} cannot be written: {exc.strerror}") from exc
     click.echo(f"wrote {out}", err=True)
     return 0
-
-
-def _register_commands() -> None:
-    from hpcdist.cli.follow import FOLLOW_COMMANDS
-    from hpcdist.cli.jobs import JOB_COMMANDS
-
-    for command in (*JOB_COMMANDS, *FOLLOW_COMMANDS):
-        cli.add_command(command)
-    from hpcdist.cli.completion import completion
-    from hpcdist.cli.env import env_command
-    from hpcdist.cli.report import report
-    from hpcdist.cli.run import run
-
-    cli.add_command(report)
-    cli.add_command(env_command)
-    cli.add_command(run)
-    cli.add_command(completion)
-
-
-_register_commands()
 
 
 def main(argv: list[str] | None = None) -> int:

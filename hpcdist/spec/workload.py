@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import functools
 from collections.abc import Iterable
-from importlib.metadata import entry_points
 from typing import Any, Protocol, cast
 
 from hpcdist.errors import SpecError
@@ -51,6 +50,9 @@ class ConfigChecker(Protocol):
 @functools.cache
 def config_checker(workload: str = WORKLOAD) -> ConfigChecker:
     """The checker ``workload`` declares (entry point ``hpcdist.config_checkers``)."""
+    # importlib.metadata costs the CLI ~10 ms: loaded only for a job with --set or --sweep.
+    from importlib.metadata import entry_points
+
     for point in entry_points(group=GROUP):
         if point.name == workload:
             return cast(ConfigChecker, point.load())
