@@ -41,10 +41,12 @@ def submit(executor: str, dry_run: bool, wait: bool, no_preflight: bool, **optio
 
         spec, found = fill_gpu_count(options, spec)
         click.echo(found, err=True)
+    # One plan: --dry-run prints it, a submission carries it out.
+    plan = submission.plan_submission(spec, executor, preflight_check=not no_preflight)
     if dry_run:
-        click.echo(json.dumps(submission.describe(spec, executor), indent=2, default=list))
+        click.echo(json.dumps(plan.describe(), indent=2, default=list))
         return 0
-    result = submission.submit(spec, executor, preflight_check=not no_preflight)
+    result = submission.carry_out(plan)
     record = result.record
     click.echo(
         f"Submitted job {record.job_id} ({result.executor}, {spec.mode}, "

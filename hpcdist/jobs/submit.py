@@ -1,5 +1,10 @@
 """Submit a JobSpec through submitit: on SLURM, or as local processes where there is none.
 
+A submission is planned, then carried out: ``plan_submission`` works out everything it will
+do (executor, submitit's parameters, each task's command and environment, the secrets to
+create, the checks SLURM is asked) and refuses what cannot be submitted; ``--dry-run``
+prints that plan and ``carry_out`` executes it without working anything out again.
+
 The SLURM request comes from the same JobSpec as the rendered script (``slurm_parameters``);
 a test compares the script submitit writes with the rendered directives.
 """
@@ -184,10 +189,11 @@ def clean_slurm_environment() -> Iterator[None]:
         os.environ.update(hidden)
 
 
-def preflight(spec: JobSpec) -> None:
-    """Ask SLURM whether it would run this job (``sbatch --test-only``) before submitting."""
+def preflight(spec: JobSpec, script: str | None = None) -> None:
+    """Ask SLURM whether it would run this job (``sbatch --test-only``) before submitting;
+    ``script`` is the plan's rendered script (rendered here when not given)."""
     with tempfile.NamedTemporaryFile("w", suffix=".sh", delete=False) as handle:
-        handle.write(render(spec))
+        handle.write(render(spec) if script is None else script)
     try:
         with clean_slurm_environment():
             proc = subprocess.run(
@@ -227,26 +233,134 @@ def _local_threads(spec: JobSpec, shape: Shape) -> int:
     return max(1, min(shape.cpus_per_task, cores // max(1, shape.world_size(spec.nodes))))
 
 
+@dataclass(frozen=True)
+class SubmitPlan:
+    """Everything a submission will do, worked out once from a JobSpec (terraform's plan,
+    torchx's dry-run request): ``--dry-run`` prints it (``describe``), ``submit`` carries
+    it out (``carry_out``) and works nothing out again."""
+
+    spec: JobSpec
+    executor: str  # "slurm" or "local"
+    parameters: Mapping[str, Any]  # submitit's executor parameters
+    command: tuple[str, ...]  # the job's command with its --set values (what --dry-run shows)
+    task_commands: tuple[tuple[str, ...], ...]  # one per submitit task, container included
+    task_points: tuple[tuple[str, ...], ...]  # each task's --set values (array task i: point i)
+    env: Mapping[str, str]  # every task's extra environment; each also gets its own secret
+    secrets: int  # job secrets to create before anything is queued (one per array task)
+    checks: tuple[str, ...]  # what asks SLURM before anything is written
+    script: str | None  # the rendered script that ``sbatch --test-only`` checks
+    threads: int | None  # threads per local rank
+    torchrun_nproc: int | None  # ranks torchrun starts per node
+    log_tasks: int  # submitit tasks, each with its own log
+
+    @property
+    def swept(self) -> bool:
+        return bool(self.spec.sweep)
+
+    def describe(self) -> dict[str, Any]:
+        """What ``--dry-run`` shows: the executor and the exact parameters it is given."""
+        if self.executor == "slurm":
+            described: dict[str, Any] = {
+                "executor": self.executor,
+                "parameters": dict(self.parameters),
+                "command": self.command,
+            }
+            if self.swept:
+                described["points"] = points(self.spec)  # array task i adds --set for point i
+            return described
+        return {
+            "executor": self.executor,
+            "tasks": self.parameters["tasks_per_node"],
+            "threads_per_task": self.threads,
+            "timeout_min": self.parameters["timeout_min"],
+            "command": self.command,
+        }
+
+
+CHECK_DEPENDENCIES = "the controller knows every --after job (squeue)"
+CHECK_PREFLIGHT = "SLURM would run the rendered script (sbatch --test-only)"
+
+
+def plan_submission(
+    spec: JobSpec, executor: str = "auto", preflight_check: bool = True
+) -> SubmitPlan:
+    """The plan of submitting ``spec``: refuses what submit cannot do, asks SLURM nothing."""
+    shape = refuse_auto_gpus(spec)
+    kind = choose_executor(executor)
+    require_slurm_for_arrays(spec, kind)
+    sweep_points = points(spec)
+    env = dict(spec.env)
+    if spec.warning_signal:
+        env[SIGNAL_VAR] = spec.warning_signal
+    # In a container (apptainer/singularity) the runtime wraps the rank's command.
+    wrapper = container_prefix(spec)
+    checks: list[str] = []
+    if kind == "slurm":
+        parameters: dict[str, Any] = slurm_parameters(spec)
+        task_commands = tuple(
+            (*wrapper, *task_command(spec, point)) for point in sweep_points or [()]
+        )
+        if spec.after:
+            checks.append(CHECK_DEPENDENCIES)
+        if preflight_check:
+            checks.append(CHECK_PREFLIGHT)
+        threads = None
+        # submitit's tasks, each with its log: under torchrun one per node, holding its ranks.
+        log_tasks = spec.nodes * (1 if spec.launcher == "torchrun" else shape.tasks_per_node)
+    else:
+        parameters = {
+            "tasks_per_node": shape.world_size(spec.nodes),
+            "timeout_min": time_limit_minutes(spec.time),
+        }
+        task_commands = ((*wrapper, *task_command(spec)),)
+        threads = _local_threads(spec, shape)
+        log_tasks = shape.world_size(spec.nodes)
+    return SubmitPlan(
+        spec=spec,
+        executor=kind,
+        parameters=parameters,
+        command=task_command(spec),
+        # One task's --set values per array task (a plain job: its own, if any).
+        task_points=tuple((*spec.overrides, *point) for point in sweep_points)
+        or (tuple(spec.overrides),),
+        task_commands=task_commands,
+        env=env,
+        # Each array task has its own secret: the rendezvous port follows the secret, and
+        # two tasks on one node must not meet on the same port.
+        secrets=len(task_commands),
+        checks=tuple(checks),
+        script=render(spec) if CHECK_PREFLIGHT in checks else None,
+        threads=threads,
+        torchrun_nproc=shape.tasks_per_node
+        if kind == "slurm" and spec.launcher == "torchrun"
+        else None,
+        log_tasks=log_tasks,
+    )
+
+
 def submit(
     spec: JobSpec,
     executor: str = "auto",
     project_dir: Path | None = None,
     preflight_check: bool = True,
 ) -> Submission:
+    """Plan the submission, then carry the plan out."""
+    return carry_out(plan_submission(spec, executor, preflight_check), project_dir)
+
+
+def carry_out(plan: SubmitPlan, project_dir: Path | None = None) -> Submission:
+    """Do what ``plan`` says: its checks, the job's secrets, submitit's submission, records."""
     import submitit
 
     # command_job subclasses submitit's Checkpointable: both load only when a job is submitted.
     from hpcdist.jobs.command_job import CommandJob
 
-    shape = refuse_auto_gpus(spec)
-    kind = choose_executor(executor)
+    spec = plan.spec
     # Every check before anything is written: a refused job leaves no trace.
-    require_slurm_for_arrays(spec, kind)
-    if kind == "slurm":
-        if spec.after:
-            check_known(spec.after)
-        if preflight_check:
-            preflight(spec)
+    if CHECK_DEPENDENCIES in plan.checks:
+        check_known(spec.after)
+    if plan.script is not None:
+        preflight(spec, plan.script)
     root = jobs_root(project_dir)
     # submitit's pickles run as this user when the job starts: their folder is ours alone.
     folder = state_dir("submitit", project_dir=project_dir) / "%j"
@@ -258,61 +372,36 @@ def submit(
             "folder only you can write",
             file=sys.stderr,
         )
-    sweep_points = points(spec)
-    extra_env = dict(spec.env)
-    # The job's secret, before any rank can start: its file's path travels in the job. Each
-    # array task has its own: the rendezvous port follows the secret, and two tasks on one
-    # node must not meet on the same port.
-    secret_files = [_new_secret_file(project_dir) for _ in sweep_points or [()]]
-    extra_env[SECRET_VAR] = str(secret_files[0])
-    # In a container (apptainer/singularity) the runtime wraps the rank's command.
-    wrapper = container_prefix(spec)
-    if spec.warning_signal:
-        extra_env[SIGNAL_VAR] = spec.warning_signal
-
-    # One task's --set values per array task (a plain job: its own, if any).
-    task_points = [[*spec.overrides, *point] for point in sweep_points] or [[*spec.overrides]]
-
+    # The job's secret, before any rank can start: its file's path travels in the job.
+    secret_files = [_new_secret_file(project_dir) for _ in range(plan.secrets)]
+    commands = [
+        CommandJob(
+            command,
+            {**plan.env, SECRET_VAR: str(secret)},
+            record_dir=None,
+            torchrun_nproc=plan.torchrun_nproc,
+            threads=plan.threads,
+            requeue=spec.requeue,
+            umask=current_umask(),
+        )
+        for command, secret in zip(plan.task_commands, secret_files, strict=True)
+    ]
     ex: Any
-    if kind == "slurm":
+    if plan.executor == "slurm":
         ex = submitit.SlurmExecutor(folder=folder, max_num_timeout=spec.max_restarts)
         # The array's --array and --dependency travel in additional_parameters, written
         # after submitit's own array option: the rendered script's values win.
-        ex.update_parameters(**slurm_parameters(spec))
-        nproc = shape.tasks_per_node if spec.launcher == "torchrun" else None
-        commands = [
-            CommandJob(
-                (*wrapper, *task_command(spec, point)),
-                {**extra_env, SECRET_VAR: str(secret)},
-                record_dir=None,
-                torchrun_nproc=nproc,
-                requeue=spec.requeue,
-                umask=current_umask(),
-            )
-            for point, secret in zip(sweep_points or [()], secret_files, strict=True)
-        ]
+        ex.update_parameters(**plan.parameters)
     else:
         ex = submitit.LocalExecutor(folder=folder)
-        ex.update_parameters(
-            tasks_per_node=shape.world_size(spec.nodes), timeout_min=time_limit_minutes(spec.time)
-        )
-        commands = [
-            CommandJob(
-                (*wrapper, *task_command(spec)),
-                extra_env,
-                record_dir=None,
-                threads=_local_threads(spec, shape),
-                requeue=spec.requeue,
-                umask=current_umask(),
-            )
-        ]
+        ex.update_parameters(**plan.parameters)
     before = _files_under(root) - set(secret_files)
     # submitit creates the job's folder, pickles and script: none of them for other eyes.
     with clean_slurm_environment(), strict_umask():
         try:
             # submitit echoes sbatch's stderr; the one line below says what went wrong.
             with contextlib.redirect_stderr(io.StringIO()):
-                if sweep_points:
+                if plan.swept:
                     # One sbatch: a job array whose task i unpickles commands[i].
                     with ex.batch():
                         jobs = [ex.submit(command) for command in commands]
@@ -321,32 +410,37 @@ def submit(
         except (OSError, RuntimeError) as exc:  # sbatch missing, refused, or no controller
             _remove_new_files(root, before)
             reason = (str(exc).strip().splitlines() or [type(exc).__name__])[-1]
-            raise UserError(f"the {kind} executor could not submit the job: {reason}") from exc
-    # submitit's tasks, each with its log: under torchrun one per node, holding its ranks.
-    srun_tasks = 1 if spec.launcher == "torchrun" else shape.tasks_per_node
-    tasks = spec.nodes * srun_tasks if kind == "slurm" else shape.world_size(spec.nodes)
+            raise UserError(
+                f"the {plan.executor} executor could not submit the job: {reason}"
+            ) from exc
+    return Submission(record=_save_records(plan, jobs, project_dir), executor=plan.executor)
+
+
+def _save_records(plan: SubmitPlan, jobs: list[Any], project_dir: Path | None) -> JobRecord:
+    """One record per submitted task (and one for an array as a whole); the first."""
+    spec = plan.spec
     submitted = time.time()
     records = []
-    for job, point in zip(jobs, task_points, strict=True):
+    for job, point in zip(jobs, plan.task_points, strict=True):
         # A local job is a process: its start time tells it apart from a later reuse of
         # its pid.
-        process = identify(int(job.job_id)) if kind == "local" else None
+        process = identify(int(job.job_id)) if plan.executor == "local" else None
         records.append(
             JobRecord(
                 job_id=str(job.job_id),
-                executor=kind,
+                executor=plan.executor,
                 name=spec.job_name,
                 mode=spec.mode,
                 nodes=spec.nodes,
-                tasks=tasks,
+                tasks=plan.log_tasks,
                 folder=str(Path(str(job.paths.folder))),
                 submitted=submitted,
                 command=list(spec.command),
                 start_ticks=None if process is None else process.start_ticks,
-                points=[point] if point else None,
+                points=[list(point)] if point else None,
             )
         )
-    if sweep_points:
+    if plan.swept:
         # The array as a whole (its tasks are <id>_0, <id>_1, ...): what report reads.
         array_id = records[0].job_id.partition("_")[0]
         records.insert(
@@ -355,12 +449,12 @@ def submit(
                 records[0],
                 job_id=array_id,
                 folder=str(Path(records[0].folder).parent),
-                points=task_points,
+                points=[list(point) for point in plan.task_points],
             ),
         )
     for record in records:
         save_record(record, project_dir)
-    return Submission(record=records[0], executor=kind)
+    return records[0]
 
 
 def require_slurm_for_arrays(spec: JobSpec, kind: str) -> None:
@@ -386,23 +480,5 @@ def _remove_new_files(root: Path, before: set[Path]) -> None:
 
 
 def describe(spec: JobSpec, executor: str) -> Mapping[str, Any]:
-    """What ``--dry-run`` shows: the executor and the exact parameters it would be given."""
-    shape = refuse_auto_gpus(spec)
-    kind = choose_executor(executor)
-    require_slurm_for_arrays(spec, kind)
-    if kind == "slurm":
-        described: dict[str, Any] = {
-            "executor": kind,
-            "parameters": slurm_parameters(spec),
-            "command": task_command(spec),
-        }
-        if spec.sweep:
-            described["points"] = points(spec)  # array task i adds --set for point i
-        return described
-    return {
-        "executor": kind,
-        "tasks": shape.world_size(spec.nodes),
-        "threads_per_task": _local_threads(spec, shape),
-        "timeout_min": time_limit_minutes(spec.time),
-        "command": task_command(spec),
-    }
+    """What ``--dry-run`` shows: the plan's description (nothing is asked of SLURM)."""
+    return plan_submission(spec, executor, preflight_check=False).describe()
