@@ -12,11 +12,13 @@ from typing import Any
 
 from hpcdist.distributed.hangs import COLLECTIVE_TIMEOUT_ENV
 from hpcdist.errors import SpecError
+from hpcdist.spec.joboption import JobOption
 from hpcdist.spec.jobspec import (
     _NCCL_ENV,
     AUTO,
     COMMCHECK_COMMAND,
     DEFAULTS,
+    JOB_OPTIONS,
     MODES,
     TRAIN_COMMAND,
     Count,
@@ -78,39 +80,30 @@ def build_spec(profile: Profile, flags: Mapping[str, Any]) -> JobSpec:
         if mode == "test" and timeout is not None:
             command = (*COMMCHECK_COMMAND[:-1], str(int(timeout)))
 
-    spec = JobSpec(
-        mode=mode,  # type: ignore[arg-type]  # checked against MODES above
-        nodes=int(merged["nodes"]),
-        tasks_per_node=tasks,
-        cpus_per_task=cpus,
-        gpus_per_node=gpus,
-        time=str(merged["time"]),
-        job_name=str(merged.get("job_name") or default_job_name(mode)),
-        output=str(merged["output"]),
-        command=command,
-        launcher=merged["launcher"],
-        memory=None if merged["memory"] is None else str(merged["memory"]),
-        partition=merged.get("partition"),
-        account=merged.get("account"),
-        qos=merged.get("qos"),
-        error=merged.get("error"),
-        workdir=merged.get("workdir"),
+    derived = {
+        "mode": mode,
+        "tasks_per_node": tasks,
+        "cpus_per_task": cpus,
+        "gpus_per_node": gpus,
+        "job_name": str(merged.get("job_name") or default_job_name(mode)),
+        "command": command,
         # The profile's setup (module loads, the environment's activation) comes first, then
         # the flag's lines: --setup adds to the site's setup as --env adds to its variables.
-        setup=(*profile.setup, *merged.get("setup", ())),
-        env=tuple(env.items()),
-        signal=merged.get("signal") or None,
-        requeue=bool(merged["requeue"]),
-        max_restarts=int(merged["max_restarts"]),
-        profile=profile.name,
-        profile_source=profile.source,
-        collective_timeout=None if timeout is None else int(timeout),
-        overrides=tuple(merged["overrides"]),
-        sweep=tuple(merged["sweep"]),
-        max_parallel=merged["max_parallel"],
-        after=tuple(merged["after"]),
+        "setup": (*profile.setup, *merged.get("setup", ())),
+        "env": tuple(env.items()),
+        "signal": merged.get("signal") or None,
+        "profile": profile.name,
+        "profile_source": profile.source,
         **site_fields(profile, merged),
-    )
+    }
+    # Every other field is the merged value as its job_field declaration types it: a new
+    # declared field needs no line here.
+    declared = {
+        option.name: _as_declared(option, merged.get(option.name))
+        for option in JOB_OPTIONS
+        if option.name not in derived
+    }
+    spec = JobSpec(**declared, **derived)
     validate(spec, profile)
     return spec
 
@@ -131,3 +124,18 @@ def _fair_cpus(profile: Profile, tasks_per_node: int) -> int:
     """All of a node's cores, shared evenly by the tasks on it."""
     cores = profile.cores_per_node or 1
     return max(1, cores // max(1, tasks_per_node))
+
+
+def _as_declared(option: JobOption, value: Any) -> Any:
+    """A merged value in the type its declaration names (a flag, a profile or the default)."""
+    if option.multiple:
+        return tuple(value or ())
+    if option.value_type == "bool":
+        return bool(value)
+    if value is None:
+        return None
+    if option.value_type == "int":
+        return int(value)
+    if option.value_type == "str":
+        return str(value)
+    return value

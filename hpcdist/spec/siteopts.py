@@ -126,24 +126,14 @@ def parse_sbatch_option(item: str) -> tuple[str, str | None]:
 
 
 def site_fields(profile: Profile, merged: Mapping[str, Any]) -> dict[str, Any]:
-    """The site fields of a JobSpec: the flags and profile ``defaults:`` (``merged``) over
-    the profile's site keys (sbatch, srun_args, gpu_request, container)."""
+    """The site fields of a JobSpec that the profile's site keys (sbatch, srun_args,
+    gpu_request, container) add to or default; every other site field is the merged flag or
+    profile ``defaults:`` value as it is (``build_spec``)."""
     sbatch = {key.removeprefix("--"): value for key, value in profile.sbatch.items()}
     sbatch.update(dict(merged.get("sbatch_options") or ()))
     box = profile.container
     return {
-        "constraint": merged.get("constraint"),
-        "exclusive": bool(merged.get("exclusive")),
-        "reservation": merged.get("reservation"),
-        "mem_per_gpu": merged.get("mem_per_gpu"),
-        "mail_type": merged.get("mail_type"),
-        "mail_user": merged.get("mail_user"),
-        "nodelist": merged.get("nodelist"),
-        "exclude": merged.get("exclude"),
-        "gpu_type": merged.get("gpu_type"),
         "gpu_request": merged.get("gpu_request") or profile.gpu_request or GPU_REQUESTS[0],
-        "gpu_bind": merged.get("gpu_bind"),
-        "cpu_bind": merged.get("cpu_bind"),
         "sbatch_options": tuple(sbatch.items()),
         "srun_args": (*profile.srun_args, *(merged.get("srun_args") or ())),
         "rank_logs": merged.get("rank_logs") or RANK_LOGS[0],
