@@ -15,13 +15,22 @@ from typing import Any
 
 from hpcdist.errors import SpecError
 from hpcdist.slurm.nodelist import NodeListError, expand_nodelist
-from hpcdist.spec.jobspec import AUTO, CONTAINER_RUNTIMES, GPU_REQUESTS, RANK_LOGS, JobSpec
+from hpcdist.spec.jobspec import (
+    AUTO,
+    CONTAINER_RUNTIMES,
+    GPU_REQUESTS,
+    JOB_OPTIONS,
+    RANK_LOGS,
+    JobSpec,
+)
 from hpcdist.spec.profiles import Profile
 
 # sbatch options hpcdist writes itself, with the flag that sets each. sbatch also takes a
 # unique abbreviation of a long option (--nod for --nodes): a key that abbreviates one of
-# these is refused as well.
-OWNED_SBATCH: dict[str, str] = {
+# these is refused as well. The options a JobSpec field passes on as they are come from the
+# fields' declarations (``job_field(..., sbatch=...)``); these are the ones hpcdist works
+# out itself (task counts, GPUs, the requeue protocol, arrays, dependencies).
+_WORKED_OUT_SBATCH: dict[str, str] = {
     "nodes": "--nodes",
     "ntasks": "--tasks-per-node",
     "ntasks-per-node": "--tasks-per-node",
@@ -35,13 +44,7 @@ OWNED_SBATCH: dict[str, str] = {
     "gpus-per-task": "--gpus-per-node with --gpu-request gpus-per-task",
     "gpus-per-socket": "--gpus-per-node",
     "time": "--time",
-    "partition": "--partition",
-    "account": "--account",
-    "qos": "--qos",
     "job-name": "--job-name",
-    "output": "--output",
-    "error": "--error",
-    "chdir": "--chdir",
     "signal": "--signal",
     "requeue": "--requeue",
     "no-requeue": "--no-requeue",
@@ -49,15 +52,10 @@ OWNED_SBATCH: dict[str, str] = {
     "dependency": "hpcdist's own job dependencies",
     # submitit writes its own (append), so a rendered script keeps it too: one log per job.
     "open-mode": "hpcdist's own --open-mode=append (a requeued job keeps its log)",
-    "mem": "--mem",
-    "mem-per-gpu": "--mem-per-gpu",
-    "constraint": "--constraint",
-    "exclusive": "--exclusive",
-    "reservation": "--reservation",
-    "mail-type": "--mail-type",
-    "mail-user": "--mail-user",
-    "nodelist": "--nodelist",
-    "exclude": "--exclude",
+}
+OWNED_SBATCH: dict[str, str] = {
+    **_WORKED_OUT_SBATCH,
+    **{option.sbatch: option.flag.split("/")[0] for option in JOB_OPTIONS if option.sbatch},
 }
 # gres is the GPUs' when hpcdist asks for GPUs; otherwise (gres=nvme:1) it passes through.
 _GRES_OWNER = "--gpus-per-node and --gpu-type"
