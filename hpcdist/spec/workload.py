@@ -59,5 +59,5 @@ def config_checker(workload: str = WORKLOAD) -> ConfigChecker:
     raise SpecError(
         f"--set and --sweep change {workload}'s configuration, but no installed package "
         f"declares its checker (entry point group {GROUP!r}); expected {workload} installed "
-        "in this environment"
+        "in this environment (pip install, which registers the entry point)"
     )
