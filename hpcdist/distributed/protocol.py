@@ -23,6 +23,10 @@ from __future__ import annotations
 # and from the 128+N a signal death produces, so a script can tell preemption apart.
 REQUEUE_EXIT_CODE = 85
 
+# The warning signal of a submitit job: submitit's handler catches this one only, so a
+# submitted job warns with it and hpcdist's submitit task forwards it to the training.
+SUBMITIT_WARNING_SIGNAL = "USR2"
+
 # Environment variables the job's script or submitit task sets for the training.
 SIGNAL_VAR = "HPCDIST_SIGNAL"  # the warning signal's name, e.g. USR1
 MARKER_VAR = "HPCDIST_REQUEUE_MARKER"  # the file rank 0 creates to ask for a requeue

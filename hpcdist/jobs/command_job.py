@@ -19,12 +19,19 @@ from typing import Any
 
 from submitit.helpers import Checkpointable, DelayedSubmission
 
-from hpcdist.distributed.protocol import MARKER_VAR, REQUEUE_EXIT_CODE, submitit_marker_name
+from hpcdist.distributed.protocol import (
+    MARKER_VAR,
+    REQUEUE_EXIT_CODE,
+    SUBMITIT_WARNING_SIGNAL,
+    submitit_marker_name,
+)
 from hpcdist.jobs.localjob import process_exited
 from hpcdist.state.fileutil import write_atomic
 
 # How long the warning-signal handler waits for the child to write its checkpoint.
 CHECKPOINT_GRACE_S = 60.0
+# The signal submitit warns this task with, forwarded to the child (the protocol's name).
+WARNING_SIGNAL = signal.Signals[f"SIG{SUBMITIT_WARNING_SIGNAL}"]
 
 
 class CommandFailed(RuntimeError):
@@ -74,7 +81,7 @@ class CommandJob(Checkpointable):
             self._child = subprocess.Popen(
                 self.torchrun_argv(env),
                 env=env,
-                preexec_fn=lambda: signal.signal(signal.SIGUSR2, signal.SIG_IGN),
+                preexec_fn=lambda: signal.signal(WARNING_SIGNAL, signal.SIG_IGN),
             )
         code = self._child.wait()
         self._record(code)
@@ -101,7 +108,7 @@ class CommandJob(Checkpointable):
         child = self._child
         if child is not None and not process_exited(child.pid):
             # torchrun passes SIGTERM on to its ranks, which checkpoint on it as on USR2.
-            child.send_signal(signal.SIGUSR2 if self.torchrun_nproc is None else signal.SIGTERM)
+            child.send_signal(WARNING_SIGNAL if self.torchrun_nproc is None else signal.SIGTERM)
             if not _wait_exited(child.pid, CHECKPOINT_GRACE_S):
                 print("hpcdist: child did not exit after the warning signal", file=sys.stderr)
         if not self.requeue:

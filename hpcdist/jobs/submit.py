@@ -28,7 +28,13 @@ from pathlib import Path
 from typing import Any
 
 from hpcdist.distributed.jobsecret import create_secret_file
-from hpcdist.distributed.protocol import SECRET_DIR, SECRET_VAR, SIGNAL_VAR, is_inherited
+from hpcdist.distributed.protocol import (
+    SECRET_DIR,
+    SECRET_VAR,
+    SIGNAL_VAR,
+    SUBMITIT_WARNING_SIGNAL,
+    is_inherited,
+)
 from hpcdist.errors import SpecError, UserError
 from hpcdist.jobs.localjob import identify
 from hpcdist.jobs.records import JobRecord, save_record
@@ -155,10 +161,11 @@ def slurm_parameters(spec: JobSpec) -> dict[str, Any]:
     }
     if spec.signal is not None:
         signal_name, _, delay = spec.signal.removeprefix("B:").partition("@")
-        if signal_name != "USR2":
+        if signal_name != SUBMITIT_WARNING_SIGNAL:
             raise SpecError(
-                f"--signal {spec.signal!r}: submitit jobs warn with USR2; "
-                "expected USR2@SECONDS (plain sbatch scripts take any signal)"
+                f"--signal {spec.signal!r}: submitit jobs warn with {SUBMITIT_WARNING_SIGNAL}; "
+                f"expected {SUBMITIT_WARNING_SIGNAL}@SECONDS (plain sbatch scripts take any "
+                "signal)"
             )
         params["signal_delay_s"] = int(delay or 60)
     return params
