@@ -8,7 +8,7 @@ On GPUs (one per rank, NCCL): ``dist.all_reduce`` queued back to back, and the s
 a CUDA graph (as the training step replays it); and PyTorch's symmetric-memory one-shot
 all-reduce (each GPU reads its peers' buffers over NVLink, no NCCL kernel) inside a CUDA
 graph. On the CPU: gloo's ``dist.all_reduce`` back to back, and the shared-memory
-all-reduce of ``ufsemulator.gradreduce`` (what training uses on one host). Every number
+all-reduce of ``ufsemulator.training.gradreduce`` (what training uses on one host). Every number
 is microseconds per all-reduce, rank 0's clock, median over ``--chunks`` timed chunks.
 """
 
@@ -71,7 +71,7 @@ def measure(ctx: Any, job: dict[str, Any], result: dict[str, Any]) -> None:
     timed("all_reduce", queued)
     if not cuda:
         if ctx.env.world_size > 1:
-            from ufsemulator.gradreduce import shared_memory_allreduce
+            from ufsemulator.training.gradreduce import shared_memory_allreduce
 
             shm = shared_memory_allreduce(numel, ctx)
 

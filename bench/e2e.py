@@ -35,7 +35,7 @@ from pathlib import Path
 from typing import Any
 
 from bench.launch import NO_MULTICAST, REPO, without_launcher
-from hpcdist.cpulayout import cpu_layout
+from hpcdist.distributed.cpulayout import cpu_layout
 
 
 def _ints(text: str) -> list[int]:

@@ -50,11 +50,11 @@ def make_models(folder: Path, hidden: tuple[int, ...]) -> tuple[Path, Path]:
     """A seeded model of ``hidden`` widths with realistic normalisation, both exports."""
     import torch
 
-    from ufsemulator.aoti import package_export
     from ufsemulator.config import ExportConfig
-    from ufsemulator.export import export_model
-    from ufsemulator.model import EmulatorMLP, ModelConfig
-    from ufsemulator.normalization import Stats
+    from ufsemulator.export.torchscript import export_model
+    from ufsemulator.export.aoti import package_export
+    from ufsemulator.model.emulator import EmulatorMLP, ModelConfig
+    from ufsemulator.model.normalization import Stats
 
     torch.manual_seed(0)
     model = EmulatorMLP(ModelConfig(hidden=hidden))

@@ -3,6 +3,12 @@
 # 4 GPUs and no SLURM installed (docs/gpu-slurm.md). Run from the repository root:
 #
 #     bench/gpu_slurm_job.sh [OUT_DIR]          # default: $OUT, else /tmp/gpu-slurm-out
+#     bench/gpu_slurm_job.sh --render-only [OUT_DIR]
+#
+# --render-only (what CI runs on a CPU machine, tests/test_bench.py): no GPU, no SLURM, no
+# .debs: every script the GPU run submits is rendered with the same flags and checked with
+# `bash -n`; the GPU steps (testbed, sbatch, nvidia-smi) are skipped. Exit 1 if any render
+# fails. GPU_SLURM_WORK moves the work folder (default /tmp/gpujob).
 #
 # Needs, beside the working tree (docs/gpu-slurm.md says how they are made):
 #   .debs/  Debian 12's slurmctld, slurmd, slurm-client, slurm-wlm-basic-plugins, munge and the
@@ -27,8 +33,14 @@
 set -uo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 REPO=$PWD
+RENDER_ONLY=0
+if [ "${1:-}" = "--render-only" ]; then
+  RENDER_ONLY=1
+  shift
+fi
+RENDER_FAILED=0
 OUT_DIR=${1:-${OUT:-/tmp/gpu-slurm-out}}
-WORK=/tmp/gpujob
+WORK=${GPU_SLURM_WORK:-/tmp/gpujob}
 LOGS=$WORK/logs
 ROOT=/tmp/slurmroot
 SITE=/tmp/site
@@ -50,6 +62,7 @@ since() { awk -v a="$1" -v b="$(stamp)" 'BEGIN { printf "%.1f", b - a }'; }
 
 # ------------------------------------------------------------------ 0. the machine
 t0=$(stamp)
+if [ "$RENDER_ONLY" -eq 0 ]; then
 note "machine: $(hostname), $(nproc) CPUs, kernel $(uname -r), $(date -u +%FT%TZ)"
 note "os: $(. /etc/os-release && echo "$PRETTY_NAME"); cgroup fs: $(stat -fc %T /sys/fs/cgroup)"
 nvidia-smi --query-gpu=index,name,pci.bus_id,memory.total --format=csv,noheader \
@@ -76,6 +89,9 @@ missing_libs() {  # LD_LIBRARY_PATH to try
   done | sort | uniq -c | awk '{ printf "%s(%s) ", $2, $1 }'
 }
 note "libraries this system lacks (count of SLURM/munge files that need each): $(missing_libs "$ROOT/usr/lib/x86_64-linux-gnu/slurm-wlm")"
+else
+  note "render only: no GPU, no SLURM; every job script is rendered and checked with bash -n"
+fi
 
 # ------------------------------------------------------------------ helpers
 # rankinfo.sh: one line per task saying where it runs and which GPUs SLURM gave it, then exec.
@@ -88,7 +104,7 @@ echo "[rankinfo] rank ${SLURM_PROCID:-?} local ${SLURM_LOCALID:-?} node ${SLURMD
 exec "$@"
 EOF
 chmod +x "$WORK/rankinfo.sh"
-# train_workaround.py: used only when the plain training job fails. ufsemulator/training.py
+# train_workaround.py: used only when the plain training job fails. ufsemulator/training/train.py
 # (as of 2026-11-26) all-reduces its normalisation sums as CPU tensors, torch_all_reduce("cpu"),
 # which an NCCL process group cannot do ("No backend type associated with device type cpu");
 # this runs the unchanged `python -m ufsemulator` with that one reduction on the rank's GPU.
@@ -99,8 +115,8 @@ import sys
 import torch
 import torch.distributed as dist
 
-import ufsemulator.training as training
-from ufsemulator import normalization
+import ufsemulator.training.train as training
+from ufsemulator.model import normalization
 
 
 def on_rank_device(device="cpu"):
@@ -117,6 +133,10 @@ EOF
 
 TESTBED_OK=0
 testbed_up() {  # name nodes gpus_per_node cpus_per_node cgroup
+  if [ "$RENDER_ONLY" -eq 1 ]; then
+    note "testbed $1 ($2 nodes x $3 GPUs): skipped (render only)"
+    return 0
+  fi
   export HPCDIST_TESTBED_DIR=/tmp/tb-$1 HPCDIST_TESTBED_PREFIX=$ROOT HPCDIST_TESTBED_ACCOUNTING=0
   export HPCDIST_TESTBED_NODES=$2 HPCDIST_TESTBED_GPUS=$3 HPCDIST_TESTBED_CPUS=$4
   export HPCDIST_TESTBED_MEMORY=64000 HPCDIST_TESTBED_PARTITION=gpu HPCDIST_TESTBED_CGROUP=$5
@@ -137,6 +157,7 @@ testbed_up() {  # name nodes gpus_per_node cpus_per_node cgroup
 }
 
 testbed_down() {  # name
+  [ "$RENDER_ONLY" -eq 1 ] && return 0
   HPCDIST_TESTBED_DIR=/tmp/tb-$1 scripts/slurm-testbed down 2>&1 | tail -2
   mkdir -p "$LOGS/tb-$1"
   cp -r "/tmp/tb-$1/etc" "/tmp/tb-$1/log" "$LOGS/tb-$1/" 2>/dev/null
@@ -170,6 +191,15 @@ wait_job() {
 submit() {
   local label=$1 script=$2 t sampler job out state rc runtime buses procs
   shift 2
+  if [ "$RENDER_ONLY" -eq 1 ]; then
+    if bash -n "$script"; then
+      note "job $label: $script passes bash -n (not submitted: render only)"
+    else
+      note "job $label: $script FAILS bash -n"
+      RENDER_FAILED=$((RENDER_FAILED + 1))
+    fi
+    return 1 # not run: a fallback script (the workarounds) is rendered as well
+  fi
   if [ "$(since "$t0" | cut -d. -f1)" -gt "${GPU_SLURM_BUDGET_S:-480}" ]; then
     note "job $label skipped: past the driver's time budget of ${GPU_SLURM_BUDGET_S:-480} s"
     return 1
@@ -206,8 +236,11 @@ submit() {
 render() {  # OUT_FILE hpcdist-render-flags...
   local out=$1
   shift
-  python3 -m hpcdist.cli render --profile gpu-cluster --partition gpu "$@" -o "$out" --force \
-    >/dev/null || note "render $* FAILED"
+  if ! python3 -m hpcdist.cli.main render --profile gpu-cluster --partition gpu "$@" \
+    --script "$out" --force 2>/dev/null; then
+    note "render $* FAILED"
+    RENDER_FAILED=$((RENDER_FAILED + 1))
+  fi
 }
 
 # fallback_launch NODES GPUS_PER_NODE CMD...: what srun would start, without SLURM.
@@ -235,7 +268,7 @@ fallback_launch() {
 }
 
 # ------------------------------------------------------------------ 2-3. 1 node x 4 GPUs
-CHECK="$WORK/rankinfo.sh python3 -m hpcdist.commcheck --timeout 60"
+CHECK="$WORK/rankinfo.sh python3 -m hpcdist.distributed.commcheck --timeout 60"
 NCCL_INFO=(--env NCCL_DEBUG=INFO --env NCCL_DEBUG_SUBSYS=INIT)
 if testbed_up 1x4 1 4 64 v1; then
   render "$WORK/nccl_check_1x4.sh" --mode nccl --nodes 1 --gpus-per-node 4 --cpus-per-task 4 \
@@ -260,12 +293,15 @@ partitions: [gpu]
 cores_per_node: 64
 nccl_env: {NCCL_NVLS_ENABLE: "0", TORCH_SYMM_MEM_DISABLE_MULTICAST: "1", NVSHMEM_DISABLE_NVLS: "1"}
 YAML
-  python3 -m hpcdist.cli render --profile "$WORK/auto-gpu.yaml" --mode nccl --nodes 1 \
-    --time 3 --job-name autodetect-gpus --command "$CHECK" -o "$WORK/autodetect.sh" --force \
-    >/dev/null || note "render of the auto-detect job FAILED"
+  if ! python3 -m hpcdist.cli.main render --profile "$WORK/auto-gpu.yaml" --mode nccl \
+    --nodes 1 --time 3 --job-name autodetect-gpus --command "$CHECK" \
+    --script "$WORK/autodetect.sh" --force 2>/dev/null; then
+    note "render of the auto-detect job FAILED"
+    RENDER_FAILED=$((RENDER_FAILED + 1))
+  fi
   submit autodetect-1x4 "$WORK/autodetect.sh"
   # What a submit host can learn without a GPU count: SLURM knows each partition's GRES.
-  note "sinfo -p gpu -o %G (GRES per node, from SLURM): $(sinfo -h -p gpu -o '%G' | sort -u | tr '\n' ' ')"
+  [ "$RENDER_ONLY" -eq 1 ] || note "sinfo -p gpu -o %G (GRES per node, from SLURM): $(sinfo -h -p gpu -o '%G' | sort -u | tr '\n' ' ')"
   testbed_down 1x4
 fi
 
@@ -286,6 +322,11 @@ if testbed_up 2x2 2 2 32 v1; then
   testbed_down 2x2
 fi
 
+if [ "$RENDER_ONLY" -eq 1 ]; then
+  note "render only: $RENDER_FAILED failed renders or scripts"
+  exit $((RENDER_FAILED > 0))
+fi
+
 # ------------------------------------------------------------------ 5. cgroup/v2, for the record
 if testbed_up v2 1 1 8 v2; then
   t=$(stamp)
@@ -303,7 +344,7 @@ if [ "$TESTBED_OK" -eq 0 ]; then
   note "no testbed came up; launching with the SLURM variables srun would set"
   for layout in "1 4" "2 2"; do
     # shellcheck disable=SC2086
-    fallback_launch $layout python3 -m hpcdist.commcheck --timeout 60 \
+    fallback_launch $layout python3 -m hpcdist.distributed.commcheck --timeout 60 \
       >"$LOGS/fallback-check-${layout/ /x}.out" 2>&1
     note "fallback commcheck ${layout/ /x}: exit $? $(grep -h '^PASS\|^FAIL' "$LOGS/fallback-check-${layout/ /x}.out" | head -4 | tr '\n' ' ')"
   done

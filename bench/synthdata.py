@@ -14,8 +14,8 @@ from pathlib import Path
 import numpy as np
 import numpy.typing as npt
 
-from ufsemulator.data import INPUT_NAMES, VARIABLE_NAMES, DataOptions, select_points
-from ufsemulator.synthetic import synthetic_fields
+from ufsemulator.data.read import INPUT_NAMES, VARIABLE_NAMES, DataOptions, select_points
+from ufsemulator.data.synthetic import synthetic_fields
 
 
 @dataclass(frozen=True)

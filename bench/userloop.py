@@ -56,7 +56,7 @@ def main(argv: list[str] | None = None) -> int:
     from torch.utils.data import DataLoader, TensorDataset
     from torch.utils.data.distributed import DistributedSampler
 
-    from ufsemulator.model import EmulatorMLP, ModelConfig
+    from ufsemulator.model.emulator import EmulatorMLP, ModelConfig
     from ufsemulator.variables import INPUT_NAMES
 
     local = int(os.environ.get("LOCAL_RANK", "0"))

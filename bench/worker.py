@@ -38,12 +38,12 @@ from bench import collectives, refloops
 from bench.launch import NO_MULTICAST
 from bench.synthdata import load_arrays
 from hpcdist.distributed import DistContext, distributed
+from ufsemulator.checkpoints.state import RunProgress
 from ufsemulator.config import Config, load_config
-from ufsemulator.loop import Loop, LoopHooks, Shards, StopFlag
-from ufsemulator.model import EmulatorMLP, ModelConfig
-from ufsemulator.normalization import stats_from_shard
-from ufsemulator.state import RunProgress
-from ufsemulator.training import split
+from ufsemulator.model.emulator import EmulatorMLP, ModelConfig
+from ufsemulator.model.normalization import stats_from_shard
+from ufsemulator.training.loop import Loop, LoopHooks, Shards, StopFlag
+from ufsemulator.training.train import split
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -48,7 +48,7 @@ status=0
 # srun in SLURM >= 22.05 no longer inherits --cpus-per-task from sbatch: pass it explicitly.
 # --kill-on-bad-exit ends every rank when one dies, instead of leaving the rest in a collective.
 srun --nodes=2 --ntasks-per-node=1 --cpus-per-task=2 --kill-on-bad-exit=1 --label \
-  python3 -m hpcdist.commcheck --timeout 60 || status=$?
+  python3 -m hpcdist.distributed.commcheck --timeout 60 || status=$?
 if [ "$status" -ne 0 ]; then
   echo "hpcdist: communication check failed with exit code ${status}" >&2
 fi

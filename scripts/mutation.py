@@ -35,22 +35,25 @@ MUTMUT_VERSION = "3.8.1"
 TARGET_SCORE = 95.0
 
 JOB_EXTRAS = (
-    "tests/test_siteopts.py",
-    "tests/test_sweep.py",
-    "tests/test_container.py",
-    "tests/test_rank_logs.py",
+    "tests/spec/test_siteopts.py",
+    "tests/spec/test_sweep.py",
+    "tests/render/test_container.py",
+    "tests/render/test_rank_logs.py",
 )
 # module -> the test files that are its own (mutants run against these only).
 CORE_MODULES: dict[str, tuple[str, ...]] = {
     # The site options and sweeps of the job description are tested in files of their own.
-    "spec": ("tests/test_spec.py", "tests/test_cli.py", *JOB_EXTRAS),
-    "validate": ("tests/test_spec.py", "tests/test_cli.py", *JOB_EXTRAS),
-    "directives": ("tests/test_render.py", "tests/test_submit.py", *JOB_EXTRAS),
-    "render": ("tests/test_render.py", "tests/test_sweep.py"),
-    "distenv": ("tests/test_distenv.py", "tests/test_nodelist.py"),  # + tasks per node
-    "nodelist": ("tests/test_nodelist.py",),
-    "slurmtime": ("tests/test_spec.py",),
-    "protocol": ("tests/test_protocol.py",),
+    "spec": ("tests/spec/test_spec.py", "tests/cli/test_cli.py", *JOB_EXTRAS),
+    "validate": ("tests/spec/test_spec.py", "tests/cli/test_cli.py", *JOB_EXTRAS),
+    "directives": ("tests/render/test_render.py", "tests/jobs/test_submit.py", *JOB_EXTRAS),
+    "render": ("tests/render/test_render.py", "tests/spec/test_sweep.py"),
+    "distenv": (
+        "tests/distributed/test_distenv.py",
+        "tests/slurm/test_nodelist.py",
+    ),  # + tasks per node
+    "nodelist": ("tests/slurm/test_nodelist.py",),
+    "slurmtime": ("tests/spec/test_spec.py",),
+    "protocol": ("tests/distributed/test_protocol.py",),
 }
 KILLED = {"killed", "timeout"}
 # What the tests read besides the package (mutmut copies only the package and tests/).

@@ -2,7 +2,7 @@
 
 User mistakes (a bad config, a missing or broken file) end with one line on stderr and
 exit code 2; a training stopped by the preemption signal exits with 85
-(hpcdist.protocol.REQUEUE_EXIT_CODE) after its checkpoint is written, so a job script
+(hpcdist.distributed.protocol.REQUEUE_EXIT_CODE) after its checkpoint is written, so a job script
 can requeue it.
 """
 
@@ -15,12 +15,12 @@ import sys
 from pathlib import Path
 
 from hpcdist.distributed import DistEnvError, DistributedInitError
-from hpcdist.private import create_exclusive, private_dir
-from hpcdist.protocol import MARKER_VAR, REQUEUE_EXIT_CODE
-from ufsemulator import earlysignal
+from hpcdist.distributed.protocol import MARKER_VAR, REQUEUE_EXIT_CODE
+from hpcdist.state.private import create_exclusive, private_dir
 from ufsemulator.config import ConfigError
+from ufsemulator.data.makedays import parse_grid
 from ufsemulator.errors import CheckpointError, DataError
-from ufsemulator.makedays import parse_grid
+from ufsemulator.training import earlysignal
 
 EXIT_USAGE = 2
 EXIT_PREEMPTED = REQUEUE_EXIT_CODE
@@ -143,7 +143,7 @@ def main(argv: list[str] | None = None) -> int:
 
 def _make_data(args: argparse.Namespace) -> int:
     # Imported here: `--help` and argument errors should not wait for torch or netCDF.
-    from ufsemulator.synthfiles import write_layout
+    from ufsemulator.data.synthfiles import write_layout
 
     if args.grid is not None:
         try:
@@ -169,7 +169,7 @@ def _make_data(args: argparse.Namespace) -> int:
 
 
 def _make_days(args: argparse.Namespace) -> int:
-    from ufsemulator.makedays import write_days
+    from ufsemulator.data.makedays import write_days
 
     if args.days < 1:
         raise ConfigError(f"--days must be >= 1, got {args.days}")
@@ -188,8 +188,8 @@ def _make_days(args: argparse.Namespace) -> int:
 
 
 def _train(args: argparse.Namespace) -> int:
+    from ufsemulator.checkpoints.state import read_state
     from ufsemulator.config import load_config
-    from ufsemulator.state import read_state
 
     if args.resume is not None and args.config is None:
         # Resuming without --config continues the run exactly as it was configured.
@@ -213,7 +213,7 @@ def _train(args: argparse.Namespace) -> int:
         )
         config = dataclasses.replace(config, data=data)
     # Imported once the config is checked: a bad --set fails without waiting for torch.
-    from ufsemulator.training import train
+    from ufsemulator.training.train import train
 
     result = train(config, resume=args.resume, run_dir=args.run_dir, overrides=args.overrides)
     if result.status != "preempted" or not result.is_main:
@@ -230,7 +230,7 @@ def _train(args: argparse.Namespace) -> int:
 
 
 def _export(args: argparse.Namespace) -> int:
-    from ufsemulator.export import checkpoint_export_config, export_checkpoint
+    from ufsemulator.export.torchscript import checkpoint_export_config, export_checkpoint
 
     if args.describe is not None:
         return _describe(args.describe)
@@ -249,7 +249,7 @@ def _export(args: argparse.Namespace) -> int:
         f"{path.with_suffix('.md')}"
     )
     if args.aoti is not None:
-        from ufsemulator.aoti import package_export
+        from ufsemulator.export.aoti import package_export
 
         package = package_export(path, args.aoti)
         print(f"Packaged {path} for AOTInductor at {package} (predict, jac_physical; float32)")
@@ -257,14 +257,14 @@ def _export(args: argparse.Namespace) -> int:
 
 
 def _describe(path: Path) -> int:
-    from ufsemulator.export import read_extra_files
-    from ufsemulator.signature import describe
+    from ufsemulator.export.torchscript import read_extra_files
+    from ufsemulator.export.signature import describe
 
     if not path.is_file():
         raise ConfigError(f"--describe: '{path}' does not exist or is not a file")
     try:
         if path.suffix == ".pt2":  # an AOTInductor package: the same records as metadata
-            from ufsemulator.aoti import load
+            from ufsemulator.export.aoti import load
 
             extra = dict(load(path).loader.get_metadata())
         else:

@@ -20,7 +20,7 @@ from typing import Any, Literal, Union
 
 import yaml
 
-from ufsemulator.sources import parse_time
+from ufsemulator.data.sources import parse_time
 from ufsemulator.variables import INPUT_NAMES, check_inputs
 
 

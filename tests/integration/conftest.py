@@ -20,7 +20,7 @@ from typing import Protocol
 
 import pytest
 
-from hpcdist.jobs import FINAL_STATES
+from hpcdist.jobs.records import FINAL_STATES
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 TESTBED = REPO_ROOT / "scripts" / "slurm-testbed"
@@ -131,7 +131,7 @@ def release_requeue_hold(job_id: int) -> str:
 def submit_waiting(argv: list[str], cwd: Path) -> tuple[subprocess.Popen[str], int]:
     """Start `hpcdist submit ... --wait` in the background; (its process, the job id)."""
     waiter = subprocess.Popen(
-        [sys.executable, "-m", "hpcdist.cli", "submit", *argv],
+        [sys.executable, "-m", "hpcdist.cli.main", "submit", *argv],
         cwd=cwd,
         env=slurm_env(),
         stdout=subprocess.PIPE,

@@ -25,12 +25,12 @@ from pathlib import Path
 
 import pytest
 
-from hpcdist.options import spec_from_options
-from hpcdist.protocol import derive_port
-from hpcdist.render import render
+from hpcdist.distributed.protocol import derive_port
+from hpcdist.render.script import render
+from hpcdist.spec.options import spec_from_options
 from tests.integration.conftest import REPO_ROOT, SlurmCluster, run_slurm, sbatch, slurm_env
 
-HPCDIST = [sys.executable, "-m", "hpcdist.cli"]
+HPCDIST = [sys.executable, "-m", "hpcdist.cli.main"]
 ATTACKER_NAME = "hpcatk-sec"
 
 
@@ -219,7 +219,7 @@ def test_checkpoint_changed_in_place_is_not_resumed(
     """The victim's own run folder, with a checkpoint its loose umask left writable: the
     attacker rewrites its bytes; the digest in the private state tells, and the run starts
     fresh instead of resuming the attacker's model."""
-    from hpcdist.digests import DigestBook
+    from hpcdist.state.digests import DigestBook
 
     (project / "cfg.yaml").write_text(CONFIG)
     run_dir = project / "runs" / "mine"
@@ -227,7 +227,7 @@ def test_checkpoint_changed_in_place_is_not_resumed(
     checkpoint = run_dir / "checkpoint.pt"
     checkpoint.write_bytes(b"the victim's checkpoint")
     book = DigestBook(project / ".hpcdist" / "digests", project / ".hpcdist")
-    from hpcdist.digests import sha256_file
+    from hpcdist.state.digests import sha256_file
 
     book.settle(checkpoint, sha256_file(checkpoint))  # as the victim's writer records it
     checkpoint.chmod(0o666)
@@ -296,7 +296,7 @@ def test_stranger_joining_the_rendezvous_with_the_right_port_fails_the_job(
 def test_squatting_the_ports_of_the_job_id_does_not_stop_the_job(
     slurm_cluster: SlurmCluster, attacker: Attacker, project: Path
 ) -> None:
-    command = f"{sys.executable} -m hpcdist.commcheck --timeout 40"
+    command = f"{sys.executable} -m hpcdist.distributed.commcheck --timeout 40"
     script = _script(project, "squat", "gloo", command, nodes=2)
     job_id = _held(project, script)
     # Every port that the public job id would have given its first steps.
@@ -338,7 +338,7 @@ def test_symlinked_requeue_marker_in_a_planted_state_folder_is_refused(
 def test_forged_job_record_cannot_make_cancel_kill_a_process(
     slurm_cluster: SlurmCluster, attacker: Attacker, project: Path
 ) -> None:
-    from hpcdist.localjob import identify
+    from hpcdist.jobs.localjob import identify
 
     victim = subprocess.Popen(["sleep", "120"])
     try:

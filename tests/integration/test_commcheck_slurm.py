@@ -7,8 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from hpcdist.options import spec_from_options
-from hpcdist.render import render
+from hpcdist.render.script import render
+from hpcdist.spec.options import spec_from_options
 from tests.integration.conftest import SlurmCluster, sbatch, unlabel
 
 REPO = Path(__file__).resolve().parents[2]
@@ -82,7 +82,7 @@ def test_unreachable_master_fails_with_diagnosis_within_timeout(
         nodes=2,
         time="10:00",
         env=("MASTER_ADDR=10.255.255.1",),
-        command="python3 -m hpcdist.commcheck --timeout 15",
+        command="python3 -m hpcdist.distributed.commcheck --timeout 15",
     )
     started = time.monotonic()
     job = sbatch(script, cwd=tmp_path, timeout=300)

@@ -17,8 +17,8 @@ from pathlib import Path
 import pytest
 import torch
 
-from hpcdist.options import spec_from_options
-from hpcdist.render import render
+from hpcdist.render.script import render
+from hpcdist.spec.options import spec_from_options
 from tests.integration.conftest import (
     FINAL_STATES,
     SlurmCluster,
@@ -29,7 +29,7 @@ from tests.integration.conftest import (
     squeue,
     submit_waiting,
 )
-from ufsemulator.checkpoint import load_checkpoint
+from ufsemulator.checkpoints.checkpoint import load_checkpoint
 
 # Small model, ocean mask (~30k training points per rank at 2 ranks): ~0.35 s per epoch
 # on one core per rank; checkpoints every 10 epochs, stop checks every 5 steps.

@@ -23,7 +23,7 @@ from tests.integration.conftest import (
 )
 
 REPO = Path(__file__).resolve().parents[2]
-HPCDIST = [sys.executable, "-m", "hpcdist.cli"]
+HPCDIST = [sys.executable, "-m", "hpcdist.cli.main"]
 
 
 def hpcdist(*args: str, cwd: Path, timeout: float = 120.0) -> subprocess.CompletedProcess[str]:

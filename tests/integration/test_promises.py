@@ -11,7 +11,7 @@ from pathlib import Path
 from tests.integration.conftest import SlurmCluster, run_slurm, sbatch, slurm_env, submit_waiting
 from tests.integration.test_faults import CONFIG, _log, _training_job, _wait_for
 
-HPCDIST = [sys.executable, "-m", "hpcdist.cli"]
+HPCDIST = [sys.executable, "-m", "hpcdist.cli.main"]
 
 
 def _restarts(job_id: int) -> int:

@@ -12,8 +12,8 @@ from pathlib import Path
 
 import pytest
 
-from hpcdist.options import spec_from_options
-from hpcdist.render import quote, render
+from hpcdist.render.script import quote, render
+from hpcdist.spec.options import spec_from_options
 from tests.integration.conftest import SlurmCluster, sbatch, slurm_env
 from tests.integration.sidebed import FINAL, SideBed, show_job, side_testbed, wait_state
 from tests.integration.test_submit_slurm import COMMCHECK, _job_id, hpcdist

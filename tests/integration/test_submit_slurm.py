@@ -11,8 +11,8 @@ from pathlib import Path
 
 from tests.integration.conftest import SlurmCluster, slurm_env
 
-HPCDIST = [sys.executable, "-m", "hpcdist.cli"]
-COMMCHECK = f"{sys.executable} -m hpcdist.commcheck --timeout 60"
+HPCDIST = [sys.executable, "-m", "hpcdist.cli.main"]
+COMMCHECK = f"{sys.executable} -m hpcdist.distributed.commcheck --timeout 60"
 
 
 def hpcdist(*args: str, cwd: Path, timeout: float = 300) -> subprocess.CompletedProcess[str]:

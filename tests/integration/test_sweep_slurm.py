@@ -16,10 +16,10 @@ from pathlib import Path
 
 import pytest
 
-from hpcdist.jobs import FINAL_STATES
+from hpcdist.jobs.records import FINAL_STATES
 from tests.integration.conftest import SlurmCluster, run_slurm, slurm_env
 
-HPCDIST = [sys.executable, "-m", "hpcdist.cli"]
+HPCDIST = [sys.executable, "-m", "hpcdist.cli.main"]
 SMALL = ["--set", "data.synthetic.ni=64", "--set", "data.synthetic.nj=48"]
 # An epoch of the small training takes about 4 ms here: 3000 of them leave the warning
 # some 12 s to land after "Epoch 3" shows (80 left 0.3 s, and the task sometimes ended first).

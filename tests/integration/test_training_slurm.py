@@ -12,7 +12,7 @@ import pytest
 
 from tests.integration.conftest import SlurmCluster, slurm_env
 
-HPCDIST = [sys.executable, "-m", "hpcdist.cli"]
+HPCDIST = [sys.executable, "-m", "hpcdist.cli.main"]
 MESH = "direct exchange over TCP (every rank to every rank)"
 RUN_FILES = {
     "checkpoint.pt",

@@ -1,0 +1,345 @@
+"""``hpcdist status``, ``logs`` and ``list`` for any SLURM job, not only this folder's.
+
+A job submitted with ``hpcdist submit`` from this folder has a record (its per-rank logs,
+or a local executor); any other job id is looked up in SLURM (``hpcdist.slurm.query``).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import re
+import signal
+import time
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import Any
+
+import click
+
+from hpcdist.errors import UserError
+from hpcdist.jobs.records import (
+    FINAL_STATES,
+    JobRecord,
+    check_job_id,
+    find_record,
+    job_state,
+    list_records,
+    local_elapsed,
+    read_log,
+    scan_records,
+)
+from hpcdist.render.directives import rank_log_pattern
+from hpcdist.slurm.parse import format_duration
+from hpcdist.slurm.query import JobInfo, query_job, query_jobs
+
+# A job SLURM no longer knows has ended too, as far as following its log goes.
+_ENDED = FINAL_STATES | {"UNKNOWN"}
+
+
+def _unknown(job_id: str) -> UserError:
+    return UserError(
+        f"job {job_id!r} was not submitted from this folder and SLURM does not "
+        "know it (scontrol show job, sacct); expected an id from `hpcdist list`"
+    )
+
+
+def _newest_id() -> str:
+    records = list_records()
+    if not records:
+        raise click.UsageError("no jobs submitted from this folder yet; name a job id")
+    return records[0].job_id
+
+
+def _efficiency(infos: Sequence[JobInfo]) -> dict[str, tuple[Any, str, str | None]]:
+    """job id -> (Efficiency, summary line, advice) for the jobs that have ended."""
+    ended = [info for info in infos if info.state in FINAL_STATES]
+    if not ended:
+        return {}
+    from hpcdist.jobs import efficiency as eff
+    from hpcdist.slurm.query import sacct_rows
+
+    # sacct writes a job's row a few seconds after the controller ends it.
+    rows = sacct_rows(ended[0].job_id.split("_")[0] if len(ended) > 1 else ended[0].job_id)
+    out = {}
+    for info in ended:
+        found = eff.efficiency(rows, info.job_id)
+        if found is not None:
+            out[info.job_id] = (found, eff.summary(found), eff.advice(found))
+    return out
+
+
+def exit_text(code: int, signal_number: int, reason: str | None) -> str:
+    """``3``, ``0, killed by signal 9 (SIGKILL)``; SLURM also writes numbers there that are
+    no signal (a launch failure reads 0:53): said as such, with the reason."""
+    if signal_number == 0:
+        return str(code)
+    try:
+        name = signal.Signals(signal_number).name
+    except ValueError:
+        name = None
+    if name is not None and signal_number < signal.SIGRTMIN:
+        return f"{code}, killed by signal {signal_number} ({name})"
+    why = f"; reason {reason}" if reason else ""
+    return f"{code} (no signal: SLURM's signal field reads {signal_number}{why})"
+
+
+def _describe(info: JobInfo, summary: str | None, advice: str | None) -> list[str]:
+    lines = [f"{info.job_id} {info.state}"]
+    rows: list[tuple[str, str]] = [("name", info.name)]
+    if info.reason is not None:
+        rows.append(("reason", info.reason))
+    rows.append(("nodes", f"{info.nodes} ({info.num_nodes})" if info.nodes else "none yet"))
+    rows.append(
+        ("elapsed", f"{format_duration(info.elapsed_s or 0)} of {format_duration(info.limit_s)}")
+    )
+    if info.state not in ("PENDING", "RUNNING"):
+        rows.append(("exit code", exit_text(info.exit_code, info.signal, info.reason)))
+    rows.append(("restarts", str(info.restarts)))
+    rows.append(("stdout", info.stdout or "unknown"))
+    if info.stderr and info.stderr != info.stdout:
+        rows.append(("stderr", info.stderr))
+    if summary is not None:
+        rows.append(("efficiency", summary))
+    if advice is not None:
+        rows.append(("advice", advice))
+    lines.extend(f"  {key + ':':<11} {value}" for key, value in rows)
+    return lines
+
+
+@click.command()
+@click.argument("job_id", required=False)
+@click.option("--json", "as_json", is_flag=True, help="One JSON object per job, for scripts.")
+def status(job_id: str | None, as_json: bool) -> int:
+    """State of any SLURM job (default: the newest submitted from this folder): the reason
+    while it waits; nodes, elapsed time against the limit, exit code and signal, restarts
+    and log paths; after the end, how well it used its CPUs, memory and time."""
+    job_id = check_job_id(job_id) if job_id is not None else _newest_id()
+    record = find_record(job_id)
+    infos = [] if record is not None and record.executor != "slurm" else query_jobs(job_id)
+    if not infos:
+        if record is None:
+            raise _unknown(job_id)
+        state = job_state(record)
+        click.echo(
+            json.dumps({"job_id": job_id, "state": state, "executor": record.executor})
+            if as_json
+            else f"{job_id} {state}"
+        )
+        return 0
+    effs = _efficiency(infos)
+    for info in infos:
+        eff, summary, advice = effs.get(info.job_id, (None, None, None))
+        if as_json:
+            data: dict[str, Any] = dataclasses.asdict(info)
+            data["efficiency"] = (
+                None
+                if eff is None
+                else {
+                    **dataclasses.asdict(eff),
+                    "cpu_fraction": eff.cpu_fraction,
+                    "memory_fraction": eff.memory_fraction,
+                    "time_fraction": eff.time_fraction,
+                    "summary": summary,
+                    "advice": advice,
+                }
+            )
+            click.echo(json.dumps(data))
+        else:
+            click.echo("\n".join(_describe(info, summary, advice)))
+    return 0
+
+
+# srun --label's prefix of each line (--rank-logs label): the task number, padded.
+_LABEL = re.compile(r" *([0-9]+): ")
+
+
+def _rank_filter(rank: int | None) -> Callable[[str], bool]:
+    """A rank's lines: labelled with its number by srun, or printed as '[Rank N]'."""
+    if rank is None:
+        return lambda line: True
+    prefix = f"[Rank {rank}]"
+
+    def keep(line: str) -> bool:
+        label = _LABEL.match(line)
+        return label.group(1) == str(rank) if label else line.startswith(prefix)
+
+    return keep
+
+
+def _unlabel(rank: int | None) -> Callable[[str], str]:
+    """One rank's lines as it printed them, without srun's label."""
+    if rank is None:
+        return lambda line: line
+    return lambda line: _LABEL.sub("", line, count=1)
+
+
+def follow(record: JobRecord, rank: int, poll_s: float = 1.0) -> str:
+    """Print a rank's log as it grows until the job reaches a final state; return it."""
+    return follow_files(
+        [(record.log_path(rank, "out"), False), (record.log_path(rank, "err"), True)],
+        lambda: job_state(record),
+        lambda line: True,
+        poll_s,
+    )
+
+
+def follow_files(
+    paths: Sequence[tuple[Path, bool]],
+    state: Callable[[], str],
+    keep: Callable[[str], bool],
+    poll_s: float = 1.0,
+    shown: Callable[[str], str] = str,
+) -> str:
+    """Print the lines of ``(path, to_stderr)`` files as they grow, those ``keep`` accepts,
+    until ``state()`` is final; return that state. A line is printed once it is whole."""
+    offsets = {path: 0 for path, _ in paths}
+    partial = {path: b"" for path, _ in paths}
+    while True:
+        current = state()
+        for path, to_stderr in paths:
+            if not path.is_file():
+                continue
+            with path.open("rb") as handle:
+                handle.seek(offsets[path])
+                chunk = handle.read()
+            offsets[path] += len(chunk)
+            *whole, partial[path] = (partial[path] + chunk).split(b"\n")
+            if current in _ENDED and partial[path]:
+                whole, partial[path] = [*whole, partial[path]], b""
+            for raw in whole:
+                line = raw.decode(errors="replace")
+                if keep(line):
+                    click.echo(shown(line), err=to_stderr)
+        if current in _ENDED:
+            return current
+        time.sleep(poll_s)
+
+
+def _slurm_logs(info: JobInfo) -> list[tuple[Path, bool]]:
+    if info.stdout is None:
+        raise UserError(
+            f"SLURM does not say where job {info.job_id} writes its log "
+            f"(StdOut unknown, no slurm-{info.job_id}.out in {info.workdir})"
+        )
+    paths = [(Path(info.stdout), False)]
+    if info.stderr and info.stderr != info.stdout:
+        paths.append((Path(info.stderr), True))
+    return paths
+
+
+def _split_logs(paths: list[tuple[Path, bool]], rank: int | None) -> list[tuple[Path, bool]]:
+    """A rank's own files beside the job's log (``--rank-logs split``), where they exist."""
+    if rank is None:
+        return []
+    found = [(Path(rank_log_pattern(str(path), str(rank))), err) for path, err in paths]
+    return [(path, err) for path, err in found if path.is_file()]
+
+
+@click.command()
+@click.argument("job_id")
+@click.option(
+    "--rank",
+    type=int,
+    default=None,
+    help="Only this rank's lines (its label, its own file, or '[Rank N]'); a job of this "
+    "folder: its log file (default 0).",
+)
+@click.option("--follow", "follow_", is_flag=True, help="Keep printing until the job ends.")
+def logs(job_id: str, rank: int | None, follow_: bool) -> int:
+    """Print a job's log (stdout, then stderr): any SLURM job, or one of this folder."""
+    record = find_record(job_id)
+    if record is not None:
+        rank = 0 if rank is None else rank
+        if not 0 <= rank < record.tasks:
+            raise click.BadParameter(
+                f"{rank} is not a rank of job {job_id}; expected 0..{record.tasks - 1}",
+                param_hint="--rank",
+            )
+        if follow_:
+            follow(record, rank)
+            return 0
+        text = read_log(record, rank)
+        if not text:  # nothing found never looks like an empty log
+            where = record.log_path(rank)
+            said = "is empty so far" if where.is_file() else "does not exist yet"
+            raise UserError(
+                f"rank {rank} of job {job_id} ({job_state(record)}): its log {where} {said}"
+            )
+        click.echo(text, nl=False)
+        return 0
+    info = query_job(job_id)
+    if info is None:
+        if query_jobs(job_id):
+            raise UserError(f"job {job_id} is an array; expected one task, e.g. {job_id}_0")
+        raise _unknown(job_id)
+    paths = _slurm_logs(info)
+    keep, shown = _rank_filter(rank), _unlabel(rank)
+    split = _split_logs(paths, rank)
+    if split:  # --rank-logs split: the rank's own files
+        paths, keep = split, _rank_filter(None)
+    if follow_:
+
+        def current() -> str:
+            found = query_job(job_id)
+            return found.state if found is not None else "UNKNOWN"
+
+        follow_files(paths, current, keep, shown=shown)
+        return 0
+    missing = [str(path) for path, _ in paths if not path.is_file()]
+    if len(missing) == len(paths):
+        raise UserError(f"job {job_id} ({info.state}) has no log yet at {', '.join(missing)}")
+    printed = ""
+    for path, _ in paths:  # both to stdout, as for a job of this folder
+        if path.is_file():
+            text = path.read_text(errors="replace")
+            lines = text.splitlines(keepends=True)
+            printed += "".join(shown(ln) for ln in lines if keep(ln))
+    if not printed:  # nothing found never looks like an empty log
+        whose = f"rank {rank} of job {job_id}" if rank is not None else f"job {job_id}"
+        looked = ", ".join(str(path) for path, _ in paths)
+        raise UserError(f"nothing for {whose} ({info.state}) in {looked}")
+    click.echo(printed, nl=False)
+    return 0
+
+
+@click.command(name="list")
+def list_command() -> int:
+    """This folder's jobs and this user's SLURM jobs of the last day, newest first."""
+    from hpcdist.slurm.query import recent_jobs
+
+    now = time.time()
+    found, problems = scan_records()
+    for problem in problems:  # one bad record is named, and spares the others
+        click.echo(f"hpcdist: skipped: {problem}", err=True)
+    records = {record.job_id: record for record in found}
+    # One sacct call reaches back to the oldest SLURM record too: no query per record.
+    since = min([now - 86400] + [r.submitted for r in records.values() if r.executor == "slurm"])
+    click.echo(f"{'JOB':>12}  {'STATE':<11} {'ELAPSED':>10}  {'EXECUTOR':<8} NAME")
+    slurm = {
+        job.job_id: job
+        for job in recent_jobs(time.strftime("%Y-%m-%dT%H:%M:%S", time.localtime(since - 60)))
+    }
+    rows: list[tuple[str, str, str, str, str]] = []
+    for record in records.values():
+        job = slurm.pop(record.job_id, None) if record.executor == "slurm" else None
+        if record.executor == "slurm":
+            state = job.state if job is not None else "UNKNOWN"
+            elapsed = job.elapsed_s if job is not None else None
+        else:
+            state = job_state(record)  # a local process: no SLURM query
+            elapsed = local_elapsed(record)
+        shown = "-" if elapsed is None else format_duration(elapsed)
+        rows.append((record.job_id, state, shown, record.executor, record.name))
+    rows.extend(
+        (job.job_id, job.state, format_duration(job.elapsed_s or 0), "-", job.name)
+        for job in slurm.values()
+    )
+    for job_id, shown_state, shown_elapsed, executor, name in sorted(rows, key=_newest_first):
+        click.echo(f"{job_id:>12}  {shown_state:<11} {shown_elapsed:>10}  {executor:<8} {name}")
+    return 0
+
+
+def _newest_first(row: tuple[str, ...]) -> tuple[int, int, str]:
+    head, _, task = row[0].partition("_")
+    return (-int(head) if head.isdigit() else 0, -int(task) if task.isdigit() else 0, row[0])

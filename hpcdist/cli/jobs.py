@@ -1,0 +1,143 @@
+"""``hpcdist submit`` and ``cancel``; ``status``, ``logs`` and ``list`` are in cli_follow."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import click
+
+from hpcdist.cli.follow import follow
+from hpcdist.errors import UserError
+from hpcdist.jobs.records import (
+    FINAL_STATES,
+    JobRecord,
+    cancel,
+    find_record,
+    job_state,
+    load_record,
+)
+from hpcdist.jobs.submit import EXECUTORS
+from hpcdist.spec.options import job_options, spec_from_options
+
+
+@click.command()
+@job_options
+@click.option(
+    "--executor",
+    type=click.Choice(EXECUTORS),
+    default="auto",
+    help="slurm, local processes, or auto: slurm where sbatch is on PATH.",
+)
+@click.option("--dry-run", is_flag=True, help="Print what would be submitted; submit nothing.")
+@click.option("--wait", is_flag=True, help="Follow rank 0's log; exit 0 only if COMPLETED.")
+@click.option("--no-preflight", is_flag=True, help="Skip `sbatch --test-only`.")
+def submit(executor: str, dry_run: bool, wait: bool, no_preflight: bool, **options: Any) -> int:
+    """Submit a job through submitit and print its id, state and log paths."""
+    from hpcdist.jobs import submit as submission
+
+    spec = spec_from_options(options)
+    if spec.gpus_auto and submission.choose_executor(executor) == "slurm":
+        # No GPU count anywhere: the partition's, from the controller (submitit needs it).
+        from hpcdist.jobs.gpudetect import fill_gpu_count
+
+        spec, found = fill_gpu_count(options, spec)
+        click.echo(found, err=True)
+    # One plan: --dry-run prints it, a submission carries it out.
+    plan = submission.plan_submission(spec, executor, preflight_check=not no_preflight)
+    if dry_run:
+        click.echo(json.dumps(plan.describe(), indent=2, default=list))
+        return 0
+    result = submission.carry_out(plan)
+    record = result.record
+    click.echo(
+        f"Submitted job {record.job_id} ({result.executor}, {spec.mode}, "
+        f"{spec.nodes} nodes x {spec.tasks_per_node} tasks)"
+    )
+    if record.points is not None and "_" not in record.job_id and len(record.points) > 1:
+        return _submitted_array(record, spec.max_parallel, wait)
+    click.echo(f"  state: {job_state(record)}")
+    click.echo(f"  rank 0 log: {record.log_path(0)}")
+    if spec.error is not None or result.executor == "local":
+        click.echo(f"  rank 0 err: {record.log_path(0, 'err')}")
+    if not wait:
+        return 0
+    try:
+        state = follow(record, rank=0)
+    except KeyboardInterrupt:
+        return _stopped_following(record.job_id)
+    click.echo(f"Job {record.job_id} ended {state}")
+    return 0 if state == "COMPLETED" else 1
+
+
+def _stopped_following(job_id: str) -> int:
+    """Ctrl-C stops the following, not the job: say so, and how to reach it again."""
+    click.echo(
+        f"\nhpcdist: stopped following; job {job_id} keeps running "
+        f"(hpcdist status {job_id}, hpcdist logs {job_id} --follow, hpcdist cancel {job_id})",
+        err=True,
+    )
+    return 130
+
+
+def _submitted_array(record: JobRecord, max_parallel: int | None, wait: bool) -> int:
+    """An array's tasks, each with its point and log; with --wait, every task to its end."""
+    from hpcdist.jobs.arrays import wait_for_tasks
+
+    points = record.points or []
+    at_once = f", at most {max_parallel} at once" if max_parallel else ""
+    click.echo(f"  array: {len(points)} tasks{at_once}")
+    for index, point in enumerate(points):
+        task = load_record(f"{record.job_id}_{index}")
+        click.echo(f"  {task.job_id}: {' '.join(point)}; rank 0 log: {task.log_path(0)}")
+    if not wait:
+        return 0
+    try:
+        states = wait_for_tasks(
+            record.job_id, len(points), lambda task, state: click.echo(f"  {task} {state}")
+        )
+    except KeyboardInterrupt:
+        return _stopped_following(record.job_id)
+    ended = sum(state == "COMPLETED" for state in states.values())
+    click.echo(f"Job {record.job_id} ended: {ended} of {len(states)} tasks COMPLETED")
+    from hpcdist.jobs.report import collect, table
+
+    click.echo(table(collect(record.job_id)), nl=False)  # what `hpcdist report` prints
+    return 0 if ended == len(states) else 1
+
+
+@click.command(name="cancel")
+@click.argument("job_id")
+def cancel_command(job_id: str) -> int:
+    """Cancel a job."""
+    record = find_record(job_id)
+    # An array answers one state per task: said once each, in order.
+    answer = cancel(record) if record is not None else _cancel_slurm_job(job_id)
+    state = ", ".join(dict.fromkeys(s.strip() for s in answer.splitlines() if s.strip()))
+    if state in FINAL_STATES:
+        click.echo(f"Job {job_id} had already ended ({state}); nothing to cancel")
+    else:
+        click.echo(f"Cancelled job {job_id} (was {state})")
+    return 0
+
+
+def _cancel_slurm_job(job_id: str) -> str:
+    """A job that `hpcdist list` shows without a record here (``sbatch hpc/train.sh``, or
+    another folder's): SLURM's own, cancelled there; SLURM refuses other users' jobs."""
+    import shutil
+
+    from hpcdist.slurm.query import query_job
+    from hpcdist.slurm.tools import slurm_tool
+
+    info = query_job(job_id) if shutil.which("scontrol") or shutil.which("sacct") else None
+    if info is None:
+        raise UserError(
+            f"job {job_id!r} has no record in this folder and SLURM does not know it; "
+            "expected an id from `hpcdist list`"
+        )
+    if info.state in FINAL_STATES:
+        return info.state
+    proc = slurm_tool(["scancel", job_id])
+    if proc.returncode != 0:
+        raise UserError(f"scancel {job_id} failed: {proc.stderr.strip()}")
+    return info.state

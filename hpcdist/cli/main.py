@@ -1,0 +1,120 @@
+"""The ``hpcdist`` command line: render, submit, status, logs, cancel, list, env.
+
+Rendering and submitting never import torch, so the CLI answers in a fraction of a second.
+Each subcommand's module loads only when that subcommand runs (``SUBCOMMANDS``): ``render``
+never imports submit, the job records or the SLURM queries, and shell completion (which
+runs the CLI at every Tab) stays quick.
+"""
+
+from __future__ import annotations
+
+import importlib
+import sys
+from pathlib import Path
+from typing import Any
+
+import click
+
+from hpcdist.errors import UserError
+from hpcdist.spec.options import job_options, spec_from_options
+from hpcdist.state.fileutil import umask_mode, write_atomic
+
+# name -> (module, attribute): loaded when the subcommand is asked for (click's lazy group).
+SUBCOMMANDS: dict[str, tuple[str, str]] = {
+    "submit": ("hpcdist.cli.jobs", "submit"),
+    "cancel": ("hpcdist.cli.jobs", "cancel_command"),
+    "status": ("hpcdist.cli.follow", "status"),
+    "logs": ("hpcdist.cli.follow", "logs"),
+    "list": ("hpcdist.cli.follow", "list_command"),
+    "report": ("hpcdist.cli.report", "report"),
+    "env": ("hpcdist.cli.env", "env_command"),
+    "run": ("hpcdist.cli.run", "run"),
+    "completion": ("hpcdist.cli.completion", "completion"),
+}
+
+
+class _Cli(click.Group):
+    """A group whose user errors are one line on stderr and exit code 2, never a traceback;
+    its subcommands other than ``render`` load on first use."""
+
+    def list_commands(self, ctx: click.Context) -> list[str]:
+        return sorted({*super().list_commands(ctx), *SUBCOMMANDS})
+
+    def get_command(self, ctx: click.Context, cmd_name: str) -> click.Command | None:
+        if cmd_name in SUBCOMMANDS and cmd_name not in self.commands:
+            module, attribute = SUBCOMMANDS[cmd_name]
+            command = getattr(importlib.import_module(module), attribute)
+            self.add_command(command, cmd_name)
+        return super().get_command(ctx, cmd_name)
+
+    def main(  # type: ignore[override]  # always exits, whatever standalone_mode says
+        self, args: Any = None, prog_name: str | None = None, **extra: Any
+    ) -> Any:
+        extra["standalone_mode"] = False
+        try:
+            result = super().main(args, prog_name or "hpcdist", **extra)
+        except click.exceptions.Exit as exc:
+            sys.exit(exc.exit_code)
+        except click.Abort:
+            click.echo("hpcdist: aborted", err=True)
+            sys.exit(130)
+        except click.ClickException as exc:
+            help_ctx = getattr(exc, "ctx", None)
+            if type(exc).__name__ == "NoArgsIsHelpError" and help_ctx is not None:
+                # `hpcdist` alone: the help is the answer, not an error (click >= 8.2).
+                click.echo(help_ctx.get_help())
+                sys.exit(0)
+            click.echo(f"hpcdist: error: {exc.format_message()}", err=True)
+            sys.exit(2 if isinstance(exc, click.UsageError) else exc.exit_code)
+        except UserError as exc:
+            click.echo(f"hpcdist: error: {exc}", err=True)
+            sys.exit(2)
+        sys.exit(result if isinstance(result, int) else 0)
+
+
+@click.group(cls=_Cli)
+@click.version_option("0.1.0", prog_name="hpcdist")
+def cli() -> None:
+    """Render, check and submit SLURM jobs for distributed PyTorch training."""
+
+
+@cli.command()
+@job_options
+@click.option(
+    "--script",
+    "out",
+    type=click.Path(dir_okay=False, path_type=Path),
+    default=None,
+    help="Write the script to this file instead of stdout.",
+)
+@click.option("--force", is_flag=True, help="Overwrite --script if it exists.")
+def render(out: Path | None, force: bool, **options: Any) -> int:
+    """Print the sbatch script for a job; change nothing."""
+    from hpcdist.render.script import render as render_spec
+
+    script = render_spec(spec_from_options(options))
+    if out is None:
+        click.echo(script, nl=False)
+        return 0
+    if out.exists() and not force:
+        raise UserError(f"--script {str(out)!r} exists; pass --force to overwrite it")
+    if not out.parent.is_dir():
+        raise UserError(f"--script {str(out)!r}: folder {str(out.parent)!r} does not exist")
+    try:
+        write_atomic(out, script, mode=umask_mode(executable=True))
+    except OSError as exc:
+        raise UserError(f"--script {str(out)!r} cannot be written: {exc.strerror}") from exc
+    click.echo(f"wrote {out}", err=True)
+    return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    try:
+        cli.main(args=argv, prog_name="hpcdist")
+    except SystemExit as exc:
+        return exc.code if isinstance(exc.code, int) else (0 if exc.code is None else 1)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,236 @@
+"""What a submitit task runs: the job's command as a child process, with its exit recorded.
+
+This module is imported inside the job (by submitit unpickling a CommandJob), never by the
+CLI's render path; it imports neither torch nor anything heavy.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import re
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from submitit.helpers import Checkpointable, DelayedSubmission
+
+from hpcdist.distributed.protocol import (
+    MARKER_VAR,
+    REQUEUE_EXIT_CODE,
+    SUBMITIT_WARNING_SIGNAL,
+    submitit_marker_name,
+)
+from hpcdist.jobs.localjob import process_exited
+from hpcdist.state.fileutil import write_atomic
+
+# How long the warning-signal handler waits for the child to write its checkpoint.
+CHECKPOINT_GRACE_S = 60.0
+# The signal submitit warns this task with, forwarded to the child (the protocol's name).
+WARNING_SIGNAL = signal.Signals[f"SIG{SUBMITIT_WARNING_SIGNAL}"]
+
+
+class CommandFailed(RuntimeError):
+    """The job's command exited non-zero; submitit marks the job FAILED."""
+
+
+@dataclass
+class CommandJob(Checkpointable):
+    """Run ``argv`` in every task; the env holds extra variables from the JobSpec.
+
+    With ``torchrun_nproc`` set, each task (one per node) runs ``argv`` under a torchrun
+    that starts that many ranks on its node, meeting at the first node of the job.
+    """
+
+    argv: tuple[str, ...]
+    env: dict[str, str] = field(default_factory=dict)
+    record_dir: str | None = None
+    threads: int | None = None
+    torchrun_nproc: int | None = None
+    requeue: bool = True  # --no-requeue: the user's word; a warned job ends instead
+    # The user's umask at submission: submit hands submitit a strict one (its pickles and
+    # folders are private), which sbatch and the local executor would pass on to the job.
+    umask: int | None = None
+    max_restarts: int | None = None  # None: no limit of ours (submitit's still holds)
+    _child: subprocess.Popen[bytes] | None = field(default=None, repr=False, compare=False)
+    _terminated: bool = field(default=False, repr=False, compare=False)
+
+    def __call__(self) -> int:
+        if self.umask is not None:
+            os.umask(self.umask)
+        env = dict(os.environ)
+        env.update(self.env)
+        if self.threads is not None:
+            env["OMP_NUM_THREADS"] = env["MKL_NUM_THREADS"] = str(self.threads)
+        env["PYTHONUNBUFFERED"] = "1"
+        self._note_termination()
+        marker: Path | None = None
+        if self.torchrun_nproc is None:
+            self._child = subprocess.Popen(list(self.argv), env=env)
+        else:
+            # torchrun reports rank 0's exit 85 as its own failure (1): rank 0 says that it
+            # checkpointed for a requeue with this file instead, one name per restart.
+            restart = env.get("SLURM_RESTART_COUNT", "0")
+            marker = self._folder() / submitit_marker_name(restart)
+            env[MARKER_VAR] = str(marker)
+            # torchrun's ranks get as long to checkpoint after its SIGTERM as we wait.
+            env.setdefault("TORCH_ELASTIC_SHUTDOWN_TIMEOUT", str(int(CHECKPOINT_GRACE_S)))
+            # SLURM signals every process of the step: torchrun ignores the warning (its
+            # ranks inherit that and set their own handler) instead of dying of it.
+            self._child = subprocess.Popen(
+                self.torchrun_argv(env),
+                env=env,
+                preexec_fn=lambda: signal.signal(WARNING_SIGNAL, signal.SIG_IGN),
+            )
+        code = self._child.wait()
+        self._record(code)
+        checkpointed = code == REQUEUE_EXIT_CODE or (marker is not None and marker.exists())
+        if checkpointed and not self.requeue:
+            raise CommandFailed(
+                f"{' '.join(self.argv)} checkpointed after the warning signal; "
+                "not requeued (--no-requeue)"
+            )
+        if checkpointed and self._terminated:
+            # SLURM ended the step (a preemption, the time limit, scancel) and the child has
+            # saved its state: nothing is left to do here, and waiting would hold the nodes
+            # until SLURM's grace time ends while a preempting job waits for them. A
+            # preemption in REQUEUE mode requeues the job by itself.
+            # One task asks (the first); the others end as theirs did.
+            requeued = (
+                self.requeue and _task_rank() == 0 and _requeue_if_preempted(self.max_restarts)
+            )
+            print(
+                "hpcdist: checkpoint written after SIGTERM; "
+                + ("job requeued, " if requeued else "")
+                + "giving the nodes back now",
+                file=sys.stderr,
+                flush=True,
+            )
+            os._exit(0 if requeued else code)  # as if SLURM had ended us: no result recorded
+        if checkpointed:
+            # The child checkpointed after the warning signal; submitit's handler requeues.
+            time.sleep(CHECKPOINT_GRACE_S)
+        if code != 0:
+            raise CommandFailed(f"{' '.join(self.argv)} exited with code {code}")
+        return code
+
+    def _note_termination(self) -> None:
+        """Remember a SIGTERM (then pass it to submitit's own handler, which only logs it):
+        SLURM's end of the step, not the warning signal submitit requeues on."""
+        self._terminated = False
+        previous = signal.getsignal(signal.SIGTERM)
+
+        def on_term(signum: int, frame: Any) -> None:
+            self._terminated = True
+            if callable(previous):
+                previous(signum, frame)
+
+        # Not the main thread (ValueError): no handler of ours, the old wait stays.
+        with contextlib.suppress(ValueError):
+            signal.signal(signal.SIGTERM, on_term)
+
+    # submitit reads a None from checkpoint() as "do not requeue" (its _checkpoint helper),
+    # although Checkpointable's annotation names DelayedSubmission only.
+    def checkpoint(  # type: ignore[override]
+        self, *args: Any, **kwargs: Any
+    ) -> DelayedSubmission | None:
+        """Called by submitit on the warning signal: let the child checkpoint, then requeue
+        (None: submitit does not requeue)."""
+        child = self._child
+        if child is not None and not process_exited(child.pid):
+            # torchrun passes SIGTERM on to its ranks, which checkpoint on it as on USR2.
+            child.send_signal(WARNING_SIGNAL if self.torchrun_nproc is None else signal.SIGTERM)
+            if not _wait_exited(child.pid, CHECKPOINT_GRACE_S):
+                print("hpcdist: child did not exit after the warning signal", file=sys.stderr)
+        if not self.requeue:
+            print("hpcdist: warned, not requeued (--no-requeue)", file=sys.stderr, flush=True)
+            return None
+        fresh = CommandJob(
+            self.argv,
+            self.env,
+            self.record_dir,
+            self.threads,
+            self.torchrun_nproc,
+            self.requeue,
+            self.umask,
+            self.max_restarts,
+        )
+        return DelayedSubmission(fresh)
+
+    def torchrun_argv(self, env: Mapping[str, str]) -> list[str]:
+        """torchrun for this task's node: the rendezvous is rank 0's host and port of the
+        srun layout (one task per node), as DistEnv resolves them for any SLURM step."""
+        from hpcdist.distributed import resolve_env
+        from hpcdist.render.directives import torchrun_command, torchrun_flags
+
+        step = resolve_env(env)
+        flags = torchrun_flags(
+            str(step.world_size),
+            str(self.torchrun_nproc),
+            str(step.node_rank),
+            f"{step.master_addr}:{step.master_port}",
+            env.get("SLURM_JOB_ID", "hpcdist"),
+        )
+        return torchrun_command(
+            [sys.executable, "-m", "torch.distributed.run", *flags], list(self.argv)
+        )
+
+    def __getstate__(self) -> dict[str, Any]:
+        state = dict(self.__dict__)
+        state["_child"] = None
+        return state
+
+    def _folder(self) -> Path:
+        """The job's submitit folder (its logs), unless a record folder was given."""
+        if self.record_dir is not None:
+            return Path(self.record_dir)
+        from submitit import JobEnvironment
+
+        return Path(JobEnvironment().paths.folder)
+
+    def _record(self, code: int) -> None:
+        """Leave the exit code beside submitit's logs: how `hpcdist status` reads local jobs."""
+        rank = _task_rank()
+        record = {"rank": rank, "returncode": code, "finished": time.time()}
+        write_atomic(self._folder() / f"exit_{rank}.json", json.dumps(record))
+
+
+def _requeue_if_preempted(max_restarts: int | None) -> bool:
+    """Requeue this job if SLURM picked it for preemption (it has a PreemptTime) and it has
+    restarts left: a preemption's SIGTERM, not the user's scancel or the time limit."""
+    job = os.environ.get("SLURM_JOB_ID", "")
+    restarts = int(os.environ.get("SLURM_RESTART_COUNT", "0") or 0)
+    if not job or (max_restarts is not None and restarts >= max_restarts):
+        return False
+    try:
+        shown = subprocess.run(
+            ["scontrol", "show", "job", job], capture_output=True, text=True, timeout=30
+        ).stdout
+        if not re.search(r"PreemptTime=[0-9]", shown):
+            return False
+        return subprocess.run(["scontrol", "requeue", job], timeout=30).returncode == 0
+    except (OSError, subprocess.SubprocessError):  # no scontrol here: SLURM decides
+        return False
+
+
+def _wait_exited(pid: int, timeout_s: float) -> bool:
+    # Not Popen.wait: this runs in a signal handler that interrupted Popen.wait in __call__.
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        if process_exited(pid):
+            return True
+        time.sleep(0.1)
+    return process_exited(pid)
+
+
+def _task_rank() -> int:
+    for name in ("SLURM_PROCID", "SUBMITIT_LOCAL_GLOBALID", "RANK"):
+        if name in os.environ:
+            return int(os.environ[name])
+    return 0

@@ -1,0 +1,242 @@
+"""``hpcdist report JOB``: the points of a sweep (or one job) side by side, best first.
+
+Each row is one training: its overrides, its state, and what its ``training_results.json``
+says (best validation loss, R^2, epochs, wall time). The run folders are the training's
+defaults below the project folder: ``runs/<array job id>_<task id>`` for an array task,
+``runs/<job id>`` for a single job. A task that failed says why: the last error line of its
+rank 0 log.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import re
+from collections.abc import Sequence
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any
+
+from hpcdist.jobs.arrays import task_states
+from hpcdist.jobs.records import JobRecord, find_record, job_state, load_record
+from hpcdist.slurm.query import query_jobs
+from hpcdist.state.folders import jobs_root
+
+# The lines a failing training leaves in its log, most telling first: ufsemulator's one-line
+# user errors, then the last line of a Python traceback.
+_ERROR_LINES = (re.compile(r"^error: (?P<why>.+)$"), re.compile(r"^(?P<why>\w*Error: .+)$"))
+_REASON_CHARS = 300
+
+
+@dataclass(frozen=True)
+class Row:
+    job_id: str
+    overrides: list[str]  # the --set values of this point (all of them)
+    state: str
+    best_val_loss: float | None
+    val_r2: float | None  # at the best epoch
+    epochs: int | None
+    wall_time_s: float | None  # the training's own, from train() on
+    run_dir: str
+    reason: str | None = None  # why a task that did not complete ended
+    best: bool = False
+    val_curve: tuple[float, ...] = ()
+
+    def to_json(self) -> dict[str, Any]:
+        data = asdict(self)
+        data["val_curve"] = list(self.val_curve)
+        return data
+
+
+def task_ids(record: JobRecord) -> list[tuple[str, list[str]]]:
+    """(job id, overrides) of each training of a record: an array's tasks, or the job."""
+    points = record.points or [[]]
+    if "_" not in record.job_id and record.points is not None and len(points) > 1:
+        return [(f"{record.job_id}_{i}", point) for i, point in enumerate(points)]
+    return [(record.job_id, points[0])]
+
+
+def collect(job_id: str, project_dir: Path | None = None) -> list[Row]:
+    """The rows of a job or an array, sorted by best validation loss, the best marked: one
+    of this folder's submissions, else any job SLURM knows (a rendered script run with
+    sbatch), its points read from each run's training_results.json."""
+    record = find_record(job_id, project_dir)
+    if record is None:
+        return mark_best(_rows_from_slurm(job_id))
+    runs = jobs_root(project_dir).parent / "runs"
+    ids = task_ids(record)
+    states = _states(record, [task for task, _ in ids])
+    rows = []
+    for task, overrides in ids:
+        task_record = find_record(task, project_dir) or record
+        state = states.get(task, "UNKNOWN")
+        logs = [task_record.log_path(0, stream) for stream in ("out", "err")]
+        rows.append(_row(task, overrides, state, runs / task, logs))
+    return mark_best(rows)
+
+
+def _states(record: JobRecord, tasks: list[str]) -> dict[str, str]:
+    if len(tasks) > 1 and record.executor == "slurm":
+        return task_states(record.job_id, len(tasks))
+    return {tasks[0]: job_state(record)}
+
+
+def _row(task: str, overrides: list[str], state: str, run_dir: Path, logs: list[Path]) -> Row:
+    results = read_results(run_dir / "training_results.json")
+    history = results.get("history") if isinstance(results.get("history"), dict) else {}
+    curve = tuple(float(v) for v in (history or {}).get("val_loss", []) if _is_number(v))
+    reason = None
+    if state not in ("COMPLETED", "RUNNING", "PENDING", "REQUEUED", "UNKNOWN"):
+        reason = failure_reason(logs) or f"ended {state}"
+    return Row(
+        job_id=task,
+        overrides=list(overrides),
+        state=state,
+        best_val_loss=_number(results.get("best_val_loss")),
+        val_r2=_number(results.get("best_val_r2")),
+        epochs=results.get("epochs_run") if isinstance(results.get("epochs_run"), int) else None,
+        wall_time_s=_number(results.get("wall_time_s")),
+        run_dir=str(run_dir),
+        reason=reason,
+        val_curve=curve,
+    )
+
+
+def _rows_from_slurm(job_id: str) -> list[Row]:
+    infos = [info for info in query_jobs(job_id) if "[" not in info.job_id]
+    if not infos:
+        load_record(job_id)  # the one-line error of an id nobody knows
+    rows = []
+    for info in sorted(infos, key=lambda i: _task_number(i.job_id)):
+        run_dir = Path(info.workdir or ".") / "runs" / info.job_id
+        recorded = read_results(run_dir / "training_results.json").get("overrides")
+        overrides = (
+            [f"{key}={json.dumps(value)}" for key, value in recorded.items()]
+            if isinstance(recorded, dict)
+            else []
+        )
+        logs = [Path(p) for p in (info.stdout, info.stderr) if p]
+        rows.append(_row(info.job_id, overrides, info.state, run_dir, logs))
+    return rows
+
+
+def read_results(path: Path) -> dict[str, Any]:
+    """A run's training_results.json, {} where there is none (yet) or it cannot be read."""
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return {}
+    return data if isinstance(data, dict) else {}
+
+
+def failure_reason(logs: Sequence[Path]) -> str | None:
+    """The last error line of a task's logs (ufsemulator's ``error: ...`` first)."""
+    text = ""
+    for path in dict.fromkeys(logs):
+        if path.is_file():
+            text += path.read_text(errors="replace")
+    lines = [line.strip() for line in text.splitlines()]
+    for pattern in _ERROR_LINES:
+        found = [m["why"] for line in lines if (m := pattern.match(line))]
+        if found:
+            return found[-1][:_REASON_CHARS]
+    return None
+
+
+def mark_best(rows: Sequence[Row]) -> list[Row]:
+    """Sorted by best validation loss (rows without one last, in task order); the lowest
+    marked best."""
+    ordered = sorted(
+        rows, key=lambda r: (r.best_val_loss is None, r.best_val_loss or 0.0, _task_key(r))
+    )
+    if ordered and ordered[0].best_val_loss is not None:
+        first = ordered[0]
+        ordered[0] = Row(**{**asdict(first), "best": True, "val_curve": first.val_curve})
+    return ordered
+
+
+def _task_key(row: Row) -> int:
+    return _task_number(row.job_id)
+
+
+def _task_number(job_id: str) -> int:
+    tail = job_id.rpartition("_")[2]
+    return int(tail) if "_" in job_id and tail.isdigit() else 0
+
+
+def varying(rows: Sequence[Row]) -> list[list[str]]:
+    """Each row's overrides without those every row shares: what tells the points apart."""
+    shared = set.intersection(*(set(r.overrides) for r in rows)) if len(rows) > 1 else set()
+    return [[o for o in r.overrides if o not in shared] for r in rows]
+
+
+def table(rows: Sequence[Row]) -> str:
+    """The rows as a plain-text table, then one line per task that failed."""
+    labels = [" ".join(v) or "-" for v in varying(rows)]
+    head = ("", "job", "overrides", "state", "best val loss", "R^2", "epochs", "wall s")
+    body = [
+        (
+            "*" if r.best else "",
+            r.job_id,
+            label,
+            r.state,
+            _fmt(r.best_val_loss, ".4g"),
+            _fmt(r.val_r2, ".4f"),
+            "-" if r.epochs is None else str(r.epochs),
+            _fmt(r.wall_time_s, ".1f"),
+        )
+        for r, label in zip(rows, labels, strict=True)
+    ]
+    widths = [max(len(line[i]) for line in (head, *body)) for i in range(len(head))]
+    lines = [
+        "  ".join(c.ljust(w) for c, w in zip(line, widths, strict=True)).rstrip()
+        for line in (head, *body)
+    ]
+    lines += [f"{r.job_id} {r.state}: {r.reason}" for r in rows if r.reason]
+    best = next((r for r in rows if r.best), None)
+    if best is not None:
+        lines.append(f"best: {best.job_id} ({best.run_dir})")
+    return "\n".join(lines) + "\n"
+
+
+def plot(rows: Sequence[Row], path: Path) -> None:
+    """Every row's validation loss per epoch on one log-scale chart, labelled by overrides."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    from matplotlib import pyplot as plt
+
+    labels = [" ".join(v) or r.job_id for r, v in zip(rows, varying(rows), strict=True)]
+    fig, ax = plt.subplots(figsize=(8, 5), dpi=100)
+    try:
+        for row, label in zip(rows, labels, strict=True):
+            if row.val_curve:
+                mark = " (best)" if row.best else ""
+                ax.plot(range(1, len(row.val_curve) + 1), row.val_curve, label=label + mark)
+        if all(v > 0 for r in rows for v in r.val_curve) and any(r.val_curve for r in rows):
+            ax.set_yscale("log")
+        ax.set_xlabel("epoch")
+        ax.set_ylabel("validation loss (normalised units)")
+        ax.grid(True, alpha=0.3)
+        if any(r.val_curve for r in rows):
+            ax.legend(fontsize="small")
+        fig.tight_layout()
+        fig.savefig(path, format="png")
+    finally:
+        plt.close(fig)
+
+
+def _number(value: object) -> float | None:
+    return float(value) if _is_number(value) else None  # type: ignore[arg-type]
+
+
+def _is_number(value: object) -> bool:
+    return (
+        isinstance(value, (int, float))
+        and not isinstance(value, bool)
+        and math.isfinite(float(value))
+    )
+
+
+def _fmt(value: float | None, spec: str) -> str:
+    return "-" if value is None else format(value, spec)

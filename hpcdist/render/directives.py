@@ -1,0 +1,261 @@
+"""A JobSpec's SLURM request, built once: the ``#SBATCH`` directives in order, srun's options
+and the command each srun task runs.
+
+The template loops over ``sbatch_directives`` and ``srun_options``; ``hpcdist submit`` hands
+the same rows to submitit (``submit.slurm_parameters``). A new sbatch option is one row here,
+and ``render`` and ``submit`` cannot disagree about it.
+"""
+
+from __future__ import annotations
+
+import shlex
+from dataclasses import dataclass
+
+from hpcdist.distributed.protocol import port_seed_shell, port_shell_expression
+from hpcdist.errors import SpecError
+from hpcdist.render.container import container_prefix, container_srun_options
+from hpcdist.spec.dependency import dependency_value
+from hpcdist.spec.jobspec import JOB_OPTIONS, Count, JobSpec
+from hpcdist.spec.sweep import array_range, task_command
+
+# Shell variables the nccl script sets when it counts the GPUs at run time (spec.gpus_auto).
+GPUS_VAR, CPUS_VAR = '"$gpus"', '"$cpus"'
+# The words of an array task's point (a bash array the rendered script sets).
+POINT_WORDS = '"${point[@]}"'
+
+
+@dataclass(frozen=True)
+class Directive:
+    """One ``#SBATCH --option[=value]`` line; ``value`` None is a flag such as --requeue."""
+
+    option: str
+    value: str | int | None = None
+    comment: str = ""  # a line of explanation above the directive in a rendered script
+
+
+def sbatch_directives(spec: JobSpec) -> list[Directive]:
+    """Every directive of the job, in the order a person reads them."""
+    rows = [Directive("job-name", spec.job_name), Directive("nodes", spec.nodes)]
+    if spec.gpus_auto:
+        rows.append(
+            Directive(
+                "exclusive",
+                comment=(
+                    "No GPU count was given: whole nodes; the script counts their GPUs "
+                    "when it starts."
+                ),
+            )
+        )
+    else:
+        rows += [
+            Directive("ntasks-per-node", _known(spec.srun_tasks_per_node)),
+            Directive("cpus-per-task", _known(spec.srun_cpus_per_task)),
+        ]
+    rows.append(Directive("time", spec.time))
+    # The options a field passes to sbatch as they are, declared on the field (job_field).
+    for option in JOB_OPTIONS:
+        value = getattr(spec, option.name)
+        if option.sbatch is None or value is None or value is False:
+            continue
+        if value is True:  # a flag such as --exclusive
+            if not any(row.option == option.sbatch for row in rows):
+                rows.append(Directive(option.sbatch))
+            continue
+        rows.append(Directive(option.sbatch, value))
+    rows += gpu_directives(spec)
+    if spec.signal is not None:
+        rows.append(Directive("signal", spec.signal))
+    array = array_range(spec)
+    if array is not None:
+        rows.append(
+            Directive(
+                "array",
+                array,
+                comment=(
+                    "One array task per point of the sweep, each a whole job of this shape"
+                    + (f", at most {spec.max_parallel} at once." if spec.max_parallel else ".")
+                ),
+            )
+        )
+    dependency = dependency_value(spec.after)
+    if dependency is not None:
+        rows.append(Directive("dependency", dependency))
+    if spec.requeue:
+        rows += [
+            Directive("requeue"),
+            Directive(
+                "open-mode",
+                "append",
+                comment=("A requeued job keeps writing to the same log instead of truncating it."),
+            ),
+        ]
+    else:
+        rows.append(Directive("no-requeue"))
+    return _with_site_options(rows, spec)
+
+
+def gpu_directives(spec: JobSpec) -> list[Directive]:
+    """The GPU request in the shape the site wants (``gpu_request``, ``--gpu-type``)."""
+    gpus = spec.gpus_per_node
+    if not isinstance(gpus, int):
+        if spec.gpu_type is not None:
+            raise SpecError(
+                f"--gpu-type {spec.gpu_type!r} needs a GPU count in a rendered script: pass "
+                "--gpus-per-node N (submit reads it from the partition)"
+            )
+        return []
+    if gpus <= 0:
+        return []
+    typed = f"{spec.gpu_type}:" if spec.gpu_type else ""
+    if spec.gpu_request == "gpus-per-task":
+        # Under torchrun one task per node holds all of its node's GPUs.
+        per_task = gpus // _known(spec.srun_tasks_per_node)
+        return [Directive("gpus-per-task", f"{typed}{per_task}" if typed else per_task)]
+    if spec.gpu_request == "gres" or spec.gpu_type:
+        return [Directive("gres", f"gpu:{typed}{gpus}")]
+    return [Directive("gpus-per-node", gpus)]
+
+
+def _with_site_options(rows: list[Directive], spec: JobSpec) -> list[Directive]:
+    """The profile's ``sbatch:`` and --sbatch's options after hpcdist's own rows (a key of
+    both: the flag's value). Keys that name hpcdist's own rows are refused by validation;
+    a row of the same name would still give way here, so that a line appears once."""
+    site = dict(spec.sbatch_options)
+    rows = [row for row in rows if row.option not in site]
+    comment = "Site options: the profile's sbatch: keys, then --sbatch."
+    for index, (option, value) in enumerate(site.items()):
+        rows.append(Directive(option, value, comment if index == 0 else ""))
+    return rows
+
+
+def _known(count: Count) -> int:
+    if not isinstance(count, int):
+        raise ValueError(f"a count of {count!r} has no directive; the script counts it")
+    return count
+
+
+def srun_options(spec: JobSpec) -> list[str]:
+    """srun's options for the job step, words for the script (shell expressions where the
+    script counts GPUs at run time)."""
+    torchrun = spec.launcher == "torchrun"
+    if spec.gpus_auto:
+        # Counted by the script itself; one torchrun per node takes all of its GPUs' CPUs.
+        ntasks = "1" if torchrun else GPUS_VAR
+        cpus = '"$(( cpus * gpus ))"' if torchrun else CPUS_VAR
+    else:
+        ntasks, cpus = str(spec.srun_tasks_per_node), str(spec.srun_cpus_per_task)
+    words: list[str] = [
+        f"--nodes={spec.nodes}",
+        ShellWord(f"--ntasks-per-node={ntasks}"),
+        ShellWord(f"--cpus-per-task={cpus}"),
+    ]
+    if spec.gpus_auto:
+        words.append(ShellWord('${gpu_request:+"$gpu_request"}'))
+    # --kill-on-bad-exit ends every rank when one dies, instead of leaving the rest waiting
+    # in a collective.
+    words.append("--kill-on-bad-exit=1")
+    # The site's: binding, a pyxis container, then the profile's srun_args and --srun-arg.
+    # These are plain values (the script quotes them, submitit quotes its own).
+    words += [f"--{name}={value}" for name, value in _binding(spec)]
+    words += container_srun_options(spec)
+    words += spec.srun_args
+    return words
+
+
+class ShellWord(str):
+    """A word of srun's options that is already shell code (a count the script computes):
+    the script writes it as it is, where every other word is quoted."""
+
+
+def _binding(spec: JobSpec) -> list[tuple[str, str]]:
+    pairs = [("cpu-bind", spec.cpu_bind), ("gpu-bind", spec.gpu_bind)]
+    return [(name, value) for name, value in pairs if value is not None]
+
+
+def rank_log_options(spec: JobSpec) -> list[str]:
+    """srun's options for the ranks' output in a rendered script (``--rank-logs``): each line
+    labelled with its rank, or one file per rank. submitit writes one file per rank itself."""
+    if spec.rank_logs == "label":
+        return ["--label"]
+    if spec.rank_logs == "split":
+        words = [f"--output={rank_log_pattern(spec.output)}"]
+        if spec.error is not None:
+            words.append(f"--error={rank_log_pattern(spec.error)}")
+        return words
+    return []
+
+
+def rank_log_pattern(log: str, rank: str = "%t") -> str:
+    """The per-rank file beside the job's log: ``%x-%j.out`` -> ``%x-%j.rank%t.out``; with
+    ``rank`` a number, the name of that rank's file beside an expanded log path."""
+    folder, slash, name = log.rpartition("/")
+    stem, dot, suffix = name.rpartition(".")
+    named = f"{stem}.rank{rank}.{suffix}" if dot and stem else f"{name}.rank{rank}"
+    return f"{folder}{slash}{named}"
+
+
+def torchrun_flags(
+    nnodes: str, nproc: str, node_rank: str, endpoint: str, rdzv_id: str
+) -> list[str]:
+    """torchrun's flags for one agent per node meeting at ``endpoint`` (c10d rendezvous);
+    the values are words for the script (shell expressions) or for argv (plain values)."""
+    return [
+        f"--nnodes={nnodes}",
+        f"--nproc-per-node={nproc}",
+        f"--node-rank={node_rank}",
+        "--rdzv-backend=c10d",
+        f"--rdzv-endpoint={endpoint}",
+        f"--rdzv-id={rdzv_id}",
+    ]
+
+
+def torchrun_command(torchrun: list[str], command: list[str]) -> list[str]:
+    """``torchrun FLAGS`` followed by the job's command."""
+    if (
+        command[0] in ("python", "python3")
+        and len(command) > 1
+        and (command[1] == "-m" or not command[1].startswith("-"))
+    ):
+        # torchrun is itself the Python interpreter: hand it the module or script directly
+        # (it knows no other interpreter option, such as -c).
+        return torchrun + command[1:]
+    return [*torchrun, "--no-python", *command]
+
+
+def launch_argv(spec: JobSpec) -> list[str]:
+    """The command srun starts on each node, already quoted word by word."""
+    command = [shlex.quote(word) for word in task_command(spec)]
+    if spec.sweep:
+        # This array task's point: the script's case on SLURM_ARRAY_TASK_ID sets it.
+        command.append(POINT_WORDS)
+    wrapper = [shlex.quote(word) for word in container_prefix(spec)]
+    if spec.launcher != "torchrun":
+        return [*wrapper, *command]
+    nproc = GPUS_VAR if spec.gpus_auto else str(spec.tasks_per_node)
+    torchrun = [
+        "torchrun",
+        *torchrun_flags(
+            '"${SLURM_JOB_NUM_NODES}"',
+            nproc,
+            '"${SLURM_NODEID}"',
+            '"${MASTER_ADDR}:${MASTER_PORT}"',
+            '"${SLURM_JOB_ID}"',
+        ),
+    ]
+    if spec.warning_signal:
+        # SLURM signals every process of the step: torchrun itself would die of the warning
+        # its ranks catch to checkpoint, so it ignores it (its ranks set their own handler).
+        script = f'trap "" {spec.warning_signal} && exec "$@"'
+        torchrun = ["bash", "-c", shlex.quote(script), "torchrun", *torchrun]
+    return [*wrapper, *torchrun_command(torchrun, command)]
+
+
+# The batch script's (unexported) copy of the job's secret, read from its 0600 file.
+SECRET_SHELL_VAR = "hpcdist_secret"
+
+
+def torchrun_port_expression() -> str:
+    """The torchrun rendezvous port in a batch script: the port srun's first step (step 0)
+    would derive from the job's secret, so the script and hpcdist's submit path meet on
+    the same formula."""
+    return port_shell_expression(port_seed_shell(SECRET_SHELL_VAR), "0")

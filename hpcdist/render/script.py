@@ -1,0 +1,120 @@
+"""Render a JobSpec into an sbatch script with the Jinja templates in templates/."""
+
+from __future__ import annotations
+
+import shlex
+from pathlib import Path
+
+import jinja2
+
+from hpcdist.distributed import protocol
+from hpcdist.render.directives import (
+    CPUS_VAR,
+    SECRET_SHELL_VAR,
+    ShellWord,
+    launch_argv,
+    rank_log_options,
+    sbatch_directives,
+    srun_options,
+    torchrun_port_expression,
+)
+from hpcdist.spec.jobspec import JobSpec
+from hpcdist.spec.sweep import points, set_words
+
+VERSION = "0.1.0"
+
+
+def template_dir(here: Path | None = None) -> Path:
+    """templates/ ships inside the wheel as hpcdist/templates; in a checkout it is at the top.
+
+    ``here`` is the package folder (this module's, unless a test names another)."""
+    here = here or Path(__file__).resolve().parents[1]
+    for candidate in (here / "templates", here.parent / "templates"):
+        if (candidate / "base.sh.j2").is_file():
+            return candidate
+    raise FileNotFoundError(f"hpcdist templates not found beside {here}")
+
+
+def quote(value: object, context: str = "shell") -> str:
+    """The one quoting filter: every user value passes through it on its way into a script.
+
+    ``shell`` quotes a word for bash. ``sbatch`` quotes a ``#SBATCH`` argument for sbatch's
+    own parser, which bash never sees: that parser groups with double quotes and takes a
+    backslash as an escape everywhere (also inside quotes), so shell quoting would lose
+    backslashes there.
+    """
+    text = str(value)
+    if context == "shell":
+        return shlex.quote(text)
+    if context == "sbatch":
+        return '"' + text.replace("\\", "\\\\").replace('"', '\\"') + '"'
+    raise ValueError(f"unknown quoting context {context!r}; expected 'shell' or 'sbatch'")
+
+
+def _environment() -> jinja2.Environment:
+    # Shell, not HTML: no autoescaping (jinja's default); every user value goes through the
+    # `q` filter instead. A name the template misspells fails instead of rendering empty.
+    env = jinja2.Environment(
+        loader=jinja2.FileSystemLoader(str(template_dir())),
+        undefined=jinja2.StrictUndefined,
+        trim_blocks=True,
+    )
+    env.filters["q"] = quote
+    return env
+
+
+def protocol_context() -> dict[str, object]:
+    """The requeue protocol's names and numbers, as the templates use them."""
+    return {
+        "requeue_exit": protocol.REQUEUE_EXIT_CODE,
+        "signal_var": protocol.SIGNAL_VAR,
+        "marker_var": protocol.MARKER_VAR,
+        "marker_dir": protocol.MARKER_DIR,
+        "run_dir_var": protocol.RUN_DIR_VAR,
+        "restarts_var": protocol.RESTARTS_VAR,
+        "inherited_patterns": "|".join(f"{p}*" for p in protocol.INHERITED_PREFIXES),
+        "inherited_kept": "|".join(protocol.INHERITED_KEPT),
+        "torchrun_port": torchrun_port_expression(),
+        "secret_var": protocol.SECRET_VAR,
+        "secret_dir": protocol.SECRET_DIR,
+        "secret_bytes": protocol.SECRET_HEX_DIGITS // 2,
+        "secret_shell_var": SECRET_SHELL_VAR,
+    }
+
+
+def private_dirs(spec: JobSpec) -> list[str]:
+    """The private folders a script makes or checks, top first, below the submit folder."""
+    state = str(Path(protocol.SECRET_DIR).parent)
+    wanted = [protocol.SECRET_DIR, *([protocol.MARKER_DIR] if spec.requeue else [])]
+    return [state, *wanted]
+
+
+def render(spec: JobSpec) -> str:
+    """The sbatch script text for a spec; pure, no file or process touched."""
+    template = _environment().get_template(f"{spec.mode}.sh.j2")
+    if spec.gpus_auto:
+        threads_expr = CPUS_VAR
+    elif spec.launcher == "torchrun":
+        # Under torchrun SLURM_CPUS_PER_TASK counts the node's share; each rank gets its own.
+        threads_expr = str(spec.cpus_per_task)
+    else:
+        threads_expr = '"${SLURM_CPUS_PER_TASK:-1}"'
+    return template.render(
+        spec=spec,
+        version=VERSION,
+        directives=sbatch_directives(spec),
+        srun_options=" ".join(_srun_words(spec)),
+        threads_expr=threads_expr,
+        layout=spec.cpu_layout,
+        launch_argv=launch_argv(spec),
+        points=[set_words(point) for point in points(spec)],
+        private_dirs=private_dirs(spec),
+        **protocol_context(),
+    )
+
+
+def _srun_words(spec: JobSpec) -> list[str]:
+    """srun's options as script words: the user's values quoted, the script's counts as
+    they are; then the ranks' output (--rank-logs), which only a rendered script sets."""
+    words = [*srun_options(spec), *rank_log_options(spec)]
+    return [word if isinstance(word, ShellWord) else quote(word) for word in words]

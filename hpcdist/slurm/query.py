@@ -1,0 +1,268 @@
+"""Any SLURM job, however it was started, as the controller (scontrol) or the accounting
+database (sacct) knows it: state, reason, nodes, times, exit code, restarts, log paths.
+
+The controller comes first: sacct lags it by seconds and knows no log paths before SLURM
+23.02. sacct answers once the controller has forgotten the job (MinJobAge after its end).
+"""
+
+from __future__ import annotations
+
+import re
+import shutil
+import subprocess
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+from hpcdist.slurm.parse import (
+    base_state,
+    parse_duration,
+    parse_exit_code,
+    parse_sacct,
+    parse_scontrol_records,
+)
+from hpcdist.slurm.tools import slurm_tool
+
+# Fields of `sacct --format` this module and hpcdist.jobs.efficiency read.
+SACCT_FIELDS = (
+    "JobID",
+    "JobName",
+    "State",
+    "ExitCode",
+    "Elapsed",
+    "Timelimit",
+    "TotalCPU",
+    "AllocCPUS",
+    "MaxRSS",
+    "ReqMem",
+    "NNodes",
+    "NodeList",
+    "Reason",
+    "Start",
+    "End",
+    "Submit",
+    "WorkDir",
+)
+# SLURM >= 23.02 also keeps the log paths in the database.
+SACCT_LOG_FIELDS = ("StdOut", "StdErr")
+
+
+@dataclass(frozen=True)
+class JobInfo:
+    """One job (or one array task) as SLURM reports it."""
+
+    job_id: str  # "123", or "123_4" for an array task
+    name: str
+    state: str  # base state: PENDING, RUNNING, COMPLETED, TIMEOUT, ...
+    reason: str | None  # why it waits (or why it ended); None for SLURM's "None"
+    nodes: str | None  # the node list; None while pending
+    num_nodes: int
+    elapsed_s: float | None
+    limit_s: float | None  # None: no limit
+    exit_code: int
+    signal: int
+    restarts: int
+    stdout: str | None
+    stderr: str | None
+    workdir: str | None
+    source: str  # "scontrol" or "sacct"
+
+
+def _none(value: str | None) -> str | None:
+    if value is None or value.strip() in ("", "(null)", "None", "None assigned", "Unknown"):
+        return None
+    return value.strip()
+
+
+def _int(value: str | None, default: int = 0) -> int:
+    return int(value) if value is not None and value.strip().isdigit() else default
+
+
+def task_id(record: Mapping[str, str]) -> str:
+    """``123_4`` for an array task (scontrol gives its own JobId, which is not that)."""
+    array_job, array_task = record.get("ArrayJobId"), record.get("ArrayTaskId")
+    if array_job and array_task and array_task.isdigit():
+        return f"{array_job}_{array_task}"
+    return record["JobId"]
+
+
+def from_scontrol(record: Mapping[str, str]) -> JobInfo:
+    """A JobInfo from one parsed ``scontrol show job -o`` record."""
+    code, signal = parse_exit_code(record.get("ExitCode", "0:0"))
+    return JobInfo(
+        job_id=task_id(record),
+        name=record.get("JobName", ""),
+        state=base_state(record.get("JobState", "")),
+        reason=_pending_reason(record),
+        nodes=_none(record.get("NodeList")),
+        num_nodes=_int(record.get("NumNodes"), 0),
+        elapsed_s=parse_duration(record.get("RunTime", "")),
+        limit_s=parse_duration(record.get("TimeLimit", "")),
+        exit_code=code,
+        signal=signal,
+        restarts=_int(record.get("Restarts")),
+        stdout=_none(record.get("StdOut")),
+        stderr=_none(record.get("StdErr")),
+        workdir=_none(record.get("WorkDir")),
+        source="scontrol",
+    )
+
+
+def _pending_reason(record: Mapping[str, str]) -> str | None:
+    """SLURM's reason, with what it waits for where the reason names it: the time of a
+    ``BeginTime``, the jobs of a ``Dependency``."""
+    reason = _none(record.get("Reason"))
+    if reason == "BeginTime" and _none(record.get("StartTime")):
+        return f"BeginTime (starts no earlier than {record['StartTime']})"
+    if reason == "Dependency" and _none(record.get("Dependency")):
+        return f"Dependency ({record['Dependency']})"
+    return reason
+
+
+def job_rows(rows: Sequence[Mapping[str, str]]) -> list[Mapping[str, str]]:
+    """The job-level rows of a sacct table (``123``, ``123_4``), not its steps (``123.0``)."""
+    return [row for row in rows if "." not in row.get("JobID", "")]
+
+
+def from_sacct(rows: Sequence[Mapping[str, str]], job_id: str) -> JobInfo | None:
+    """A JobInfo for ``job_id`` from ``sacct -D`` rows: the last attempt of a requeued job
+    (every earlier one is a row of its own, so the rows count the restarts)."""
+    attempts = [row for row in job_rows(rows) if row.get("JobID") == job_id]
+    if not attempts:
+        return None
+    row = attempts[-1]
+    code, signal = parse_exit_code(row.get("ExitCode", "0:0"))
+    workdir = _none(row.get("WorkDir"))
+    stdout = _none(row.get("StdOut"))
+    if stdout is None and workdir is not None:
+        stdout = guess_log(Path(workdir), job_id)
+    return JobInfo(
+        job_id=job_id,
+        name=row.get("JobName", ""),
+        state=base_state(row.get("State", "")),
+        reason=_none(row.get("Reason")),
+        nodes=_none(row.get("NodeList")),
+        num_nodes=_int(row.get("NNodes"), 0),
+        elapsed_s=parse_duration(row.get("Elapsed", "")),
+        limit_s=parse_duration(row.get("Timelimit", "")),
+        exit_code=code,
+        signal=signal,
+        restarts=len(attempts) - 1,
+        stdout=stdout,
+        stderr=_none(row.get("StdErr")) or stdout,
+        workdir=workdir,
+        source="sacct",
+    )
+
+
+def guess_log(workdir: Path, job_id: str) -> str | None:
+    """A log in the job's working directory whose name holds its id (``slurm-123.out``,
+    ``name-123.out``): SLURM < 23.02 keeps no log path once the controller forgot the job."""
+    named = re.compile(rf"(?<![0-9]){re.escape(job_id)}(?![0-9])")
+    try:
+        found = sorted(
+            path
+            for path in workdir.iterdir()
+            if path.suffix in (".out", ".log") and named.search(path.name) and path.is_file()
+        )
+    except OSError:
+        return None
+    return str(found[0]) if found else None
+
+
+def _run(argv: Sequence[str]) -> subprocess.CompletedProcess[str] | None:
+    """A SLURM client's output; None where the client is not installed (a silent
+    controller is one line, from slurm.tools.slurm_tool)."""
+    if shutil.which(argv[0]) is None:
+        return None
+    return slurm_tool(list(argv))
+
+
+def scontrol_records(job_id: str) -> list[dict[str, str]]:
+    """The controller's records of a job (several for an array); [] once it forgot it."""
+    proc = _run(["scontrol", "show", "job", "-o", job_id])
+    if proc is None or proc.returncode != 0:
+        return []  # "Invalid job id specified": unknown, or ended more than MinJobAge ago
+    return parse_scontrol_records(proc.stdout)
+
+
+def sacct_rows(job_id: str) -> list[dict[str, str]]:
+    """sacct's rows of a job, its steps and every attempt (``-D``); [] when unknown."""
+    base = ["sacct", "-j", job_id, "-P", "-D"]
+    proc = _run([*base, "--format=" + ",".join(SACCT_FIELDS + SACCT_LOG_FIELDS)])
+    if proc is not None and proc.returncode != 0 and "Invalid field" in proc.stderr:
+        proc = _run([*base, "--format=" + ",".join(SACCT_FIELDS)])  # SLURM < 23.02
+    if proc is None or proc.returncode != 0:
+        return []
+    return parse_sacct(proc.stdout)
+
+
+def query_jobs(job_id: str) -> list[JobInfo]:
+    """What SLURM knows of ``job_id`` (one JobInfo, or one per task of an array); [] if
+    neither the controller nor the database knows it."""
+    records = scontrol_records(job_id)
+    if records:
+        return [from_scontrol(record) for record in records]
+    rows = sacct_rows(job_id)
+    ids = list(dict.fromkeys(row["JobID"] for row in job_rows(rows)))
+    found = [from_sacct(rows, one) for one in ids]
+    return [info for info in found if info is not None]
+
+
+def query_job(job_id: str) -> JobInfo | None:
+    """The one job (or array task) ``job_id`` names; None if SLURM does not know it."""
+    found = query_jobs(job_id)
+    exact = [info for info in found if info.job_id == job_id]
+    if exact:
+        return exact[0]
+    return found[0] if len(found) == 1 else None
+
+
+@dataclass(frozen=True)
+class JobSummary:
+    """One line of ``hpcdist list``: a job of this user that SLURM knows."""
+
+    job_id: str
+    state: str
+    elapsed_s: float | None
+    name: str
+
+
+def _summaries(text: str) -> list[JobSummary]:
+    """``ID|STATE|ELAPSED|NAME`` lines (the name last: it may hold '|')."""
+    out = []
+    for line in text.splitlines():
+        if not line.strip():
+            continue
+        job_id, state, elapsed, name = [*line.split("|", 3), "", "", ""][:4]
+        out.append(JobSummary(job_id.strip(), base_state(state), parse_duration(elapsed), name))
+    return out
+
+
+def merge_summaries(
+    live: Sequence[JobSummary], accounted: Sequence[JobSummary]
+) -> list[JobSummary]:
+    """The queue's view of a job wins over the database's (which lags it); newest first."""
+    merged = {job.job_id: job for job in accounted}
+    merged.update({job.job_id: job for job in live})
+
+    def order(job: JobSummary) -> tuple[int, str]:
+        head = job.job_id.split("_")[0]
+        return (int(head) if head.isdigit() else -1, job.job_id)
+
+    return sorted(merged.values(), key=order, reverse=True)
+
+
+def recent_jobs(since: str = "now-1days") -> list[JobSummary]:
+    """This user's jobs in the queue and those accounted for since ``since`` (sacct's
+    ``--starttime``: ``now-1days``, ``2026-11-26T09:00:00``): one squeue and one sacct
+    call for all of them."""
+    fields = "--format=JobID,State,Elapsed,JobName"
+    # -t all: the controller also knows the jobs that ended in the last MinJobAge seconds,
+    # which sacct may not list yet (its rows lag the end by a few seconds).
+    live = _run(["squeue", "--me", "-t", "all", "-h", "-o", "%i|%T|%M|%j"])
+    accounted = _run(["sacct", "-X", "-P", "-n", "-S", since, fields])
+    return merge_summaries(
+        _summaries(live.stdout) if live is not None and live.returncode == 0 else [],
+        _summaries(accounted.stdout) if accounted is not None and accounted.returncode == 0 else [],
+    )

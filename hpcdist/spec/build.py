@@ -1,0 +1,205 @@
+"""A JobSpec from defaults < profile < flags: merged, derived, checked (``build_spec``).
+
+The one way a JobSpec is made: the CLI, the committed scripts and the tests all call
+``build_spec``. The fields it fills and the site fields come from the ``job_field``
+declarations of ``jobspec``; ``siteopts`` and ``validate`` check the result.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from hpcdist.distributed.hangs import COLLECTIVE_TIMEOUT_ENV
+from hpcdist.errors import SpecError
+from hpcdist.spec.joboption import JobOption
+from hpcdist.spec.jobspec import (
+    _NCCL_ENV,
+    AUTO,
+    COMMCHECK_COMMAND,
+    DEFAULTS,
+    JOB_OPTIONS,
+    MODES,
+    TRAIN_COMMAND,
+    Count,
+    JobSpec,
+    default_job_name,
+)
+from hpcdist.spec.profiles import Profile
+from hpcdist.spec.siteopts import site_fields
+from hpcdist.spec.validate import validate
+
+
+def build_spec(profile: Profile, flags: Mapping[str, Any]) -> JobSpec:
+    """Merge defaults < profile < flags (flags that are None are unset) and validate."""
+    _refuse_empty(profile, flags)
+    merged: dict[str, Any] = dict(DEFAULTS)
+    merged.update(profile.defaults)
+    site = {"partition": profile.partition, "account": profile.account, "qos": profile.qos}
+    merged.update({k: v for k, v in site.items() if v is not None})
+    merged.update({k: v for k, v in flags.items() if v is not None and v != ()})
+
+    mode = str(merged["mode"])
+    if mode not in MODES:
+        raise SpecError(f"--mode {mode!r} is not a mode; expected one of {', '.join(MODES)}")
+    gpus = _gpus(mode, merged["gpus_per_node"], profile, flags.get("gpus_per_node"))
+    # nccl and the communication check on GPUs run one task per GPU over NCCL.
+    on_gpus = mode == "nccl" or (mode == "test" and gpus != 0)
+    tasks = merged.get("tasks_per_node")
+    if tasks is None:
+        tasks = gpus if on_gpus else 1
+    elif not isinstance(tasks, int):
+        raise SpecError(f"--tasks-per-node {tasks!r}; expected a number of tasks per node")
+    cpus = merged.get("cpus_per_task")
+    if cpus is None:
+        cpus = _fair_cpus(profile, tasks) if isinstance(tasks, int) else AUTO
+
+    env = dict(profile.env)
+    if on_gpus:
+        env.update(profile.nccl_env)
+        for key, value in _NCCL_ENV.items():
+            env.setdefault(key, value)
+    else:
+        env.update(profile.gloo_env)
+    env.update(dict(merged["env"]))  # built-in default ()
+    timeout = merged.get("collective_timeout")
+    if timeout is not None:
+        env[COLLECTIVE_TIMEOUT_ENV] = str(int(timeout))
+    if mode == "test":
+        # A smoke test has nothing to checkpoint: no warning signal, no requeue.
+        merged["signal"], merged["requeue"] = None, False
+    if flags.get("mem_per_gpu") is not None and flags.get("memory") is None:
+        merged["memory"] = None  # --mem-per-gpu replaces the profile's --mem
+    if not on_gpus:
+        # A profile's GPU defaults are for its GPU jobs; only a flag is an error on CPUs.
+        for key in ("gpu_type", "mem_per_gpu"):
+            if flags.get(key) is None:
+                merged[key] = None
+    command = tuple(merged.get("command") or ())
+    if not command:
+        command = COMMCHECK_COMMAND if mode == "test" else TRAIN_COMMAND
+        if mode == "test" and timeout is not None:
+            command = (*COMMCHECK_COMMAND[:-1], str(int(timeout)))
+
+    derived = {
+        "mode": mode,
+        "tasks_per_node": tasks,
+        "cpus_per_task": cpus,
+        "gpus_per_node": gpus,
+        "job_name": str(merged.get("job_name") or default_job_name(mode)),
+        "command": command,
+        # The profile's setup (module loads, the environment's activation) comes first, then
+        # the flag's lines: --setup adds to the site's setup as --env adds to its variables.
+        "setup": (*profile.setup, *merged.get("setup", ())),
+        "env": tuple(env.items()),
+        "signal": merged.get("signal") or None,
+        "profile": profile.name,
+        "profile_source": profile.source,
+        **site_fields(profile, merged),
+    }
+    # Every other field is the merged value as its job_field declaration types it: a new
+    # declared field needs no line here.
+    declared = {
+        option.name: _as_declared(option, merged.get(option.name))
+        for option in JOB_OPTIONS
+        if option.name not in derived
+    }
+    spec = JobSpec(**declared, **derived)
+    try:
+        validate(spec, profile)
+    except SpecError as exc:
+        raise SpecError(_named_where_it_came_from(str(exc), profile, flags)) from None
+    return spec
+
+
+# Profile keys whose values reach a field other than the one of the same name.
+_PROFILE_KEYS = {"sbatch_options": "sbatch", "srun_args": "srun_args"}
+_SITE_KEYS = ("partition", "account", "qos", "setup")
+
+
+def _named_where_it_came_from(message: str, profile: Profile, flags: Mapping[str, Any]) -> str:
+    """A refusal names the flag of the value; where no flag set it, the value came from
+    the profile: the message names the profile's file and key instead."""
+    for option in JOB_OPTIONS:
+        flag = option.flag.split("/")[0]
+        if not message.startswith(flag + " ") or flags.get(option.name) not in (None, ()):
+            continue
+        if option.name in profile.defaults:
+            key = f"defaults.{option.name}"
+        elif option.name in _PROFILE_KEYS and getattr(profile, _PROFILE_KEYS[option.name], None):
+            key = _PROFILE_KEYS[option.name]
+        elif option.name in _SITE_KEYS and getattr(profile, option.name, None):
+            key = option.name
+        else:
+            return message  # the built-in default: the flag is the way to change it
+        where = f"profile {profile.name!r} ({profile.source or 'built in'}) key {key}"
+        return where + message[len(flag) :]
+    return message
+
+
+# Lists of words where an empty word is a mistake (command words and --env values may be
+# empty on purpose: an empty argument, X=).
+_WORD_LISTS = ("setup", "srun_args", "overrides", "container_mounts", "container_options")
+
+
+def _refuse_empty(profile: Profile, flags: Mapping[str, Any]) -> None:
+    """An empty value is never what a user means: SLURM refuses some (``--output=""``
+    fails the job at launch) and others would be dropped silently. Named where it came
+    from: the flag, or the profile file and key."""
+    where_profile = f"profile {profile.name!r} ({profile.source or 'built in'})"
+    site = {
+        "partition": profile.partition,
+        "account": profile.account,
+        "qos": profile.qos,
+        "setup": profile.setup,
+    }
+    for source, values in (("flag", flags), ("defaults", profile.defaults), ("site", site)):
+        for option in JOB_OPTIONS:
+            if option.name not in values:
+                continue
+            value = values[option.name]
+            words = value if option.name in _WORD_LISTS and isinstance(value, list | tuple) else ()
+            if not (isinstance(value, str) and not value.strip()) and not any(
+                isinstance(word, str) and not word.strip() for word in words
+            ):
+                continue
+            if source == "flag":
+                where = option.flag
+            elif source == "defaults":
+                where = f"{where_profile} key defaults.{option.name}"
+            else:
+                where = f"{where_profile} key {option.name}"
+            raise SpecError(f"{where} is empty ({value!r}); leave it out or give a value")
+
+
+def _gpus(mode: str, value: Count, profile: Profile, flag: object) -> Count:
+    """GPUs per node: the flag, else the profile's; an nccl job with neither counts them."""
+    if mode != "nccl":
+        return value
+    if isinstance(flag, int) and flag < 1:
+        raise SpecError(
+            f"--gpus-per-node must be >= 1 for --mode nccl, got {flag}; leave it out (or pass "
+            "'auto') to use every GPU of each node, counted when the job starts"
+        )
+    return value or profile.gpus_per_node or AUTO
+
+
+def _fair_cpus(profile: Profile, tasks_per_node: int) -> int:
+    """All of a node's cores, shared evenly by the tasks on it."""
+    cores = profile.cores_per_node or 1
+    return max(1, cores // max(1, tasks_per_node))
+
+
+def _as_declared(option: JobOption, value: Any) -> Any:
+    """A merged value in the type its declaration names (a flag, a profile or the default)."""
+    if option.multiple:
+        return tuple(value or ())
+    if option.value_type == "bool":
+        return bool(value)
+    if value is None:
+        return None
+    if option.value_type == "int":
+        return int(value)
+    if option.value_type == "str":
+        return str(value)
+    return value

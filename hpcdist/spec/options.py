@@ -1,0 +1,134 @@
+"""The job flags shared by ``hpcdist render`` and ``hpcdist submit``, and their JobSpec.
+
+Every job flag is derived from the JobSpec field it sets (``hpcdist.spec.jobspec.JOB_OPTIONS``): a
+new field declared with ``job_field`` is a new flag of both commands, with nothing to add
+here.
+"""
+
+from __future__ import annotations
+
+import os
+import shlex
+from collections.abc import Callable
+from typing import Any, TypeVar
+
+import click
+
+from hpcdist.errors import SpecError
+from hpcdist.spec.build import build_spec
+from hpcdist.spec.dependency import parse_after
+from hpcdist.spec.joboption import JobOption
+from hpcdist.spec.jobspec import AUTO, JOB_OPTIONS, JobSpec
+from hpcdist.spec.profiles import DEFAULT_PROFILE, Profile, load_profile
+from hpcdist.spec.siteopts import parse_sbatch_option
+from hpcdist.spec.sweep import parse_sets, parse_sweeps
+
+F = TypeVar("F", bound=Callable[..., Any])
+
+
+class _GpuCount(click.ParamType):
+    """A GPU count (an integer) or ``auto``."""
+
+    name = "N|auto"
+
+    def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> Any:
+        if isinstance(value, int) or value == AUTO:
+            return value
+        try:
+            return int(value)
+        except ValueError:
+            self.fail(f"{value!r} is not an integer nor 'auto'", param, ctx)
+
+
+_TYPES: dict[str, Any] = {"str": None, "int": int, "bool": None, "count": _GpuCount()}
+
+
+def _click_option(option: JobOption) -> Callable[[F], F]:
+    names = [option.flag] + ([option.short] if option.short else [])
+    kwargs: dict[str, Any] = {"default": None, "help": option.help, "metavar": option.metavar}
+    if option.choices:
+        kwargs["type"] = click.Choice(option.choices)
+    elif _TYPES[option.value_type] is not None:
+        kwargs["type"] = _TYPES[option.value_type]
+    if option.multiple:
+        kwargs.update(multiple=True, default=())
+    return click.option(*names, option.name, **kwargs)
+
+
+# Options that are not fields of the JobSpec: where its values come from.
+_SOURCE_OPTIONS: tuple[Callable[[F], F], ...] = (
+    click.option(
+        "--profile",
+        default=None,
+        metavar="NAME|PATH",
+        help=f"Cluster profile (default: $HPCDIST_PROFILE, else {DEFAULT_PROFILE}).",
+    ),
+    click.option(
+        "--trust-profile",
+        is_flag=True,
+        default=None,
+        help="Use a profile file that another user owns or can write (refused otherwise).",
+    ),
+    click.option(
+        "--backend",
+        type=click.Choice(("gloo", "nccl")),
+        default=None,
+        help="Spelling of --mode for the two DDP backends.",
+    ),
+)
+_OPTIONS = (*_SOURCE_OPTIONS, *(_click_option(o) for o in JOB_OPTIONS))
+
+
+def job_options(func: F) -> F:
+    for option in reversed(_OPTIONS):
+        func = option(func)
+    return func
+
+
+def spec_from_options(options: dict[str, Any]) -> JobSpec:
+    """defaults < profile < flags, validated; raises SpecError / ProfileError for the user."""
+    flags = dict(options)
+    profile = options_profile(flags)
+    flags.pop("profile", None)
+    flags.pop("trust_profile", None)
+    backend = flags.pop("backend", None)
+    if backend and flags.get("mode") and flags["mode"] != backend:
+        raise SpecError(f"--backend {backend!r} contradicts --mode {flags['mode']!r}")
+    flags["mode"] = flags.get("mode") or backend
+    flags["env"] = tuple(_parse_env(item) for item in flags.get("env") or ())
+    flags["overrides"] = parse_sets(flags.get("overrides") or ())
+    flags["sweep"] = parse_sweeps(flags.get("sweep") or ())
+    flags["after"] = parse_after(flags.get("after") or ())
+    flags["sbatch_options"] = tuple(
+        parse_sbatch_option(item) for item in flags.get("sbatch_options") or ()
+    )
+    command = flags.pop("command", None)
+    if command is not None:
+        try:
+            flags["command"] = tuple(shlex.split(command))
+        except ValueError as exc:
+            raise SpecError(f"--command {command!r} cannot be split into words: {exc}") from exc
+        if not flags["command"]:
+            raise SpecError(
+                f"--command {command!r} is empty; expected the command each rank "
+                "runs (leave the flag out for the emulator training)"
+            )
+    return build_spec(profile, flags)
+
+
+def options_profile(options: dict[str, Any]) -> Profile:
+    """The profile the options name: --profile, else $HPCDIST_PROFILE, else the default."""
+    named = options.get("profile")
+    if named is not None and not str(named).strip():
+        raise SpecError(f"--profile is empty ({named!r}); leave it out or name a profile")
+    return load_profile(
+        options.get("profile") or os.environ.get("HPCDIST_PROFILE") or DEFAULT_PROFILE,
+        trust=bool(options.get("trust_profile", False)),
+    )
+
+
+def _parse_env(item: str) -> tuple[str, str]:
+    key, sep, value = item.partition("=")
+    if not sep:
+        raise SpecError(f"--env {item!r}; expected KEY=VALUE")
+    return key, value

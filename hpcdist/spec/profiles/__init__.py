@@ -1,0 +1,267 @@
+"""Cluster profiles: YAML files naming a cluster's partitions, limits, setup and environment.
+
+A profile is chosen with ``--profile NAME|PATH``. A NAME (no slash) is a profile of the
+user's config folder (``$XDG_CONFIG_HOME/hpcdist/profiles/NAME.yaml``, default
+``~/.config/...``) or one shipped beside this module (``local``, ``cpu-cluster``,
+``gpu-cluster``), never a file of the current folder; a PATH (with a slash: ``./x.yaml``)
+is that file. A profile's setup lines run in the job as the user, so a file that another
+user owns or can write is refused unless ``trust`` (``--trust-profile``) is given.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from hpcdist.errors import ProfileError
+from hpcdist.spec.jobspec import JOB_OPTIONS
+from hpcdist.state.private import ownership_problem
+
+PROFILE_DIR = Path(__file__).resolve().parent
+DEFAULT_PROFILE = "local"
+
+
+@dataclass(frozen=True)
+class Profile:
+    name: str
+    description: str = ""
+    partition: str | None = None
+    partitions: tuple[str, ...] = ()
+    account: str | None = None
+    qos: str | None = None
+    max_nodes: int | None = None
+    cores_per_node: int | None = None
+    gpus_per_node: int = 0
+    max_time: str | None = None
+    defaults: Mapping[str, Any] = field(default_factory=dict)
+    env: Mapping[str, str] = field(default_factory=dict)
+    gloo_env: Mapping[str, str] = field(default_factory=dict)
+    nccl_env: Mapping[str, str] = field(default_factory=dict)
+    setup: tuple[str, ...] = ()
+    # Where it was read from: "shipped:NAME.yaml" or the file's absolute path.
+    source: str = ""
+    # Site keys: how GPUs are asked for, what the nodes offer, options for every job.
+    gpu_request: str | None = None
+    gpu_types: tuple[str, ...] = ()
+    features: tuple[str, ...] = ()
+    sbatch: Mapping[str, str | None] = field(default_factory=dict)
+    srun_args: tuple[str, ...] = ()
+    container: Mapping[str, Any] = field(default_factory=dict)
+
+
+_KEYS = tuple(f for f in Profile.__dataclass_fields__ if f not in ("name", "source"))
+_INT_KEYS = ("max_nodes", "cores_per_node", "gpus_per_node")
+_STR_KEYS = ("description", "partition", "account", "qos", "max_time", "gpu_request")
+_ENV_KEYS = ("env", "gloo_env", "nccl_env")
+
+
+def shipped_profiles() -> list[str]:
+    return sorted(p.stem for p in PROFILE_DIR.glob("*.yaml"))
+
+
+def config_dir(environ: Mapping[str, str] | None = None) -> Path:
+    """The user's own named profiles: ``$XDG_CONFIG_HOME/hpcdist/profiles``."""
+    env = os.environ if environ is None else environ
+    base = env.get("XDG_CONFIG_HOME", "").strip() or str(Path.home() / ".config")
+    return Path(base).expanduser() / "hpcdist" / "profiles"
+
+
+def resolve_profile_path(name_or_path: str) -> Path:
+    """A PATH has a slash; a NAME is the user's config folder's, else a shipped one."""
+    if "/" in name_or_path:
+        candidate = Path(name_or_path).expanduser()
+        if not candidate.is_file():
+            raise ProfileError(f"--profile {name_or_path!r}: no such file")
+        return candidate.resolve()
+    stem = name_or_path.removesuffix(".yaml").removesuffix(".yml")
+    for folder in (config_dir(), PROFILE_DIR):
+        for suffix in (".yaml", ".yml"):
+            candidate = folder / f"{stem}{suffix}"
+            if candidate.is_file():
+                return candidate.resolve()
+    known = ", ".join(shipped_profiles())
+    here = Path(name_or_path)
+    hint = f"; for the file in this folder write ./{name_or_path}" if here.is_file() else ""
+    raise ProfileError(
+        f"--profile {name_or_path!r} is not a shipped profile ({known}) nor one of "
+        f"{str(config_dir())!r}{hint}"
+    )
+
+
+def is_shipped(path: Path) -> bool:
+    return path.parent == PROFILE_DIR
+
+
+def describe_source(path: Path) -> str:
+    """How a rendered script names its profile file: shipped ones without this machine's
+    install path (the committed scripts must not depend on it)."""
+    return f"shipped:{path.name}" if is_shipped(path) else str(path)
+
+
+def trust_problem(path: Path) -> str:
+    """Why a profile file cannot be trusted as it is: "" for a shipped profile and a file
+    owned by this user (or root) that neither group nor others can write."""
+    if is_shipped(path):
+        return ""
+    info = os.stat(path)
+    owner = info.st_uid if info.st_uid != 0 else os.geteuid()  # the site's root-owned files
+    return ownership_problem(owner, info.st_mode, os.geteuid())
+
+
+def load_profile(name_or_path: str = DEFAULT_PROFILE, trust: bool = False) -> Profile:
+    path = resolve_profile_path(name_or_path)
+    problem = "" if trust else trust_problem(path)
+    if problem:
+        raise ProfileError(
+            f"profile {str(path)!r} {problem}; its setup lines would run as you: pass "
+            "--trust-profile if you trust it, or copy it to a file of your own"
+        )
+    try:
+        raw = yaml.safe_load(path.read_text(encoding="utf-8"))
+    except OSError as exc:
+        raise ProfileError(f"profile {str(path)!r} cannot be read: {exc.strerror}") from exc
+    except UnicodeDecodeError as exc:
+        raise ProfileError(
+            f"profile {str(path)!r} is not UTF-8 text (byte {exc.start}); expected a YAML file"
+        ) from exc
+    except yaml.YAMLError as exc:
+        where = getattr(exc, "problem_mark", None)
+        line = f" at line {where.line + 1}" if where is not None else ""
+        raise ProfileError(f"profile {str(path)!r} is not valid YAML{line}") from exc
+    profile = profile_from_mapping(path.stem, raw if raw is not None else {}, source=str(path))
+    return dataclasses.replace(profile, source=describe_source(path))
+
+
+def profile_from_mapping(name: str, raw: object, source: str = "<profile>") -> Profile:
+    if not isinstance(raw, Mapping):
+        raise ProfileError(f"profile {source!r} must be a mapping of keys, got {_kind(raw)}")
+    unknown = sorted(set(raw) - set(_KEYS))
+    if unknown:
+        raise ProfileError(
+            f"profile {source!r} has unknown key {unknown[0]!r}; allowed: {', '.join(_KEYS)}"
+        )
+    values: dict[str, Any] = {}
+    for key, value in raw.items():
+        if value is None:
+            continue
+        if key in _INT_KEYS:
+            values[key] = _expect_int(source, key, value)
+        elif key in _STR_KEYS:
+            values[key] = _expect_str(source, key, value)
+        elif key in _ENV_KEYS:
+            values[key] = _expect_env(source, key, value)
+        elif key in ("partitions", "setup", "gpu_types", "features", "srun_args"):
+            items = _expect_list(source, key, value)
+            values[key] = tuple(_expect_str(source, key, v) for v in items)
+        elif key == "defaults":
+            values[key] = _expect_defaults(source, value)
+        elif key == "sbatch":
+            values[key] = _expect_sbatch(source, value)
+        elif key == "container":
+            values[key] = _expect_container(source, value)
+    return Profile(name=name, **values)
+
+
+def _kind(value: object) -> str:
+    return type(value).__name__
+
+
+def _expect_int(source: str, key: str, value: object) -> int:
+    if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+        raise ProfileError(f"profile {source!r}: {key} must be an integer >= 0, got {value!r}")
+    return value
+
+
+def _expect_str(source: str, key: str, value: object) -> str:
+    if isinstance(value, bool) or not isinstance(value, (str, int, float)):
+        raise ProfileError(f"profile {source!r}: {key} must be a string, got {_kind(value)}")
+    return str(value)
+
+
+def _expect_list(source: str, key: str, value: object) -> list[object]:
+    if not isinstance(value, list):
+        raise ProfileError(f"profile {source!r}: {key} must be a list, got {_kind(value)}")
+    return value
+
+
+def _expect_env(source: str, key: str, value: object) -> dict[str, str]:
+    if not isinstance(value, Mapping):
+        raise ProfileError(f"profile {source!r}: {key} must be a mapping, got {_kind(value)}")
+    return {str(k): _expect_str(source, f"{key}.{k}", v) for k, v in value.items()}
+
+
+def _expect_defaults(source: str, value: object) -> dict[str, Any]:
+    # The JobSpec declares which of its fields a profile may preset, and their types.
+    options = {o.name: o for o in JOB_OPTIONS if o.profile}
+    value = _expect_keys(source, "defaults", value, tuple(options))
+    out: dict[str, Any] = {}
+    for key, item in value.items():
+        if item is None:
+            continue
+        kind = options[key].value_type
+        if kind == "int" or (kind == "count" and item != "auto"):
+            out[key] = _expect_int(source, f"defaults.{key}", item)
+        elif kind == "bool":
+            if not isinstance(item, bool):
+                raise ProfileError(
+                    f"profile {source!r}: defaults.{key} must be true or false, got {item!r}"
+                )
+            out[key] = item
+        else:
+            out[key] = _expect_str(source, f"defaults.{key}", item)
+        if options[key].choices and out[key] not in options[key].choices:
+            raise ProfileError(
+                f"profile {source!r}: defaults.{key} {item!r}; expected one of "
+                f"{', '.join(options[key].choices)}"
+            )
+    return out
+
+
+def _expect_keys(
+    source: str, name: str, value: object, allowed: tuple[str, ...]
+) -> Mapping[str, Any]:
+    """A mapping whose keys are all in ``allowed``; the first other key is named."""
+    if not isinstance(value, Mapping):
+        raise ProfileError(f"profile {source!r}: {name} must be a mapping, got {_kind(value)}")
+    unknown = sorted(set(value) - set(allowed), key=str)
+    if unknown:
+        raise ProfileError(
+            f"profile {source!r} has unknown key '{name}.{unknown[0]}'; "
+            f"allowed: {', '.join(allowed)}"
+        )
+    return value
+
+
+def _expect_sbatch(source: str, value: object) -> dict[str, str | None]:
+    """``sbatch:`` maps option names to values; null (or true) is a flag such as --exclusive.
+    The names themselves are checked with the job (hpcdist/spec/siteopts.py), as --sbatch's are."""
+    if not isinstance(value, Mapping):
+        raise ProfileError(f"profile {source!r}: sbatch must be a mapping, got {_kind(value)}")
+    out: dict[str, str | None] = {}
+    for key, item in value.items():
+        flag = item is None or item is True
+        out[str(key)] = None if flag else _expect_str(source, f"sbatch.{key}", item)
+    return out
+
+
+CONTAINER_KEYS = ("runtime", "image", "mounts", "options")
+
+
+def _expect_container(source: str, value: object) -> dict[str, Any]:
+    value = _expect_keys(source, "container", value, CONTAINER_KEYS)
+    out: dict[str, Any] = {}
+    for key, item in value.items():
+        if item is None:
+            continue
+        if key in ("mounts", "options"):
+            items = _expect_list(source, f"container.{key}", item)
+            out[key] = tuple(_expect_str(source, f"container.{key}", v) for v in items)
+        else:
+            out[key] = _expect_str(source, f"container.{key}", item)
+    return out

@@ -1,0 +1,304 @@
+"""Site options of a job: the first-class ones a real cluster asks for (constraint, mail,
+node choice, GPU shape and type, binding, containers) and the pass-through ones
+(``--sbatch KEY[=VALUE]``, ``--srun-arg``), merged built-in < profile < flags and checked.
+
+A pass-through option must not say what hpcdist already says: an option hpcdist owns is
+refused with the first-class flag to use instead, so the rendered script and submitit can
+never ask SLURM for two different things.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping
+from typing import Any
+
+from hpcdist.errors import SpecError
+from hpcdist.slurm.nodelist import NodeListError, expand_nodelist
+from hpcdist.spec.jobspec import (
+    AUTO,
+    CONTAINER_RUNTIMES,
+    GPU_REQUESTS,
+    JOB_OPTIONS,
+    RANK_LOGS,
+    JobSpec,
+)
+from hpcdist.spec.profiles import Profile
+
+# sbatch options hpcdist writes itself, with the flag that sets each. sbatch also takes a
+# unique abbreviation of a long option (--nod for --nodes): a key that abbreviates one of
+# these is refused as well. The options a JobSpec field passes on as they are come from the
+# fields' declarations (``job_field(..., sbatch=...)``); these are the ones hpcdist works
+# out itself (task counts, GPUs, the requeue protocol, arrays, dependencies).
+_WORKED_OUT_SBATCH: dict[str, str] = {
+    "nodes": "--nodes",
+    "ntasks": "--tasks-per-node",
+    "ntasks-per-node": "--tasks-per-node",
+    "ntasks-per-core": "--tasks-per-node",
+    "ntasks-per-socket": "--tasks-per-node",
+    "ntasks-per-gpu": "--tasks-per-node",
+    "cpus-per-task": "--cpus-per-task",
+    "cpus-per-gpu": "--cpus-per-task",
+    "gpus": "--gpus-per-node",
+    "gpus-per-node": "--gpus-per-node",
+    "gpus-per-task": "--gpus-per-node with --gpu-request gpus-per-task",
+    "gpus-per-socket": "--gpus-per-node",
+    "time": "--time",
+    "job-name": "--job-name",
+    "signal": "--signal",
+    "requeue": "--requeue",
+    "no-requeue": "--no-requeue",
+    "array": "hpcdist's own job arrays",
+    "dependency": "hpcdist's own job dependencies",
+    # submitit writes its own (append), so a rendered script keeps it too: one log per job.
+    "open-mode": "hpcdist's own --open-mode=append (a requeued job keeps its log)",
+}
+OWNED_SBATCH: dict[str, str] = {
+    **_WORKED_OUT_SBATCH,
+    **{option.sbatch: option.flag.split("/")[0] for option in JOB_OPTIONS if option.sbatch},
+}
+# gres is the GPUs' when hpcdist asks for GPUs; otherwise (gres=nvme:1) it passes through.
+_GRES_OWNER = "--gpus-per-node and --gpu-type"
+
+# srun options hpcdist writes itself for the job step.
+OWNED_SRUN: dict[str, str] = {
+    "nodes": "--nodes",
+    "ntasks": "--tasks-per-node",
+    "ntasks-per-node": "--tasks-per-node",
+    "cpus-per-task": "--cpus-per-task",
+    "kill-on-bad-exit": "hpcdist's own --kill-on-bad-exit=1",
+    "label": "--rank-logs label",
+    "output": "--rank-logs split",
+    "error": "--rank-logs split",
+    "gpus": "--gpus-per-node",
+    "gpus-per-node": "--gpus-per-node",
+    "gpus-per-task": "--gpu-request gpus-per-task",
+    "container-image": "--container",
+    "container-mounts": "--container-mount",
+}
+_SRUN_SHORT = {
+    "-N": "--nodes",
+    "-n": "--ntasks",
+    "-c": "--cpus-per-task",
+    "-K": "--kill-on-bad-exit",
+    "-l": "--label",
+    "-o": "--output",
+    "-e": "--error",
+    "-G": "--gpus",
+}
+
+MAIL_TYPES = (
+    "NONE",
+    "BEGIN",
+    "END",
+    "FAIL",
+    "REQUEUE",
+    "ALL",
+    "INVALID_DEPEND",
+    "STAGE_OUT",
+    "TIME_LIMIT",
+    "TIME_LIMIT_90",
+    "TIME_LIMIT_80",
+    "TIME_LIMIT_50",
+    "ARRAY_TASKS",
+)
+# Container options that would hide the job's environment (SLURM_*, MASTER_*, HPCDIST_*)
+# from the ranks inside.
+_ENV_HIDING = ("--cleanenv", "-e", "--containall", "-C", "--no-container-env")
+
+_SBATCH_KEY = re.compile(r"[a-z][a-z0-9-]*[a-z0-9]")
+_SRUN_ARG = re.compile(r"(--[a-z][a-z0-9-]*[a-z0-9](=.*)?|-[A-Za-z])", re.S)
+_BIND = re.compile(r"[A-Za-z0-9_:,.]+")
+_GPU_TYPE = re.compile(r"[A-Za-z0-9_.-]+")
+_MEMORY = re.compile(r"[0-9]+[KMGT]?")
+_CONSTRAINT = re.compile(r"[A-Za-z0-9_.&|,:*\[\]()!-]+")
+_FEATURE = re.compile(r"[A-Za-z_][A-Za-z0-9_.-]*")
+_MAIL_USER = re.compile(r"[^\s,;]+")
+
+
+def parse_sbatch_option(item: str) -> tuple[str, str | None]:
+    """``KEY[=VALUE]`` of --sbatch (a leading ``--`` is allowed): the key and its value, None
+    for a flag. The key is checked with the job (``check_site``)."""
+    key, sep, value = item.removeprefix("--").partition("=")
+    return key, (value if sep else None)
+
+
+def site_fields(profile: Profile, merged: Mapping[str, Any]) -> dict[str, Any]:
+    """The site fields of a JobSpec that the profile's site keys (sbatch, srun_args,
+    gpu_request, container) add to or default; every other site field is the merged flag or
+    profile ``defaults:`` value as it is (``build_spec``)."""
+    sbatch = {key.removeprefix("--"): value for key, value in profile.sbatch.items()}
+    sbatch.update(dict(merged.get("sbatch_options") or ()))
+    box = profile.container
+    return {
+        "gpu_request": merged.get("gpu_request") or profile.gpu_request or GPU_REQUESTS[0],
+        "sbatch_options": tuple(sbatch.items()),
+        "srun_args": (*profile.srun_args, *(merged.get("srun_args") or ())),
+        "rank_logs": merged.get("rank_logs") or RANK_LOGS[0],
+        "container": merged.get("container") or box.get("image"),
+        "container_runtime": (
+            merged.get("container_runtime") or box.get("runtime") or CONTAINER_RUNTIMES[0]
+        ),
+        "container_mounts": (*box.get("mounts", ()), *(merged.get("container_mounts") or ())),
+        "container_options": (*box.get("options", ()), *(merged.get("container_options") or ())),
+    }
+
+
+def uses_gpus(spec: JobSpec) -> bool:
+    """Whether hpcdist asks SLURM for GPUs for this job (a count, or counted at run time)."""
+    return spec.gpus_per_node == AUTO or (
+        isinstance(spec.gpus_per_node, int) and spec.gpus_per_node > 0
+    )
+
+
+def check_site(spec: JobSpec, profile: Profile) -> None:
+    """Raise SpecError naming the first bad site value and what was expected."""
+    _check_choice("--gpu-request", spec.gpu_request, GPU_REQUESTS)
+    _check_choice("--rank-logs", spec.rank_logs, RANK_LOGS)
+    _check_choice("--container-runtime", spec.container_runtime, CONTAINER_RUNTIMES)
+    for key, _ in spec.sbatch_options:
+        _check_sbatch_key(key, spec)
+    for arg in spec.srun_args:
+        _check_srun_arg("--srun-arg", arg)
+    _check_gpu_shape(spec, profile)
+    for flag, value in (("--cpu-bind", spec.cpu_bind), ("--gpu-bind", spec.gpu_bind)):
+        if value is not None and not _BIND.fullmatch(value):
+            raise SpecError(
+                f"{flag} {value!r}; expected srun's binding such as cores, closest or map_cpu:0,1"
+            )
+    if spec.gpu_bind is not None and not uses_gpus(spec):
+        raise SpecError(f"--gpu-bind {spec.gpu_bind!r} needs GPUs; the job asks for none")
+    if spec.mem_per_gpu is not None:
+        if not _MEMORY.fullmatch(spec.mem_per_gpu):
+            raise SpecError(
+                f"--mem-per-gpu {spec.mem_per_gpu!r}; expected a size such as 40G or 8000M"
+            )
+        if spec.memory is not None:
+            raise SpecError(
+                f"--mem {spec.memory!r} and --mem-per-gpu {spec.mem_per_gpu!r}; expected "
+                "one of them (sbatch takes only one memory request)"
+            )
+        if not uses_gpus(spec):
+            raise SpecError(f"--mem-per-gpu {spec.mem_per_gpu!r} needs GPUs; the job asks for none")
+    if spec.mail_type is not None:
+        for kind in spec.mail_type.split(","):
+            if kind not in MAIL_TYPES:
+                raise SpecError(
+                    f"--mail-type {spec.mail_type!r}: {kind!r} is not a mail type; "
+                    f"expected a comma list of {', '.join(MAIL_TYPES)}"
+                )
+    if spec.mail_user is not None and not _MAIL_USER.fullmatch(spec.mail_user):
+        raise SpecError(f"--mail-user {spec.mail_user!r}; expected one address or user name")
+    for flag, nodes in (("--nodelist", spec.nodelist), ("--exclude", spec.exclude)):
+        if nodes is not None and "/" not in nodes:  # with a slash: a file of node names
+            try:
+                expand_nodelist(nodes, flag)
+            except NodeListError as exc:
+                raise SpecError(str(exc)) from exc
+    _check_constraint(spec.constraint, profile)
+    _check_container(spec)
+
+
+def _check_choice(flag: str, value: str, choices: tuple[str, ...]) -> None:
+    if value not in choices:
+        raise SpecError(f"{flag} {value!r}; expected one of {', '.join(choices)}")
+
+
+def _owner(owned: Mapping[str, str], name: str) -> str | None:
+    """The first-class flag for option ``name`` or an abbreviation of one (sbatch and srun
+    take ``--nod`` for ``--nodes``); None where hpcdist does not own it."""
+    return owned.get(name) or next(
+        (flag for full, flag in owned.items() if full.startswith(name)), None
+    )
+
+
+def _check_sbatch_key(key: str, spec: JobSpec) -> None:
+    if not _SBATCH_KEY.fullmatch(key):
+        raise SpecError(
+            f"--sbatch key {key!r} is not an sbatch long option; expected lower-case "
+            "letters, digits and dashes, e.g. --sbatch comment=site-test"
+        )
+    owner = _owner(OWNED_SBATCH, key)
+    if owner is None and "gres".startswith(key) and uses_gpus(spec):
+        owner = _GRES_OWNER
+    if owner is not None:
+        raise SpecError(f"--sbatch {key!r} is hpcdist's own option; use {owner} instead")
+
+
+def _check_srun_arg(flag: str, arg: str) -> None:
+    if not _SRUN_ARG.fullmatch(arg):
+        raise SpecError(
+            f"{flag} {arg!r} is not one srun option; expected --name[=value], e.g. --cpu-bind=cores"
+        )
+    name = _SRUN_SHORT.get(arg, arg).removeprefix("--").partition("=")[0]
+    owner = _owner(OWNED_SRUN, name)
+    if owner is not None:
+        raise SpecError(f"{flag} {arg!r} is hpcdist's own srun option; use {owner} instead")
+
+
+def _check_gpu_shape(spec: JobSpec, profile: Profile) -> None:
+    gpu_type = spec.gpu_type
+    if gpu_type is None:
+        return
+    if not _GPU_TYPE.fullmatch(gpu_type):
+        raise SpecError(f"--gpu-type {gpu_type!r}; expected a GPU type name such as a100 or h100")
+    if not uses_gpus(spec):
+        raise SpecError(
+            f"--gpu-type {gpu_type!r} needs GPUs: expected --mode nccl, or --mode test "
+            f"with --gpus-per-node (got --mode {spec.mode}, profile {profile.name!r})"
+        )
+    if profile.gpu_types and gpu_type not in profile.gpu_types:
+        raise SpecError(
+            f"--gpu-type {gpu_type!r} is not in profile {profile.name!r}; expected one of "
+            f"{', '.join(profile.gpu_types)}"
+        )
+
+
+def _check_constraint(constraint: str | None, profile: Profile) -> None:
+    if constraint is None:
+        return
+    if not _CONSTRAINT.fullmatch(constraint):
+        raise SpecError(
+            f"--constraint {constraint!r}; expected node features joined by & | or , e.g. 'a100&ib'"
+        )
+    if profile.features:
+        for name in _FEATURE.findall(constraint):
+            if name not in profile.features:
+                raise SpecError(
+                    f"--constraint {constraint!r}: feature {name!r} is not in profile "
+                    f"{profile.name!r}; expected one of {', '.join(profile.features)}"
+                )
+
+
+def _check_container(spec: JobSpec) -> None:
+    if spec.container is None:
+        if spec.container_mounts or spec.container_options:
+            raise SpecError(
+                "--container-mount/--container-option without an image; "
+                "expected --container IMAGE (or the profile's container.image)"
+            )
+        return
+    if not spec.container.strip():
+        raise SpecError("--container '' is empty; expected an image, e.g. docker://pytorch/pytorch")
+    for option in spec.container_options:
+        name = option.partition("=")[0]
+        if name in _ENV_HIDING:
+            raise SpecError(
+                f"--container-option {option!r} would hide the job's SLURM_* and HPCDIST_* "
+                "variables from the ranks; expected options that keep the environment"
+            )
+        if not option.startswith("-"):
+            raise SpecError(
+                f"--container-option {option!r}; expected a runtime option such as --writable-tmpfs"
+            )
+    for mount in spec.container_mounts:
+        parts = mount.split(":")
+        if (
+            not mount
+            or len(parts) > 3
+            or not all(parts[:2])
+            or (spec.container_runtime == "pyxis" and "," in mount)
+        ):
+            raise SpecError(
+                f"--container-mount {mount!r}; expected SRC[:DST[:OPTS]], e.g. /scratch:/scratch"
+            )

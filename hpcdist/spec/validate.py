@@ -1,0 +1,252 @@
+"""Validation of a JobSpec against its profile: the first bad value, named, with what was
+expected, as a SpecError that the CLI prints as one line."""
+
+from __future__ import annotations
+
+import re
+import shlex
+import subprocess
+from dataclasses import fields
+
+from hpcdist.errors import SpecError
+from hpcdist.slurm.timelimit import time_limit_seconds
+from hpcdist.spec.jobspec import AUTO, JOB_OPTIONS, LAUNCHERS, JobSpec
+from hpcdist.spec.profiles import Profile
+from hpcdist.spec.siteopts import check_site
+from hpcdist.spec.sweep import check_sweep
+
+# The flag that sets each JobSpec field (the profile's name comes from --profile).
+_FLAG_NAMES = {o.name: o.flag.partition("/")[0] for o in JOB_OPTIONS} | {
+    "profile": "--profile",
+    "profile_source": "--profile",
+}
+_ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
+_MEMORY = re.compile(r"[0-9]+[KMGT]?")
+_SIGNAL = re.compile(r"(B:)?(USR1|USR2|TERM|INT|HUP|URG|CONT)(@[0-9]+)?")
+# The longest values the testbed's SLURM 22.05 accepted (one more character: "Pathname of a
+# file, directory or other parameter too long").
+MAX_NAME, MAX_PATH = 1024, 4096
+_PATH_FIELDS = ("output", "error", "workdir")
+
+
+def validate(spec: JobSpec, profile: Profile) -> None:
+    """Raise SpecError naming the first bad value and what was expected."""
+    _check_text_values(spec)
+    _check_lengths(spec)
+    if spec.nodes < 1:
+        raise SpecError(f"--nodes must be >= 1, got {spec.nodes}")
+    if profile.max_nodes is not None and spec.nodes > profile.max_nodes:
+        raise SpecError(
+            f"--nodes {spec.nodes} exceeds profile {profile.name!r} limit of "
+            f"{profile.max_nodes} nodes"
+        )
+    if spec.mode == "threads" and spec.nodes != 1:
+        raise SpecError(f"--mode threads runs on exactly 1 node, got --nodes {spec.nodes}")
+    if spec.mode == "threads" and spec.tasks_per_node != 1:
+        raise SpecError(f"--mode threads runs 1 task, got --tasks-per-node {spec.tasks_per_node}")
+    _check_gpus(spec, profile)
+    _check_cpus(spec, profile)
+    seconds = time_limit_seconds(spec.time)
+    if profile.max_time is not None and seconds > _profile_time(profile):
+        raise SpecError(
+            f"--time {spec.time!r} exceeds profile {profile.name!r} limit of {profile.max_time}"
+        )
+    if profile.partitions and spec.partition not in profile.partitions:
+        raise SpecError(
+            f"--partition {spec.partition!r} is not in profile {profile.name!r}; "
+            f"expected one of {', '.join(profile.partitions)}"
+        )
+    if spec.launcher not in LAUNCHERS:
+        raise SpecError(f"--launcher {spec.launcher!r}; expected one of {', '.join(LAUNCHERS)}")
+    if spec.memory is not None and not _MEMORY.fullmatch(spec.memory):
+        raise SpecError(f"--mem {spec.memory!r}; expected a size such as 4000M, 16G or 0")
+    if spec.signal is not None and not _SIGNAL.fullmatch(spec.signal):
+        raise SpecError(f"--signal {spec.signal!r}; expected [B:]SIGNAL[@SECONDS], e.g. USR2@90")
+    if spec.signal is not None:
+        _check_warning_fits(spec.signal, spec.time, seconds)
+    if spec.collective_timeout is not None and spec.collective_timeout < 1:
+        raise SpecError(f"--collective-timeout must be >= 1 second, got {spec.collective_timeout}")
+    if spec.max_restarts < 0:
+        raise SpecError(f"--max-restarts must be >= 0, got {spec.max_restarts}")
+    for line in spec.setup:
+        _check_setup_line(line)
+    for key, _ in spec.env:
+        if not _ENV_NAME.fullmatch(key):
+            raise SpecError(
+                f"--env {key!r} is not a variable name; expected [A-Za-z_][A-Za-z0-9_]*"
+            )
+    if not spec.job_name.strip():
+        raise SpecError("--job-name must not be empty")
+    check_sweep(spec)
+    if spec.output.endswith(".sh"):
+        raise SpecError(
+            f"--output {spec.output!r} names the job's log, as in sbatch; expected "
+            "a log name such as %x-%j.out (render writes the script with --script)"
+        )
+    check_site(spec, profile)
+
+
+def _check_gpus(spec: JobSpec, profile: Profile) -> None:
+    gpus = spec.gpus_per_node
+    if not isinstance(gpus, int):
+        if spec.mode != "nccl":
+            raise SpecError(
+                f"--gpus-per-node auto needs --mode nccl, got --mode {spec.mode}; "
+                "expected a GPU count"
+            )
+        if spec.tasks_per_node != AUTO:
+            raise SpecError(
+                f"--tasks-per-node {spec.tasks_per_node} with --mode nccl needs a GPU count: "
+                f"pass --gpus-per-node {spec.tasks_per_node} (one task per GPU), or neither "
+                "to use every GPU of each node, counted when the job starts"
+            )
+        return
+    if gpus < 0:
+        raise SpecError(f"--gpus-per-node must be >= 0, got {gpus}")
+    if spec.mode not in ("nccl", "test") and gpus:
+        raise SpecError(
+            f"--gpus-per-node {gpus} needs --mode nccl or --mode test, got --mode {spec.mode}"
+        )
+    # A profile without a GPU count (0) does not know the nodes' GPUs: nothing to check against.
+    if profile.gpus_per_node and gpus > profile.gpus_per_node:
+        raise SpecError(
+            f"--gpus-per-node {gpus} exceeds profile {profile.name!r} limit of "
+            f"{profile.gpus_per_node} GPUs per node"
+        )
+    if gpus and spec.tasks_per_node != gpus:
+        raise SpecError(
+            f"--mode {spec.mode} runs one task per GPU: --tasks-per-node {spec.tasks_per_node} "
+            f"!= --gpus-per-node {gpus}"
+        )
+
+
+def _check_cpus(spec: JobSpec, profile: Profile) -> None:
+    tasks, cpus, cores = spec.tasks_per_node, spec.cpus_per_task, profile.cores_per_node
+    if isinstance(tasks, int) and tasks < 1:
+        raise SpecError(f"--tasks-per-node must be >= 1, got {tasks}")
+    if not isinstance(cpus, int):
+        return
+    if cpus < 1:
+        raise SpecError(f"--cpus-per-task must be >= 1, got {cpus}")
+    _check_threads(spec, cpus)
+    if cores is None:
+        return
+    if not isinstance(tasks, int) and cpus > cores:
+        raise SpecError(
+            f"--cpus-per-task {cpus} exceeds profile {profile.name!r} limit of "
+            f"{cores} cores per node"
+        )
+    if isinstance(tasks, int) and tasks * cpus > cores:
+        raise SpecError(
+            f"{tasks} tasks x --cpus-per-task {cpus} = {tasks * cpus} CPUs per node exceeds "
+            f"profile {profile.name!r} limit of {cores} cores per node"
+        )
+
+
+# sbatch --signal without @SECONDS warns this long before the limit (sbatch(1)).
+_DEFAULT_WARNING_S = 60
+
+
+def _profile_time(profile: Profile) -> int:
+    """The profile's max_time in seconds; a bad one is named as the profile's key."""
+    assert profile.max_time is not None
+    try:
+        return time_limit_seconds(profile.max_time)
+    except SpecError as exc:
+        where = f"profile {profile.name!r} ({profile.source or 'built in'}) key max_time"
+        raise SpecError(str(exc).replace("--time", where, 1)) from None
+
+
+def _check_warning_fits(signal: str, time: str, limit_s: int) -> None:
+    """A warning at or before the job's start leaves it no time to work: it would be
+    warned, checkpoint and be requeued (or restarted) in a loop."""
+    _, at, seconds = signal.partition("@")
+    warning_s = int(seconds) if at else _DEFAULT_WARNING_S
+    if warning_s >= limit_s:
+        raise SpecError(
+            f"--time {time!r} ({limit_s} s) leaves no time before --signal {signal!r} warns "
+            f"{warning_s} s before the end; give a --time over {warning_s} s or a shorter "
+            "warning"
+        )
+
+
+def _check_threads(spec: JobSpec, cpus: int) -> None:
+    threads = spec.threads_per_task
+    if threads is None:
+        return
+    if spec.mode == "nccl" or (spec.mode == "test" and spec.gpus_per_node != 0):
+        raise SpecError(
+            f"--threads-per-task {threads} is for CPU jobs; --mode {spec.mode} runs on GPUs"
+        )
+    if not 1 <= threads <= cpus:
+        raise SpecError(
+            f"--threads-per-task must be between 1 and --cpus-per-task {cpus}, got {threads}"
+        )
+
+
+def _check_setup_line(line: str) -> None:
+    """A setup line is shell code, written as it is: it must be one complete line of bash
+    (closed quotes, brackets and blocks), or the rest of the script would be read as part
+    of it. bash itself is the judge (``bash -n``, which runs nothing)."""
+    reason = _bash_syntax_error(line)
+    if reason is not None:
+        raise SpecError(
+            f"--setup {line!r} is not a complete shell line ({reason}); expected "
+            "e.g. 'module load cuda'"
+        )
+
+
+def _bash_syntax_error(line: str) -> str | None:
+    """bash's complaint about ``line`` (its last line, without bash's own prefix), or None."""
+    try:
+        proc = subprocess.run(
+            ["bash", "-n", "-c", line], capture_output=True, text=True, timeout=10
+        )
+    except (OSError, subprocess.TimeoutExpired):
+        try:  # no bash here: quotes at least must close
+            shlex.split(line, comments=True)
+        except ValueError as exc:
+            return str(exc)
+        return None
+    if proc.returncode == 0:
+        return None
+    lines = proc.stderr.strip().splitlines()
+    if not lines:
+        return "syntax error"
+    return lines[-1].removeprefix("bash: ").removeprefix("-c: ")
+
+
+def _check_lengths(spec: JobSpec) -> None:
+    for option in JOB_OPTIONS:
+        value = getattr(spec, option.name)
+        if option.name != "job_name" and option.sbatch is None:
+            continue
+        limit = MAX_PATH if option.name in _PATH_FIELDS else MAX_NAME
+        if isinstance(value, str) and len(value) > limit:
+            raise SpecError(
+                f"{_FLAG_NAMES[option.name]} is {len(value)} characters long; "
+                f"expected at most {limit}"
+            )
+
+
+def _check_text_values(spec: JobSpec) -> None:
+    """Newlines and NULs would end a directive or a quoted word: refuse them outright."""
+    for name, value in _text_values(spec):
+        if "\n" in value or "\r" in value or "\x00" in value:
+            raise SpecError(f"{name} {value!r} contains a newline or NUL; expected one line")
+
+
+def _text_values(spec: JobSpec) -> list[tuple[str, str]]:
+    out: list[tuple[str, str]] = []
+    for f in fields(spec):
+        value = getattr(spec, f.name)
+        flag = _FLAG_NAMES[f.name]
+        if isinstance(value, str):
+            out.append((flag, value))
+        elif f.name == "env":
+            out.extend((f"--env {k}", f"{k}={v}") for k, v in value)
+        elif f.name == "sbatch_options":
+            out.extend((flag, k if v is None else f"{k}={v}") for k, v in value)
+        elif isinstance(value, tuple):
+            out.extend((flag, str(v)) for v in value)
+    return out

@@ -1,0 +1,131 @@
+"""`hpcdist status` / `logs` for SLURM jobs without SLURM: the lookups are replaced by
+JobInfos read from the captured testbed output in tests/fixtures/slurm."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner
+
+from hpcdist.cli import follow as cli_follow
+from hpcdist.cli.main import cli
+from hpcdist.slurm import query as slurmquery
+from hpcdist.slurm.parse import parse_sacct, parse_scontrol_records
+from hpcdist.slurm.query import JobInfo, from_scontrol
+
+FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "slurm"
+
+
+def _info(fixture: str, **changes: object) -> JobInfo:
+    (record,) = parse_scontrol_records((FIXTURES / f"scontrol_{fixture}.txt").read_text())
+    return dataclasses.replace(from_scontrol(record), **changes)  # type: ignore[arg-type]
+
+
+@pytest.fixture
+def slurm(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> dict[str, JobInfo]:
+    """Job id -> what SLURM says of it; sacct rows from the fixture files."""
+    jobs: dict[str, JobInfo] = {}
+    monkeypatch.chdir(tmp_path)  # no job records here
+    monkeypatch.setattr(
+        cli_follow, "query_jobs", lambda job_id: [jobs[job_id]] if job_id in jobs else []
+    )
+    monkeypatch.setattr(cli_follow, "query_job", lambda job_id: jobs.get(job_id))
+    monkeypatch.setattr(
+        slurmquery,
+        "sacct_rows",
+        lambda job_id: parse_sacct((FIXTURES / f"sacct_{job_id}.txt").read_text()),
+    )
+    return jobs
+
+
+def test_status_of_a_completed_job_with_efficiency(slurm: dict[str, JobInfo]) -> None:
+    slurm["9569844"] = _info("9569844")
+    result = CliRunner().invoke(cli, ["status", "9569844"])
+    assert result.exit_code == 0, result.output
+    assert result.stdout.splitlines() == [
+        "9569844 COMPLETED",
+        "  name:       hpcdist-commcheck",
+        "  nodes:      node[3-4] (2)",
+        "  elapsed:    0:00:04 of 0:30:00",
+        "  exit code:  0",
+        "  restarts:   0",
+        "  stdout:     /tmp/jobsfx/hpcdist-commcheck-9569844.out",
+        "  efficiency: CPU not recorded, memory not recorded, wall time 0.2% (0:00:04 of 0:30:00)",
+        "  advice:     it used 0.2% of its time limit: --time=0:01:00 would do and starts sooner "
+        "(backfill)",
+    ]
+
+
+def test_status_of_a_pending_job_names_its_reason(slurm: dict[str, JobInfo]) -> None:
+    slurm["9569845"] = _info("9569845")
+    result = CliRunner().invoke(cli, ["status", "--json", "9569845"])
+    data = json.loads(result.stdout)
+    assert (data["state"], data["reason"], data["nodes"], data["efficiency"]) == (
+        "PENDING",
+        "BeginTime (starts no earlier than 2026-11-26T11:20:51)",
+        None,
+        None,
+    )
+
+
+@pytest.mark.parametrize("job_id", ["abc", "12x", "1_2_3", "-5"])
+def test_malformed_job_id_is_one_line(slurm: dict[str, JobInfo], job_id: str) -> None:
+    result = CliRunner().invoke(cli, ["status", "--", job_id])
+    assert result.exit_code == 2
+    assert result.stderr == (
+        f"hpcdist: error: job id {job_id!r} is not a job id; expected "
+        "digits such as 1234 (or 1234_5 for an array task)\n"
+    )
+
+
+def test_logs_of_a_slurm_job_and_one_rank(slurm: dict[str, JobInfo], tmp_path: Path) -> None:
+    log = tmp_path / "job.out"
+    log.write_text("hpcdist: job 5\n[Rank 0] host a\n[Rank 1] host b\nPASS: world size 2\n")
+    slurm["5"] = _info("9569844", job_id="5", stdout=str(log), stderr=str(log))
+    assert CliRunner().invoke(cli, ["logs", "5"]).stdout == log.read_text()
+    assert CliRunner().invoke(cli, ["logs", "5", "--rank", "1"]).stdout == "[Rank 1] host b\n"
+
+
+def test_logs_that_hold_nothing_for_the_rank_say_where_they_looked(
+    slurm: dict[str, JobInfo], tmp_path: Path
+) -> None:
+    log, err = tmp_path / "o-5.log", tmp_path / "e-5.log"
+    log.write_text("[Rank 0] host a\n")
+    err.write_text("")
+    slurm["5"] = _info("9569844", job_id="5", stdout=str(log), stderr=str(err))
+    result = CliRunner().invoke(cli, ["logs", "5", "--rank", "1"])
+    assert result.exit_code == 2
+    assert result.stdout == ""
+    assert result.stderr == (
+        f"hpcdist: error: nothing for rank 1 of job 5 (COMPLETED) in {log}, {err}\n"
+    )
+    assert CliRunner().invoke(cli, ["logs", "5", "--rank", "0"]).stdout == "[Rank 0] host a\n"
+
+
+def test_logs_of_a_job_that_has_not_written_yet(slurm: dict[str, JobInfo], tmp_path: Path) -> None:
+    slurm["5"] = _info("9569845", job_id="5", stdout=str(tmp_path / "none.out"))
+    result = CliRunner().invoke(cli, ["logs", "5"])
+    assert result.exit_code == 2
+    assert "job 5 (PENDING) has no log yet at" in result.stderr
+
+
+def test_follow_prints_whole_lines_until_the_job_ends(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    log = tmp_path / "job.out"
+    writes = iter(["[Rank 0] one\n[Rank 1] two\n[Rank 0] thr", "ee\n[Rank 0] last"])
+    states = iter(["PENDING", "RUNNING", "RUNNING", "COMPLETED"])
+
+    def state() -> str:
+        current = next(states)
+        if current != "PENDING":
+            with log.open("a") as handle:
+                handle.write(next(writes, ""))
+        return current
+
+    final = cli_follow.follow_files([(log, False)], state, lambda line: "Rank 0" in line, poll_s=0)
+    assert final == "COMPLETED"
+    assert capsys.readouterr().out == "[Rank 0] one\n[Rank 0] three\n[Rank 0] last\n"

@@ -1,0 +1,166 @@
+"""Messages that point the right way: a stopped --wait, an array's cancel."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import pytest
+
+from hpcdist.cli import jobs as cli_jobs
+from hpcdist.cli.main import main
+
+
+def test_ctrl_c_during_wait_says_the_job_keeps_running(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    monkeypatch.chdir(tmp_path)
+
+    def interrupted(record: object, rank: int, poll_s: float = 1.0) -> str:
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(cli_jobs, "follow", interrupted)
+    code = main(
+        [
+            "submit",
+            "--executor",
+            "local",
+            "--mode",
+            "threads",
+            "--wait",
+            "--command",
+            f"{sys.executable} -c pass",
+        ]
+    )
+    err = capsys.readouterr().err
+    assert code == 130
+    job = err.split("job ")[1].split()[0]
+    assert (
+        f"hpcdist: stopped following; job {job} keeps running (hpcdist status {job}, "
+        f"hpcdist logs {job} --follow, hpcdist cancel {job})"
+    ) in err
+
+
+@pytest.mark.parametrize(
+    ("answer", "said"),
+    [
+        ("CANCELLED\nRUNNING\nRUNNING\n", "(was CANCELLED, RUNNING)"),
+        ("RUNNING", "(was RUNNING)"),
+    ],
+)
+def test_cancel_says_each_state_once_on_one_line(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str], answer: str, said: str
+) -> None:
+    monkeypatch.setattr(cli_jobs, "find_record", lambda job_id: object())
+    monkeypatch.setattr(cli_jobs, "cancel", lambda record: answer)
+    assert main(["cancel", "42"]) == 0
+    out = capsys.readouterr().out
+    assert out == f"Cancelled job 42 {said}\n"
+
+
+@pytest.mark.parametrize(
+    ("profile_text", "flags", "said"),
+    [
+        ("max_time: forever", [], "key max_time 'forever' is not a SLURM time limit"),
+        ("sbatch: {nodes: 4}", [], "key sbatch 'nodes' is hpcdist's own option"),
+        ("defaults: {nodes: 0}", [], "key defaults.nodes must be >= 1, got 0"),
+    ],
+)
+def test_a_bad_profile_value_is_named_as_the_profiles_key_not_a_flag(
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
+    profile_text: str,
+    flags: list[str],
+    said: str,
+) -> None:
+    site = tmp_path / "site.yaml"
+    site.write_text(f"partition: debug\npartitions: [debug]\n{profile_text}\n")
+    site.chmod(0o600)
+    assert main(["render", "--profile", str(site), *flags]) == 2
+    err = capsys.readouterr().err
+    assert err == f"hpcdist: error: profile 'site' ({site}) {said}" + err.split(said, 1)[1]
+    assert err.count("\n") == 1
+
+
+def test_the_users_own_flag_is_named_as_the_flag(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    site = tmp_path / "site.yaml"
+    site.write_text("partition: debug\npartitions: [debug]\ndefaults: {nodes: 0}\n")
+    site.chmod(0o600)
+    assert main(["render", "--profile", str(site), "--nodes", "0"]) == 2
+    assert capsys.readouterr().err == "hpcdist: error: --nodes must be >= 1, got 0\n"
+
+
+@pytest.mark.parametrize(
+    ("code", "number", "reason", "said"),
+    [
+        (3, 0, None, "3"),
+        (0, 9, None, "0, killed by signal 9 (SIGKILL)"),
+        (
+            0,
+            53,
+            "JobLaunchFailure",
+            "0 (no signal: SLURM's signal field reads 53; reason JobLaunchFailure)",
+        ),
+        (0, 53, None, "0 (no signal: SLURM's signal field reads 53)"),
+    ],
+)
+def test_status_says_a_signal_only_where_one_ended_the_job(
+    code: int, number: int, reason: str | None, said: str
+) -> None:
+    from hpcdist.cli.follow import exit_text
+
+    assert exit_text(code, number, reason) == said
+
+
+@pytest.mark.parametrize(
+    ("fields", "reason"),
+    [
+        (
+            {"Reason": "BeginTime", "StartTime": "2026-11-27T03:00:00"},
+            "BeginTime (starts no earlier than 2026-11-27T03:00:00)",
+        ),
+        (
+            {"Reason": "Dependency", "Dependency": "afterok:41(unfulfilled)"},
+            "Dependency (afterok:41(unfulfilled))",
+        ),
+        ({"Reason": "Dependency", "Dependency": "(null)"}, "Dependency"),
+        ({"Reason": "Priority"}, "Priority"),
+    ],
+)
+def test_a_pending_jobs_reason_names_what_it_waits_for(fields: dict[str, str], reason: str) -> None:
+    from hpcdist.slurm.query import from_scontrol
+
+    record = {"JobId": "42", "JobName": "x", "JobState": "PENDING", **fields}
+    assert from_scontrol(record).reason == reason
+
+
+def test_cancel_reaches_a_slurm_job_this_folder_has_no_record_of(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # `hpcdist list` shows this user's SLURM jobs too (sbatch hpc/train.sh): cancel them.
+    import subprocess
+
+    from hpcdist.slurm import query as slurmquery
+    from hpcdist.slurm import tools
+
+    asked: list[list[str]] = []
+    monkeypatch.setattr(cli_jobs, "find_record", lambda job_id: None)
+    monkeypatch.setattr("shutil.which", lambda name: f"/usr/bin/{name}")
+    info = type("Info", (), {"state": "RUNNING"})()
+    monkeypatch.setattr(slurmquery, "query_job", lambda job_id: info if job_id == "7" else None)
+
+    def scancel(argv: list[str]) -> subprocess.CompletedProcess[str]:
+        asked.append(argv)
+        return subprocess.CompletedProcess(argv, 0, "", "")
+
+    monkeypatch.setattr(tools, "slurm_tool", scancel)
+    assert main(["cancel", "7"]) == 0
+    assert capsys.readouterr().out == "Cancelled job 7 (was RUNNING)\n"
+    assert asked == [["scancel", "7"]]
+    assert main(["cancel", "8"]) == 2
+    assert capsys.readouterr().err == (
+        "hpcdist: error: job '8' has no record in this folder and SLURM does not know it; "
+        "expected an id from `hpcdist list`\n"
+    )

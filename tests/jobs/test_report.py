@@ -1,0 +1,224 @@
+"""`hpcdist report`, the array task states it reads, and the overrides a training records."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from hpcdist.jobs.arrays import expand_task_ids, parse_task_states
+from hpcdist.jobs.records import JobRecord, save_record
+from hpcdist.jobs.report import Row, collect, failure_reason, mark_best, plot, table, task_ids
+from ufsemulator.config import Config, ConfigError
+from ufsemulator.overrides import apply_to, overrides_record
+from ufsemulator.training.runfiles import default_run_dir
+
+
+@pytest.mark.parametrize(
+    ("text", "ids"),
+    [
+        ("123_4", ["123_4"]),
+        ("123_[5-7%2]", ["123_5", "123_6", "123_7"]),
+        ("123_[1,3-4]", ["123_1", "123_3", "123_4"]),
+        ("123_[2]", ["123_2"]),
+        ("123", []),
+        ("123.batch", []),
+    ],
+)
+def test_array_task_ids_expand_as_squeue_folds_them(text: str, ids: list[str]) -> None:
+    assert expand_task_ids(text) == ids
+
+
+def test_task_states_take_the_last_line_of_each_task() -> None:
+    lines = "9_0|COMPLETED\n9_1|FAILED\n9_[2-3%2]|PENDING\n9_1|REQUEUED\n9_2|CANCELLED by 0\n"
+    assert parse_task_states(lines) == {
+        "9_0": "COMPLETED",
+        "9_1": "REQUEUED",
+        "9_2": "CANCELLED",
+        "9_3": "PENDING",
+    }
+
+
+def _row(job: str, loss: float | None, state: str = "COMPLETED", **extra: object) -> Row:
+    return Row(
+        job_id=job,
+        overrides=["training.epochs=20", f"training.lr={job}"],
+        state=state,
+        best_val_loss=loss,
+        val_r2=None if loss is None else 1 - loss,
+        epochs=None if loss is None else 20,
+        wall_time_s=None if loss is None else 6.5,
+        run_dir=f"runs/{job}",
+        val_curve=() if loss is None else (1.0, loss),
+        **extra,  # type: ignore[arg-type]
+    )
+
+
+def test_rows_sort_by_validation_loss_the_best_marked_failures_last() -> None:
+    rows = mark_best(
+        [_row("5_0", 0.2), _row("5_1", None, "FAILED", reason="boom"), _row("5_2", 0.1)]
+    )
+    assert [(r.job_id, r.best) for r in rows] == [("5_2", True), ("5_0", False), ("5_1", False)]
+    text = table(rows)
+    lines = text.splitlines()
+    assert lines[0].split() == [
+        "job",
+        "overrides",
+        "state",
+        "best",
+        "val",
+        "loss",
+        "R^2",
+        "epochs",
+        "wall",
+        "s",
+    ]
+    # The overrides every point shares (training.epochs=20) are left out of the table.
+    assert lines[1].split() == [
+        "*",
+        "5_2",
+        "training.lr=5_2",
+        "COMPLETED",
+        "0.1",
+        "0.9000",
+        "20",
+        "6.5",
+    ]
+    assert lines[3].split() == ["5_1", "training.lr=5_1", "FAILED", "-", "-", "-", "-"]
+    assert lines[4] == "5_1 FAILED: boom"
+    assert lines[5] == "best: 5_2 (runs/5_2)"
+
+
+def test_no_row_is_best_when_no_training_finished_an_epoch() -> None:
+    rows = mark_best([_row("5_0", None, "FAILED"), _row("5_1", None, "FAILED")])
+    assert [r.best for r in rows] == [False, False]
+
+
+@pytest.mark.parametrize(
+    ("log", "reason"),
+    [
+        (
+            "Epoch 1/3\nerror: data file '/x.nc' does not exist\nTraceback\nCommandFailed: x\n",
+            "data file '/x.nc' does not exist",
+        ),
+        (
+            "Traceback (most recent call last):\nRuntimeError: gloo timed out\n",
+            "RuntimeError: gloo timed out",
+        ),
+        ("Epoch 1/3\nkilled\n", None),
+    ],
+)
+def test_a_failed_task_is_explained_by_the_last_error_of_its_rank_0_log(
+    log: str, reason: str | None, tmp_path: Path
+) -> None:
+    record = _record("7_1", tmp_path)
+    (tmp_path / "7_1_0_log.out").write_text(log)
+    assert failure_reason([record.log_path(0), record.log_path(0, "err")]) == reason
+
+
+def _record(job: str, folder: Path, points: list[list[str]] | None = None) -> JobRecord:
+    return JobRecord(
+        job_id=job,
+        executor="slurm",
+        name="n",
+        mode="gloo",
+        nodes=2,
+        tasks=2,
+        folder=str(folder),
+        submitted=time.time(),
+        command=["python3"],
+        points=points,
+    )
+
+
+def test_an_array_record_reads_each_task_its_run_folder_and_results(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    points = [["training.lr=1e-3"], ["training.lr=3e-3"]]
+    array = _record("40", tmp_path, points)
+    assert task_ids(array) == [("40_0", points[0]), ("40_1", points[1])]
+    assert task_ids(_record("40_1", tmp_path, [points[1]])) == [("40_1", points[1])]
+    assert task_ids(_record("41", tmp_path)) == [("41", [])]
+    for record in (array, _record("40_0", tmp_path, [points[0]]), _record("40_1", tmp_path)):
+        save_record(record, tmp_path)
+    results = {"best_val_loss": 0.05, "best_val_r2": 0.95, "epochs_run": 20, "wall_time_s": 6.0}
+    run = tmp_path / "runs" / "40_1"
+    run.mkdir(parents=True)
+    (run / "training_results.json").write_text(
+        json.dumps({**results, "history": {"val_loss": [0.5, 0.05]}})
+    )
+    (tmp_path / "40_0_0_log.out").write_text("error: no such file\n")
+    monkeypatch.setattr(
+        "hpcdist.jobs.report.task_states",
+        lambda job, count: {"40_0": "FAILED", "40_1": "COMPLETED"},
+    )
+    rows = collect("40", tmp_path)
+    assert [(r.job_id, r.state, r.best_val_loss, r.best, r.reason) for r in rows] == [
+        ("40_1", "COMPLETED", 0.05, True, None),
+        ("40_0", "FAILED", None, False, "no such file"),
+    ]
+    assert rows[0].val_curve == (0.5, 0.05) and rows[0].epochs == 20
+    plot(rows, tmp_path / "curves.png")
+    assert (tmp_path / "curves.png").read_bytes()[:4] == b"\x89PNG"
+
+
+def test_overrides_apply_after_the_config_and_are_recorded_as_used() -> None:
+    config = apply_to(Config(), ["training.lr=3e-4", "model.hidden_sizes=[8, 8]", "data.thin=2"])
+    assert (config.training.lr, config.model.hidden_sizes, config.data.thin) == (3e-4, (8, 8), 2)
+    assert overrides_record(config, ["training.lr=3e-4", "model.hidden_sizes=[8, 8]"]) == {
+        "training.lr": 3e-4,
+        "model.hidden_sizes": [8, 8],
+    }
+    assert apply_to(config, []) is config
+    with pytest.raises(ConfigError, match=r"unknown key 'model\.width'"):
+        apply_to(Config(), ["model.width=3"])
+
+
+@pytest.mark.parametrize(
+    ("environ", "name"),
+    [
+        ({"SLURM_JOB_ID": "102", "SLURM_ARRAY_JOB_ID": "100", "SLURM_ARRAY_TASK_ID": "2"}, "100_2"),
+        ({"SLURM_JOB_ID": "102"}, "102"),
+        (
+            {
+                "SLURM_JOB_ID": "102",
+                "SLURM_ARRAY_JOB_ID": "100",
+                "SLURM_ARRAY_TASK_ID": "2",
+                "HPCDIST_RUN_DIR": "runs/90_2",
+            },
+            None,
+        ),
+    ],
+)
+def test_an_array_task_trains_in_runs_array_underscore_task(
+    environ: dict[str, str], name: str | None
+) -> None:
+    path = default_run_dir(environ, base=Path("/scratch"))
+    assert path == (Path("/scratch/runs") / name if name else Path("/scratch/runs/90_2"))
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["--set", "training.lrr=1"], "error: unknown key 'training.lrr' in config; allowed in "),
+        (["--set", "training.lr=x"], "error: 'training.lr' must be a number, got 'x'\n"),
+        (["--set", "oops"], "error: --set 'oops'; expected KEY=VALUE with a dotted config key\n"),
+    ],
+)
+def test_ufsemulator_train_set_refuses_a_bad_override_in_one_line(
+    args: list[str], message: str, tmp_path: Path
+) -> None:
+    proc = subprocess.run(
+        [sys.executable, "-m", "ufsemulator", "train", *args],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert proc.returncode == 2
+    assert proc.stderr.startswith(message) and proc.stderr.count("\n") == 1, proc.stderr
+    assert list(tmp_path.iterdir()) == []

@@ -1,0 +1,371 @@
+"""hpcdist submit: the same request as render, a dry run, local runs, env hygiene."""
+
+from __future__ import annotations
+
+import os
+import re
+import shlex
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+from click.testing import CliRunner
+
+from hpcdist.cli.main import cli
+from hpcdist.errors import SpecError
+from hpcdist.jobs.records import load_record, wait_for_final_state
+from hpcdist.jobs.submit import (
+    AUTO_GPUS_REFUSED,
+    SUBMITIT_OWNS,
+    clean_slurm_environment,
+    describe,
+    slurm_parameters,
+    submit,
+)
+from hpcdist.render.directives import srun_options
+from hpcdist.render.script import render
+from hpcdist.slurm.timelimit import time_limit_seconds
+from hpcdist.spec.joboption import JobOption
+from hpcdist.spec.jobspec import JOB_OPTIONS, JobSpec
+from hpcdist.spec.options import spec_from_options
+
+REPO = Path(__file__).resolve().parents[2]
+_DIRECTIVE = re.compile(r"^#SBATCH --([a-z-]+)(?:=(.*))?$")
+
+
+def _directives(script: str) -> dict[str, str]:
+    found = {}
+    for line in script.splitlines():
+        match = _DIRECTIVE.match(line)
+        if match:
+            found[match.group(1)] = _sbatch_value(match.group(2) or "")
+    return found
+
+
+def _sbatch_value(text: str) -> str:
+    """A #SBATCH value as sbatch's parser reads it (seen on the testbed: a backslash escapes
+    the next character everywhere, inside single quotes too; both quotes group)."""
+    out, quote, chars = [], "", iter(text)
+    for char in chars:
+        if char == "\\":
+            out.append(next(chars, ""))
+        elif char in "'\"" and quote in ("", char):
+            quote = "" if quote else char
+        elif char.isspace() and not quote:
+            break
+        else:
+            out.append(char)
+    return "".join(out)
+
+
+def _normalise(directives: dict[str, str]) -> dict[str, str]:
+    """Every directive but those submitit writes itself (its logs, append mode, wckey)."""
+    out = {k: v for k, v in directives.items() if k not in (*SUBMITIT_OWNS, "wckey")}
+    if "time" in out:
+        out["time"] = str(time_limit_seconds(out["time"]))
+    return out
+
+
+def _submitit_script(spec: JobSpec, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> str:
+    import submitit
+
+    # The executor only checks that srun exists; the script text needs no cluster.
+    monkeypatch.setattr(submitit.SlurmExecutor, "affinity", classmethod(lambda cls: 2))
+    executor: Any = submitit.SlurmExecutor(folder=tmp_path)
+    executor.update_parameters(**slurm_parameters(spec))
+    return str(executor._make_submission_file_text("true", "uid"))
+
+
+@pytest.mark.parametrize(
+    "flags",
+    [
+        {"mode": "gloo", "nodes": 4, "job_name": "emu run #1"},
+        {
+            "mode": "gloo",
+            "job_name": "a b\\c 'it's' \"x\"; rm -rf ~ #",
+            "output": "o\\%j.log",
+            "error": "e-%j.err",
+        },
+        {"mode": "test", "nodes": 2, "tasks_per_node": 2, "cpus_per_task": 1},
+        {
+            "mode": "threads",
+            "profile": "cpu-cluster",
+            "account": "proj",
+            "qos": "high",
+            "memory": "64G",
+            "time": "1-12",
+        },
+        {"mode": "nccl", "profile": "gpu-cluster", "nodes": 2, "time": "90"},
+        {"mode": "nccl", "profile": "gpu-cluster", "nodes": 2, "launcher": "torchrun"},
+        {"mode": "test", "profile": "gpu-cluster", "nodes": 2, "gpus_per_node": 2},
+        {
+            "mode": "gloo",
+            "nodes": 2,
+            "requeue": False,
+            "workdir": "/scratch/me",
+            "memory": "1500M",
+            "max_restarts": 0,
+        },
+        {
+            "mode": "nccl",
+            "profile": "gpu-cluster",
+            "gpus_per_node": 2,
+            "gpu_type": "a100",
+            "constraint": "a100&ib",
+            "exclusive": True,
+            "reservation": "maint 2",
+            "mail_type": "END,FAIL",
+            "mail_user": "me@site.org",
+            "nodelist": "gpu[01-02]",
+            "exclude": "gpu07",
+            "sbatch_options": ("comment=site test", "hint=nomultithread"),
+            "srun_args": ("--cpu-bind=cores", "--export=ALL,X=a b"),
+        },
+    ],
+)
+def test_render_and_submit_ask_slurm_for_the_same_resources(
+    flags: dict[str, Any], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    spec = spec_from_options({"profile": None, **flags})
+    rendered = _normalise(_directives(render(spec)))
+    submitted = _normalise(_directives(_submitit_script(spec, tmp_path, monkeypatch)))
+    assert rendered == submitted
+    # Not only equal to each other: each holds the values the user gave.
+    given = {
+        "nodes": "nodes",
+        "job_name": "job-name",
+        "account": "account",
+        "qos": "qos",
+        "memory": "mem",
+        "workdir": "chdir",
+        "output": "output",
+        "error": "error",
+    }
+    given.update(
+        {
+            "constraint": "constraint",
+            "reservation": "reservation",
+            "mail_type": "mail-type",
+            "mail_user": "mail-user",
+            "nodelist": "nodelist",
+            "exclude": "exclude",
+        }
+    )
+    for flag, directive in given.items():
+        if flag in flags:
+            assert submitted[directive] == str(flags[flag])
+    for key, _, value in (item.partition("=") for item in flags.get("sbatch_options", ())):
+        assert rendered[key] == submitted[key] == value
+    if flags.get("gpu_type"):
+        assert rendered["gres"] == submitted["gres"] == f"gpu:{flags['gpu_type']}:2"
+    if flags.get("exclusive"):
+        assert rendered["exclusive"] == submitted["exclusive"] == ""
+    assert ("no-requeue" in submitted) == (flags.get("requeue") is False or spec.mode == "test")
+    assert ("requeue" in submitted) == spec.requeue
+    srun = _srun_line(_submitit_script(spec, tmp_path, monkeypatch))
+    words = shlex.split(srun)
+    for option in srun_options(spec):
+        assert option in words
+    for arg in flags.get("srun_args", ()):
+        assert arg in words
+
+
+def _srun_line(script: str) -> str:
+    return next(line for line in script.splitlines() if line.startswith("srun "))
+
+
+AUTO_MESSAGE = (
+    "--mode nccl with no GPU count is supported by render/sbatch only; "
+    "pass --gpus-per-node N for submit"
+)
+
+
+# With SLURM, submit asks the partition for its GPUs instead (tests/jobs/test_gpudetect.py).
+@pytest.mark.parametrize("executor", ["local", "auto"])
+@pytest.mark.parametrize("dry_run", [True, False])
+def test_submit_refuses_gpus_counted_at_run_time_in_one_line(
+    executor: str, dry_run: bool, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import hpcdist.jobs.submit
+
+    monkeypatch.setattr(hpcdist.jobs.submit, "slurm_config", lambda: None)  # auto: no cluster here
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("HPCDIST_HOME", str(tmp_path))
+    args = ["submit", "--mode", "nccl", "--nodes", "2", "--executor", executor]
+    result = CliRunner().invoke(cli, args + (["--dry-run"] if dry_run else []))
+    assert result.exit_code == 2, result.output
+    assert result.stderr.strip().splitlines() == [f"hpcdist: error: {AUTO_MESSAGE}"]
+    assert "Traceback" not in result.output
+    assert not (tmp_path / ".hpcdist").exists()  # nothing was submitted or recorded
+
+
+def test_submit_functions_refuse_auto_before_anything_else(tmp_path: Path) -> None:
+    spec = spec_from_options({"profile": None, "mode": "nccl"})
+    assert AUTO_GPUS_REFUSED == AUTO_MESSAGE
+    for call in (
+        lambda: slurm_parameters(spec),
+        lambda: describe(spec, "local"),
+        lambda: submit(spec, "local", project_dir=tmp_path),
+    ):
+        with pytest.raises(SpecError) as info:
+            call()
+        assert str(info.value) == AUTO_MESSAGE
+    assert not (tmp_path / ".hpcdist").exists()
+
+
+def test_submit_takes_the_gpu_count_when_given() -> None:
+    spec = spec_from_options(
+        {"profile": None, "mode": "nccl", "gpus_per_node": 2, "cpus_per_task": 1}
+    )
+    params = slurm_parameters(spec)["additional_parameters"]
+    assert (params["ntasks_per_node"], params["gpus_per_node"], params["cpus_per_task"]) == (
+        2,
+        2,
+        1,
+    )
+
+
+def test_dry_run_prints_parameters_and_submits_nothing(tmp_path: Path) -> None:
+    result = CliRunner().invoke(
+        cli, ["submit", "--nodes", "2", "--backend", "gloo", "--executor", "local", "--dry-run"]
+    )
+    assert result.exit_code == 0, result.output
+    assert '"executor": "local"' in result.stdout
+    assert '"tasks": 2' in result.stdout
+    assert not (tmp_path / ".hpcdist").exists()
+
+
+def test_submit_hides_the_surrounding_jobs_variables(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("SLURM_JOB_ID", "999")
+    monkeypatch.setenv("SLURM_NODELIST", "old[1-8]")
+    monkeypatch.setenv("SBATCH_PARTITION", "wrong")
+    monkeypatch.setenv("SLURM_CONF", "/etc/slurm/slurm.conf")
+    with clean_slurm_environment():
+        assert "SLURM_JOB_ID" not in os.environ
+        assert "SLURM_NODELIST" not in os.environ
+        assert "SBATCH_PARTITION" not in os.environ
+        assert os.environ["SLURM_CONF"] == "/etc/slurm/slurm.conf"
+    assert os.environ["SLURM_JOB_ID"] == "999"
+
+
+def _local(flags: dict[str, Any], project: Path) -> tuple[str, str]:
+    spec = spec_from_options({"profile": None, "mode": "gloo", **flags})
+    record = submit(spec, "local", project_dir=project).record
+    return record.job_id, wait_for_final_state(record, timeout_s=120, poll_s=0.2)
+
+
+def test_local_executor_runs_every_rank_and_completes(tmp_path: Path) -> None:
+    probe = (
+        "import os; print('rank', os.environ['SUBMITIT_LOCAL_GLOBALID'], "
+        "'of', os.environ['SUBMITIT_LOCAL_NTASKS'], 'signal', os.environ['HPCDIST_SIGNAL'])"
+    )
+    job_id, state = _local({"nodes": 2, "command": f'{sys.executable} -c "{probe}"'}, tmp_path)
+    assert state == "COMPLETED"
+    record = load_record(job_id, tmp_path)
+    logs = [record.log_path(r).read_text() for r in range(2)]
+    assert "rank 0 of 2 signal USR2" in logs[0]
+    assert "rank 1 of 2 signal USR2" in logs[1]
+
+
+def test_local_job_that_raises_is_failed_with_its_traceback(tmp_path: Path) -> None:
+    command = f"{sys.executable} -c \"raise ValueError('bad input 42')\""
+    job_id, state = _local({"nodes": 1, "command": command}, tmp_path)
+    assert state == "FAILED"
+    err = load_record(job_id, tmp_path).log_path(0, "err").read_text()
+    assert "ValueError: bad input 42" in err
+
+
+def test_cli_local_submit_wait_status_logs_list(tmp_path: Path) -> None:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("SLURM_")}
+    env["PATH"] = os.path.dirname(sys.executable) + ":/usr/bin:/bin"  # no sbatch on PATH
+    hpcdist = [sys.executable, "-m", "hpcdist.cli.main"]
+    command = f"{sys.executable} -c \"print('hello from the job')\""
+    run = subprocess.run(
+        [*hpcdist, "submit", "--nodes", "2", "--backend", "gloo", "--wait", "--command", command],
+        cwd=tmp_path,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=180,
+    )
+    assert run.returncode == 0, run.stderr
+    assert "(local, gloo, 2 nodes x 1 tasks)" in run.stdout
+    assert "hello from the job" in run.stdout
+    job_id = re.search(r"Submitted job (\d+)", run.stdout).group(1)  # type: ignore[union-attr]
+    status = subprocess.run(
+        [*hpcdist, "status", job_id], cwd=tmp_path, env=env, capture_output=True, text=True
+    )
+    assert status.stdout.splitlines()[0] == f"{job_id} COMPLETED"
+    logs = subprocess.run(
+        [*hpcdist, "logs", job_id, "--rank", "1"],
+        cwd=tmp_path,
+        env=env,
+        capture_output=True,
+        text=True,
+    )
+    assert "hello from the job" in logs.stdout
+    listing = subprocess.run(
+        [*hpcdist, "list"], cwd=tmp_path, env=env, capture_output=True, text=True
+    )
+    assert re.search(rf"{job_id}\s+COMPLETED", listing.stdout)
+    bad_rank = subprocess.run(
+        [*hpcdist, "logs", job_id, "--rank", "5"],
+        cwd=tmp_path,
+        env=env,
+        capture_output=True,
+        text=True,
+    )
+    assert bad_rank.returncode == 2
+    assert "5 is not a rank of job" in bad_rank.stderr
+
+
+def test_cancel_local_job_shows_cancelled(tmp_path: Path) -> None:
+    spec = spec_from_options(
+        {
+            "profile": None,
+            "mode": "gloo",
+            "nodes": 1,
+            "command": f'{sys.executable} -c "import time; time.sleep(60)"',
+        }
+    )
+    record = submit(spec, "local", project_dir=tmp_path).record
+    from hpcdist.jobs.records import cancel
+
+    cancel(record)
+    assert wait_for_final_state(record, timeout_s=30, poll_s=0.2) == "CANCELLED"
+
+
+def test_status_of_unknown_job_is_a_user_error(tmp_path: Path) -> None:
+    result = CliRunner().invoke(cli, ["status", "424242"])
+    assert result.exit_code == 2
+    assert "job '424242' was not submitted from this folder" in result.stderr
+
+
+@pytest.mark.parametrize(
+    "option", [o for o in JOB_OPTIONS if o.sbatch is not None], ids=lambda o: o.name
+)
+def test_every_pass_through_option_reaches_render_and_submit_with_its_value(
+    option: JobOption, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    value: Any = {
+        "memory": "1500M",
+        "partition": "debug",
+        "mem_per_gpu": "40G",
+        "mail_type": "END,FAIL",
+        "constraint": "testbed&ib",
+        "exclusive": True,
+    }.get(option.name, "site-value-7")
+    # Memory per GPU needs GPUs (and replaces the GPU profile's --mem).
+    gpus = {"profile": "gpu-cluster", "mode": "nccl"}
+    base = gpus if option.name == "mem_per_gpu" else {"profile": None, "mode": "gloo"}
+    spec = spec_from_options({**base, option.name: value})
+    shown = "" if value is True else value  # a flag: --exclusive, no value
+    assert _directives(render(spec))[option.sbatch] == shown
+    assert _directives(_submitit_script(spec, tmp_path, monkeypatch))[option.sbatch] == shown
+    unset = spec_from_options({"profile": None, "mode": "gloo"})
+    # Unset: no directive, unless a default or the profile (its partition) gives a value.
+    assert (option.sbatch in _directives(render(unset))) == (
+        getattr(unset, option.name) not in (None, False)
+    )

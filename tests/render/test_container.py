@@ -1,0 +1,83 @@
+"""Containers: apptainer/singularity wrap the rank's command, pyxis is srun options."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+import yaml
+
+from hpcdist.render.directives import srun_options
+from hpcdist.render.script import render
+from hpcdist.spec.options import spec_from_options
+from tests.spec.test_siteopts import SITE_PROFILE
+
+
+@pytest.fixture
+def site(tmp_path: Path) -> str:
+    """A site profile whose container is /images/torch.sif, apptainer, /scratch mounted."""
+    path = tmp_path / "site.yaml"
+    path.write_text(yaml.safe_dump(SITE_PROFILE))
+    return str(path)
+
+
+def test_apptainer_wraps_the_rank_command_with_nv_on_gpus(site: str) -> None:
+    spec = spec_from_options({"profile": site, "mode": "nccl", "container_mounts": ("/data:/d",)})
+    srun = next(line for line in render(spec).splitlines() if line.strip().startswith("apptainer"))
+    assert srun.split() == [
+        "apptainer",
+        "exec",
+        "--nv",
+        "--bind=/scratch",
+        "--bind=/data:/d",
+        "--writable-tmpfs",
+        "/images/torch.sif",
+        "python3",
+        "-m",
+        "ufsemulator",
+        "train",
+        "||",
+        "status=$?",
+    ]
+
+
+def test_singularity_on_cpus_has_no_nv() -> None:
+    spec = spec_from_options(
+        {"profile": None, "mode": "gloo", "container": "c.sif", "container_runtime": "singularity"}
+    )
+    line = next(ln for ln in render(spec).splitlines() if "singularity" in ln)
+    assert line.split()[:3] == ["singularity", "exec", "c.sif"]
+
+
+def test_pyxis_is_srun_options_not_a_wrapper() -> None:
+    spec = spec_from_options(
+        {
+            "profile": None,
+            "mode": "gloo",
+            "container": "nvcr.io#nvidia/pytorch:24.01-py3",
+            "container_runtime": "pyxis",
+            "container_mounts": ("/scratch:/scratch", "/home"),
+            "container_options": ("--container-workdir=/work",),
+        }
+    )
+    words = srun_options(spec)
+    assert words[-3:] == [
+        "--container-image=nvcr.io#nvidia/pytorch:24.01-py3",
+        "--container-mounts=/scratch:/scratch,/home",
+        "--container-workdir=/work",
+    ]
+    script = render(spec)
+    assert "'--container-image=nvcr.io#nvidia/pytorch:24.01-py3'" in script
+    assert "apptainer" not in script
+
+
+def test_container_with_torchrun_wraps_torchrun() -> None:
+    spec = spec_from_options(
+        {"profile": None, "mode": "gloo", "launcher": "torchrun", "container": "c.sif"}
+    )
+    line = next(ln for ln in render(spec).splitlines() if "c.sif" in ln)
+    words = line.split()
+    assert words[:3] == ["apptainer", "exec", "c.sif"]
+    # Inside the container: the shell that keeps torchrun from the warning, then torchrun.
+    assert words[3:5] == ["bash", "-c"]
+    assert "torchrun torchrun --nnodes=" in line

@@ -1,0 +1,216 @@
+"""Every script under bench/ runs in CI in a short mode on the CPU, so an interface change
+(a renamed flag, a moved module) cannot leave one broken until the next GPU run.
+
+bench/bench_training.py has its own short run in tests/test_bench.py; launch, refloops,
+synthdata and worker are the libraries those runs use. The GPU driver
+(bench/gpu_slurm_job.sh) renders every job script it would submit and checks each with
+``bash -n``; its GPU steps (testbed with GPUs, sbatch, nvidia-smi) are skipped here.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+def _env(**extra: str) -> dict[str, str]:
+    """This interpreter first on PATH (the scripts call python3), the repository importable,
+    no GPU: what a CPU CI machine sees."""
+    env = dict(os.environ)
+    env["PATH"] = f"{Path(sys.executable).parent}{os.pathsep}{env.get('PATH', '')}"
+    env["PYTHONPATH"] = f"{REPO}{os.pathsep}{env.get('PYTHONPATH', '')}"
+    env["CUDA_VISIBLE_DEVICES"] = ""
+    env.update(extra)
+    return env
+
+
+def _run(argv: list[str], timeout: float, **extra: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        argv, cwd=REPO, env=_env(**extra), capture_output=True, text=True, timeout=timeout
+    )
+
+
+def _torchrun(nproc: int, *args: str) -> list[str]:
+    return [
+        sys.executable,
+        "-m",
+        "torch.distributed.run",
+        "--standalone",
+        "--nproc-per-node",
+        str(nproc),
+        *args,
+    ]
+
+
+def test_gpu_slurm_driver_renders_every_job_script(tmp_path: Path) -> None:
+    proc = _run(
+        ["bash", "bench/gpu_slurm_job.sh", "--render-only", str(tmp_path / "out")],
+        timeout=240,
+        GPU_SLURM_WORK=str(tmp_path / "work"),
+    )
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    summary = (tmp_path / "out" / "summary.txt").read_text()
+    assert "FAIL" not in summary, summary
+    assert summary.count("passes bash -n") >= 8, summary
+    for name in ("nccl_check_1x4", "test_1x4", "autodetect", "nccl_check_2x2", "train_gpu_2x2"):
+        script = (tmp_path / "work" / f"{name}.sh").read_text()
+        assert script.startswith("#!/bin/bash") and "#SBATCH --nodes=" in script
+
+
+def test_bench_cli_times_the_command_line(tmp_path: Path) -> None:
+    out = tmp_path / "cli.json"
+    proc = _run(
+        [
+            sys.executable,
+            "-m",
+            "bench.bench_cli",
+            "--runs",
+            "1",
+            "--repeats",
+            "1",
+            "--top",
+            "3",
+            "--json",
+            str(out),
+        ],
+        timeout=120,
+    )
+    assert proc.returncode == 0, proc.stderr
+    assert json.loads(out.read_text())
+
+
+def test_collectives_on_cpu_ranks(tmp_path: Path) -> None:
+    out = tmp_path / "collectives.json"
+    proc = _run(
+        [
+            sys.executable,
+            "-m",
+            "bench.collectives",
+            "--device",
+            "cpu",
+            "--ranks",
+            "1,2",
+            "--threads-per-rank",
+            "1",
+            "--chunks",
+            "2",
+            "--timeout",
+            "100",
+            "--json",
+            str(out),
+        ],
+        timeout=180,
+    )
+    assert proc.returncode == 0, proc.stderr
+    assert json.loads(out.read_text())
+
+
+def test_floor_forms_a_gloo_group_without_gpus() -> None:
+    proc = _run(_torchrun(2, "-m", "bench.floor"), timeout=120)
+    assert proc.returncode == 0, proc.stderr
+
+
+def test_e2e_data_floor_and_cpu_stages(tmp_path: Path) -> None:
+    out = tmp_path / "out"
+    proc = _run(
+        [
+            sys.executable,
+            "-m",
+            "bench.e2e",
+            "--out",
+            str(out),
+            "--work",
+            str(tmp_path / "w"),
+            "--stages",
+            "data,floor,cpu",
+            "--grid",
+            "40x32",
+            "--days",
+            "2",
+            "--gpus",
+            "1",
+            "--cpu-ranks",
+            "1",
+            "--threads",
+            "1",
+            "--max-epochs",
+            "1",
+            "--timeout",
+            "120",
+        ],
+        timeout=300,
+    )
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert "status completed" in proc.stdout, proc.stdout
+    assert (out / "e2e.json").is_file()
+
+
+def test_userloop_trains_on_daily_files(tmp_path: Path) -> None:
+    days = tmp_path / "days"
+    made = _run(
+        [
+            sys.executable,
+            "-m",
+            "ufsemulator",
+            "make-data",
+            "--grid",
+            "40x32",
+            "--days",
+            "2",
+            "--out",
+            str(days),
+        ],
+        timeout=120,
+    )
+    assert made.returncode == 0, made.stderr
+    run_dir = tmp_path / "run"
+    proc = _run(
+        [
+            *_torchrun(2, "-m", "bench.userloop", "--data", str(days / "iceh.*.nc")),
+            "--target",
+            "0.0001",
+            "--max-epochs",
+            "1",
+            "--run-dir",
+            str(run_dir),
+        ],
+        timeout=180,
+    )
+    assert proc.returncode == 0, proc.stderr
+    assert (run_dir / "result.json").is_file() and (run_dir / "model.pt").is_file()
+
+
+def test_hang_check_fails_at_the_collective_timeout_on_gloo(tmp_path: Path) -> None:
+    started = time.monotonic()
+    proc = _run(
+        _torchrun(2, "-m", "bench.gpu_hang_check"),
+        timeout=120,
+        HPCDIST_COLLECTIVE_TIMEOUT="5",
+        HANG_SLEEP_S="20",
+        HPCDIST_RUN_DIR=str(tmp_path),
+    )
+    output = proc.stdout + proc.stderr
+    assert proc.returncode != 0, output  # rank 0 fails instead of hanging
+    assert "[Rank 0] first all-reduce: 2.0" in output
+    assert "the hung all-reduce returned?" not in output
+    assert time.monotonic() - started < 60
+
+
+def test_run_gpu_driver_runs_its_cpu_stage(tmp_path: Path) -> None:
+    proc = _run(
+        ["bash", "bench/run_gpu.sh"],
+        timeout=300,
+        OUT=str(tmp_path),
+        BENCH_STAGES="gloo",
+        BENCH_ARGS="--ranks 1 --threads-per-rank 1 --steps 3 --epochs 1 --warmup-epochs 0 "
+        "--repeats 1 --grid 40x32",
+    )
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert "no GPU visible: GPU stages skipped" in proc.stdout
+    assert json.loads((tmp_path / "gloo.json").read_text())

@@ -1,0 +1,261 @@
+"""The C++ example (examples/cxx): built with CMake against the LibTorch inside the installed
+torch wheel, it loads an export as SABER's TorchBalance does, through TorchScript and through
+the AOTInductor package; its answers must be Python's.
+
+Marked ``cxx``: it needs cmake and a C++17 compiler (scripts/run-tests installs cmake where
+it is missing). The build (about 30 s on 2 cores) and the AOTInductor package (about 35 s)
+are kept in pytest's cache folder, keyed by their sources, the torch version and the
+compiler, so a rerun only runs them.
+
+Tolerances: TorchScript in C++ equals Python's TorchScript to float32 rounding (rtol 1e-5).
+The AOTInductor programs fuse and reorder float32 operations, so their Jacobian is within
+1e-5 of the largest |J| entry of TorchScript's (measured: 4e-7 of it) and their
+predictions within 1e-6 (absolute, aice in [0, 1]); fill rows are NaN and 0 in both.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import re
+import shutil
+import subprocess
+import time
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+import torch
+
+from tests.ufsemulator.export.test_export import JEDI_INPUTS, _load, aice_model, jedi_inputs
+from ufsemulator.config import ExportConfig
+from ufsemulator.export.aoti import package_export
+from ufsemulator.export.torchscript import export_model
+
+pytestmark = pytest.mark.cxx
+
+REPO = Path(__file__).resolve().parents[3]
+EXAMPLE = REPO / "examples" / "cxx"
+ROWS = 64
+# What the AOTInductor package is made from: a change to any of these compiles it again.
+AOTI_SOURCES = ("model.py", "export.py", "aoti.py", "signature.py", "variables.py")
+
+
+@pytest.fixture(scope="session")
+def binary(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    cmake, compiler = shutil.which("cmake"), shutil.which("c++") or shutil.which("g++")
+    if cmake is None or compiler is None:
+        pytest.fail("the C++ example needs cmake and g++ (scripts/run-tests installs cmake)")
+    import torch.utils
+
+    key = hashlib.sha256()
+    for path in (EXAMPLE / "CMakeLists.txt", *sorted(EXAMPLE.glob("*.cpp"))):
+        key.update(path.name.encode() + path.read_bytes())
+    key.update(f"{torch.__version__} {Path(compiler).resolve()}".encode())
+    cache = request.config.cache
+    base = cache.mkdir("cxx-example") if cache is not None else tmp_path_factory.mktemp("cxx")
+    build = base / key.hexdigest()[:16]
+    exe = build / "emulator_jacobian"
+    if not exe.is_file():
+        started = time.perf_counter()
+        subprocess.run(
+            [
+                cmake,
+                "-S",
+                str(EXAMPLE),
+                "-B",
+                str(build),
+                "-DCMAKE_BUILD_TYPE=Release",
+                f"-DCMAKE_PREFIX_PATH={torch.utils.cmake_prefix_path}",
+            ],
+            check=True,
+            capture_output=True,
+            text=True,
+        )
+        subprocess.run(
+            [cmake, "--build", str(build), "-j", "2"], check=True, capture_output=True, text=True
+        )
+        print(f"built the C++ example in {time.perf_counter() - started:.1f} s")
+    return exe
+
+
+@pytest.fixture(scope="session")
+def case(
+    request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory
+) -> dict[str, Any]:
+    """A JEDI-named export (TorchScript and AOTInductor) and SABER-like inputs: K and kg/kg,
+    a land row, a fractional mask."""
+    tmp = tmp_path_factory.mktemp("cxx-case")
+    options = ExportConfig(names="jedi")  # JEDI names: K and kg/kg
+    model_path = export_model(aice_model(), tmp / "model.pt", options)
+    key = hashlib.sha256(torch.__version__.encode())
+    for name in AOTI_SOURCES:
+        key.update((REPO / "ufsemulator" / name).read_bytes())
+    cache = request.config.cache
+    base = cache.mkdir("aoti-package") if cache is not None else tmp
+    package = base / f"{key.hexdigest()[:16]}.pt2"
+    if not package.is_file():
+        started = time.perf_counter()
+        package_export(model_path, package)
+        print(f"compiled the AOTInductor package in {time.perf_counter() - started:.1f} s")
+    x = jedi_inputs(aice_model(), ROWS).float()
+    x[5, :] = 1.0e30  # a land row holding CICE's finite fill value
+    x[9, 2] = float("nan")
+    mask = torch.ones(ROWS, 1)
+    mask[[3, 7]] = 0.0
+    mask[11] = 0.5
+    x.numpy().astype("<f4").tofile(tmp / "inputs.f32")
+    mask.numpy().astype("<f4").tofile(tmp / "mask.f32")
+    return {"dir": tmp, "model": model_path, "aoti": package, "x": x, "mask": mask}
+
+
+@pytest.fixture(scope="module")
+def cxx_run(binary: Path, case: dict[str, Any]) -> dict[str, Any]:
+    tmp = case["dir"]
+    out = subprocess.run(
+        [
+            str(binary),
+            str(case["model"]),
+            "--aoti",
+            str(case["aoti"]),
+            "--aoti-jacobian-out",
+            str(tmp / "aoti_jac.f32"),
+            "--aoti-predict-out",
+            str(tmp / "aoti_pred.f32"),
+            "--inputs",
+            str(tmp / "inputs.f32"),
+            "--mask",
+            str(tmp / "mask.f32"),
+            "--threads",
+            "1",
+            "--repeat",
+            "5",
+            "--jacobian-out",
+            str(tmp / "jac.f32"),
+            "--predict-out",
+            str(tmp / "pred.f32"),
+        ],
+        check=True,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    report = json.loads(out.stdout)
+    report["jac"] = torch.from_numpy(np.fromfile(tmp / "jac.f32", "<f4").reshape(ROWS, 1, 14))
+    report["pred"] = torch.from_numpy(np.fromfile(tmp / "pred.f32", "<f4").reshape(ROWS, 1))
+    aoti_jac = np.fromfile(tmp / "aoti_jac.f32", "<f4").reshape(ROWS, 1, 14)
+    report["aoti_jac"] = torch.from_numpy(aoti_jac)
+    report["aoti_pred"] = torch.from_numpy(np.fromfile(tmp / "aoti_pred.f32", "<f4"))
+    return report
+
+
+def test_cxx_reads_the_names_and_levels_saber_looks_up(cxx_run: dict[str, Any]) -> None:
+    assert cxx_run["input_names"] == JEDI_INPUTS
+    assert cxx_run["output_names"] == ["sea_ice_area_fraction"]
+    assert cxx_run["input_levels"] == [0] * 14 and cxx_run["output_levels"] == [0]
+    assert cxx_run["input_units"][:4] == ["K", "ppt", "K", "K"]
+    assert cxx_run["jacobian_shape"] == [ROWS, 1, 14] and cxx_run["jacobian_dtype"] == "Float"
+    assert cxx_run["threads"] == 1 and cxx_run["predict_ms"] > 0
+
+
+@pytest.mark.filterwarnings("ignore:`torch.jit.load` is deprecated:DeprecationWarning")
+def test_cxx_results_match_python(cxx_run: dict[str, Any], case: dict[str, Any]) -> None:
+    loaded = _load(case["model"])
+    jac = loaded.jac_physical(case["x"], case["mask"])
+    torch.testing.assert_close(cxx_run["jac"], jac, rtol=1e-5, atol=1e-7)
+    expected = loaded.predict(case["x"])
+    torch.testing.assert_close(cxx_run["pred"], expected, rtol=1e-5, atol=1e-6, equal_nan=True)
+    assert (cxx_run["jac"][[3, 5, 7, 9]] == 0).all() and cxx_run["pred"][[5, 9]].isnan().all()
+    # Grad mode, then InferenceMode, then float64 inputs: the same Jacobian each time.
+    assert cxx_run["inference_mode_max_diff"] == 0.0
+    assert cxx_run["float64_dtype"] is True
+    assert cxx_run["float64_max_diff"] <= 1e-5 * float(jac.abs().max())
+
+
+@pytest.mark.filterwarnings("ignore:`torch.jit.load` is deprecated:DeprecationWarning")
+def test_cxx_jacobian_matches_float64_finite_differences(
+    cxx_run: dict[str, Any], case: dict[str, Any]
+) -> None:
+    loaded = _load(case["model"])
+    model = aice_model()
+    x = case["x"].double()
+    fd = torch.zeros(ROWS, 1, 14, dtype=torch.float64)
+    for k in range(14):
+        h = 1e-5 * float(model.input_std[k]) * (1e-3 if k == 11 else 1.0)
+        step = torch.zeros_like(x)
+        step[:, k] = h
+        fd[:, :, k] = (loaded.predict(x + step) - loaded.predict(x - step)) / (2 * h)
+    fd *= case["mask"].double().reshape(-1, 1, 1)
+    fd[[5, 9]] = 0.0  # no derivative where the inputs are not data
+    assert (cxx_run["jac"].double() - fd).norm() <= 1e-4 * fd.norm()
+
+
+def test_cxx_user_error_is_one_line_and_exit_2(binary: Path, tmp_path: Path) -> None:
+    out = subprocess.run(
+        [str(binary), str(tmp_path / "absent.pt")], capture_output=True, text=True, timeout=60
+    )
+    assert out.returncode == 2 and out.stderr.startswith("error: ")
+    assert out.stderr.count("\n") == 1 and "absent.pt" in out.stderr
+
+
+@pytest.mark.filterwarnings("ignore:`torch.jit.load` is deprecated:DeprecationWarning")
+def test_cxx_aoti_package_matches_python(cxx_run: dict[str, Any], case: dict[str, Any]) -> None:
+    loaded = _load(case["model"])
+    jac = loaded.jac_physical(case["x"], case["mask"])
+    aoti = cxx_run["aoti"]
+    assert aoti["metadata_has_signature"] is True and aoti["predict_outputs"] == 2
+    assert aoti["flagged_rows"] == 2  # the land row and the NaN row: missing
+    assert float((cxx_run["aoti_jac"] - jac).abs().max()) <= 1e-5 * float(jac.abs().max())
+    assert (cxx_run["aoti_jac"][[3, 5, 7, 9]] == 0).all()
+    pred, expected = cxx_run["aoti_pred"].reshape(ROWS, 1), loaded.predict(case["x"])
+    torch.testing.assert_close(pred, expected, rtol=0, atol=1e-6, equal_nan=True)
+    assert pred[[5, 9]].isnan().all() and aoti["first_jacobian_ms"] > 0
+
+
+def test_python_loads_the_aoti_package_with_the_exports_signature(case: dict[str, Any]) -> None:
+    from ufsemulator.export.torchscript import read_extra_files
+    from ufsemulator.export.aoti import load
+
+    jac = load(case["aoti"], "jac_physical")
+    _, flags = load(case["aoti"], "predict")(case["x"])
+    assert (
+        jac.loader.get_metadata()["signature.json"]
+        == read_extra_files(case["model"])["signature.json"]
+    )
+    assert flags.dtype == torch.int8 and flags[[5, 9]].tolist() == [2, 2]
+    assert tuple(jac(case["x"][:1], case["mask"][:1]).shape) == (1, 1, 14)  # any N, even 1
+
+
+def test_cxx_refuses_a_kelvin_background_for_a_celsius_model(binary: Path, tmp_path: Path) -> None:
+    """The documented path: the caller passes its background's units; K vs degC is exit 2."""
+    options = ExportConfig(names="jedi", units="native")
+    model = export_model(aice_model(), tmp_path / "degc.pt", options)
+    kelvin = "K,ppt,K,K,m,m,ppt,m/s,m/s,m/s,m/s,kg/kg,W/m2,W/m2"
+    out = subprocess.run(
+        [str(binary), str(model), "--input-units", kelvin, "--rows", "4"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert out.returncode == 2 and out.stdout == ""
+    assert "sea_water_potential_temperature in K (the module takes degC)" in out.stderr
+    assert "water_vapor_mixing_ratio_wrt_moist_air in kg/kg (the module takes g/kg)" in out.stderr
+    celsius = "degC,ppt,degC,degC,m,m,ppt,m/s,m/s,m/s,m/s,g/kg,W/m2,W/m2"
+    ok = subprocess.run(
+        [str(binary), str(model), "--input-units", celsius, "--rows", "4", "--repeat", "1"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert ok.returncode == 0 and json.loads(ok.stdout)["input_units"][0] == "degC"
+
+
+def test_describe_reads_the_aoti_package_too(
+    case: dict[str, Any], capsys: pytest.CaptureFixture[str]
+) -> None:
+    from ufsemulator.__main__ import main
+
+    assert main(["export", "--describe", str(case["aoti"])]) == 0
+    out = capsys.readouterr().out
+    assert "(format 2)" in out and re.search(r"sea_water_potential_temperature +K +level 0", out)

@@ -1,0 +1,1 @@
+"""Checkpoints: the training state as types, the files, the background writer."""

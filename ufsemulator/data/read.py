@@ -1,0 +1,381 @@
+"""Read CICE history files (real or synthetic) into per-point training arrays.
+
+One reader for every layout (see ``ufsemulator.data.ncread`` for how a field is found): CICE
+history streams with any suffix, the CF-named ocean/ice + atmosphere pair, one record or
+many, one file or a time series of them (``ufsemulator.data.sources``). Selected points of each
+selected record become rows of ``inputs [N, n_in]`` (columns in the order of
+``options.inputs``, by default the 14 of ``INPUT_NAMES``) and ``targets [N, 1]``.
+
+Mask modes (all of them only ever select ocean points, i.e. ``tmask`` > 0.5 when the file
+has a mask, and drop points where an input or the target is missing):
+
+- ``sea_ice``: points with ice, ``aice > 0``.
+- ``ocean``: every ocean point.
+- ``both``: every ice point plus an evenly strided sample of the open-water points, about
+  as many as there are ice points. The model sees the ice edge from both sides without
+  the open ocean (three quarters of a global grid) swamping the loss.
+
+Thinning (``thin=k``) then keeps every k-th selected point of a record in grid order.
+``aice`` is read whatever the target, since every mask mode needs it.
+
+With ``share=(rank, world)`` only that rank's block of the selected records is read (the
+records of all files, one after the other, cut into ``world`` contiguous blocks): every
+rank of a training reads its own part of a multi-file data set, not all of it.
+
+With ``cache_dir`` set, the selected arrays are kept in an ``.npz`` named by a hash of
+every source file (resolved path, size, mtime, in order) and the options, so a rerun
+skips netCDF.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import json
+import os
+import uuid
+import zipfile
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+import numpy.typing as npt
+
+from ufsemulator.data.sources import PathSpec, expand_paths, pair_groups, parse_time
+from ufsemulator.data.synthfiles import make_synthetic
+from ufsemulator.errors import DataError
+from ufsemulator.variables import (
+    CICE_NAMES,
+    CICE_SUFFIXES,
+    INPUT_NAMES,
+    MASK_MODES,
+    OTHER_NAMES,
+    TARGET_NAMES,
+    check_inputs,
+)
+
+if TYPE_CHECKING:
+    from ufsemulator.data.ncread import GroupReader
+
+__all__ = [
+    "INPUT_NAMES",
+    "MASK_MODES",
+    "TARGET_NAMES",
+    "DataError",
+    "DataOptions",
+    "Dataset",
+    "load_dataset",
+    "make_synthetic",
+]
+
+# Plain names of each field, the hourly stream's first (what make_synthetic writes).
+VARIABLE_NAMES: dict[str, tuple[str, ...]] = {
+    name: tuple(base + s for s in CICE_SUFFIXES) + OTHER_NAMES.get(name, ())
+    for name, base in CICE_NAMES.items()
+}
+_CACHE_VERSION = 3  # 3: records_read absolute, record_times
+
+FloatArray = npt.NDArray[np.float64]
+
+
+@dataclass(frozen=True)
+class DataOptions:
+    mask: str = "sea_ice"
+    thin: int = 1
+    target: str = "aice"
+    cache_dir: Path | None = None
+    time: str | int = "all"  # all | INDEX | START:STOP over the records of all files
+    inputs: tuple[str, ...] = INPUT_NAMES
+
+    def __post_init__(self) -> None:
+        if self.mask not in MASK_MODES:
+            raise ValueError(f"mask must be one of {', '.join(MASK_MODES)}, got {self.mask!r}")
+        if self.target not in TARGET_NAMES:
+            raise ValueError(
+                f"target must be one of {', '.join(TARGET_NAMES)}, got {self.target!r}"
+            )
+        if isinstance(self.thin, bool) or not isinstance(self.thin, int) or self.thin < 1:
+            raise ValueError(f"thin must be an integer >= 1, got {self.thin!r}")
+        parse_time(self.time)  # raises on a malformed selection
+        object.__setattr__(self, "inputs", check_inputs(self.inputs))
+        if self.cache_dir is not None and not isinstance(self.cache_dir, Path):
+            object.__setattr__(self, "cache_dir", Path(self.cache_dir))
+
+    def cache_key_fields(self) -> dict[str, Any]:
+        """The options that change the arrays (not where they are cached)."""
+        return {
+            "mask": self.mask,
+            "thin": self.thin,
+            "target": self.target,
+            "time": str(self.time),
+            "inputs": list(self.inputs),
+        }
+
+
+@dataclass(frozen=True, eq=False)
+class Dataset:
+    """Selected points of the selected records; rows of all arrays correspond."""
+
+    inputs: npt.NDArray[np.float32]  # [N, n_in], columns in input_names order, our units
+    targets: npt.NDArray[np.float32]  # [N, 1]
+    lat: npt.NDArray[np.float32]  # [N] degrees north
+    lon: npt.NDArray[np.float32]  # [N] degrees east
+    index: npt.NDArray[np.int64]  # [N] flat (row-major) index into the nj x ni grid
+    grid_shape: tuple[int, int]  # (nj, ni)
+    target_names: tuple[str, ...]
+    source: str
+    input_names: tuple[str, ...] = INPUT_NAMES
+    record: npt.NDArray[np.int64] = field(
+        default_factory=lambda: np.zeros(0, dtype=np.int64)
+    )  # [N] record number, counted over all files in order
+    notes: tuple[str, ...] = ()  # what the reader decided that a user should know
+    bytes_read: int = 0  # of the files, in proportion to the records read (or the cache's)
+    # [first, last) record numbers read, counted over all files in order, and the times of
+    # the first and last of them (ISO 8601; None without a time variable).
+    records_read: tuple[int, int] = (0, 0)
+    record_times: tuple[str | None, str | None] = (None, None)
+
+    def __len__(self) -> int:
+        return int(self.inputs.shape[0])
+
+    def records_text(self) -> str:
+        """``records 2..3 (2 of a 320x384 grid, 2000-01-03T00:00:00 .. 2000-01-04T00:00:00)``:
+        record numbers counted over all files, as the log lines give them."""
+        first, last = self.records_read
+        start, end = self.record_times
+        nj, ni = self.grid_shape
+        return f"records {first}..{last - 1} ({last - first} of a {nj}x{ni} grid, {start} .. {end})"
+
+
+def load_dataset(
+    path: PathSpec,
+    options: DataOptions | None = None,
+    atmosphere: PathSpec | None = None,
+    share: tuple[int, int] | None = None,
+) -> Dataset:
+    """Select and flatten the points of the files named by ``path`` (a file, a glob or a
+    list, in time order), each paired with the same-numbered ``atmosphere`` file if given;
+    with ``share=(rank, world)``, of that rank's block of the records only.
+
+    Raises ``DataError`` (naming the file, and every variable that is missing) when a file
+    cannot be read or no point is selected.
+    """
+    options = options or DataOptions()
+    files = expand_paths(path)
+    atm_files = expand_paths(atmosphere, "atmosphere file") if atmosphere is not None else None
+    groups = pair_groups(files, atm_files)
+    first, last = (" + ".join(map(str, group)) for group in (groups[0], groups[-1]))
+    source = first if len(groups) == 1 else f"{first} .. {last} ({len(groups)} files)"
+    if share is not None and not 0 <= share[0] < share[1]:
+        raise ValueError(f"share must be (rank, world) with 0 <= rank < world, got {share}")
+    cache_file = _cache_path(groups, options, share) if options.cache_dir is not None else None
+    if cache_file is not None:
+        cached = _load_cache(cache_file)
+        if cached is not None:
+            return dataclasses.replace(cached, source=source, bytes_read=cache_file.stat().st_size)
+    dataset = dataclasses.replace(_read(groups, options, share), source=source)
+    if cache_file is not None:
+        _save_cache(cache_file, dataset)
+    return dataset
+
+
+def _read(
+    groups: list[tuple[Path, ...]], options: DataOptions, share: tuple[int, int] | None = None
+) -> Dataset:
+    names = list(dict.fromkeys((*options.inputs, "aice", options.target)))
+    with_readers = []
+    notes: dict[str, int] = {}
+    offset = 0
+    for group in groups:  # one file open at a time: a long series may be hundreds of files
+        with _reader(group, names, grid=False) as reader:
+            with_readers.append((group, offset, reader.n_records))
+            offset += reader.n_records
+    picked = parse_time(options.time).pick(offset)
+    first_picked = 0
+    if share is not None:
+        rank, world = share
+        if len(picked) < world:
+            raise DataError(
+                f"{len(picked)} selected record(s) cannot be shared by {world} ranks: give "
+                "more files or records, or use fewer ranks"
+            )
+        first_picked = rank * len(picked) // world
+        picked = picked[first_picked : (rank + 1) * len(picked) // world]
+    n_bytes = 0.0
+    times: list[str | None] = []
+    parts: list[dict[str, npt.NDArray[Any]]] = []
+    shape: tuple[int, ...] | None = None
+    for group, first, count in with_readers:
+        mine = [r for r in picked if first <= r < first + count]
+        if not mine:
+            continue
+        with _reader(group, names) as reader:
+            for note in dict.fromkeys(reader.notes):
+                notes[note] = notes.get(note, 0) + 1
+            if shape is not None and reader.lat.shape != shape:
+                raise DataError(
+                    f"{reader.where} is on a {reader.lat.shape} grid, the files "
+                    f"before it on {shape}"
+                )
+            shape = reader.lat.shape
+            n_bytes += sum(path.stat().st_size for path in group) * len(mine) / count
+            for r in mine:
+                parts.append(_select_record(reader.fields(r - first), reader, options, r))
+                if r in (picked[0], picked[-1]):
+                    times.append(reader.time_of(r - first))
+    assert shape is not None
+    where = " + ".join(map(str, groups[0])) + (" ..." if len(groups) > 1 else "")
+    total = sum(part["index"].size for part in parts)
+    if total == 0:
+        ocean = int(sum(part["n_ocean"] for part in parts))
+        valid = int(sum(part["n_valid"] for part in parts))
+        raise DataError(
+            f"no points selected from '{where}' with mask '{options.mask}' "
+            f"(ocean points: {ocean}, valid: {valid}, records: {len(picked)})"
+        )
+    n_groups = sum(
+        1 for _, first, count in with_readers if any(first <= r < first + count for r in picked)
+    )
+    summary = tuple(
+        note if count == n_groups else f"{note} ({count} of {n_groups} files)"
+        for note, count in notes.items()
+    )
+    return Dataset(
+        inputs=np.concatenate([p["inputs"] for p in parts]),
+        targets=np.concatenate([p["targets"] for p in parts]),
+        lat=np.concatenate([p["lat"] for p in parts]),
+        lon=np.concatenate([p["lon"] for p in parts]),
+        index=np.concatenate([p["index"] for p in parts]),
+        record=np.concatenate([p["record"] for p in parts]),
+        grid_shape=(int(shape[0]), int(shape[1])),
+        target_names=(options.target,),
+        source=where,
+        input_names=options.inputs,
+        notes=summary,
+        bytes_read=round(n_bytes),
+        records_read=(int(picked[0]), int(picked[-1]) + 1),
+        record_times=(times[0], times[-1]),
+    )
+
+
+def _select_record(
+    fields: dict[str, FloatArray], reader: GroupReader, options: DataOptions, record: int
+) -> dict[str, npt.NDArray[Any]]:
+    aice = fields["aice"]
+    target = fields[options.target]
+    valid = reader.ocean & np.isfinite(target)
+    for name in options.inputs:  # field by field: no full-grid stack of every input
+        valid &= np.isfinite(fields[name])
+    valid &= np.isfinite(reader.lat) & np.isfinite(reader.lon)
+    # Every mode looks at aice to tell ice from open water; a missing aice is no point.
+    valid &= np.isfinite(aice)
+    index = select_points(valid.ravel(), aice.ravel(), options)
+    # Only the selected points are stacked (a sea-ice share is a few percent of the grid).
+    inputs = np.stack([fields[name].ravel()[index] for name in options.inputs], axis=-1)
+    return {
+        "inputs": inputs.astype(np.float32),
+        "targets": target.ravel()[index].astype(np.float32)[:, None],
+        "lat": reader.lat.ravel()[index].astype(np.float32),
+        "lon": reader.lon.ravel()[index].astype(np.float32),
+        "index": index.astype(np.int64),
+        "record": np.full(index.size, record, dtype=np.int64),
+        "n_ocean": np.asarray(int(reader.ocean.sum())),
+        "n_valid": np.asarray(int(valid.sum())),
+    }
+
+
+def _reader(group: Any, names: Any, grid: bool = True) -> GroupReader:
+    # netCDF4 is imported where a file is read: the benchmarks and the model use this module's
+    # names and selection without it.
+    from ufsemulator.data.ncread import GroupReader
+
+    return GroupReader(group, names, grid)
+
+
+def select_points(
+    valid: npt.NDArray[np.bool_], aice: FloatArray, options: DataOptions
+) -> npt.NDArray[np.intp]:
+    ice = valid & (aice > 0.0)
+    if options.mask == "sea_ice":
+        index = np.flatnonzero(ice)
+    elif options.mask == "ocean":
+        index = np.flatnonzero(valid)
+    else:
+        ice_index = np.flatnonzero(ice)
+        water_index = np.flatnonzero(valid & ~ice)
+        stride = max(1, water_index.size // max(1, ice_index.size))
+        index = np.union1d(ice_index, water_index[::stride])
+    return index[:: options.thin]
+
+
+def _cache_path(
+    groups: list[tuple[Path, ...]], options: DataOptions, share: tuple[int, int] | None = None
+) -> Path:
+    assert options.cache_dir is not None
+    files = []
+    for group in groups:
+        for path in group:
+            try:
+                stat = path.stat()
+            except OSError as exc:
+                raise DataError(f"cannot read data file '{path}': {exc.strerror}") from exc
+            files.append([str(path.resolve()), stat.st_size, stat.st_mtime_ns])
+    key = {
+        "version": _CACHE_VERSION,
+        "files": files,
+        "paired": len(groups[0]),
+        "options": options.cache_key_fields(),
+        **({"share": list(share)} if share is not None else {}),
+    }
+    digest = hashlib.sha256(json.dumps(key, sort_keys=True).encode()).hexdigest()[:20]
+    return options.cache_dir / f"{groups[0][0].stem}.{digest}.npz"
+
+
+_ARRAYS = ("inputs", "targets", "lat", "lon", "index", "record")
+
+
+def _load_cache(path: Path) -> Dataset | None:
+    if not path.is_file():
+        return None
+    try:
+        with np.load(path, allow_pickle=False) as z:
+            meta = json.loads(str(z["meta"]))
+            arrays = {name: z[name] for name in _ARRAYS}
+            return Dataset(
+                **arrays,
+                grid_shape=tuple(meta["grid_shape"]),
+                target_names=tuple(meta["target_names"]),
+                source=meta["source"],
+                input_names=tuple(meta["input_names"]),
+                notes=tuple(meta["notes"]),
+                records_read=tuple(meta.get("records_read", (0, 0))),
+                record_times=tuple(meta.get("record_times", (None, None))),
+            )
+    except (OSError, ValueError, KeyError, zipfile.BadZipFile):
+        return None  # a damaged cache is rebuilt, not fatal
+
+
+def _save_cache(path: Path, dataset: Dataset) -> None:
+    meta = {
+        "grid_shape": list(dataset.grid_shape),
+        "target_names": list(dataset.target_names),
+        "input_names": list(dataset.input_names),
+        "source": dataset.source,
+        "notes": list(dataset.notes),
+        "records_read": list(dataset.records_read),
+        "record_times": list(dataset.record_times),
+    }
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp_name = path.with_name(f".{path.name}.{os.getpid()}.{uuid.uuid4().hex[:8]}.tmp")
+    try:
+        with open(tmp_name, "xb") as out:
+            np.savez(
+                out,
+                meta=np.array(json.dumps(meta)),
+                **{name: getattr(dataset, name) for name in _ARRAYS},
+            )
+        os.replace(tmp_name, path)
+    except BaseException:
+        Path(tmp_name).unlink(missing_ok=True)
+        raise

@@ -1,0 +1,1 @@
+"""Export of the trained emulator for the C++ data-assimilation system (TorchScript)."""

@@ -1,0 +1,88 @@
+"""What a finished run records about itself: its exports with provenance, and the config
+and data blocks of ``training_results.json``.
+
+Paths are absolute (a run folder is read from elsewhere: a DA system, a sweep's report),
+and only the blocks that apply are written: the ``synthetic`` block only when the run
+trained on the synthetic file.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+from ufsemulator.config import Config
+from ufsemulator.data.sources import PathSpec, expand_paths
+from ufsemulator.export import provenance
+
+# The final numbers a model card and provenance.json carry (from RunSummary.to_json()).
+METRICS = (
+    "status",
+    "epochs_run",
+    "best_epoch",
+    "best_val_loss",
+    "best_val_r2",
+    "final_train_loss",
+    "final_val_loss",
+    "final_val_r2",
+    "n_train",
+    "n_val",
+)
+
+
+def _absolute(spec: PathSpec | None, what: str = "data file") -> list[str] | None:
+    if spec is None:
+        return None
+    return [str(path.resolve()) for path in expand_paths(spec, what)]
+
+
+def results_config(config: Config, data_path: PathSpec | None) -> dict[str, Any]:
+    """``config.to_dict()`` with the files actually read, as absolute paths, without the
+    ``synthetic`` block when the data were real files, and strict JSON (a NaN fill value
+    as "nan")."""
+    record = provenance.finite(config.to_dict())
+    data = dict(record["data"])
+    data["path"] = _absolute(data_path if data_path is not None else config.data.path)
+    data["atmosphere"] = _absolute(config.data.atmosphere, "atmosphere file")
+    if config.data.path is not None:
+        data.pop("synthetic", None)
+    record["data"] = data
+    return record
+
+
+def data_record(config: Config, data_path: PathSpec) -> dict[str, Any]:
+    """The identity of the training data: files, first and last record times, hash."""
+    files = expand_paths(data_path)
+    record = provenance.data_identity(files, config.data.time)
+    if config.data.atmosphere is not None:
+        atmosphere = expand_paths(config.data.atmosphere, "atmosphere file")
+        record["atmosphere_paths"] = [str(p.resolve()) for p in atmosphere]
+        record["atmosphere_sha256"] = provenance.content_sha256(atmosphere)
+    record["synthetic"] = config.data.path is None
+    return record
+
+
+def export_run(
+    source: Path,
+    run_dir: Path,
+    config: Config,
+    data: Mapping[str, Any],
+    run: Mapping[str, Any],
+) -> list[Path]:
+    """model.pt (and model.pt2 with ``export.aoti``) of the run's best checkpoint, with
+    its provenance; the files written."""
+    from ufsemulator.export.torchscript import export_checkpoint
+
+    origin = provenance.build(
+        config=config.to_dict(),
+        data=data,
+        metrics={key: run.get(key) for key in METRICS},
+        source=str(source.resolve()),
+    )
+    written = [export_checkpoint(source, run_dir / "model.pt", config.export, origin)]
+    if config.export.aoti:
+        from ufsemulator.export.aoti import package_export
+
+        written.append(package_export(written[0], run_dir / "model.pt2"))
+    return written

@@ -1,0 +1,358 @@
+"""The emulator: a per-point MLP with its normalisation and an analytic Jacobian.
+
+``forward`` works in NORMALISED space (what training optimises, NOT the model's prediction:
+for physical inputs it is off by the normalisation); ``predict``,
+``jac_physical``, ``tlm`` and ``adjoint`` work in physical units (what a data-assimilation
+system calls), accept float32 and float64 and answer in the inputs' dtype. The
+Jacobian is propagated layer by layer rather than taken with autograd, so it also works
+where the caller has disabled gradients (``torch::NoGradGuard`` or inference mode in C++)
+and costs one pass instead of one per output.
+"""
+
+from __future__ import annotations
+
+import itertools
+import math
+from collections.abc import Mapping
+from dataclasses import asdict, dataclass, field
+from typing import TYPE_CHECKING, Any
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from ufsemulator.model.normalization import Stats
+from ufsemulator.variables import INPUT_NAMES, OUTPUT_BOUNDS, UNITS
+
+ACTIVATIONS: tuple[str, ...] = ("relu", "tanh", "gelu", "silu")
+FILL_THRESHOLD = 1.0e20
+# row_flags codes: what a caller should make of each row's prediction.
+ROW_OK, ROW_OUT_OF_RANGE, ROW_MISSING = 0, 1, 2
+
+
+@dataclass(frozen=True)
+class ModelConfig:
+    n_in: int = len(INPUT_NAMES)
+    n_out: int = 1
+    hidden: tuple[int, ...] = (64, 64, 64)
+    activation: str = "gelu"
+    input_names: tuple[str, ...] = INPUT_NAMES
+    output_names: tuple[str, ...] = ("aice",)
+    # Model level of each variable; 0 is the surface (all of the default ones).
+    input_levels: tuple[int, ...] = field(default=(0,) * len(INPUT_NAMES))
+    output_levels: tuple[int, ...] = (0,)
+
+    def __post_init__(self) -> None:
+        for name in ("hidden", "input_names", "output_names", "input_levels", "output_levels"):
+            object.__setattr__(self, name, tuple(getattr(self, name)))
+        if self.n_in < 1 or self.n_out < 1:
+            raise ValueError(f"n_in and n_out must be >= 1, got {self.n_in}, {self.n_out}")
+        if not self.hidden or any(h < 1 for h in self.hidden):
+            raise ValueError(
+                f"hidden sizes must be a non-empty list of ints >= 1, got {list(self.hidden)}"
+            )
+        if self.activation not in ACTIVATIONS:
+            raise ValueError(
+                f"activation must be one of {', '.join(ACTIVATIONS)}, got {self.activation!r}"
+            )
+        for name, expected in (
+            ("input_names", self.n_in),
+            ("input_levels", self.n_in),
+            ("output_names", self.n_out),
+            ("output_levels", self.n_out),
+        ):
+            got = len(getattr(self, name))
+            if got != expected:
+                raise ValueError(f"{name} must have {expected} entries, got {got}")
+
+    def to_dict(self) -> dict[str, Any]:
+        """Plain ints, strings and lists: safe for YAML, JSON and ``weights_only`` loads."""
+        return {
+            key: list(value) if isinstance(value, tuple) else value
+            for key, value in asdict(self).items()
+        }
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> ModelConfig:
+        allowed = [f for f in cls.__dataclass_fields__]
+        unknown = [key for key in data if key not in allowed]
+        if unknown:
+            raise ValueError(
+                f"unknown model config key {unknown[0]!r}; allowed: {', '.join(allowed)}"
+            )
+        kwargs: dict[str, Any] = {
+            key: tuple(v) if isinstance(v, list) else v for key, v in data.items()
+        }
+        return cls(**kwargs)
+
+
+class EmulatorMLP(nn.Module):
+    """``n_in -> hidden... -> n_out`` with normalisation buffers; scriptable."""
+
+    if TYPE_CHECKING:
+        # For mypy only: TorchScript cannot read the string annotations of a class body
+        # under `from __future__ import annotations`; it infers these from the values.
+        activation: str
+        n_in: int
+        n_out: int
+        input_names: list[str]
+        output_names: list[str]
+        input_levels: list[int]
+        output_levels: list[int]
+        input_units: list[str]
+        output_units: list[str]
+        fill_threshold: float
+        fill_value: float
+        range_margin: float
+        fill_out_of_range: bool
+        clamp_output: bool
+        output_lower: list[float]
+        output_upper: list[float]
+        input_min: torch.Tensor
+        input_max: torch.Tensor
+        input_mean: torch.Tensor
+        input_std: torch.Tensor
+        output_mean: torch.Tensor
+        output_std: torch.Tensor
+
+    def __init__(self, config: ModelConfig | None = None) -> None:
+        super().__init__()
+        config = config or ModelConfig()
+        self.config = config
+        sizes = [config.n_in, *config.hidden, config.n_out]
+        self.layers = nn.ModuleList(nn.Linear(a, b) for a, b in itertools.pairwise(sizes))
+        self.activation = config.activation
+        self.n_in = config.n_in
+        self.n_out = config.n_out
+        self.input_names = list(config.input_names)
+        self.output_names = list(config.output_names)
+        self.input_levels = list(config.input_levels)
+        self.output_levels = list(config.output_levels)
+        # Units the module takes and gives ("" where a name has none in the table).
+        self.input_units = [UNITS.get(name, "") for name in config.input_names]
+        self.output_units = [UNITS.get(name, "") for name in config.output_names]
+        # |x| at or above this is a fill value (CICE writes 1e30 over land), not data.
+        self.fill_threshold = FILL_THRESHOLD
+        # What predict answers for a row it cannot predict (set by the export).
+        self.fill_value = math.nan
+        self.range_margin = 0.1
+        self.fill_out_of_range = False
+        self.clamp_output = False
+        bounds = [OUTPUT_BOUNDS.get(name, (-math.inf, math.inf)) for name in config.output_names]
+        self.output_lower = [float(lo) for lo, _ in bounds]
+        self.output_upper = [float(hi) for _, hi in bounds]
+        # The training range of each input (unknown until set: everything is in range).
+        self.register_buffer("input_min", torch.full((config.n_in,), -math.inf))
+        self.register_buffer("input_max", torch.full((config.n_in,), math.inf))
+        self.register_buffer("input_mean", torch.zeros(config.n_in))
+        self.register_buffer("input_std", torch.ones(config.n_in))
+        self.register_buffer("output_mean", torch.zeros(config.n_out))
+        self.register_buffer("output_std", torch.ones(config.n_out))
+
+    @torch.jit.ignore
+    def set_normalization(self, stats: Stats) -> None:
+        pairs = (
+            ("input_mean", stats.input_mean),
+            ("input_std", stats.input_std),
+            ("output_mean", stats.output_mean),
+            ("output_std", stats.output_std),
+        )
+        for name, values in pairs:
+            buffer = getattr(self, name)
+            if tuple(values.shape) != tuple(buffer.shape):
+                raise ValueError(
+                    f"{name} has shape {tuple(values.shape)}, model expects {tuple(buffer.shape)}"
+                )
+            if name.endswith("std") and (values <= 0).any():
+                raise ValueError(f"{name} must be positive, got {values.tolist()}")
+            buffer.copy_(torch.as_tensor(values, dtype=buffer.dtype))
+
+    @torch.jit.ignore
+    def set_input_range(self, low: Any, high: Any) -> None:
+        """The smallest and largest training value of each input (in the model's units)."""
+        for buffer, values in ((self.input_min, low), (self.input_max, high)):
+            tensor = torch.as_tensor(values, dtype=buffer.dtype).reshape(-1)
+            if tensor.shape != buffer.shape:
+                raise ValueError(
+                    f"input range has {tensor.numel()} values, model has {buffer.numel()} inputs"
+                )
+            buffer.copy_(tensor)
+
+    def _act(self, z: torch.Tensor) -> torch.Tensor:
+        if self.activation == "relu":
+            return F.relu(z)
+        if self.activation == "tanh":
+            return torch.tanh(z)
+        if self.activation == "silu":
+            return F.silu(z)
+        return F.gelu(z)
+
+    def _act_grad(self, z: torch.Tensor) -> torch.Tensor:
+        if self.activation == "relu":
+            return (z > 0).to(z.dtype)
+        if self.activation == "tanh":
+            t = torch.tanh(z)
+            return 1.0 - t * t
+        if self.activation == "silu":
+            s = torch.sigmoid(z)
+            return s * (1.0 + z * (1.0 - s))
+        # Exact (erf) GELU: Phi(z) + z * phi(z).
+        cdf = 0.5 * (1.0 + torch.erf(z * (1.0 / math.sqrt(2.0))))
+        pdf = torch.exp(-0.5 * z * z) * (1.0 / math.sqrt(2.0 * math.pi))
+        return cdf + z * pdf
+
+    def forward(self, x_norm: torch.Tensor) -> torch.Tensor:
+        """NORMALISED inputs ``[N, n_in]`` -> NORMALISED outputs ``[N, n_out]``.
+
+        NOT the model's prediction: what training optimises. A caller with physical fields
+        wants ``predict`` (or ``jac_physical``); ``forward`` on physical values is off by the
+        normalisation. Kept as ``forward`` because the training loop calls the module."""
+        h = x_norm
+        last = len(self.layers) - 1
+        for i, layer in enumerate(self.layers):
+            h = layer(h)
+            if i < last:
+                h = self._act(h)
+        return h
+
+    @torch.jit.export
+    def normalize_inputs(self, x_phys: torch.Tensor) -> torch.Tensor:
+        return (x_phys - self.input_mean) / self.input_std
+
+    @torch.jit.export
+    def denormalize_outputs(self, y_norm: torch.Tensor) -> torch.Tensor:
+        return y_norm * self.output_std + self.output_mean
+
+    @torch.jit.export
+    def row_flags(self, inputs: torch.Tensor) -> torch.Tensor:
+        """``[N]`` int8 per row: 0 in range, 1 an input beyond its training range by more
+        than ``range_margin`` of that range, 2 missing (a NaN, infinite or fill value)."""
+        _, valid = self._prepare(inputs)
+        return self._flags(inputs, valid)
+
+    def _flags(self, inputs: torch.Tensor, valid: torch.Tensor) -> torch.Tensor:
+        dtype = self.input_min.dtype
+        if inputs.dtype == torch.float64:
+            dtype = inputs.dtype
+        low, high = self.input_min.to(dtype), self.input_max.to(dtype)
+        width = high - low
+        # An infinite bound (range unknown) gives inf - inf = NaN: no bound there.
+        pad = torch.where(torch.isfinite(width), width * self.range_margin, torch.zeros_like(width))
+        x = inputs.to(dtype)
+        outside = ((x < low - pad) | (x > high + pad)).any(dim=1)
+        # Literals: TorchScript cannot read module constants (ROW_OK, ...) here.
+        flags = torch.where(outside, 1, 0)
+        return torch.where(valid, flags, 2).to(torch.int8)
+
+    @torch.jit.export
+    def predict(self, inputs: torch.Tensor) -> torch.Tensor:
+        """Physical inputs ``[N, n_in]`` -> physical outputs ``[N, n_out]``, in the inputs'
+        dtype (float32 or float64). A row with a NaN or fill value (|x| >= 1e20) gives
+        ``fill_value`` (NaN unless the export chose another), as does a row out of range
+        when ``fill_out_of_range``; with ``clamp_output`` the answer is clamped to
+        ``output_lower`` .. ``output_upper``."""
+        x, valid = self._prepare(inputs)
+        h = x
+        weights = self._weights(x.dtype)
+        biases = self._biases(x.dtype)
+        last = len(weights) - 1
+        for i in range(len(weights)):
+            h = F.linear(h, weights[i], biases[i])
+            if i < last:
+                h = self._act(h)
+        y = h * self.output_std.to(x.dtype) + self.output_mean.to(x.dtype)
+        if self.clamp_output:
+            low = torch.tensor(self.output_lower, dtype=y.dtype, device=y.device)
+            high = torch.tensor(self.output_upper, dtype=y.dtype, device=y.device)
+            y = torch.minimum(torch.maximum(y, low), high)
+        keep = valid
+        if self.fill_out_of_range:
+            keep = self._flags(inputs, valid) == 0
+        return torch.where(keep.unsqueeze(1), y, torch.full_like(y, self.fill_value))
+
+    @torch.jit.export
+    def jac_physical(self, inputs: torch.Tensor, mask: torch.Tensor | None = None) -> torch.Tensor:
+        """d(physical output)/d(physical input), ``[N, n_out, n_in]``, in the inputs' dtype.
+
+        Each row is multiplied by its ``mask`` value (``[N]`` or ``[N, 1]``, any dtype;
+        fractions allowed, NaN counts as 0), as SABER's reference emulators do. A row with
+        a NaN or fill value (|x| >= 1e20, e.g. CICE's 1e30 over land) is zero.
+        """
+        x, valid = self._prepare(inputs)
+        dtype = x.dtype
+        weights = self._weights(dtype)
+        biases = self._biases(dtype)
+        pre: list[torch.Tensor] = []
+        h = x
+        last = len(weights) - 1
+        for i in range(last):
+            h = F.linear(h, weights[i], biases[i])
+            pre.append(h)
+            h = self._act(h)
+        # Back from the output: J = W_L diag(act'(z_L-1)) W_L-1 ... diag(act'(z_1)) W_1,
+        # carried as [N, n_out, width]: cheap when n_out is small, as for aice.
+        n = x.shape[0]
+        w_out = weights[last]
+        jac = w_out.unsqueeze(0).expand(n, w_out.shape[0], w_out.shape[1])
+        for i in range(last - 1, -1, -1):
+            jac = torch.matmul(jac * self._act_grad(pre[i]).unsqueeze(1), weights[i])
+        scale = self.output_std.to(dtype).unsqueeze(1) / self.input_std.to(dtype).unsqueeze(0)
+        jac = jac * scale.unsqueeze(0)
+
+        row = valid.to(dtype)
+        if mask is not None:
+            if mask.numel() != n:
+                raise ValueError(
+                    f"mask must hold one value per input row ({n} rows), got shape {mask.shape}"
+                )
+            m = mask.reshape(-1).to(dtype)
+            row = row * torch.where(torch.isfinite(m), m, torch.zeros_like(m))
+        jac = jac * row.reshape(-1, 1, 1)
+        return torch.where(torch.isfinite(jac), jac, torch.zeros_like(jac))
+
+    @torch.jit.export
+    def tlm(
+        self, inputs: torch.Tensor, dx: torch.Tensor, mask: torch.Tensor | None = None
+    ) -> torch.Tensor:
+        """Tangent linear at ``inputs``: ``J dx``, ``[N, n_out]`` (same rules as jac)."""
+        if dx.shape != inputs.shape:
+            raise ValueError(f"dx must have the shape of inputs {inputs.shape}, got {dx.shape}")
+        jac = self.jac_physical(inputs, mask)
+        return torch.bmm(jac, dx.to(jac.dtype).unsqueeze(2)).squeeze(2)
+
+    @torch.jit.export
+    def adjoint(
+        self, inputs: torch.Tensor, dy: torch.Tensor, mask: torch.Tensor | None = None
+    ) -> torch.Tensor:
+        """Adjoint at ``inputs``: ``J^T dy``, ``[N, n_in]``, for ``dy`` ``[N, n_out]``."""
+        if dy.dim() != 2 or dy.shape[0] != inputs.shape[0] or dy.shape[1] != self.n_out:
+            raise ValueError(f"dy must be [{inputs.shape[0]}, {self.n_out}], got {dy.shape}")
+        jac = self.jac_physical(inputs, mask)
+        return torch.bmm(jac.transpose(1, 2), dy.to(jac.dtype).unsqueeze(2)).squeeze(2)
+
+    def _prepare(self, inputs: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """Normalised inputs in the compute dtype, and which rows hold real values.
+
+        float32 and float64 are computed in their own precision (the weights are cast,
+        9k numbers), any other dtype in the model's. A row with a missing value is
+        computed at the mean instead, so nothing non-finite runs through the network."""
+        if inputs.dim() != 2 or inputs.shape[1] != self.n_in:
+            raise ValueError(
+                "inputs must be [N, {}] ({}), got shape {}".format(
+                    self.n_in, ", ".join(self.input_names), inputs.shape
+                )
+            )
+        dtype = self.input_mean.dtype
+        if inputs.dtype == torch.float32 or inputs.dtype == torch.float64:
+            dtype = inputs.dtype
+        x = inputs.to(dtype)
+        valid = (x.abs() < self.fill_threshold).all(dim=1)  # False for NaN too
+        mean = self.input_mean.to(dtype)
+        x = torch.where(valid.unsqueeze(1), x, mean.unsqueeze(0))
+        return (x - mean) / self.input_std.to(dtype), valid
+
+    def _weights(self, dtype: torch.dtype) -> list[torch.Tensor]:
+        return [layer.weight.to(dtype) for layer in self.layers]  # type: ignore[misc]
+
+    def _biases(self, dtype: torch.dtype) -> list[torch.Tensor]:
+        return [layer.bias.to(dtype) for layer in self.layers]  # type: ignore[misc]

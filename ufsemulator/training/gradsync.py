@@ -1,0 +1,90 @@
+"""Data parallelism for the emulator's small model, without DDP.
+
+DDP's constructor imports ``torch._dynamo`` (3-6 s with a CUDA build of torch, before the
+first step) and buckets gradients for overlap that a 9,345-parameter model does not need:
+its 37 KB of gradients are one all-reduce after the backward pass either way.
+``GradSync`` does what DDP does for such a model, in the open:
+
+- at construction, every rank takes rank 0's parameters and buffers (one broadcast);
+- the gradients live in one flat buffer (DDP's ``gradient_as_bucket_view``): at the first
+  forward after ``zero_grad(set_to_none=True)`` every parameter's ``.grad`` is pointed at
+  its slice of the buffer, zeroed, and autograd adds into it in place;
+- ``reduce_gradients()`` after the last micro-batch's backward makes the buffer the mean
+  over the ranks: divided by the world size, then summed (as DDP), by the backend's
+  all-reduce or by the host-local one of ``gradreduce``.
+
+Every rank ends a step with the same gradients and so the same weights. A CUDA graph can
+hold the whole step: the zeroing, backward, the all-reduce and Adam are kernels on fixed
+memory. ``torch.compile`` and FSDP keep torch's own wrappers (``parallel.wrap``).
+"""
+
+from __future__ import annotations
+
+import torch
+import torch.distributed as dist
+from torch import nn
+
+from ufsemulator.training.gradreduce import LocalAllReduce
+
+
+class GradSync(nn.Module):
+    """``module`` whose gradients ``reduce_gradients`` averages over the process group."""
+
+    def __init__(self, module: nn.Module, reducer: LocalAllReduce | None = None) -> None:
+        super().__init__()
+        self.module = module
+        self.reducer = reducer
+        self.world = dist.get_world_size()
+        params = [p for p in module.parameters() if p.requires_grad]
+        dtypes = sorted({str(p.dtype) for p in params})
+        if len(dtypes) != 1:
+            raise ValueError(f"GradSync needs parameters of one dtype, got {dtypes or 'none'}")
+        self._params = params
+        self.flat = torch.zeros(
+            sum(p.numel() for p in params), dtype=params[0].dtype, device=params[0].device
+        )
+        self._views: list[torch.Tensor] = []
+        offset = 0
+        for param in params:
+            self._views.append(self.flat[offset : offset + param.numel()].view_as(param))
+            offset += param.numel()
+        _broadcast_from_rank0([*module.parameters(), *module.buffers()])
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        if self._params[0].grad is None:  # dropped by zero_grad: accumulate in the buffer
+            self.flat.zero_()
+            for param, view in zip(self._params, self._views, strict=True):
+                param.grad = view
+        out: torch.Tensor = self.module(x)
+        return out
+
+    @torch.no_grad()
+    def reduce_gradients(self) -> None:
+        """The gradients' mean over the ranks, in place (collective: every rank calls it)."""
+        if self.reducer is not None:
+            self.reducer.reduce_(self.flat)  # divides, then sums in rank order
+            return
+        self.flat.div_(self.world)
+        dist.all_reduce(self.flat)
+
+
+def reduce_gradients(model: nn.Module) -> None:
+    """``model.reduce_gradients()`` for a ``GradSync``; nothing for any other model (a
+    single process, or DDP and FSDP, which reduce during the backward pass)."""
+    if isinstance(model, GradSync):
+        model.reduce_gradients()
+
+
+@torch.no_grad()
+def _broadcast_from_rank0(tensors: list[torch.Tensor]) -> None:
+    """Rank 0's values of ``tensors`` on every rank: one broadcast per dtype."""
+    by_dtype: dict[torch.dtype, list[torch.Tensor]] = {}
+    for tensor in tensors:
+        by_dtype.setdefault(tensor.dtype, []).append(tensor)
+    for group in by_dtype.values():
+        flat = torch.cat([t.detach().reshape(-1) for t in group])
+        dist.broadcast(flat, src=0)
+        offset = 0
+        for tensor in group:
+            tensor.copy_(flat[offset : offset + tensor.numel()].view_as(tensor))
+            offset += tensor.numel()

@@ -1,0 +1,450 @@
+"""Distributed training of the emulator: one code path for 1 process and many.
+
+Every rank holds the data in memory, takes the same seeded train/validation split and
+trains on its own equal-sized shard of the training set, reshuffled each epoch by a
+generator seeded with (seed, epoch). A data set of several files is read in shares
+instead, each rank its own block of records (``ufsemulator.training.sharedread``). A job of one
+process sets up no process group at all. Nothing depends on hidden RNG state, so a run
+stopped at any step boundary and resumed from its checkpoint ends with bitwise the same
+weights as an uninterrupted one (CPU, same world size).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import os
+import signal
+import threading
+import time
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import torch
+import torch.distributed as dist
+from torch import nn
+
+from hpcdist.distributed import (
+    DistContext,
+    DistEnv,
+    cleanup_distributed,
+    setup_distributed,
+    single_process,
+)
+from ufsemulator.checkpoints.checkpoint import restore_rng
+from ufsemulator.checkpoints.state import TrainingState, read_state
+from ufsemulator.config import Config
+from ufsemulator.data.read import DataOptions, load_dataset
+from ufsemulator.data.sources import PathSpec, expand_paths
+from ufsemulator.errors import CheckpointError, DataError
+from ufsemulator.model.emulator import EmulatorMLP, ModelConfig
+from ufsemulator.model.normalization import input_range, stats_from_shard, torch_all_reduce
+from ufsemulator.overrides import overrides_record
+from ufsemulator.training import earlysignal, runfiles
+from ufsemulator.training.loop import Loop, LoopHooks, Shards, StopFlag, full_model
+from ufsemulator.training.parallel import grouped
+from ufsemulator.training.summary import RunSummary, Status
+from ufsemulator.training.timings import Timings, process_start
+
+__all__ = ["StopFlag", "TrainResult", "split", "train"]
+
+_EXPORTED_VARS = (
+    "MASTER_ADDR",
+    "MASTER_PORT",
+    "RANK",
+    "WORLD_SIZE",
+    "LOCAL_RANK",
+    "LOCAL_WORLD_SIZE",
+)
+
+
+@dataclass(frozen=True)
+class TrainResult:
+    status: Status  # "completed" | "early_stopped" | "preempted"
+    run_dir: Path
+    epochs_run: int
+    best_epoch: int  # 1-based; 0 if no epoch finished
+    best_val_loss: float
+    final_train_loss: float
+    final_val_loss: float
+    val_r2: float  # of the final epoch, target in normalised units
+    samples_per_second: float  # all ranks together, training steps only
+    wall_time_s: float
+    model: EmulatorMLP = field(repr=False, compare=False)  # full weights, on every rank
+    is_main: bool = True  # rank 0: the one that reports the status with its exit code
+
+    @classmethod
+    def of(
+        cls,
+        summary: RunSummary,
+        run_dir: Path,
+        wall_time_s: float,
+        model: EmulatorMLP,
+        is_main: bool,
+    ) -> TrainResult:
+        return cls(
+            status=summary.status,
+            run_dir=run_dir,
+            epochs_run=summary.epochs_run,
+            best_epoch=summary.best_epoch,
+            best_val_loss=summary.best_val_loss,
+            final_train_loss=summary.final("train_loss"),
+            final_val_loss=summary.final("val_loss"),
+            val_r2=summary.final("val_r2"),
+            samples_per_second=summary.samples_per_second,
+            wall_time_s=wall_time_s,
+            model=model,
+            is_main=is_main,
+        )
+
+
+def train(
+    config: Config,
+    data_path: PathSpec | None = None,
+    resume: str | Path | None = None,
+    run_dir: str | Path | None = None,
+    *,
+    stop_flag: StopFlag | None = None,
+    step_callback: Callable[[int], None] | None = None,
+    hooks: LoopHooks | None = None,
+    overrides: Sequence[str] = (),
+) -> TrainResult:
+    """Train the emulator in the process group started here (torchrun, SLURM, submitit
+    or one process) and return the outcome; rank 0 writes the run folder.
+
+    ``stop_flag`` is set by the preemption signal (``config.preemption.signal``); at the
+    next agreed step boundary rank 0 checkpoints and the status is ``"preempted"``.
+    ``step_callback(global_step)`` runs after each optimiser step (tests, progress hooks);
+    it is short for ``hooks=LoopHooks(after_step=...)``. ``hooks`` watch or steer the loop
+    (``ufsemulator.training.loop.LoopHooks``). ``overrides`` are the ``KEY=VALUE`` texts already
+    applied to ``config`` (``--set``), recorded in training_results.json.
+    """
+    started = time.perf_counter()
+    clock = _Clock(process=process_start(), train=started)
+    hooks = hooks if hooks is not None else LoopHooks()
+    if step_callback is not None:
+        if hooks.after_step is not None:
+            raise ValueError("give step_callback or hooks.after_step, not both")
+        hooks = dataclasses.replace(hooks, after_step=step_callback)
+    flag = stop_flag if stop_flag is not None else StopFlag()
+    if earlysignal.received():
+        flag.set()  # the warning came while the process was still starting
+    checkpoint = read_state(resume) if resume is not None else None
+    # setup_distributed exports MASTER_PORT, RANK, ... for the code below it; a later
+    # train() in this process must not mistake them for a launcher's (stale port).
+    saved_env = {var: os.environ.get(var) for var in _EXPORTED_VARS}
+    failed = True
+    try:
+        # SIGTERM too: scancel and `scontrol requeue` send it, KillWait seconds before SIGKILL.
+        # And the job's own warning signal, when hpcdist's script names one.
+        job_signal = earlysignal.job_signal()
+        names = (config.preemption.signal, "SIGTERM", *([job_signal.name] if job_signal else []))
+        with _stop_on_signal(names, flag):
+            ctx = _context(config)
+            clock.group = time.perf_counter()
+            result = _train(
+                ctx, config, data_path, checkpoint, resume, run_dir, flag, hooks, clock, overrides
+            )
+            failed = False
+            return result
+    finally:
+        cleanup_distributed(after_error=failed)  # aborts NCCL's communicators after an error
+        for var, value in saved_env.items():
+            if value is None:
+                os.environ.pop(var, None)
+            else:
+                os.environ[var] = value
+
+
+@dataclass
+class _Clock:
+    """time.perf_counter() readings of one run's milestones (filled in as it goes)."""
+
+    process: float  # the process started
+    train: float  # train() was called
+    group: float = 0.0  # the process group is up (or none was needed)
+    data: float = 0.0  # the rows are on the device
+    setup: float = 0.0  # model and loop built
+
+    def timings(self, summary: RunSummary, exported: float) -> Timings:
+        times = summary.loop_times
+        first = times.first_step_at if times is not None and times.first_step_at else self.setup
+        outside = summary.outside_steps_s
+        epochs = summary.epochs_run
+        return Timings(
+            total_s=exported - self.process,
+            startup_s=first - self.process,
+            imports_s=self.train - self.process,
+            process_group_s=self.group - self.train,
+            data_s=self.data - self.group,
+            setup_s=self.setup - self.data,
+            steps_s=summary.train_time_s,
+            epochs=epochs,
+            outside_steps_s=outside,
+            outside_steps_per_epoch_s=outside / epochs if epochs else 0.0,
+            validation_s=times.validation_s if times is not None else 0.0,
+            checkpoint_s=times.checkpoint_s if times is not None else 0.0,
+            export_s=0.0,
+        )
+
+
+def _context(config: Config) -> DistContext:
+    """A process group for several ranks (and for FSDP, which needs one even alone); one
+    DDP process runs without: no store, no communicators, nothing to tear down."""
+    env = DistEnv.from_environ(os.environ)
+    if env.world_size == 1 and config.training.strategy == "ddp":
+        return single_process()
+    return setup_distributed()
+
+
+def _train(
+    ctx: DistContext,
+    config: Config,
+    data_path: PathSpec | None,
+    checkpoint: TrainingState | None,
+    resume: str | Path | None,
+    run_dir_arg: str | Path | None,
+    flag: StopFlag,
+    hooks: LoopHooks,
+    clock: _Clock,
+    overrides: Sequence[str] = (),
+) -> TrainResult:
+    env = ctx.env
+    run_dir = runfiles.resolve_run_dir(ctx, config, run_dir_arg, resume)
+    found = runfiles.trusted_resume(ctx, run_dir) if checkpoint is None else None
+    if found is not None:
+        # A requeued job (same job id, same run folder) picks up where it was stopped.
+        resume = found
+        checkpoint = read_state(resume)
+        if ctx.is_main:
+            restarts = os.environ.get("SLURM_RESTART_COUNT", "0")
+            print(
+                f"Resuming from {resume} (epoch {checkpoint.progress.epoch}, restart {restarts})",
+                flush=True,
+            )
+    # Before any data is read or step taken: a bad export name, unit or level fails now,
+    # not after the training it would have thrown away.
+    from ufsemulator.export.torchscript import check_export
+
+    check_export(_model_config(config, config.data.inputs), config.export)
+    path = runfiles.ensure_data(ctx, config, data_path)
+    options = DataOptions(
+        mask=config.data.mask,
+        thin=config.data.thin,
+        target=config.data.target,
+        cache_dir=runfiles.data_dir(),
+        time=config.data.time,
+        inputs=config.data.inputs,
+    )
+    in_shares = _read_in_shares(path, ctx)
+    if in_shares:
+        from ufsemulator.training.sharedread import host_memory_bytes
+
+        rss_before = host_memory_bytes()
+    read_started = time.perf_counter()
+    share = (env.rank, env.world_size) if in_shares else None
+    dataset = load_dataset(path, options, atmosphere=config.data.atmosphere, share=share)
+    read_s = time.perf_counter() - read_started
+    torch.manual_seed(config.training.seed)  # same initial weights on every rank
+    model = EmulatorMLP(_model_config(config, dataset.input_names))
+    notes, source, n_points = dataset.notes, dataset.source, len(dataset)
+    # Shares: each rank's "Read records" line says which records it read.
+    records = "" if in_shares else f", {dataset.records_text()}"
+    if in_shares:
+        from ufsemulator.training.sharedread import describe_read, split_share
+
+        print(describe_read(dataset, env.rank, read_s, rss_before), flush=True)
+        shards = split_share(ctx, config, dataset, model)
+    else:
+        shards = split(ctx, config, dataset.inputs, dataset.targets, model)
+    del dataset  # the rows live on the device now (on the CPU: in the shards)
+    clock.data = time.perf_counter()
+    print(f"[Rank {env.rank}] Training samples: {shards.x_train.shape[0]}", flush=True)
+    if ctx.is_main:
+        what = f"rank 0's share {n_points}" if in_shares else f"{n_points}"
+        print(
+            "".join(f"Data: {note}\n" for note in notes)
+            + f"Data: {source}{records} ({what} points, mask {config.data.mask}, thin "
+            f"{config.data.thin}): train {shards.n_train}, validation {shards.n_val}, "
+            f"target {config.data.target}",
+            flush=True,
+        )
+    if checkpoint is not None:
+        _load_weights(model, checkpoint, resume)
+        restore_rng(checkpoint.rng)
+    loop = Loop(ctx, config, model, shards, run_dir, flag, hooks)
+    if ctx.is_main and env.world_size > 1:
+        print(f"Gradient all-reduce: {loop.grad_allreduce_status}", flush=True)
+    if checkpoint is not None:
+        loop.restore(checkpoint, str(resume))
+    clock.setup = time.perf_counter()
+    summary = loop.run()
+    final = full_model(loop.model, model.config)
+    wall_time = time.perf_counter() - clock.train  # this process, from train() on
+    if ctx.is_main:
+        _write_outputs(ctx, config, summary, run_dir, wall_time, clock, overrides, path)
+    # No rank leaves before rank 0 has written everything: under srun --kill-on-bad-exit
+    # the first rank to exit non-zero takes the others down with it.
+    if grouped():
+        dist.barrier()
+    return TrainResult.of(summary, run_dir, wall_time, final, ctx.is_main)
+
+
+@contextlib.contextmanager
+def _stop_on_signal(names: tuple[str, ...], flag: StopFlag) -> Iterator[None]:
+    """Let ``names`` (e.g. SIGUSR2, the scheduler's warning) set ``flag`` while training."""
+    if threading.current_thread() is not threading.main_thread():
+        yield  # only the main thread may install handlers
+        return
+
+    def handler(received: int, frame: object) -> None:
+        flag.set()  # nothing else: the loop checkpoints at the next agreed step boundary
+
+    previous = {
+        signum: signal.signal(signum, handler)
+        for signum in {signal.Signals[name] for name in names}
+    }
+    try:
+        yield
+    finally:
+        for signum, old in previous.items():
+            signal.signal(signum, old)
+
+
+def split(
+    ctx: DistContext, config: Config, inputs: Any, targets: Any, model: EmulatorMLP
+) -> Shards:
+    """Seeded split (identical on every rank), this rank's shards, global statistics (set
+    on ``model``); collective. What ``train`` trains on, for benchmarks and tests too.
+
+    The training set is cut into ``world_size`` equal shards (a remainder of fewer than
+    world_size samples is left out) so every rank runs the same number of steps."""
+    rank, world = ctx.env.rank, ctx.env.world_size
+    x_all = torch.as_tensor(inputs, dtype=torch.float32)
+    y_all = torch.as_tensor(targets, dtype=torch.float32)
+    n = x_all.shape[0]
+    n_val = max(1, round(config.training.val_fraction * n))
+    order = torch.randperm(n, generator=torch.Generator().manual_seed(config.training.seed))
+    val_idx, train_idx = order[:n_val], order[n_val:]
+    per_rank = train_idx.numel() // world
+    if per_rank < 1:
+        raise DataError(
+            f"{train_idx.numel()} training samples cannot be shared by {world} ranks; "
+            "use more data (a larger grid, thin: 1) or fewer ranks"
+        )
+    mine = train_idx[rank * per_rank : (rank + 1) * per_rank]
+    val_mine = val_idx[rank::world]
+    # On the group's own device: an NCCL group has no CPU backend to sum CPU tensors with.
+    reduce = torch_all_reduce(ctx.device) if grouped() else None  # None: one process
+    stats = stats_from_shard(x_all[mine], y_all[mine], all_reduce=reduce)
+    model.set_normalization(stats)
+    model.set_input_range(*input_range(x_all[mine], grouped(), ctx.device))
+    with torch.no_grad():
+
+        def norm_y(y: torch.Tensor) -> torch.Tensor:
+            return (y - model.output_mean) / model.output_std
+
+        return Shards(
+            x_train=model.normalize_inputs(x_all[mine]).to(ctx.device),
+            y_train=norm_y(y_all[mine]).to(ctx.device),
+            x_val=model.normalize_inputs(x_all[val_mine]).to(ctx.device),
+            y_val=norm_y(y_all[val_mine]).to(ctx.device),
+            n_train=per_rank * world,
+            n_val=n_val,
+        )
+
+
+def _load_weights(model: nn.Module, checkpoint: TrainingState, source: object) -> None:
+    # A checkpoint from before the training range was kept: the range of the data just
+    # read (the same files) stands in.
+    current = model.state_dict()
+    state: dict[str, Any] = {k: current[k] for k in ("input_min", "input_max") if k in current}
+    state.update(checkpoint.model)
+    try:
+        model.load_state_dict(state)
+    except (RuntimeError, KeyError, TypeError) as exc:
+        reason = str(exc).strip().splitlines()[0]
+        raise CheckpointError(
+            f"checkpoint '{source}' does not fit the configured model: {reason}"
+        ) from exc
+
+
+def _read_in_shares(path: PathSpec, ctx: DistContext) -> bool:
+    """Whether each rank reads only its share: several files, at least one per rank."""
+    files = len(expand_paths(path))
+    return files > 1 and files >= ctx.env.world_size
+
+
+def _model_config(config: Config, input_names: tuple[str, ...]) -> ModelConfig:
+    return ModelConfig(
+        n_in=len(input_names),
+        input_names=input_names,
+        input_levels=(0,) * len(input_names),
+        hidden=config.model.hidden_sizes,
+        activation=config.model.activation,
+        output_names=(config.data.target,),
+    )
+
+
+def _write_outputs(
+    ctx: DistContext,
+    config: Config,
+    summary: RunSummary,
+    run_dir: Path,
+    wall_time: float,
+    clock: _Clock | None = None,
+    overrides: Sequence[str] = (),
+    data_path: PathSpec | None = None,
+) -> None:
+    from ufsemulator.export import runrecord
+
+    status, history = summary.status, summary.progress.history
+    best = run_dir / "best_model.pt"
+    export_started = time.perf_counter()
+    used = data_path if data_path is not None else config.data.path
+    data = runrecord.data_record(config, used) if used is not None else None
+    if status != "preempted":
+        source = best if best.is_file() else run_dir / "checkpoint.pt"
+        if source.is_file():
+            runrecord.export_run(source, run_dir, config, data or {}, summary.to_json())
+    exported = time.perf_counter()
+    if clock is not None:
+        timings = clock.timings(summary, exported)
+        timings = dataclasses.replace(timings, export_s=exported - export_started)
+        summary = dataclasses.replace(summary, timings=timings)
+    run = summary.to_json()
+    results = {
+        "status": run.pop("status"),
+        "world_size": ctx.env.world_size,
+        "backend": ctx.backend,
+        "device": str(ctx.device),
+        "threads": torch.get_num_threads(),
+        "strategy": config.training.strategy,
+        "target": config.data.target,
+        **run,
+        "wall_time_s": wall_time,  # this process, from train() on
+        "data": data,
+        "config": runrecord.results_config(config, used),
+        # What --set changed (a sweep's point): key -> the value the run used.
+        "overrides": overrides_record(config, overrides),
+    }
+    runfiles.write_results(run_dir / "training_results.json", results)
+    if summary.epochs_run:  # last: model.pt and the results are what a user waits for
+        runfiles.plot_loss_curves(
+            run_dir / "loss_curves.svg",
+            history["train_loss"],
+            history["val_loss"],
+            summary.best_epoch or None,
+            f"ufsemulator {config.data.target}: {ctx.env.world_size} x {ctx.backend}",
+        )
+    line = (
+        f"Training {status}: {summary.epochs_run} epochs, best validation loss "
+        f"{summary.best_val_loss:.5g} (epoch {summary.best_epoch}), R^2 "
+        f"{summary.best_val_r2:.4f}, "
+        f"{summary.samples_per_second:.0f} samples/s, {wall_time:.1f} s"
+    )
+    print(f"{line}\nRun folder: {run_dir}", flush=True)
+    if summary.timings is not None:
+        print(summary.timings.breakdown(), flush=True)
