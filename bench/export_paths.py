@@ -51,8 +51,8 @@ def make_models(folder: Path, hidden: tuple[int, ...]) -> tuple[Path, Path]:
     import torch
 
     from ufsemulator.config import ExportConfig
-    from ufsemulator.export.torchscript import export_model
     from ufsemulator.export.aoti import package_export
+    from ufsemulator.export.torchscript import export_model
     from ufsemulator.model.emulator import EmulatorMLP, ModelConfig
     from ufsemulator.model.normalization import Stats
 

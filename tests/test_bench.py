@@ -21,10 +21,9 @@ from bench.bench_training import (
 )
 from bench.launch import NO_MULTICAST, rank_env
 from bench.synthdata import Grid, make_arrays
+from tests.ufsemulator.export.test_cxx_example import binary, case  # noqa: F401  (fixtures of the C++ example)
 from ufsemulator.data.read import DataOptions, load_dataset
 from ufsemulator.data.synthfiles import make_synthetic
-
-from tests.ufsemulator.export.test_cxx_example import binary, case  # noqa: F401  (fixtures of the C++ example)
 
 REPO = Path(__file__).resolve().parents[1]
 

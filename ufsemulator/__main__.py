@@ -257,8 +257,8 @@ def _export(args: argparse.Namespace) -> int:
 
 
 def _describe(path: Path) -> int:
-    from ufsemulator.export.torchscript import read_extra_files
     from ufsemulator.export.signature import describe
+    from ufsemulator.export.torchscript import read_extra_files
 
     if not path.is_file():
         raise ConfigError(f"--describe: '{path}' does not exist or is not a file")

@@ -214,8 +214,8 @@ def test_cxx_aoti_package_matches_python(cxx_run: dict[str, Any], case: dict[str
 
 
 def test_python_loads_the_aoti_package_with_the_exports_signature(case: dict[str, Any]) -> None:
-    from ufsemulator.export.torchscript import read_extra_files
     from ufsemulator.export.aoti import load
+    from ufsemulator.export.torchscript import read_extra_files
 
     jac = load(case["aoti"], "jac_physical")
     _, flags = load(case["aoti"], "predict")(case["x"])

@@ -10,8 +10,10 @@ from typing import Any
 import pytest
 import torch
 
+from tests.ufsemulator.model.test_model import physical_inputs
 from ufsemulator.__main__ import main
 from ufsemulator.config import ConfigError, ExportConfig
+from ufsemulator.export import signature
 from ufsemulator.export.torchscript import (
     check_export,
     export_checkpoint,
@@ -19,11 +21,9 @@ from ufsemulator.export.torchscript import (
     load_checkpoint_model,
     read_extra_files,
 )
-from ufsemulator.export import signature
 from ufsemulator.model.emulator import EmulatorMLP, ModelConfig
 
 from .test_export import JEDI_INPUTS, _checkpoint, _load, aice_model, jedi_inputs
-from tests.ufsemulator.model.test_model import physical_inputs
 
 
 def ranged_model() -> EmulatorMLP:
