@@ -108,7 +108,7 @@ def test_read_private_refuses_a_writable_file_and_a_link(tmp_path: Path) -> None
     with pytest.raises(PrivacyError, match=r"job secret .* is writable by group and others"):
         read_private(path, "job secret")
     (tmp_path / "link").symlink_to(path)
-    with pytest.raises(OSError):
+    with pytest.raises(PrivacyError, match=r"job secret .*link' is a symbolic link"):
         read_private(tmp_path / "link", "job secret")
 
 

@@ -44,6 +44,7 @@ from ufsemulator.metrics import TrainSums, loss_function, val_metrics, validatio
 from ufsemulator.model import EmulatorMLP, ModelConfig
 from ufsemulator.parallel import adam, compile_model, cuda_graph_blocker, grouped, no_sync, wrap
 from ufsemulator.progress import Progress
+from ufsemulator.runfiles import run_anchor
 from ufsemulator.state import EpochRecord, RunProgress, TrainingState
 from ufsemulator.stepgraph import GraphedSteps
 from ufsemulator.summary import LoopTimes, RunSummary, Status
@@ -156,7 +157,10 @@ class Loop:
         on_gpu = ctx.device.type == "cuda" and grouped()
         self._flag_group = dist.new_group(backend="gloo") if on_gpu else None
         # Every checkpoint's SHA-256 goes to the private state: auto-resume trusts only those.
-        self._writer = CheckpointWriter(default_book()) if ctx.is_main else None
+        # Every write walks to the run folder from the working folder again, checking each
+        # folder it opens: a run folder swapped for another user's is refused, not written.
+        anchor = run_anchor(run_dir)
+        self._writer = CheckpointWriter(default_book(), anchor) if ctx.is_main else None
         self.times = LoopTimes()
 
     def _steps_per_epoch(self) -> int:
