@@ -25,6 +25,7 @@ from hpcdist.private import (
     private_dir,
     read_private,
 )
+from hpcdist.statehome import private_state_root, shared_reason, state_base
 
 # States after which a job never runs again (sacct may add "by <uid>" to CANCELLED).
 FINAL_STATES = frozenset(
@@ -69,16 +70,29 @@ class JobRecord:
         return Path(self.folder) / f"{self.job_id}_{rank}_log.{stream}"
 
 
-def jobs_root(project_dir: Path | None = None) -> Path:
+def project_base(project_dir: Path | None = None) -> Path:
+    """The folder whose state this is: ``project_dir``, else ``$HPCDIST_HOME``, else the cwd."""
     base = project_dir if project_dir is not None else Path(os.environ.get("HPCDIST_HOME", "."))
-    return (base / ".hpcdist").resolve()
+    return base.resolve()
+
+
+def jobs_root(project_dir: Path | None = None) -> Path:
+    """``<base>/.hpcdist``; for a working folder that others can write or own (and no
+    ``HPCDIST_HOME``), the user's own state folder for it (``hpcdist.statehome``)."""
+    base = project_base(project_dir)
+    chosen = project_dir is None and os.environ.get("HPCDIST_HOME", "").strip()
+    if not chosen and shared_reason(base):
+        return private_state_root(base)
+    return base / ".hpcdist"
 
 
 def state_dir(*parts: str, project_dir: Path | None = None) -> Path:
     """A folder of the private state (``.hpcdist/<parts>``), created 0700 or checked: a
     folder another user owns or can write is refused (PrivacyError, one line)."""
     root = jobs_root(project_dir)
-    return private_dir(root.joinpath(*parts), "hpcdist's private folder", root)
+    top = state_base().parent  # the user's own state folder: every level 0700 from there
+    start = top if top in root.parents else root
+    return private_dir(root.joinpath(*parts), "hpcdist's private folder", start)
 
 
 def save_record(record: JobRecord, project_dir: Path | None = None) -> Path:

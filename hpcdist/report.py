@@ -17,7 +17,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
-from hpcdist.jobs import JobRecord, find_record, job_state, jobs_root, load_record
+from hpcdist.jobs import JobRecord, find_record, job_state, load_record, project_base
 
 # The lines a failing training leaves in its log, most telling first: ufsemulator's one-line
 # user errors, then the last line of a Python traceback.
@@ -60,7 +60,7 @@ def collect(job_id: str, project_dir: Path | None = None) -> list[Row]:
     record = find_record(job_id, project_dir)
     if record is None:
         return mark_best(_rows_from_slurm(job_id))
-    runs = jobs_root(project_dir).parent / "runs"
+    runs = project_base(project_dir) / "runs"
     ids = task_ids(record)
     states = _states(record, [task for task, _ in ids])
     rows = []

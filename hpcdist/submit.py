@@ -27,7 +27,7 @@ from hpcdist.dependency import check_known
 from hpcdist.directives import sbatch_directives, srun_options
 from hpcdist.errors import SpecError, UserError
 from hpcdist.fileutil import current_umask
-from hpcdist.jobs import JobRecord, jobs_root, save_record, state_dir
+from hpcdist.jobs import JobRecord, jobs_root, project_base, save_record, state_dir
 from hpcdist.jobsecret import create_secret_file
 from hpcdist.localjob import identify
 from hpcdist.private import replaceable_by_others, strict_umask
@@ -35,6 +35,7 @@ from hpcdist.protocol import SECRET_DIR, SECRET_VAR, SIGNAL_VAR, is_inherited
 from hpcdist.render import render
 from hpcdist.slurmtime import time_limit_minutes
 from hpcdist.spec import JobSpec
+from hpcdist.statehome import shared_reason
 from hpcdist.sweep import points, task_command
 
 EXECUTORS = ("auto", "slurm", "local")
@@ -249,7 +250,14 @@ def submit(
     # submitit's pickles run as this user when the job starts: their folder is ours alone.
     folder = state_dir("submitit", project_dir=project_dir) / "%j"
     shared = replaceable_by_others(root)
-    if shared is not None:
+    reason = shared_reason(project_base(project_dir))
+    if reason and shared is None:
+        print(
+            f"hpcdist: note: {reason}: this job's pickles, record and secret are kept in "
+            f"{root} (set HPCDIST_HOME to choose)",
+            file=sys.stderr,
+        )
+    elif shared is not None:
         print(
             f"hpcdist: warning: {shared} is writable by others: they could put their own "
             f"{root.name} in place of yours before the job starts; set HPCDIST_HOME to a "
