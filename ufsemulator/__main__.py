@@ -15,6 +15,7 @@ import sys
 from pathlib import Path
 
 from hpcdist.distributed import DistEnvError, DistributedInitError
+from hpcdist.errors import UserError
 from hpcdist.private import create_exclusive, private_dir
 from hpcdist.protocol import MARKER_VAR, REQUEUE_EXIT_CODE
 from ufsemulator import earlysignal
@@ -116,7 +117,14 @@ def main(argv: list[str] | None = None) -> int:
         if args.command == "train":
             return _train(args)
         return _export(args)
-    except (ConfigError, DataError, CheckpointError, DistEnvError, FileNotFoundError) as exc:
+    except (
+        ConfigError,
+        DataError,
+        CheckpointError,
+        DistEnvError,
+        FileNotFoundError,
+        UserError,  # a folder or file of the run that another user could have replaced
+    ) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return EXIT_USAGE
     except DistributedInitError as exc:
