@@ -14,7 +14,7 @@ import os
 import pickle
 import random
 import zipfile
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -23,7 +23,8 @@ import torch
 
 from hpcdist.digests import DigestBook, sha256_bytes
 from hpcdist.fileutil import umask_mode
-from hpcdist.trustedfile import folder_fd, pause, read_once, write_at
+from hpcdist.private import PrivacyError
+from hpcdist.trustedfile import Refused, open_folder, pause, read_once, write_at
 from ufsemulator.errors import CheckpointError
 
 REQUIRED_KEYS = ("model", "model_config", "epoch", "config")
@@ -75,7 +76,7 @@ def write_bytes(
         folder = path.parent
         if anchor is None:
             folder.mkdir(parents=True, exist_ok=True)
-        with folder_fd(folder, anchor, "checkpoint folder", check_root=anchor is None) as fd:
+        with _checked_folder(folder, anchor) as fd:
             pause("checkpoint-write")
             if digests is not None:
                 digests.expect(path, digest)
@@ -84,6 +85,21 @@ def write_bytes(
                 first.setdefault(folder, path.name)
             if digests is not None:
                 digests.settle(path, digest)
+
+
+@contextlib.contextmanager
+def _checked_folder(folder: Path, anchor: Path | None) -> Iterator[int]:
+    try:
+        fd = open_folder(folder, anchor, "checkpoint folder", check_root=anchor is None)
+    except Refused as exc:
+        raise PrivacyError(
+            f"checkpoint folder {str(exc.path)!r} {exc.problem}; refusing to write the "
+            "checkpoint there (was the run folder replaced while the job ran?)"
+        ) from exc
+    try:
+        yield fd
+    finally:
+        os.close(fd)
 
 
 def _link_at(dir_fd: int, existing: str, name: str) -> bool:

@@ -446,9 +446,9 @@ def test_checkpoint_swapped_between_check_and_load_is_not_loaded_and_not_written
     assert "Resuming from runs/r/checkpoint.pt (epoch 2, restart 0)" in log, log
     # ...and its next checkpoint went nowhere near the attacker's folder: one line, failed.
     assert state == "FAILED", log
-    errors = [line for line in log.splitlines() if "error:" in line]
-    assert len(errors) == 1, log
-    assert f"'{project / 'runs'}' is owned by uid {attacker.uid} ({attacker.name})" in errors[0]
+    said = f"'{project / 'runs'}' is owned by uid {attacker.uid} ({attacker.name})"
+    errors = [line for line in log.splitlines() if said in line]
+    assert len(errors) == 1 and "error: checkpoint folder" in errors[0], log
     assert (project / "runs" / "r" / "checkpoint.pt").read_bytes() == b"planted"
     assert (evil / "r" / "checkpoint.pt").read_bytes() == mine  # the victim's, untouched
 
