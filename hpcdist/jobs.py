@@ -25,7 +25,7 @@ from hpcdist.private import (
     private_dir,
     read_private,
 )
-from hpcdist.statehome import private_state_root, shared_reason, state_base
+from hpcdist.statehome import make_state_base, private_state_root, shared_reason, state_base
 
 # States after which a job never runs again (sacct may add "by <uid>" to CANCELLED).
 FINAL_STATES = frozenset(
@@ -91,7 +91,7 @@ def state_dir(*parts: str, project_dir: Path | None = None) -> Path:
     folder another user owns or can write is refused (PrivacyError, one line)."""
     root = jobs_root(project_dir)
     top = state_base().parent  # the user's own state folder: every level 0700 from there
-    start = top if top in root.parents else root
+    start = make_state_base() if top in root.parents else root
     return private_dir(root.joinpath(*parts), "hpcdist's private folder", start)
 
 

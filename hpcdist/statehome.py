@@ -16,6 +16,7 @@ project folder; resuming from there checks the files by what was opened
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import os
 import re
@@ -55,3 +56,17 @@ def private_state_root(folder: Path, environ: Mapping[str, str] | None = None) -
     key = hashlib.sha256(real.encode()).hexdigest()[:12]
     name = re.sub(r"[^A-Za-z0-9._-]", "_", Path(real).name)[:40] or "root"
     return state_base(environ) / f"{name}-{key}"
+
+
+def make_state_base(environ: Mapping[str, str] | None = None) -> Path:
+    """``state_base()``'s parent (``.../hpcdist``), every missing folder from the home folder
+    down created 0700 (a umask of 002 must not leave ``~/.local/state`` group-writable:
+    reads below the home folder check every folder from it down)."""
+    top = state_base(environ).parent
+    home = Path(os.path.abspath(Path.home()))
+    start = home if home in top.parents else Path(top.anchor)
+    for folder in [*reversed(top.relative_to(start).parents), top.relative_to(start)]:
+        if str(folder) != "." and not os.path.lexists(start / folder):
+            with contextlib.suppress(FileExistsError):
+                os.mkdir(start / folder, 0o700)
+    return top

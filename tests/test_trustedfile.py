@@ -355,6 +355,31 @@ def test_state_of_a_shared_folder_lives_in_the_users_own(
             assert level.stat().st_mode & 0o777 == 0o700, level
 
 
+def test_the_users_state_folder_is_private_under_a_loose_umask(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from hpcdist.jobs import state_dir
+
+    monkeypatch.setenv("XDG_STATE_HOME", str(tmp_path / "home" / ".local" / "state"))
+    monkeypatch.setenv("HOME", str(tmp_path / "home"))
+    (tmp_path / "home").mkdir(mode=0o700)
+    folder = tmp_path / "project"
+    folder.mkdir()
+    folder.chmod(0o2775)
+    previous = os.umask(0o002)
+    try:
+        secrets = state_dir("secrets", project_dir=folder)
+    finally:
+        os.umask(previous)
+    for level in (tmp_path / "home" / ".local", tmp_path / "home" / ".local" / "state"):
+        assert level.stat().st_mode & 0o777 == 0o700, level
+    (secrets / "s").write_text("x")
+    (secrets / "s").chmod(0o600)
+    from hpcdist.private import read_private
+
+    assert read_private(secrets / "s", "job secret") == "x"  # checked from home down
+
+
 def test_rendered_script_keys_the_state_folder_as_python_does(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
