@@ -279,6 +279,29 @@ def test_a_group_writable_runs_folder_fails_the_run_in_one_line(project: Path) -
     assert "mode 0775" in line and "refusing to write or resume there" in line
 
 
+def test_a_runs_folder_that_refuses_the_mkdir_is_still_named_with_its_problem(
+    project: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from hpcdist.distributed import single_process
+    from ufsemulator.config import Config
+    from ufsemulator.runfiles import resolve_run_dir
+
+    (project / "runs").mkdir()
+    (project / "runs").chmod(0o775)
+
+    def refused(path: object, mode: int = 0o777) -> None:  # as another user's runs/ would
+        raise PermissionError(13, "Permission denied", str(path))
+
+    monkeypatch.setattr(os, "mkdir", refused)
+    with pytest.raises(PrivacyError) as caught:
+        resolve_run_dir(single_process({}), Config(), "runs/b", None)
+    line = str(caught.value)
+    assert f"run folder '{project / 'runs'}' is writable by group" in line, line
+    (project / "runs").chmod(0o755)
+    with pytest.raises(PrivacyError, match=r"runs/b' cannot be made or opened \(Permission"):
+        resolve_run_dir(single_process({}), Config(), "runs/b", None)
+
+
 def test_digest_book_compares_the_bytes_read(tmp_path: Path) -> None:
     book = DigestBook(tmp_path / ".hpcdist" / "digests", tmp_path / ".hpcdist")
     target = tmp_path / "checkpoint.pt"

@@ -124,13 +124,21 @@ def resolve_run_dir(
 
 
 def run_dir_problem(path: Path) -> str:
-    """Create the run folder if need be and say why it cannot be trusted ("" if it can)."""
+    """Create the run folder if need be and say why it cannot be trusted ("" if it can).
+    A folder that cannot be made is named by the check where it can: ``runs/`` of another
+    user refuses the mkdir, and the check then says whose it is."""
+    made = ""
     try:
         make_run_dir(path)
+    except OSError as exc:
+        made = exc.strerror or type(exc).__name__
+    try:
         with folder_fd(path, run_anchor(path), "run folder", check_root=False):
             return ""
     except Refused as exc:
         return f"run folder {str(exc.path)!r} {exc.problem}"
+    except OSError as exc:
+        return f"run folder {str(path)!r} cannot be made or opened ({made or exc.strerror})"
 
 
 CHECKPOINT_NAME = "checkpoint.pt"
