@@ -44,7 +44,7 @@ probe="${folder}"
 while [ -z "${HPCDIST_HOME:-}" ] && [ -z "${shared}" ]; do
   mode="$(stat -c %a "${probe}")"
   if [ $(( 8#${mode} & 8#022 )) -ne 0 ] && [ $(( 8#${mode} & 8#1000 )) -eq 0 ]; then
-    shared="${probe} can be written by others (mode ${mode})"
+    shared="${probe} can be written by others (owner $(stat -c %U "${probe}"), mode ${mode})"
   fi
   [ "${probe}" = / ] && break
   probe="$(dirname "${probe}")"

@@ -38,8 +38,9 @@ def shared_reason(folder: Path) -> str:
         return f"{str(folder)!r} is owned by {user_name(info.st_uid)} (uid {info.st_uid})"
     above = replaceable_by_others(folder / ".hpcdist")
     if above is not None:
-        mode = stat.S_IMODE(os.stat(above).st_mode)
-        return f"{str(above)!r} can be written by others (mode {mode:04o})"
+        held = os.stat(above)
+        owner = f"owner {user_name(held.st_uid)}, mode {stat.S_IMODE(held.st_mode):04o}"
+        return f"{str(above)!r} can be written by others ({owner})"
     return ""
 
 

@@ -343,7 +343,7 @@ def test_symlinked_requeue_marker_in_a_planted_state_folder_is_never_used(
     assert _release_and_wait(job_id) == "COMPLETED"
     log = _log(project, "marker", job_id)
     # The script keeps its state in the victim's own state folder, as submit does.
-    assert f"hpcdist: note: {project} can be written by others" in log, log
+    assert f"hpcdist: note: {project} can be written by others (owner root, mode 777)" in log
     assert str(private_state_root(project)) in log
     assert victim_file.read_text() == "precious\n"
     assert link.is_symlink()  # never followed, never removed
@@ -511,6 +511,7 @@ def test_pickle_planted_in_the_shared_folder_never_runs(
     assert proc.returncode == 0, proc.stderr
     notes = [line for line in proc.stderr.splitlines() if line.startswith("hpcdist: note:")]
     assert len(notes) == 1 and str(private_state_root(project)) in notes[0], proc.stderr
+    assert f"'{project}' can be written by others (owner root, mode 0777)" in notes[0]
     job_id = re.findall(r"Submitted job (\d+)", proc.stdout)[0]
     # What the attack did: rename .hpcdist away and plant one whose pickle runs a command.
     planted = project / ".hpcdist" / "submitit" / job_id
