@@ -83,7 +83,7 @@ def jobs_root(project_dir: Path | None = None) -> Path:
     chosen = project_dir is None and os.environ.get("HPCDIST_HOME", "").strip()
     if not chosen and shared_reason(base):
         return private_state_root(base)
-    return base / ".hpcdist"
+    return (base / ".hpcdist").resolve()
 
 
 def state_dir(*parts: str, project_dir: Path | None = None) -> Path:
