@@ -19,7 +19,7 @@ import pytest
 import torch
 
 from hpcdist.digests import DigestBook
-from hpcdist.private import PrivacyError
+from hpcdist.private import PrivacyError, user_name
 from hpcdist.trustedfile import PAUSE_VAR, Refused, read_trusted, trusted_root
 
 REPO = Path(__file__).resolve().parents[1]
@@ -344,7 +344,8 @@ def test_profile_folder_mode_boundary(tmp_path: Path, mode: int, refused: bool) 
             load_profile(str(folder / "site.yaml"))
         line = str(caught.value)
         assert f"the folder of profile '{folder / 'site.yaml'}', '{folder}', is writable" in line
-        assert "owner root (uid 0)" in line or "owner " in line
+        me = os.geteuid()
+        assert f"owner {user_name(me)} (uid {me}), mode {mode:04o}" in line
         assert "--trust-profile" in line
         assert load_profile(str(folder / "site.yaml"), trust=True).partition == "p"
     else:
