@@ -26,6 +26,7 @@ from hpcdist.private import (
     read_private,
 )
 from hpcdist.statehome import make_state_base, private_state_root, shared_reason, state_base
+from hpcdist.trustedfile import folder_fd
 
 # States after which a job never runs again (sacct may add "by <uid>" to CANCELLED).
 FINAL_STATES = frozenset(
@@ -92,7 +93,11 @@ def state_dir(*parts: str, project_dir: Path | None = None) -> Path:
     root = jobs_root(project_dir)
     top = state_base().parent  # the user's own state folder: every level 0700 from there
     start = make_state_base() if top in root.parents else root
-    return private_dir(root.joinpath(*parts), "hpcdist's private folder", start)
+    folder = private_dir(root.joinpath(*parts), "hpcdist's private folder", start)
+    # Its files are read checking every folder from the home folder down (for state below
+    # it): a folder there that others can write is said now, not when the job starts.
+    with folder_fd(folder, what="hpcdist's private folder"):
+        return folder
 
 
 def save_record(record: JobRecord, project_dir: Path | None = None) -> Path:

@@ -404,6 +404,25 @@ def test_the_users_state_folder_is_private_under_a_loose_umask(
     assert read_private(secrets / "s", "job secret") == "x"  # checked from home down
 
 
+def test_a_group_writable_folder_above_the_state_is_said_at_submit_time(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from hpcdist.jobs import state_dir
+
+    home = tmp_path / "home"
+    (home / ".local").mkdir(parents=True)
+    home.chmod(0o700)
+    monkeypatch.setenv("HOME", str(home))
+    monkeypatch.delenv("XDG_STATE_HOME", raising=False)
+    folder = tmp_path / "project"
+    folder.mkdir()
+    folder.chmod(0o2775)
+    assert state_dir("secrets", project_dir=folder).is_dir()  # ~/.local 0755: ok
+    (home / ".local").chmod(0o775)
+    with pytest.raises(PrivacyError, match=rf"'{home / '.local'}' is writable by group"):
+        state_dir("secrets", project_dir=folder)
+
+
 def test_rendered_script_keys_the_state_folder_as_python_does(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
