@@ -98,6 +98,8 @@ def project() -> Iterator[Path]:
         yield folder
     finally:
         shutil.rmtree(folder, ignore_errors=True)
+        # The shared folder's private state lives in the victim's own state folder.
+        shutil.rmtree(private_state_root(folder), ignore_errors=True)
 
 
 def hpcdist(
