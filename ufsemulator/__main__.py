@@ -16,6 +16,7 @@ from pathlib import Path
 
 from hpcdist.distributed import DistEnvError, DistributedInitError
 from hpcdist.distributed.protocol import MARKER_VAR, REQUEUE_EXIT_CODE
+from hpcdist.errors import UserError
 from hpcdist.state.private import create_exclusive, private_dir
 from ufsemulator.config import ConfigError
 from ufsemulator.data.makedays import parse_grid
@@ -133,7 +134,14 @@ def main(argv: list[str] | None = None) -> int:
         if args.command == "train":
             return _train(args)
         return _export(args)
-    except (ConfigError, DataError, CheckpointError, DistEnvError, FileNotFoundError) as exc:
+    except (
+        ConfigError,
+        DataError,
+        CheckpointError,
+        DistEnvError,
+        FileNotFoundError,
+        UserError,  # a folder or file of the run that another user could have replaced
+    ) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return EXIT_USAGE
     except DistributedInitError as exc:

@@ -30,7 +30,8 @@ from typing import Any
 
 from hpcdist.distributed.protocol import SECRET_HEX_DIGITS, SECRET_VAR
 from hpcdist.errors import UserError
-from hpcdist.state.private import create_exclusive, read_private
+from hpcdist.state.private import create_exclusive
+from hpcdist.state.trustedfile import read_private
 
 NONCE_BYTES = 16
 PROOF_BYTES = 32  # SHA-256

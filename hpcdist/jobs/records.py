@@ -22,8 +22,8 @@ from hpcdist.state.private import (
     PRIVATE_FILE_MODE,
     PrivacyError,
     check_private_chain,
-    read_private,
 )
+from hpcdist.state.trustedfile import read_private
 
 # States after which a job never runs again (sacct may add "by <uid>" to CANCELLED).
 FINAL_STATES = frozenset(

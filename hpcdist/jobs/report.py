@@ -20,7 +20,7 @@ from typing import Any
 from hpcdist.jobs.arrays import task_states
 from hpcdist.jobs.records import JobRecord, find_record, job_state, load_record
 from hpcdist.slurm.query import query_jobs
-from hpcdist.state.folders import jobs_root
+from hpcdist.state.folders import project_base
 
 # The lines a failing training leaves in its log, most telling first: ufsemulator's one-line
 # user errors, then the last line of a Python traceback.
@@ -63,7 +63,7 @@ def collect(job_id: str, project_dir: Path | None = None) -> list[Row]:
     record = find_record(job_id, project_dir)
     if record is None:
         return mark_best(_rows_from_slurm(job_id))
-    runs = jobs_root(project_dir).parent / "runs"
+    runs = project_base(project_dir) / "runs"
     ids = task_ids(record)
     states = _states(record, [task for task, _ in ids])
     rows = []

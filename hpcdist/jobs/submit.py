@@ -47,8 +47,9 @@ from hpcdist.spec.dependency import check_known
 from hpcdist.spec.jobspec import JOB_OPTIONS, Count, JobSpec
 from hpcdist.spec.sweep import points, task_command
 from hpcdist.state.fileutil import current_umask
-from hpcdist.state.folders import jobs_root, state_dir
+from hpcdist.state.folders import jobs_root, project_base, state_dir
 from hpcdist.state.private import replaceable_by_others, strict_umask
+from hpcdist.state.statehome import shared_reason
 
 EXECUTORS = ("auto", "slurm", "local")
 # submitit needs the task count when it submits; a script that counts GPUs at run time is
@@ -389,7 +390,14 @@ def carry_out(plan: SubmitPlan, project_dir: Path | None = None) -> Submission:
     # submitit's pickles run as this user when the job starts: their folder is ours alone.
     folder = state_dir("submitit", project_dir=project_dir) / "%j"
     shared = replaceable_by_others(root)
-    if shared is not None:
+    reason = shared_reason(project_base(project_dir))
+    if reason and shared is None:
+        print(
+            f"hpcdist: note: {reason}: this job's pickles, record and secret are kept in "
+            f"{root} (set HPCDIST_HOME to choose)",
+            file=sys.stderr,
+        )
+    elif shared is not None:
         print(
             f"hpcdist: warning: {shared} is writable by others: they could put their own "
             f"{root.name} in place of yours before the job starts; set HPCDIST_HOME to a "

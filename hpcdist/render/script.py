@@ -69,24 +69,31 @@ def protocol_context() -> dict[str, object]:
         "requeue_exit": protocol.REQUEUE_EXIT_CODE,
         "signal_var": protocol.SIGNAL_VAR,
         "marker_var": protocol.MARKER_VAR,
-        "marker_dir": protocol.MARKER_DIR,
+        "marker_dir": _below_state(protocol.MARKER_DIR),
         "run_dir_var": protocol.RUN_DIR_VAR,
         "restarts_var": protocol.RESTARTS_VAR,
         "inherited_patterns": "|".join(f"{p}*" for p in protocol.INHERITED_PREFIXES),
         "inherited_kept": "|".join(protocol.INHERITED_KEPT),
         "torchrun_port": torchrun_port_expression(),
         "secret_var": protocol.SECRET_VAR,
-        "secret_dir": protocol.SECRET_DIR,
+        "secret_dir": _below_state(protocol.SECRET_DIR),
+        "state_name": str(Path(protocol.SECRET_DIR).parent),
         "secret_bytes": protocol.SECRET_HEX_DIGITS // 2,
         "secret_shell_var": SECRET_SHELL_VAR,
     }
 
 
+def _below_state(path: str) -> str:
+    """``.hpcdist/secrets`` -> ``secrets``: scripts name folders below the state folder,
+    which is ``.hpcdist`` of the submit folder or the user's own (``hpcdist.state.statehome``)."""
+    return str(Path(path).relative_to(Path(protocol.SECRET_DIR).parent))
+
+
 def private_dirs(spec: JobSpec) -> list[str]:
-    """The private folders a script makes or checks, top first, below the submit folder."""
-    state = str(Path(protocol.SECRET_DIR).parent)
+    """The private folders a script makes or checks below the state folder (which it
+    makes and checks first)."""
     wanted = [protocol.SECRET_DIR, *([protocol.MARKER_DIR] if spec.requeue else [])]
-    return [state, *wanted]
+    return [_below_state(p) for p in wanted]
 
 
 def render(spec: JobSpec) -> str:

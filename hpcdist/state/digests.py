@@ -18,18 +18,19 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from hpcdist.state.folders import jobs_root
-from hpcdist.state.private import PrivacyError, read_private, write_private
+from hpcdist.state.private import PrivacyError, write_private
+from hpcdist.state.trustedfile import read_once, read_private
 
-CHUNK = 1 << 20
+
+def sha256_bytes(data: bytes) -> str:
+    """The SHA-256 of bytes, as hex: of the very bytes that are then written or loaded."""
+    return hashlib.sha256(data).hexdigest()
 
 
 def sha256_file(path: Path) -> str:
-    """The SHA-256 of a file's bytes, as hex."""
-    digest = hashlib.sha256()
-    with open(path, "rb") as handle:
-        while chunk := handle.read(CHUNK):
-            digest.update(chunk)
-    return digest.hexdigest()
+    """The SHA-256 of a file's bytes, as hex (one open, one read; for reports and tests:
+    what is loaded is hashed from its own bytes, never by path)."""
+    return read_once(Path(path)).sha256
 
 
 @dataclass(frozen=True)
@@ -48,7 +49,7 @@ class DigestBook:
         path = self.record_path(Path(target))
         if not os.path.lexists(path):
             return []
-        data = json.loads(read_private(path, "checkpoint digest record"))
+        data = json.loads(read_private(path, "checkpoint digest record", self.root))
         return [d for d in data.get("sha256", []) if isinstance(d, str)]
 
     def expect(self, target: Path, digest: str) -> None:
@@ -59,15 +60,15 @@ class DigestBook:
         """``target`` now holds the file of this digest."""
         self._write(target, [digest])
 
-    def problem(self, target: Path) -> str:
-        """Why ``target`` must not be resumed, "" if its digest is the recorded one."""
+    def problem(self, target: Path, actual: str) -> str:
+        """Why ``target``, read as bytes of SHA-256 ``actual``, must not be resumed; "" if
+        that digest is the recorded one."""
         try:
             accepted = self.accepted(target)
         except (OSError, ValueError, PrivacyError) as exc:
             return f"its digest record cannot be trusted ({exc})"
         if not accepted:
             return f"no digest of it was recorded in {str(self.folder)!r} (not written by you)"
-        actual = sha256_file(target)
         if actual not in accepted:
             return (
                 f"its SHA-256 {actual[:12]}... differs from the recorded {accepted[0][:12]}... "

@@ -34,7 +34,7 @@ def ownership_problem(uid: int, mode: int, my_uid: int) -> str:
     if stat.S_ISLNK(mode):
         return "is a symbolic link"
     if uid != my_uid:
-        return f"is owned by uid {uid} ({_user_name(uid)}), not by you (uid {my_uid})"
+        return f"is owned by uid {uid} ({user_name(uid)}), not by you (uid {my_uid})"
     writable = [
         who for who, bit in (("group", stat.S_IWGRP), ("others", stat.S_IWOTH)) if mode & bit
     ]
@@ -53,7 +53,7 @@ def check_owned(path: Path, what: str) -> None:
     """Raise PrivacyError unless ``path`` is this user's and nobody else can write it."""
     problem = path_problem(path)
     if problem:
-        raise PrivacyError(f"{what} {str(path)!r} {problem}; {_fix(path, problem)}")
+        raise PrivacyError(f"{what} {str(path)!r} {problem}; {fix_hint(path, problem)}")
 
 
 def private_dir(
@@ -136,17 +136,6 @@ def create_exclusive(path: Path, text: str) -> None:
         handle.write(text)
 
 
-def read_private(path: Path, what: str) -> str:
-    """The text of a file that must be this user's alone (a secret, a digest record)."""
-    fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | getattr(os, "O_CLOEXEC", 0))
-    with os.fdopen(fd, "r", encoding="utf-8") as handle:
-        info = os.fstat(handle.fileno())
-        problem = ownership_problem(info.st_uid, info.st_mode, os.geteuid())
-        if problem:
-            raise PrivacyError(f"{what} {str(path)!r} {problem}; {_fix(path, problem)}")
-        return handle.read()
-
-
 @contextlib.contextmanager
 def strict_umask() -> Iterator[None]:
     """Files and folders created inside (by us or by a library such as submitit) get no
@@ -158,7 +147,8 @@ def strict_umask() -> Iterator[None]:
         os.umask(previous)
 
 
-def _fix(path: Path, problem: str) -> str:
+def fix_hint(path: Path, problem: str) -> str:
+    """How to fix what ``ownership_problem`` found, in a few words."""
     if "writable" in problem:
         return f"run chmod go-w {str(path)!r} if its contents are yours, else remove it"
     if "symbolic link" in problem:
@@ -169,7 +159,7 @@ def _fix(path: Path, problem: str) -> str:
     )
 
 
-def _user_name(uid: int) -> str:
+def user_name(uid: int) -> str:
     try:
         import pwd
 

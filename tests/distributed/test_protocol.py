@@ -85,8 +85,13 @@ def test_rendered_script_uses_the_protocol_values() -> None:
     )
     assert f"export {protocol.SIGNAL_VAR}=USR1\n" in script
     assert 'submit_dir="${SLURM_SUBMIT_DIR:-$PWD}"\n' in script
-    assert f'export {protocol.MARKER_VAR}="${{submit_dir}}/{protocol.MARKER_DIR}/' in script
-    assert f'export {protocol.SECRET_VAR}="${{submit_dir}}/{protocol.SECRET_DIR}/' in script
+    # The state folder: .hpcdist of the submit folder, or the user's own for a shared one.
+    state = str(Path(protocol.SECRET_DIR).parent)
+    assert f'state_dir="${{submit_dir}}/{state}"\n' in script
+    marker = Path(protocol.MARKER_DIR).relative_to(state)
+    secret = Path(protocol.SECRET_DIR).relative_to(state)
+    assert f'export {protocol.MARKER_VAR}="${{state_dir}}/{marker}/' in script
+    assert f'export {protocol.SECRET_VAR}="${{state_dir}}/{secret}/' in script
     assert f'[ "$status" -eq {protocol.REQUEUE_EXIT_CODE} ]' in script
     seed = protocol.port_seed_shell("hpcdist_secret")
     assert f"MASTER_PORT={protocol.port_shell_expression(seed, '0')}\n" in script

@@ -61,6 +61,18 @@ def _symlink(target: str, link: str) -> None:
     os.symlink(target, link)
 
 
+def _exchange(first: str, second: str) -> None:
+    """Swap two names atomically (``renameat2(RENAME_EXCHANGE)``), as in the attacks on a
+    folder's name between a check and a read."""
+    import ctypes
+
+    libc = ctypes.CDLL(None, use_errno=True)
+    at_fdcwd, rename_exchange = -100, 2
+    if libc.renameat2(at_fdcwd, first.encode(), at_fdcwd, second.encode(), rename_exchange):
+        errno = ctypes.get_errno()
+        raise OSError(errno, os.strerror(errno), first)
+
+
 def _listen(*ports: str) -> None:
     """Squat the given ports on every interface until killed."""
     sockets = []
@@ -100,6 +112,7 @@ ACTIONS = {
     "overwrite": _overwrite,
     "read": _read,
     "symlink": _symlink,
+    "exchange": _exchange,
     "listen": _listen,
     "join": _join,
 }

@@ -28,6 +28,7 @@ import pytest
 from hpcdist.distributed.protocol import derive_port
 from hpcdist.render.script import render
 from hpcdist.spec.options import spec_from_options
+from hpcdist.state.statehome import private_state_root
 from tests.integration.conftest import REPO_ROOT, SlurmCluster, run_slurm, sbatch, slurm_env
 
 HPCDIST = [sys.executable, "-m", "hpcdist.cli.main"]
@@ -97,6 +98,8 @@ def project() -> Iterator[Path]:
         yield folder
     finally:
         shutil.rmtree(folder, ignore_errors=True)
+        # The shared folder's private state lives in the victim's own state folder.
+        shutil.rmtree(private_state_root(folder), ignore_errors=True)
 
 
 def hpcdist(
@@ -154,16 +157,21 @@ def _release_and_wait(job_id: int, job_state_timeout: float = 120) -> str:
 # ------------------------------------------------------------------ pickle replacement
 
 
-def test_pickle_replacement_submitit_folder_of_another_user_is_refused(
+def test_pickle_replacement_submitit_folder_of_another_user_is_never_used(
     slurm_cluster: SlurmCluster, attacker: Attacker, project: Path
 ) -> None:
     # The attacker prepares a world-writable submitit folder for the victim's next job.
     assert attacker.run("mkdir", str(project / ".hpcdist" / "submitit")).returncode == 0
     proc = hpcdist("submit", "--mode", "threads", "--command", "true", cwd=project)
-    line = one_line(proc)
-    assert f"{project / '.hpcdist'}" in line and f"uid {attacker.uid} ({attacker.name})" in line
-    assert "HPCDIST_HOME" in line  # how to fix it
-    assert list((project / ".hpcdist" / "submitit").iterdir()) == []  # no pickle written
+    assert proc.returncode == 0, proc.stderr
+    # The shared folder's state lives in the victim's own state folder: said in one line.
+    root = private_state_root(project)
+    assert f"hpcdist: note: '{project}' can be written by others" in proc.stderr
+    assert str(root) in proc.stderr
+    assert list((project / ".hpcdist" / "submitit").iterdir()) == []  # nothing written there
+    job_id = re.findall(r"Submitted job (\d+)", proc.stdout)[0]
+    assert list((root / "submitit" / job_id).glob("*.pkl"))
+    run_slurm("scancel", job_id, check=False)
 
 
 def test_pickle_replacement_in_the_victims_own_folder_is_denied(
@@ -171,16 +179,18 @@ def test_pickle_replacement_in_the_victims_own_folder_is_denied(
 ) -> None:
     proc = hpcdist("submit", "--mode", "threads", "--command", "true", cwd=project)
     assert proc.returncode == 0, proc.stderr
-    # The shared folder itself could have .hpcdist renamed away: submit says so.
-    assert f"hpcdist: warning: {project} is writable by others" in proc.stderr
+    # The shared folder itself could have .hpcdist renamed away: the state is kept elsewhere.
+    assert f"hpcdist: note: '{project}' can be written by others" in proc.stderr
     job_id = re.findall(r"Submitted job (\d+)", proc.stdout)[0]
-    folder = project / ".hpcdist" / "submitit" / job_id
+    root = private_state_root(project)
+    folder = root / "submitit" / job_id
     pickles = list(folder.glob("*.pkl"))
     assert pickles
     assert {oct(p.stat().st_mode & 0o777) for p in pickles} == {"0o600"}
-    for level in (project / ".hpcdist", project / ".hpcdist" / "submitit", folder):
+    for level in (root, root / "submitit", folder):
         assert level.stat().st_mode & 0o777 == 0o700, level
-    secrets = list((project / ".hpcdist" / "secrets").iterdir())
+    assert not (project / ".hpcdist").exists()
+    secrets = list((root / "secrets").iterdir())
     assert secrets and all(s.stat().st_mode & 0o777 == 0o600 for s in secrets)
     # The attacker can neither replace the pickle nor read the job's --env values.
     replaced = attacker.run("write", str(pickles[0]), "cos\nsystem\n(S'id'\ntR.")
@@ -208,7 +218,8 @@ def test_planted_checkpoint_in_a_run_folder_of_another_user_fails_the_job(
     assert attacker.run("write", str(run_dir / "checkpoint.pt"), "planted").returncode == 0
     assert _release_and_wait(job_id) == "FAILED"
     log = _log(project, "victim", job_id)
-    assert f"run folder '{run_dir}' is owned by uid {attacker.uid}" in log, log
+    # runs/ itself is the attacker's (made with runs/<job id>): the first folder refused.
+    assert f"run folder '{run_dir.parent}' is owned by uid {attacker.uid}" in log, log
     assert "refusing to write or resume there" in log
     assert "Training completed" not in log
 
@@ -226,7 +237,8 @@ def test_checkpoint_changed_in_place_is_not_resumed(
     run_dir.mkdir(parents=True)
     checkpoint = run_dir / "checkpoint.pt"
     checkpoint.write_bytes(b"the victim's checkpoint")
-    book = DigestBook(project / ".hpcdist" / "digests", project / ".hpcdist")
+    root = private_state_root(project)  # the shared folder's state, in the victim's own
+    book = DigestBook(root / "digests", root)
     from hpcdist.state.digests import sha256_file
 
     book.settle(checkpoint, sha256_file(checkpoint))  # as the victim's writer records it
@@ -234,6 +246,7 @@ def test_checkpoint_changed_in_place_is_not_resumed(
     planted = project / "planted.bin"
     planted.write_bytes(b"the attacker's model")
     assert attacker.run("overwrite", str(checkpoint), str(planted)).returncode == 0
+    checkpoint.chmod(0o644)  # the mode fixed; the bytes are still the attacker's
     command = "python3 -m ufsemulator train --config cfg.yaml --run-dir runs/mine"
     job = sbatch(_script(project, "victim2", "threads", command), cwd=project, timeout=240)
     log = _log(project, "victim2", job.job_id)
@@ -317,7 +330,7 @@ def test_squatting_the_ports_of_the_job_id_does_not_stop_the_job(
 # ------------------------------------------------------- marker, record, profile
 
 
-def test_symlinked_requeue_marker_in_a_planted_state_folder_is_refused(
+def test_symlinked_requeue_marker_in_a_planted_state_folder_is_never_used(
     slurm_cluster: SlurmCluster, attacker: Attacker, project: Path
 ) -> None:
     victim_file = project / "victim-owned.txt"
@@ -329,10 +342,13 @@ def test_symlinked_requeue_marker_in_a_planted_state_folder_is_refused(
     assert attacker.run("mkdir", str(requeue)).returncode == 0
     link = requeue / str(job_id)
     assert attacker.run("symlink", str(victim_file), str(link)).returncode == 0
-    assert _release_and_wait(job_id) == "FAILED"
+    assert _release_and_wait(job_id) == "COMPLETED"
     log = _log(project, "marker", job_id)
-    assert f"hpcdist: refusing {project / '.hpcdist'}: owned by {attacker.name}" in log, log
+    # The script keeps its state in the victim's own state folder, as submit does.
+    assert f"hpcdist: note: {project} can be written by others (owner root, mode 777)" in log
+    assert str(private_state_root(project)) in log
     assert victim_file.read_text() == "precious\n"
+    assert link.is_symlink()  # never followed, never removed
 
 
 def test_forged_job_record_cannot_make_cancel_kill_a_process(
@@ -353,7 +369,9 @@ def test_forged_job_record_cannot_make_cancel_kill_a_process(
         )
         assert attacker.run("write", str(jobs / f"{victim.pid}.json"), forged).returncode == 0
         line = one_line(hpcdist("cancel", str(victim.pid), cwd=project))
-        assert f"{project / '.hpcdist'}" in line and f"uid {attacker.uid}" in line
+        # The shared folder's records are the victim's own state folder's: the forged one
+        # is not even read.
+        assert f"job '{victim.pid}' was not submitted from this folder" in line
         assert victim.poll() is None  # still running
     finally:
         victim.kill()
@@ -367,10 +385,11 @@ def test_foreign_profile_is_refused_unless_trusted(
     setup = "setup: ['touch /tmp/pwned-by-profile']\n"
     assert attacker.run("write", str(profile), setup).returncode == 0
     line = one_line(hpcdist("render", "--profile", "./site.yaml", cwd=project))
-    assert f"profile '{profile}' is owned by uid {attacker.uid}" in line
-    assert "--trust-profile" in line
+    # The folder comes first: one that others can write is no place for a trusted file.
+    assert f"the folder of profile '{profile}', '{project}', is writable by group and" in line
+    assert "owner root (uid 0), mode 0777" in line and "--trust-profile" in line
     line = one_line(hpcdist("render", cwd=project, env={"HPCDIST_PROFILE": str(profile)}))
-    assert f"uid {attacker.uid}" in line
+    assert f"'{project}', is writable by group and others" in line
     # A bare name is never the current folder's file.
     line = one_line(hpcdist("render", "--profile", "site.yaml", cwd=project))
     assert "is not a shipped profile" in line and "write ./site.yaml" in line
@@ -379,3 +398,131 @@ def test_foreign_profile_is_refused_unless_trusted(
     assert f"profile site ({profile})" in trusted.stdout  # the header names the file
     assert "touch /tmp/pwned-by-profile" in trusted.stdout
     assert not os.path.exists("/tmp/pwned-by-profile")
+
+
+# ------------------------------------------ races between a check and a read (made exact)
+#
+# Each race is made deterministic with HPCDIST_TEST_PAUSE=LABEL:FOLDER: the victim stops
+# right after it opened and checked the file (where a check-then-reopen design would open
+# it again), the attacker swaps the names, the test lets the victim go on.
+
+
+def _wait_for(path: Path, timeout: float = 180) -> None:
+    deadline = time.monotonic() + timeout
+    while not path.exists():
+        assert time.monotonic() < deadline, f"{path} never appeared"
+        time.sleep(0.1)
+
+
+RESUME_CONFIG = "data: {mask: ocean}\ntraining: {epochs: %d, early_stopping_patience: 0}\n"
+
+
+def test_checkpoint_swapped_between_check_and_load_is_not_loaded_and_not_written_to(
+    slurm_cluster: SlurmCluster, attacker: Attacker, project: Path
+) -> None:
+    (project / "two.yaml").write_text(RESUME_CONFIG % 2)
+    (project / "four.yaml").write_text(RESUME_CONFIG % 4)
+    first = "python3 -m ufsemulator train --config two.yaml --run-dir runs/r"
+    job = sbatch(_script(project, "first", "threads", first), cwd=project, timeout=240)
+    assert job.returncode == 0, _log(project, "first", job.job_id)
+    mine = (project / "runs" / "r" / "checkpoint.pt").read_bytes()
+    # The attacker's folder beside runs/, with her checkpoint at the same place.
+    evil = project / "evil"
+    assert attacker.run("mkdir", str(evil / "r")).returncode == 0
+    assert attacker.run("write", str(evil / "r" / "checkpoint.pt"), "planted").returncode == 0
+    hooks = project / "hooks"
+    hooks.mkdir()
+    hooks.chmod(0o777)
+    command = "python3 -m ufsemulator train --config four.yaml --run-dir runs/r"
+    pause = f"--export=ALL,HPCDIST_TEST_PAUSE=resume-read:{hooks}"
+    job = sbatch(_script(project, "again", "threads", command), pause, wait=False, cwd=project)
+    _wait_for(hooks / "resume-read.ready")  # the checkpoint is open and checked
+    swapped = attacker.run("exchange", str(project / "runs"), str(evil))
+    assert swapped.returncode == 0, swapped.stdout
+    (hooks / "resume-read.go").touch()
+    from tests.integration.conftest import job_state
+
+    state = job_state(job.job_id, timeout=180)
+    log = _log(project, "again", job.job_id)
+    # It resumed the victim's own bytes (those checked), not the attacker's file...
+    assert "Resuming from runs/r/checkpoint.pt (epoch 2, restart 0)" in log, log
+    # ...and its next checkpoint went nowhere near the attacker's folder: one line, failed.
+    assert state == "FAILED", log
+    said = f"'{project / 'runs'}' is owned by uid {attacker.uid} ({attacker.name})"
+    errors = [line for line in log.splitlines() if said in line]
+    assert len(errors) == 1 and "error: checkpoint folder" in errors[0], log
+    assert (project / "runs" / "r" / "checkpoint.pt").read_bytes() == b"planted"
+    assert (evil / "r" / "checkpoint.pt").read_bytes() == mine  # the victim's, untouched
+
+
+SITE = "setup: ['echo {who}-SETUP ran as $(id -un)']\n"
+
+
+def test_profile_swapped_between_check_and_read_is_not_what_runs(
+    slurm_cluster: SlurmCluster, attacker: Attacker, project: Path
+) -> None:
+    # In the shared folder itself: refused before anything is read, naming the folder.
+    (project / "site.yaml").write_text(SITE.format(who="ALICE"))
+    line = one_line(hpcdist("render", "--profile", "./site.yaml", cwd=project))
+    assert f"'{project}', is writable by group and others" in line
+    assert "owner root (uid 0)" in line
+    # In a folder of the victim's alone, checked; the names are swapped after the check
+    # (the folder opened to the attacker only then, so that the swap can happen at all).
+    folder = project / "alice"
+    folder.mkdir(mode=0o755)
+    (folder / "site.yaml").write_text(SITE.format(who="ALICE"))
+    hers = attacker.run("write", str(project / "evil.yaml"), SITE.format(who="MALLORY"))
+    assert hers.returncode == 0, hers.stdout
+    hooks = project / "hooks"
+    hooks.mkdir()
+    render_argv = [*HPCDIST, "render", "--profile", "./alice/site.yaml"]
+    env = slurm_env({"HPCDIST_TEST_PAUSE": f"profile:{hooks}"})
+    victim = subprocess.Popen(
+        render_argv, cwd=project, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+    )
+    try:
+        _wait_for(hooks / "profile.ready", timeout=60)
+        folder.chmod(0o777)
+        os.rename(project / "evil.yaml", folder / "evil.yaml")  # hers, beside the victim's
+        swapped = attacker.run("exchange", str(folder / "site.yaml"), str(folder / "evil.yaml"))
+        assert swapped.returncode == 0, swapped.stdout
+        (hooks / "profile.go").touch()
+        out, err = victim.communicate(timeout=60)
+    finally:
+        victim.kill()
+    assert victim.returncode == 0, err
+    assert "echo ALICE-SETUP" in out and "MALLORY" not in out
+    # Once swapped, the next read is refused in one line naming the file and its owner.
+    folder.chmod(0o755)
+    line = one_line(hpcdist("render", "--profile", "./alice/site.yaml", cwd=project))
+    assert f"profile '{folder / 'site.yaml'}' is owned by uid {attacker.uid}" in line
+
+
+PWNED = "/tmp/hpcdist-pickle-pwned"
+
+
+def test_pickle_planted_in_the_shared_folder_never_runs(
+    slurm_cluster: SlurmCluster, attacker: Attacker, project: Path
+) -> None:
+    Path(PWNED).unlink(missing_ok=True)
+    # A held job that the victim's job waits for: the plant surely comes before it starts.
+    gate = _held(project, _script(project, "gate", "threads", "true"))
+    proc = hpcdist(
+        "submit", "--mode", "threads", "--command", "true", "--after", str(gate), cwd=project
+    )
+    assert proc.returncode == 0, proc.stderr
+    notes = [line for line in proc.stderr.splitlines() if line.startswith("hpcdist: note:")]
+    assert len(notes) == 1 and str(private_state_root(project)) in notes[0], proc.stderr
+    assert f"'{project}' can be written by others (owner root, mode 0777)" in notes[0]
+    job_id = re.findall(r"Submitted job (\d+)", proc.stdout)[0]
+    # What the attack did: rename .hpcdist away and plant one whose pickle runs a command.
+    planted = project / ".hpcdist" / "submitit" / job_id
+    assert attacker.run("mkdir", str(planted)).returncode == 0
+    evil = f"cos\nsystem\n(S'touch {PWNED}'\ntR."
+    for name in (f"{job_id}_submitted.pkl", f"{job_id}_0_submitted.pkl"):
+        assert attacker.run("write", str(planted / name), evil).returncode == 0
+    from tests.integration.conftest import job_state
+
+    assert _release_and_wait(gate) == "COMPLETED"
+    assert job_state(int(job_id), timeout=180) == "COMPLETED"
+    assert not os.path.exists(PWNED)

@@ -28,7 +28,7 @@ def test_sha256_file(tmp_path: Path) -> None:
 def test_saved_checkpoint_is_recorded_and_accepted(tmp_path: Path, book: DigestBook) -> None:
     path = save_checkpoint({"w": torch.ones(3)}, tmp_path / "run" / "checkpoint.pt", book)
     assert book.accepted(path) == [sha256_file(path)]
-    assert book.problem(path) == ""
+    assert book.problem(path, sha256_file(path)) == ""
     record = book.record_path(path)
     assert stat.S_IMODE(record.stat().st_mode) == 0o600
     assert stat.S_IMODE(record.parent.stat().st_mode) == 0o700
@@ -37,13 +37,13 @@ def test_saved_checkpoint_is_recorded_and_accepted(tmp_path: Path, book: DigestB
 def test_changed_checkpoint_is_refused(tmp_path: Path, book: DigestBook) -> None:
     path = save_checkpoint({"w": torch.ones(3)}, tmp_path / "checkpoint.pt", book)
     torch.save({"w": torch.full((3,), 7.0)}, path)  # same name, planted weights
-    assert "differs from the recorded" in book.problem(path)
+    assert "differs from the recorded" in book.problem(path, sha256_file(path))
 
 
 def test_checkpoint_without_record_is_refused(tmp_path: Path, book: DigestBook) -> None:
     path = tmp_path / "checkpoint.pt"
     torch.save({"w": torch.ones(3)}, path)
-    assert "no digest of it was recorded" in book.problem(path)
+    assert "no digest of it was recorded" in book.problem(path, sha256_file(path))
 
 
 def test_a_crash_between_expect_and_rename_leaves_both_files_acceptable(
@@ -53,21 +53,21 @@ def test_a_crash_between_expect_and_rename_leaves_both_files_acceptable(
     path.write_bytes(b"old")
     book.settle(path, sha256_file(path))
     book.expect(path, hashlib.sha256(b"new").hexdigest())  # then the process dies
-    assert book.problem(path) == ""
+    assert book.problem(path, sha256_file(path)) == ""
     path.write_bytes(b"new")
-    assert book.problem(path) == ""
+    assert book.problem(path, sha256_file(path)) == ""
     book.settle(path, sha256_file(path))
     path.write_bytes(b"old")
-    assert book.problem(path) != ""
+    assert book.problem(path, sha256_file(path)) != ""
 
 
 def test_writer_records_every_name_it_writes(tmp_path: Path, book: DigestBook) -> None:
     paths = [tmp_path / "checkpoint.pt", tmp_path / "best_model.pt"]
     write_all({"w": torch.ones(2)}, paths, book)
-    assert [book.problem(p) for p in paths] == ["", ""]
+    assert [book.problem(p, sha256_file(p)) for p in paths] == ["", ""]
 
 
 def test_a_record_others_can_write_is_not_trusted(tmp_path: Path, book: DigestBook) -> None:
     path = save_checkpoint({"w": torch.ones(3)}, tmp_path / "checkpoint.pt", book)
     book.record_path(path).chmod(0o666)
-    assert "cannot be trusted" in book.problem(path)
+    assert "cannot be trusted" in book.problem(path, sha256_file(path))

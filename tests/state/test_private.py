@@ -15,9 +15,9 @@ from hpcdist.state.private import (
     create_exclusive,
     ownership_problem,
     private_dir,
-    read_private,
     write_private,
 )
+from hpcdist.state.trustedfile import read_private
 
 ME = 1000
 DIR, FILE, LINK = stat.S_IFDIR, stat.S_IFREG, stat.S_IFLNK
@@ -108,7 +108,7 @@ def test_read_private_refuses_a_writable_file_and_a_link(tmp_path: Path) -> None
     with pytest.raises(PrivacyError, match=r"job secret .* is writable by group and others"):
         read_private(path, "job secret")
     (tmp_path / "link").symlink_to(path)
-    with pytest.raises(OSError):
+    with pytest.raises(PrivacyError, match=r"job secret .*link' is a symbolic link"):
         read_private(tmp_path / "link", "job secret")
 
 

@@ -9,55 +9,113 @@ disk; what the dict holds is ``ufsemulator.checkpoints.state.TrainingState`` (it
 from __future__ import annotations
 
 import contextlib
+import io
 import os
 import pickle
 import random
-import tempfile
 import zipfile
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 import torch
 
-from hpcdist.state.digests import DigestBook, sha256_file
+from hpcdist.state.digests import DigestBook, sha256_bytes
 from hpcdist.state.fileutil import umask_mode
+from hpcdist.state.private import PrivacyError
+from hpcdist.state.trustedfile import Refused, open_folder, pause, read_once, write_at
 from ufsemulator.errors import CheckpointError
 
 REQUIRED_KEYS = ("model", "model_config", "epoch", "config")
 
 
+def checkpoint_bytes(state: Mapping[str, Any]) -> bytes:
+    """A state as the bytes of a checkpoint file: what is hashed is what is written."""
+    buffer = io.BytesIO()
+    torch.save(dict(state), buffer)
+    return buffer.getvalue()
+
+
+def checkpoint_mode() -> int:
+    """What the umask allows, never group- or other-writable: a file others could rewrite
+    would not be resumed."""
+    return umask_mode() & ~0o022
+
+
 def save_checkpoint(
-    state: Mapping[str, Any], path: str | Path, digests: DigestBook | None = None
+    state: Mapping[str, Any],
+    path: str | Path,
+    digests: DigestBook | None = None,
+    anchor: Path | None = None,
 ) -> Path:
     """Write ``state`` to ``path`` so that a crash at any moment leaves either the old
     file or the new one, never a torn one: temp file in the same directory, fsync,
-    ``os.replace`` (atomic on POSIX within one file system), fsync of the directory.
+    rename (atomic on POSIX within one file system), fsync of the directory.
 
-    With ``digests``, the file's SHA-256 is recorded there (around the rename), so that
-    auto-resume can tell this file from one another user put in its place."""
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp_name = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
-    try:
-        os.fchmod(fd, umask_mode())  # mkstemp's 0600, widened as far as the umask allows
-        with os.fdopen(fd, "wb") as handle:
-            torch.save(dict(state), handle)
-            handle.flush()
-            os.fsync(handle.fileno())
-        digest = sha256_file(Path(tmp_name)) if digests is not None else ""
-        if digests is not None:
-            digests.expect(path, digest)
-        os.replace(tmp_name, path)
-        if digests is not None:
-            digests.settle(path, digest)
-    except BaseException:
-        with contextlib.suppress(OSError):
-            os.unlink(tmp_name)
-        raise
-    _fsync_dir(path.parent)
+    The folder is opened once, walked to from ``anchor`` (the working folder, whose own
+    mode is not checked; None: the folder itself is the start and must be the user's
+    alone), every folder below checked by what was opened; the temporary file and the
+    rename go through that descriptor, so a rename of a folder meanwhile cannot move the
+    write elsewhere. With ``digests``, the SHA-256 of the very bytes written is recorded
+    there (around the rename), so that auto-resume can tell this file from another."""
+    path = Path(os.path.abspath(path))
+    write_bytes(checkpoint_bytes(state), [path], digests, anchor)
     return path
+
+
+def write_bytes(
+    data: bytes, paths: list[Path], digests: DigestBook | None = None, anchor: Path | None = None
+) -> None:
+    """``data`` as every file of ``paths`` (see ``save_checkpoint``); files of one folder
+    after the first are further names of it (hard links), where the file system allows."""
+    digest = sha256_bytes(data) if digests is not None else ""
+    mode = checkpoint_mode()
+    first: dict[Path, str] = {}  # folder -> the name written there
+    for path in (Path(os.path.abspath(p)) for p in paths):
+        folder = path.parent
+        if anchor is None:
+            folder.mkdir(parents=True, exist_ok=True)
+        with _checked_folder(folder, anchor) as fd:
+            pause("checkpoint-write")
+            if digests is not None:
+                digests.expect(path, digest)
+            if folder not in first or not _link_at(fd, first[folder], path.name):
+                write_at(fd, path.name, data, mode)
+                first.setdefault(folder, path.name)
+            if digests is not None:
+                digests.settle(path, digest)
+
+
+@contextlib.contextmanager
+def _checked_folder(folder: Path, anchor: Path | None) -> Iterator[int]:
+    try:
+        fd = open_folder(folder, anchor, "checkpoint folder", check_root=anchor is None)
+    except Refused as exc:
+        raise PrivacyError(
+            f"checkpoint folder {str(exc.path)!r} {exc.problem}; refusing to write the "
+            "checkpoint there (was the run folder replaced while the job ran?)"
+        ) from exc
+    try:
+        yield fd
+    finally:
+        os.close(fd)
+
+
+def _link_at(dir_fd: int, existing: str, name: str) -> bool:
+    tmp = f".{name}.{os.getpid()}.link"
+    try:
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(tmp, dir_fd=dir_fd)
+        os.link(existing, tmp, src_dir_fd=dir_fd, dst_dir_fd=dir_fd, follow_symlinks=False)
+        os.replace(tmp, name, src_dir_fd=dir_fd, dst_dir_fd=dir_fd)
+    except OSError:
+        with contextlib.suppress(OSError):
+            os.unlink(tmp, dir_fd=dir_fd)
+        return False
+    with contextlib.suppress(OSError):
+        os.fsync(dir_fd)
+    return True
 
 
 def _fsync_dir(directory: Path) -> None:
@@ -75,24 +133,36 @@ def _fsync_dir(directory: Path) -> None:
 
 
 def load_checkpoint(path: str | Path) -> dict[str, Any]:
-    """Load a checkpoint on the CPU; any unreadable file is a ``CheckpointError`` naming it."""
+    """Load a checkpoint on the CPU, opened and read once; any unreadable file is a
+    ``CheckpointError`` naming it."""
     path = Path(path)
-    if not path.is_file():
-        raise CheckpointError(f"checkpoint '{path}' does not exist")
-    if not zipfile.is_zipfile(path):  # also what a truncated file looks like
+    try:
+        data = read_once(path).data
+    except FileNotFoundError as exc:
+        raise CheckpointError(f"checkpoint '{path}' does not exist") from exc
+    except OSError as exc:
+        raise CheckpointError(f"checkpoint '{path}' cannot be read ({exc})") from exc
+    return load_checkpoint_bytes(data, path)
+
+
+def load_checkpoint_bytes(data: bytes, path: str | Path) -> dict[str, Any]:
+    """A checkpoint from its bytes (those that were checked and hashed), on the CPU; ``path``
+    only names it in errors."""
+    buffer = io.BytesIO(data)
+    if not zipfile.is_zipfile(buffer):  # also what a truncated file looks like
         raise CheckpointError(
             f"checkpoint '{path}' is truncated or not a checkpoint (no complete torch zip file)"
         )
     try:
         # torch does not check the CRCs it writes: a flipped byte would load as a weight.
-        with zipfile.ZipFile(path) as archive:
+        with zipfile.ZipFile(buffer) as archive:
             bad_member = archive.testzip()
     except (OSError, zipfile.BadZipFile) as exc:
         raise CheckpointError(f"checkpoint '{path}' is damaged ({exc})") from exc
     if bad_member is not None:
         raise CheckpointError(f"checkpoint '{path}' is damaged (CRC mismatch in {bad_member})")
     try:
-        state = torch.load(path, map_location="cpu", weights_only=True)
+        state = torch.load(io.BytesIO(data), map_location="cpu", weights_only=True)
     except pickle.UnpicklingError as exc:
         raise CheckpointError(
             f"checkpoint '{path}' holds objects other than tensors and plain values; "

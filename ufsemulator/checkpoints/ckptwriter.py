@@ -11,23 +11,26 @@ disk, which the loop does before it reports a stop and at its end.
 
 from __future__ import annotations
 
-import os
 import threading
 from pathlib import Path
 from typing import Any
 
 import torch
 
-from hpcdist.state.digests import DigestBook, sha256_file
-from ufsemulator.checkpoints.checkpoint import _fsync_dir, save_checkpoint
+from hpcdist.state.digests import DigestBook
+from ufsemulator.checkpoints.checkpoint import (
+    checkpoint_bytes,
+    write_bytes,
+)
 
 
 class CheckpointWriter:
     """States in order, the newest per file. ``submit`` takes a snapshot (the live weights
     move on) and returns at once; ``wait`` (or ``close``) before anything needs the files."""
 
-    def __init__(self, digests: DigestBook | None = None) -> None:
+    def __init__(self, digests: DigestBook | None = None, anchor: Path | None = None) -> None:
         self.digests = digests  # where each file's SHA-256 is recorded (None: nowhere)
+        self.anchor = anchor  # the working folder the run folder is reached from
         self._cond = threading.Condition()
         self._queue: list[tuple[dict[str, Any], list[Path]]] = []
         self._busy = False
@@ -63,7 +66,7 @@ class CheckpointWriter:
                 state, paths = self._queue.pop(0)
                 self._busy = True
             try:
-                write_all(state, paths, self.digests)
+                write_all(state, paths, self.digests, self.anchor)
             except BaseException as exc:  # reported by wait(), in the training's thread
                 with self._cond:
                     self._error = self._error or exc
@@ -110,25 +113,15 @@ def snapshot(value: Any) -> Any:
     return value  # numbers and strings
 
 
-def write_all(state: dict[str, Any], paths: list[Path], digests: DigestBook | None = None) -> None:
-    """The first file is serialised; the others become further names of it (same bytes,
-    already on disk), atomically replaced like any checkpoint. A later replacement of the
-    first file leaves them as they are. Where hard links fail, they are written too.
-    With ``digests``, every file's SHA-256 is recorded there."""
-    first = save_checkpoint(state, paths[0], digests)
-    digest = sha256_file(first) if digests is not None and len(paths) > 1 else ""
-    for path in paths[1:]:
-        tmp = path.with_name(f".{path.name}.{os.getpid()}.link")
-        try:
-            tmp.unlink(missing_ok=True)
-            os.link(first, tmp)
-            if digests is not None:
-                digests.expect(path, digest)
-            os.replace(tmp, path)
-            if digests is not None:
-                digests.settle(path, digest)
-        except OSError:
-            tmp.unlink(missing_ok=True)
-            save_checkpoint(state, path, digests)
-        else:
-            _fsync_dir(path.parent)
+def write_all(
+    state: dict[str, Any],
+    paths: list[Path],
+    digests: DigestBook | None = None,
+    anchor: Path | None = None,
+) -> None:
+    """The state is serialised once; the first file of a folder is written, the others
+    there become further names of it (same bytes, already on disk), atomically replaced
+    like any checkpoint, and written too where hard links fail. A later replacement of the
+    first file leaves them as they are. With ``digests``, the SHA-256 of those bytes is
+    recorded for every file. ``anchor``: see ``save_checkpoint``."""
+    write_bytes(checkpoint_bytes(state), paths, digests, anchor)

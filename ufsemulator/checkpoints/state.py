@@ -19,7 +19,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from ufsemulator.checkpoints.checkpoint import load_checkpoint
+from ufsemulator.checkpoints.checkpoint import load_checkpoint, load_checkpoint_bytes
 from ufsemulator.config import Config
 from ufsemulator.errors import CheckpointError
 from ufsemulator.model.emulator import ModelConfig
@@ -184,3 +184,8 @@ def checkpoint_keys() -> tuple[str, ...]:
 def read_state(path: str | Path) -> TrainingState:
     """The training state in the checkpoint file ``path`` (on the CPU)."""
     return TrainingState.from_dict(load_checkpoint(path), path)
+
+
+def state_from_bytes(data: bytes, path: str | Path) -> TrainingState:
+    """The training state in a checkpoint's bytes (those that were checked and hashed)."""
+    return TrainingState.from_dict(load_checkpoint_bytes(data, path), path)

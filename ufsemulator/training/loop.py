@@ -52,6 +52,7 @@ from ufsemulator.training.parallel import (
     wrap,
 )
 from ufsemulator.training.progress import Progress
+from ufsemulator.training.runfiles import run_anchor
 from ufsemulator.training.stepgraph import GraphedSteps
 from ufsemulator.training.summary import LoopTimes, RunSummary, Status
 
@@ -163,7 +164,10 @@ class Loop:
         on_gpu = ctx.device.type == "cuda" and grouped()
         self._flag_group = dist.new_group(backend="gloo") if on_gpu else None
         # Every checkpoint's SHA-256 goes to the private state: auto-resume trusts only those.
-        self._writer = CheckpointWriter(default_book()) if ctx.is_main else None
+        # Every write walks to the run folder from the working folder again, checking each
+        # folder it opens: a run folder swapped for another user's is refused, not written.
+        anchor = run_anchor(run_dir)
+        self._writer = CheckpointWriter(default_book(), anchor) if ctx.is_main else None
         self.times = LoopTimes()
 
     def _steps_per_epoch(self) -> int:

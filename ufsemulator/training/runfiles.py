@@ -12,6 +12,7 @@ leave it to their callers.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import time
@@ -25,7 +26,8 @@ from hpcdist.distributed import DistContext
 from hpcdist.distributed.protocol import RUN_DIR_VAR
 from hpcdist.state.digests import default_book
 from hpcdist.state.fileutil import write_atomic
-from hpcdist.state.private import PrivacyError, path_problem
+from hpcdist.state.private import PrivacyError
+from hpcdist.state.trustedfile import Refused, TrustedBytes, folder_fd, read_at
 from ufsemulator.config import Config
 from ufsemulator.data.sources import PathSpec, expand_paths
 from ufsemulator.data.synthfiles import make_synthetic
@@ -66,15 +68,40 @@ def default_run_dir(environ: Mapping[str, str] | None = None, base: Path | None 
     return (base if base is not None else Path.cwd()) / "runs" / name
 
 
+def run_anchor(run_dir: Path) -> Path:
+    """The working folder a run folder is reached from: the current folder for a run
+    folder below it (so ``runs/`` is checked as well as ``runs/<id>``), else the run
+    folder's parent. Its own mode is not checked: a project folder may be shared."""
+    path, cwd = Path(os.path.abspath(run_dir)), Path.cwd()
+    return cwd if cwd in path.parents else path.parent
+
+
+RUN_DIR_MODE = 0o755
+
+
+def make_run_dir(path: Path) -> None:
+    """Every missing folder from the anchor down, each created 0755 under the umask: never
+    group-writable, whatever the umask's group bits allow (``mkdir -p`` would make the
+    parents 0775 under a umask of 002)."""
+    path = Path(os.path.abspath(path))
+    anchor = run_anchor(path)
+    for folder in [*reversed(path.relative_to(anchor).parents), path.relative_to(anchor)]:
+        if str(folder) != ".":
+            with contextlib.suppress(FileExistsError):
+                os.mkdir(anchor / folder, RUN_DIR_MODE)
+
+
 def resolve_run_dir(
     ctx: DistContext, config: Config, given: str | Path | None, resume: str | Path | None
 ) -> Path:
     """Explicit argument > config > the resumed checkpoint's folder > runs/<job id>.
 
-    Decided on rank 0 and broadcast: a timestamp may differ between ranks. The folder must
-    be this user's and writable by nobody else (job ids are public: another user could
-    have made ``runs/<job id>`` first to plant a checkpoint or read the results); every
-    rank raises the same one-line error otherwise."""
+    Decided on rank 0 and broadcast: a timestamp may differ between ranks. The folder and
+    the folders between it and the working folder (``runs/``) must be this user's and
+    writable by nobody else, checked on what was opened (job ids are public: another user
+    could have made ``runs/`` or ``runs/<job id>`` first, to plant a checkpoint, read the
+    results or swap the folder while the job reads it); every rank raises the same
+    one-line error otherwise."""
     chosen: list[object] = [None, ""]
     if ctx.is_main:
         if given is not None:
@@ -85,10 +112,7 @@ def resolve_run_dir(
             path = Path(resume).resolve().parent
         else:
             path = default_run_dir()
-        # 0o755 under the umask: never group-writable, whatever the umask allows.
-        path.mkdir(parents=True, exist_ok=True, mode=0o755)
-        problem = path_problem(path)
-        chosen = [str(path), f"run folder {str(path)!r} {problem}" if problem else ""]
+        chosen = [str(path), run_dir_problem(path)]
     if dist.is_initialized():  # else one process: nothing to agree on
         dist.broadcast_object_list(chosen, src=0)
     if chosen[1]:
@@ -99,25 +123,74 @@ def resolve_run_dir(
     return Path(str(chosen[0]))
 
 
+def run_dir_problem(path: Path) -> str:
+    """Create the run folder if need be and say why it cannot be trusted ("" if it can).
+    A folder that cannot be made is named by the check where it can: ``runs/`` of another
+    user refuses the mkdir, and the check then says whose it is."""
+    made = ""
+    try:
+        make_run_dir(path)
+    except OSError as exc:
+        made = exc.strerror or type(exc).__name__
+    try:
+        with folder_fd(path, run_anchor(path), "run folder", check_root=False):
+            return ""
+    except Refused as exc:
+        return f"run folder {str(exc.path)!r} {exc.problem}"
+    except OSError as exc:
+        return f"run folder {str(path)!r} cannot be made or opened ({made or exc.strerror})"
+
+
 CHECKPOINT_NAME = "checkpoint.pt"
 
 
-def trusted_resume(ctx: DistContext, run_dir: Path) -> Path | None:
-    """The run folder's checkpoint if this user's private state recorded its digest when
-    it was written (a requeued job picks up where it stopped); None otherwise, with one
-    line saying why it starts fresh. Rank 0 decides; every rank gets the answer."""
-    chosen: list[object] = [None]
+def read_run_file(path: Path) -> TrustedBytes:
+    """A file of a run folder, reached from the working folder and read once (see
+    ``hpcdist.state.trustedfile``)."""
+    path = Path(os.path.abspath(path))
+    anchor = run_anchor(path.parent)
+    with folder_fd(path.parent, anchor, "run folder", check_root=False) as fd:
+        return read_at(fd, path, "checkpoint", pause_label="resume-read")
+
+
+def trusted_resume(ctx: DistContext, run_dir: Path) -> tuple[Path, bytes] | None:
+    """The run folder's checkpoint, as the bytes that were checked, if this user's private
+    state recorded their digest when it was written (a requeued job picks up where it
+    stopped); None otherwise, with one line saying why it starts fresh. Rank 0 decides;
+    every other rank reads the file once itself and loads it only if its bytes have the
+    digest rank 0 accepted."""
+    chosen: list[object] = [None, ""]
+    data = b""
     if ctx.is_main:
         candidate = run_dir / CHECKPOINT_NAME
-        if candidate.is_file():
-            problem = default_book().problem(candidate)
-            if problem:
-                print(f"Not resuming {candidate}: {problem}; starting fresh", flush=True)
-            else:
-                chosen = [str(candidate)]
+        problem = ""
+        try:
+            found = read_run_file(candidate)
+        except FileNotFoundError:
+            found = None
+        except Refused as exc:
+            found, problem = None, f"{str(exc.path)!r} {exc.problem}"
+        if found is not None:
+            problem = default_book().problem(candidate, found.sha256)
+            if not problem:
+                chosen, data = [str(candidate), found.sha256], found.data
+        if problem:
+            print(f"Not resuming {candidate}: {problem}; starting fresh", flush=True)
     if dist.is_initialized():  # else one process: nothing to agree on
         dist.broadcast_object_list(chosen, src=0)
-    return None if chosen[0] is None else Path(str(chosen[0]))
+    if chosen[0] is None:
+        return None
+    path = Path(str(chosen[0]))
+    if not ctx.is_main:
+        found = read_run_file(path)
+        if found.sha256 != chosen[1]:
+            raise PrivacyError(
+                f"checkpoint {str(path)!r} read by rank {ctx.env.rank} has SHA-256 "
+                f"{found.sha256[:12]}..., not the {str(chosen[1])[:12]}... rank 0 accepted: "
+                "it was replaced meanwhile; refusing to resume"
+            )
+        data = found.data
+    return path, data
 
 
 def ensure_data(ctx: DistContext, config: Config, data_path: PathSpec | None) -> PathSpec:

@@ -34,7 +34,7 @@ from hpcdist.distributed import (
     single_process,
 )
 from ufsemulator.checkpoints.checkpoint import restore_rng
-from ufsemulator.checkpoints.state import TrainingState, read_state
+from ufsemulator.checkpoints.state import TrainingState, read_state, state_from_bytes
 from ufsemulator.config import Config
 from ufsemulator.data.read import DataOptions, load_dataset
 from ufsemulator.data.sources import PathSpec, expand_paths
@@ -215,9 +215,10 @@ def _train(
     run_dir = runfiles.resolve_run_dir(ctx, config, run_dir_arg, resume)
     found = runfiles.trusted_resume(ctx, run_dir) if checkpoint is None else None
     if found is not None:
-        # A requeued job (same job id, same run folder) picks up where it was stopped.
-        resume = found
-        checkpoint = read_state(resume)
+        # A requeued job (same job id, same run folder) picks up where it was stopped,
+        # from the very bytes whose digest was checked.
+        resume, data = found
+        checkpoint = state_from_bytes(data, resume)
         if ctx.is_main:
             restarts = os.environ.get("SLURM_RESTART_COUNT", "0")
             print(

@@ -21,7 +21,7 @@ import yaml
 
 from hpcdist.errors import ProfileError
 from hpcdist.spec.jobspec import JOB_OPTIONS
-from hpcdist.state.private import ownership_problem
+from hpcdist.state.trustedfile import Refused, read_once, read_trusted, trusted_root
 
 PROFILE_DIR = Path(__file__).resolve().parent
 DEFAULT_PROFILE = "local"
@@ -106,24 +106,41 @@ def describe_source(path: Path) -> str:
 
 def trust_problem(path: Path) -> str:
     """Why a profile file cannot be trusted as it is: "" for a shipped profile and a file
-    owned by this user (or root) that neither group nor others can write."""
-    if is_shipped(path):
-        return ""
-    info = os.stat(path)
-    owner = info.st_uid if info.st_uid != 0 else os.geteuid()  # the site's root-owned files
-    return ownership_problem(owner, info.st_mode, os.geteuid())
+    owned by this user (or root) that neither group nor others can write, in folders that
+    are so too (from the home folder for a file below it, else from its own folder). The
+    file is opened and checked as ``load_profile`` does."""
+    try:
+        read_profile(path, trust=False)
+    except ProfileError as exc:
+        return str(exc)
+    except OSError:
+        return ""  # not a trust problem: load_profile says it cannot be read
+    return ""
+
+
+def read_profile(path: Path, trust: bool) -> bytes:
+    """The profile's bytes, from one open: checked by its descriptor (and its folders by
+    theirs) unless shipped or ``trust``, so that what was checked is what is parsed."""
+    if is_shipped(path) or trust:
+        return read_once(path).data
+    try:
+        found = read_trusted(
+            path, "profile", trusted_root(path.parent), allow_root_owner=True, pause_label="profile"
+        )
+    except Refused as exc:
+        where = "profile" if exc.path == path else "the folder of profile"
+        named = f"{str(exc.path)!r}" if exc.path == path else f"{str(path)!r}, {str(exc.path)!r},"
+        raise ProfileError(
+            f"{where} {named} {exc.problem}; its setup lines would run as you: pass "
+            "--trust-profile if you trust it, or copy it to a folder only you can write"
+        ) from exc
+    return found.data
 
 
 def load_profile(name_or_path: str = DEFAULT_PROFILE, trust: bool = False) -> Profile:
     path = resolve_profile_path(name_or_path)
-    problem = "" if trust else trust_problem(path)
-    if problem:
-        raise ProfileError(
-            f"profile {str(path)!r} {problem}; its setup lines would run as you: pass "
-            "--trust-profile if you trust it, or copy it to a file of your own"
-        )
     try:
-        raw = yaml.safe_load(path.read_text(encoding="utf-8"))
+        raw = yaml.safe_load(read_profile(path, trust).decode("utf-8"))
     except OSError as exc:
         raise ProfileError(f"profile {str(path)!r} cannot be read: {exc.strerror}") from exc
     except UnicodeDecodeError as exc:

@@ -58,7 +58,9 @@ def test_a_newer_state_replaces_one_not_yet_started(
 
     started, release, written = threading.Event(), threading.Event(), []
 
-    def slow_write(state: dict[str, object], paths: list[Path], digests: object = None) -> None:
+    def slow_write(
+        state: dict[str, object], paths: list[Path], digests: object = None, anchor: object = None
+    ) -> None:
         started.set()
         release.wait(10)  # the disk is slower than the epochs
         written.append((state["epoch"], [p.name for p in paths]))
