@@ -37,7 +37,8 @@ from hpcdist.slurm.query import JobInfo, query_job, query_jobs
 _ENDED = FINAL_STATES | {"UNKNOWN"}
 
 
-def _unknown(job_id: str) -> UserError:
+def unknown_job(job_id: str) -> UserError:
+    """A job id neither this folder's records nor SLURM know."""
     return UserError(
         f"job {job_id!r} was not submitted from this folder and SLURM does not "
         "know it (scontrol show job, sacct); expected an id from `hpcdist list`"
@@ -119,7 +120,7 @@ def status(job_id: str | None, as_json: bool) -> int:
     infos = [] if record is not None and record.executor != "slurm" else query_jobs(job_id)
     if not infos:
         if record is None:
-            raise _unknown(job_id)
+            raise unknown_job(job_id)
         state = job_state(record)
         click.echo(
             json.dumps({"job_id": job_id, "state": state, "executor": record.executor})
@@ -272,7 +273,7 @@ def logs(job_id: str, rank: int | None, follow_: bool) -> int:
     if info is None:
         if query_jobs(job_id):
             raise UserError(f"job {job_id} is an array; expected one task, e.g. {job_id}_0")
-        raise _unknown(job_id)
+        raise unknown_job(job_id)
     paths = _slurm_logs(info)
     keep, shown = _rank_filter(rank), _unlabel(rank)
     split = _split_logs(paths, rank)

@@ -7,7 +7,7 @@ from typing import Any
 
 import click
 
-from hpcdist.cli.follow import follow
+from hpcdist.cli.follow import follow, unknown_job
 from hpcdist.errors import UserError
 from hpcdist.jobs.records import (
     FINAL_STATES,
@@ -131,10 +131,7 @@ def _cancel_slurm_job(job_id: str) -> str:
 
     info = query_job(job_id) if shutil.which("scontrol") or shutil.which("sacct") else None
     if info is None:
-        raise UserError(
-            f"job {job_id!r} has no record in this folder and SLURM does not know it; "
-            "expected an id from `hpcdist list`"
-        )
+        raise unknown_job(job_id)
     if info.state in FINAL_STATES:
         return info.state
     proc = slurm_tool(["scancel", job_id])

@@ -161,6 +161,6 @@ def test_cancel_reaches_a_slurm_job_this_folder_has_no_record_of(
     assert asked == [["scancel", "7"]]
     assert main(["cancel", "8"]) == 2
     assert capsys.readouterr().err == (
-        "hpcdist: error: job '8' has no record in this folder and SLURM does not know it; "
-        "expected an id from `hpcdist list`\n"
+        "hpcdist: error: job '8' was not submitted from this folder and SLURM does not know "
+        "it (scontrol show job, sacct); expected an id from `hpcdist list`\n"
     )

@@ -371,7 +371,10 @@ def test_forged_job_record_cannot_make_cancel_kill_a_process(
         line = one_line(hpcdist("cancel", str(victim.pid), cwd=project))
         # The shared folder's records are the victim's own state folder's: the forged one
         # is not even read.
-        assert f"job '{victim.pid}' was not submitted from this folder" in line
+        assert (
+            f"job '{victim.pid}' was not submitted from this folder and SLURM does not know it"
+            in line
+        )
         assert victim.poll() is None  # still running
     finally:
         victim.kill()
