@@ -50,7 +50,7 @@ if [ -n "${shared}" ]; then
   state_dir="${XDG_STATE_HOME:-${HOME}/.local/state}/hpcdist/projects/${name:-root}-${key}"
   echo "hpcdist: note: ${shared}: this job's secret and markers are kept in ${state_dir}" >&2
 fi
-for dir in "${state_dir}" "${state_dir}/secrets"; do
+for dir in "${state_dir}" "${state_dir}/secrets" "${state_dir}/logs"; do
   (umask 077 && mkdir -p "${dir}") 2>/dev/null || true
   mode="$(stat -c %a "${dir}" 2>/dev/null || echo missing)"
   if [ -L "${dir}" ] || [ ! -O "${dir}" ] || [ $(( 8#${mode/missing/2} & 8#022 )) -ne 0 ]; then
@@ -64,6 +64,8 @@ done
 export HPCDIST_SECRET_FILE="${state_dir}/secrets/${SLURM_JOB_ID}"
 rm -f "${HPCDIST_SECRET_FILE}"
 (umask 077 && set -o noclobber && od -An -tx1 -N32 /dev/urandom | tr -d ' \n' > "${HPCDIST_SECRET_FILE}")
+# Where this job's logs go, for `hpcdist logs` and `status` once SLURM has forgotten the job.
+(umask 077 && printf '%s\n' '{"output":"%x-%j.out","error":null,"name":"hpcdist-commcheck","rank_logs":"label"}' > "${state_dir}/logs/${SLURM_JOB_ID}")
 echo "hpcdist: job ${SLURM_JOB_ID} on ${SLURM_JOB_NODELIST}, restart ${SLURM_RESTART_COUNT:-0}"
 status=0
 # srun in SLURM >= 22.05 no longer inherits --cpus-per-task from sbatch: pass it explicitly.

@@ -63,7 +63,7 @@ if [ -n "${shared}" ]; then
   state_dir="${XDG_STATE_HOME:-${HOME}/.local/state}/hpcdist/projects/${name:-root}-${key}"
   echo "hpcdist: note: ${shared}: this job's secret and markers are kept in ${state_dir}" >&2
 fi
-for dir in "${state_dir}" "${state_dir}/secrets" "${state_dir}/requeue"; do
+for dir in "${state_dir}" "${state_dir}/secrets" "${state_dir}/requeue" "${state_dir}/logs"; do
   (umask 077 && mkdir -p "${dir}") 2>/dev/null || true
   mode="$(stat -c %a "${dir}" 2>/dev/null || echo missing)"
   if [ -L "${dir}" ] || [ ! -O "${dir}" ] || [ $(( 8#${mode/missing/2} & 8#022 )) -ne 0 ]; then
@@ -77,6 +77,8 @@ done
 export HPCDIST_SECRET_FILE="${state_dir}/secrets/${SLURM_JOB_ID}"
 rm -f "${HPCDIST_SECRET_FILE}"
 (umask 077 && set -o noclobber && od -An -tx1 -N32 /dev/urandom | tr -d ' \n' > "${HPCDIST_SECRET_FILE}")
+# Where this job's logs go, for `hpcdist logs` and `status` once SLURM has forgotten the job.
+(umask 077 && printf '%s\n' '{"output":"%x-%j.out","error":null,"name":"ufsemulator-threads","rank_logs":"label"}' > "${state_dir}/logs/${SLURM_JOB_ID}")
 echo "hpcdist: job ${SLURM_JOB_ID} on ${SLURM_JOB_NODELIST}, restart ${SLURM_RESTART_COUNT:-0}"
 # Rank 0 leaves this file once it has checkpointed on the warning signal. A file, not an
 # exit code: srun reports whichever rank it killed last, not the one that asked.

@@ -18,6 +18,7 @@ from typing import Any
 import click
 
 from hpcdist.errors import UserError
+from hpcdist.jobs.logpaths import job_logs
 from hpcdist.jobs.records import (
     FINAL_STATES,
     JobRecord,
@@ -130,6 +131,7 @@ def status(job_id: str | None, as_json: bool) -> int:
         return 0
     effs = _efficiency(infos)
     for info in infos:
+        info = _with_log_paths(info)
         eff, summary, advice = effs.get(info.job_id, (None, None, None))
         if as_json:
             data: dict[str, Any] = dataclasses.asdict(info)
@@ -217,16 +219,22 @@ def follow_files(
         time.sleep(poll_s)
 
 
-def _slurm_logs(info: JobInfo) -> list[tuple[Path, bool]]:
-    if info.stdout is None:
-        raise UserError(
-            f"SLURM does not say where job {info.job_id} writes its log "
-            f"(StdOut unknown, no slurm-{info.job_id}.out in {info.workdir})"
-        )
-    paths = [(Path(info.stdout), False)]
-    if info.stderr and info.stderr != info.stdout:
-        paths.append((Path(info.stderr), True))
-    return paths
+def _with_log_paths(info: JobInfo) -> JobInfo:
+    """``info`` with the log paths its log record gives (SLURM's own otherwise)."""
+    found = job_logs(info, None, [Path.cwd()])
+    return dataclasses.replace(
+        info,
+        stdout=None if found.stdout is None else str(found.stdout),
+        stderr=None if found.stderr is None else str(found.stderr),
+    )
+
+
+def _record_in(folder: Path, job_id: str) -> JobRecord | None:
+    """The job's record in the state of the folder it ran in, if it has one there."""
+    try:
+        return find_record(job_id, folder)
+    except (UserError, OSError):
+        return None
 
 
 def _split_logs(paths: list[tuple[Path, bool]], rank: int | None) -> list[tuple[Path, bool]]:
@@ -250,6 +258,12 @@ def _split_logs(paths: list[tuple[Path, bool]], rank: int | None) -> list[tuple[
 def logs(job_id: str, rank: int | None, follow_: bool) -> int:
     """Print a job's log (stdout, then stderr): any SLURM job, or one of this folder."""
     record = find_record(job_id)
+    info = None
+    if record is None:
+        info = query_job(job_id)
+        # A job of `hpcdist submit` from another folder: its record is in the folder it ran in.
+        if info is not None and info.workdir:
+            record = _record_in(Path(info.workdir), job_id)
     if record is not None:
         rank = 0 if rank is None else rank
         if not 0 <= rank < record.tasks:
@@ -269,15 +283,20 @@ def logs(job_id: str, rank: int | None, follow_: bool) -> int:
             )
         click.echo(text, nl=False)
         return 0
-    info = query_job(job_id)
     if info is None:
         if query_jobs(job_id):
             raise UserError(f"job {job_id} is an array; expected one task, e.g. {job_id}_0")
         raise unknown_job(job_id)
-    paths = _slurm_logs(info)
+    found = job_logs(info, rank, [Path.cwd()])
+    if found.stdout is None:
+        raise UserError(
+            f"no log of job {job_id} ({info.state}) found; looked in: {'; '.join(found.looked)}"
+        )
+    paths = found.files()
     keep, shown = _rank_filter(rank), _unlabel(rank)
-    split = _split_logs(paths, rank)
-    if split:  # --rank-logs split: the rank's own files
+    if found.per_rank:  # the job's --rank-logs split files of this rank
+        keep = _rank_filter(None)
+    elif split := _split_logs(paths, rank):  # a job without a log record: its split files
         paths, keep = split, _rank_filter(None)
     if follow_:
 

@@ -67,6 +67,9 @@ PORT_STRIDE = 101
 # anything is exchanged (hpcdist.distributed.jobsecret).
 SECRET_VAR = "HPCDIST_SECRET_FILE"
 SECRET_DIR = ".hpcdist/secrets"
+# Where a rendered job leaves its log patterns (one line of JSON, ``logs/<job id>``): how
+# `hpcdist logs` and `status` find its files once SLURM has forgotten the job.
+LOG_DIR = ".hpcdist/logs"
 SECRET_HEX_DIGITS = 64
 SECRET_PORT_DIGITS = 8
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import shlex
 from pathlib import Path
 
@@ -92,7 +93,11 @@ def _below_state(path: str) -> str:
 def private_dirs(spec: JobSpec) -> list[str]:
     """The private folders a script makes or checks below the state folder (which it
     makes and checks first)."""
-    wanted = [protocol.SECRET_DIR, *([protocol.MARKER_DIR] if spec.requeue else [])]
+    wanted = [
+        protocol.SECRET_DIR,
+        *([protocol.MARKER_DIR] if spec.requeue else []),
+        protocol.LOG_DIR,
+    ]
     return [_below_state(p) for p in wanted]
 
 
@@ -116,7 +121,22 @@ def render(spec: JobSpec) -> str:
         launch_argv=launch_argv(spec),
         points=[set_words(point) for point in points(spec)],
         private_dirs=private_dirs(spec),
+        log_record=log_record(spec),
+        log_dir=_below_state(protocol.LOG_DIR),
         **protocol_context(),
+    )
+
+
+def log_record(spec: JobSpec) -> str:
+    """What the script leaves in ``logs/<job id>`` (``hpcdist.jobs.logpaths`` reads it)."""
+    return json.dumps(
+        {
+            "output": spec.output,
+            "error": spec.error,
+            "name": spec.job_name,
+            "rank_logs": spec.rank_logs,
+        },
+        separators=(",", ":"),
     )
 
 

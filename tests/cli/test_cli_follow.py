@@ -129,3 +129,35 @@ def test_follow_prints_whole_lines_until_the_job_ends(
     final = cli_follow.follow_files([(log, False)], state, lambda line: "Rank 0" in line, poll_s=0)
     assert final == "COMPLETED"
     assert capsys.readouterr().out == "[Rank 0] one\n[Rank 0] three\n[Rank 0] last\n"
+
+
+def test_a_forgotten_rendered_job_with_split_logs_finds_each_ranks_file(
+    slurm: dict[str, JobInfo], tmp_path: Path
+) -> None:
+    # Rendered with -o o-%j.log -e e-%j.log --rank-logs split; SLURM (sacct, before 23.02)
+    # no longer says where its logs are: the script's log record does.
+    import json as _json
+
+    from hpcdist.state.folders import state_dir
+
+    record = state_dir("logs", project_dir=tmp_path) / "9569844"
+    record.write_text(
+        _json.dumps(
+            {"output": "o-%j.log", "error": "e-%j.log", "name": "emu", "rank_logs": "split"}
+        )
+    )
+    record.chmod(0o600)
+    (tmp_path / "o-9569844.log").write_text("hpcdist: job 9569844\n")
+    (tmp_path / "e-9569844.log").write_text("")
+    (tmp_path / "o-9569844.rank1.log").write_text("[Rank 1] host b\n")
+    (tmp_path / "e-9569844.rank1.log").write_text("rank 1 warning\n")
+    slurm["9569844"] = _info("9569844", stdout=None, stderr=None, workdir=str(tmp_path))
+    result = CliRunner().invoke(cli, ["logs", "9569844", "--rank", "1"])
+    assert result.exit_code == 0, result.stderr
+    assert result.stdout == "[Rank 1] host b\nrank 1 warning\n"
+    status = CliRunner().invoke(cli, ["status", "9569844"])
+    assert f"stdout:     {tmp_path / 'o-9569844.log'}" in status.stdout
+    assert f"stderr:     {tmp_path / 'e-9569844.log'}" in status.stdout
+    missing = CliRunner().invoke(cli, ["logs", "9569844", "--rank", "2"])
+    assert missing.exit_code == 2
+    assert f"has no log yet at {tmp_path / 'o-9569844.rank2.log'}" in missing.stderr

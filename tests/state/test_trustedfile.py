@@ -316,7 +316,7 @@ def test_digest_book_compares_the_bytes_read(tmp_path: Path) -> None:
 def test_profile_swapped_after_its_check_is_not_what_is_parsed(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from hpcdist.profiles import load_profile
+    from hpcdist.spec.profiles import load_profile
 
     folder = tmp_path / "profiles"
     folder.mkdir()
@@ -332,9 +332,8 @@ def test_profile_swapped_after_its_check_is_not_what_is_parsed(
 
 @pytest.mark.parametrize(("mode", "refused"), [(0o755, False), (0o2775, True), (0o777, True)])
 def test_profile_folder_mode_boundary(tmp_path: Path, mode: int, refused: bool) -> None:
-    from hpcdist.profiles import load_profile
-
     from hpcdist.errors import ProfileError
+    from hpcdist.spec.profiles import load_profile
 
     folder = tmp_path / "project"
     folder.mkdir()

@@ -30,7 +30,7 @@ def test_a_daily_stream_run_records_its_data_and_provenance(
     train = ["train", "--config", str(SMOKE), "--data", *files, "--run-dir", "run"]
     packaged: list[Path] = []
     monkeypatch.setattr(
-        "ufsemulator.aoti.package_export", lambda pt, out: packaged.append(Path(out)) or out
+        "ufsemulator.export.aoti.package_export", lambda pt, out: packaged.append(Path(out)) or out
     )
     sets = ["--set", "data.time='1:4'", "--set", "export.names=jedi", "--set", "export.aoti=true"]
     assert main([*train, "--epochs", "1", *sets]) == 0

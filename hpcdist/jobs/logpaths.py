@@ -1,0 +1,136 @@
+"""Where a job's logs are, for as long as its files exist: from SLURM while it knows the job,
+from the job's own log record after.
+
+SLURM's controller names a job's StdOut and StdErr until it forgets the job (MinJobAge,
+minutes after its end); sacct before 23.02 never does. A rendered script therefore leaves
+a small record in the job's private state (``logs/<job id>``: its ``--output`` and
+``--error`` patterns, its job name and ``--rank-logs``), and ``hpcdist logs`` / ``status``
+expand those patterns the way SLURM does (``%j``, ``%x``, ``%A``, ``%a``, ``%t``, ``%u``,
+``%%``, a zero-padding width such as ``%4j``). Nothing found is said with every place
+looked in, never shown as an empty log.
+"""
+
+from __future__ import annotations
+
+import getpass
+import json
+import re
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+from hpcdist.distributed.protocol import LOG_DIR
+from hpcdist.render.directives import rank_log_pattern
+from hpcdist.slurm.query import JobInfo
+from hpcdist.state.folders import jobs_root
+from hpcdist.state.private import PrivacyError
+from hpcdist.state.trustedfile import read_private
+
+LOG_RECORDS = Path(LOG_DIR).name  # below the private state, beside secrets/ and requeue/
+_PATTERN = re.compile(r"%(\d*)([%AajJNnstux])")
+
+
+def expand_pattern(
+    pattern: str,
+    job_id: str,
+    name: str,
+    rank: int | None = None,
+    user: str | None = None,
+) -> str:
+    """A log file name pattern as SLURM expands it (sbatch(1), "filename pattern"):
+    ``%j`` the job id (of an array task: ``%A_%a`` as hpcdist names it), ``%A``/``%a`` the
+    array's job and task ids, ``%x`` the job name, ``%t`` the task (rank), ``%u`` the user,
+    ``%%`` a percent sign; a width zero-pads (``%4j``). ``%t`` stays as it is where no rank
+    is asked for; node names (``%N``, ``%n``) and the step (``%s``) stay too."""
+    array_job, _, array_task = job_id.partition("_")
+    values = {
+        "j": job_id,
+        "J": job_id,
+        "A": array_job,
+        "a": array_task or "4294967294",  # what SLURM writes for a job outside an array
+        "x": name,
+        "u": user or getpass.getuser(),
+    }
+    if rank is not None:
+        values["t"] = str(rank)
+
+    def one(match: re.Match[str]) -> str:
+        width, letter = match.groups()
+        if letter == "%":
+            return "%"
+        value = values.get(letter)
+        if value is None:
+            return match.group(0)
+        return value.zfill(int(width)) if width and value.isdigit() else value
+
+    return _PATTERN.sub(one, pattern)
+
+
+@dataclass(frozen=True)
+class LogPaths:
+    """A job's log files, and every place that was looked in to find them."""
+
+    stdout: Path | None
+    stderr: Path | None
+    looked: tuple[str, ...]
+    per_rank: bool = False  # the rank's own files (``--rank-logs split``), not the job's
+
+    def files(self) -> list[tuple[Path, bool]]:
+        """(path, is stderr) of each distinct log, stdout first."""
+        found = [] if self.stdout is None else [(self.stdout, False)]
+        if self.stderr is not None and self.stderr != self.stdout:
+            found.append((self.stderr, True))
+        return found
+
+
+def job_logs(
+    info: JobInfo, rank: int | None = None, state_folders: Sequence[Path] = ()
+) -> LogPaths:
+    """The logs of ``info`` (rank ``rank``'s own files where the job split them): the job's
+    log record first (its patterns, expanded here), then what SLURM says of the job."""
+    looked: list[str] = []
+    workdir = Path(info.workdir) if info.workdir else None
+    folders = list(dict.fromkeys([*state_folders, *([workdir] if workdir else [])]))
+    record = _read_record(info.job_id, folders, looked)
+    if record is not None:
+        base = workdir or Path.cwd()
+
+        split = record.get("rank_logs") == "split" and rank is not None
+
+        def path(pattern: str | None) -> Path | None:
+            if not pattern:
+                return None
+            if split:
+                pattern = rank_log_pattern(pattern, str(rank))
+            expanded = Path(expand_pattern(pattern, info.job_id, str(record.get("name", ""))))
+            return expanded if expanded.is_absolute() else base / expanded
+
+        stdout = path(record.get("output"))
+        stderr = path(record.get("error")) or stdout
+        return LogPaths(stdout, stderr, tuple(looked), per_rank=split)
+    if info.stdout is None:
+        looked.append(f"SLURM's StdOut of job {info.job_id} (unknown)")
+        return LogPaths(None, None, tuple(looked))
+    stdout, stderr = Path(info.stdout), Path(info.stderr or info.stdout)
+    looked.append(f"SLURM's StdOut {stdout}")
+    return LogPaths(stdout, stderr, tuple(looked))
+
+
+def _read_record(
+    job_id: str, folders: Sequence[Path], looked: list[str]
+) -> Mapping[str, str | None] | None:
+    for folder in folders:
+        try:
+            path = jobs_root(folder) / LOG_RECORDS / job_id
+        except (OSError, PrivacyError):
+            continue
+        looked.append(str(path))
+        if not path.is_file():
+            continue
+        try:
+            data = json.loads(read_private(path, "job log record"))
+        except (PrivacyError, OSError, ValueError):
+            continue
+        if isinstance(data, dict) and isinstance(data.get("output"), str):
+            return data
+    return None
