@@ -24,6 +24,7 @@ from submitit.helpers import Checkpointable, DelayedSubmission
 from hpcdist.distributed.protocol import (
     MARKER_VAR,
     REQUEUE_EXIT_CODE,
+    SIGNAL_VAR,
     SUBMITIT_WARNING_SIGNAL,
     submitit_marker_name,
 )
@@ -70,6 +71,12 @@ class CommandJob(Checkpointable):
             env["OMP_NUM_THREADS"] = env["MKL_NUM_THREADS"] = str(self.threads)
         env["PYTHONUNBUFFERED"] = "1"
         self._note_termination()
+        warning = _warning_signal(env)
+        if warning != WARNING_SIGNAL:
+            # submitit's own handler answers USR2 only: the job's other warning signal
+            # (--signal USR1@120) is answered here in the same way.
+            with contextlib.suppress(ValueError):
+                signal.signal(warning, self._on_own_warning)
         marker: Path | None = None
         if self.torchrun_nproc is None:
             self._child = subprocess.Popen(list(self.argv), env=env)
@@ -86,7 +93,7 @@ class CommandJob(Checkpointable):
             self._child = subprocess.Popen(
                 self.torchrun_argv(env),
                 env=env,
-                preexec_fn=lambda: signal.signal(WARNING_SIGNAL, signal.SIG_IGN),
+                preexec_fn=lambda: _ignore(WARNING_SIGNAL, warning),
             )
         code = self._child.wait()
         self._record(code)
@@ -103,7 +110,9 @@ class CommandJob(Checkpointable):
             # preemption in REQUEUE mode requeues the job by itself.
             # One task asks (the first); the others end as theirs did.
             requeued = (
-                self.requeue and _task_rank() == 0 and _requeue_if_preempted(self.max_restarts)
+                self.requeue
+                and _task_rank() == 0
+                and _requeue(self.max_restarts, preempted_only=True)
             )
             print(
                 "hpcdist: checkpoint written after SIGTERM; "
@@ -134,6 +143,21 @@ class CommandJob(Checkpointable):
         # Not the main thread (ValueError): no handler of ours, the old wait stays.
         with contextlib.suppress(ValueError):
             signal.signal(signal.SIGTERM, on_term)
+
+    def _on_own_warning(self, signum: int, frame: Any) -> None:
+        """The job's warning signal where it is not submitit's: the child checkpoints (as
+        submitit's handler has it do), then the first task requeues the job and every task
+        exits; with --no-requeue the child's exit ends the job as on USR2."""
+        if self.checkpoint() is None:
+            return
+        requeued = _task_rank() == 0 and _requeue(self.max_restarts, preempted_only=False)
+        print(
+            f"hpcdist: checkpoint written after {signal.Signals(signum).name}"
+            + ("; job requeued" if requeued else ""),
+            file=sys.stderr,
+            flush=True,
+        )
+        os._exit(0)
 
     # submitit reads a None from checkpoint() as "do not requeue" (its _checkpoint helper),
     # although Checkpointable's annotation names DelayedSubmission only.
@@ -201,22 +225,39 @@ class CommandJob(Checkpointable):
         write_atomic(self._folder() / f"exit_{rank}.json", json.dumps(record))
 
 
-def _requeue_if_preempted(max_restarts: int | None) -> bool:
-    """Requeue this job if SLURM picked it for preemption (it has a PreemptTime) and it has
-    restarts left: a preemption's SIGTERM, not the user's scancel or the time limit."""
+def _requeue(max_restarts: int | None, preempted_only: bool) -> bool:
+    """Requeue this job if it has restarts left (and, with ``preempted_only``, if SLURM
+    picked it for preemption: a PreemptTime, not the user's scancel or the time limit)."""
     job = os.environ.get("SLURM_JOB_ID", "")
     restarts = int(os.environ.get("SLURM_RESTART_COUNT", "0") or 0)
     if not job or (max_restarts is not None and restarts >= max_restarts):
         return False
     try:
-        shown = subprocess.run(
-            ["scontrol", "show", "job", job], capture_output=True, text=True, timeout=30
-        ).stdout
-        if not re.search(r"PreemptTime=[0-9]", shown):
-            return False
+        if preempted_only:
+            shown = subprocess.run(
+                ["scontrol", "show", "job", job], capture_output=True, text=True, timeout=30
+            ).stdout
+            if not re.search(r"PreemptTime=[0-9]", shown):
+                return False
         return subprocess.run(["scontrol", "requeue", job], timeout=30).returncode == 0
     except (OSError, subprocess.SubprocessError):  # no scontrol here: SLURM decides
         return False
+
+
+def _warning_signal(env: Mapping[str, str]) -> signal.Signals:
+    """The job's warning signal (``HPCDIST_SIGNAL``), submitit's USR2 where none is named."""
+    name = env.get(SIGNAL_VAR, "").strip() or SUBMITIT_WARNING_SIGNAL
+    try:
+        return signal.Signals[f"SIG{name}"]
+    except KeyError:
+        return WARNING_SIGNAL
+
+
+def _ignore(*signals: signal.Signals) -> None:
+    """In torchrun's process, before it starts: SLURM signals every process of the step,
+    and torchrun would die of a warning its ranks checkpoint on."""
+    for number in signals:
+        signal.signal(number, signal.SIG_IGN)
 
 
 def _wait_exited(pid: int, timeout_s: float) -> bool:

@@ -162,14 +162,13 @@ def slurm_parameters(spec: JobSpec) -> dict[str, Any]:
         },
     }
     if spec.signal is not None:
+        # The warning reaches the tasks, whose CommandJob answers it (a rendered script's
+        # batch shell passes a B: warning on to its ranks: the same end).
         signal_name, _, delay = spec.signal.removeprefix("B:").partition("@")
-        if signal_name != SUBMITIT_WARNING_SIGNAL:
-            raise SpecError(
-                f"--signal {spec.signal!r}: submitit jobs warn with {SUBMITIT_WARNING_SIGNAL}; "
-                f"expected {SUBMITIT_WARNING_SIGNAL}@SECONDS (plain sbatch scripts take any "
-                "signal)"
-            )
         params["signal_delay_s"] = int(delay or 60)
+        if signal_name != SUBMITIT_WARNING_SIGNAL:
+            # Written after submitit's own --signal=USR2@..., so SLURM warns with this one.
+            params["additional_parameters"]["signal"] = f"{signal_name}@{int(delay or 60)}"
     return params
 
 

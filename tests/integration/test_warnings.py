@@ -11,6 +11,8 @@ import json
 import re
 from pathlib import Path
 
+import pytest
+
 from tests.integration.conftest import (
     SlurmCluster,
     finish_waiting,
@@ -110,3 +112,42 @@ def test_submit_with_torchrun_runs_every_rank_and_resumes_after_the_warning(
     assert f"Epoch {EPOCHS}/{EPOCHS}" in text, text
     epoch = re.findall(r"Resuming from \S+ \(epoch (\d+)", text)[0]
     print(f"measured: submit --launcher torchrun: resumed from epoch {epoch}, --wait exited 0")
+
+
+@pytest.mark.parametrize("launcher", ["srun", "torchrun"])
+def test_submit_warned_with_usr1_checkpoints_requeues_and_resumes(
+    slurm_cluster: SlurmCluster, tmp_path: Path, launcher: str
+) -> None:
+    # submitit's own handler answers USR2 only: a job submitted with --signal USR1@60 is
+    # warned with USR1 (the script's #SBATCH line says so) and its tasks answer it.
+    config = tmp_path / "usr1.yaml"
+    config.write_text(CONFIG.format(epochs=EPOCHS))
+    waiter, job_id = submit_waiting(
+        [
+            "--nodes=2",
+            "--backend=gloo",
+            f"--launcher={launcher}",
+            "--cpus-per-task=1",
+            "--time=20",
+            "--signal=USR1@60",
+            "--job-name=submit-usr1",
+            "--wait",
+            "--command",
+            f"python3 -m ufsemulator train --config {config}",
+        ],
+        tmp_path,
+    )
+    folder = tmp_path / ".hpcdist" / "submitit" / str(job_id)
+    assert "#SBATCH --signal=USR1@60" in (folder / f"{job_id}_submission.sh").read_text()
+
+    def logs() -> str:
+        paths = [folder / f"{job_id}_{task}_log.out" for task in (0, 1)]
+        return "".join(path.read_text(errors="replace") for path in paths if path.is_file())
+
+    _wait_for(lambda: "Epoch 3/" in logs(), 180, "the submitted job to train 3 epochs")
+    run_slurm("scancel", "--signal=USR1", str(job_id))
+    finish_waiting(waiter, job_id, timeout=300)
+    text = logs()
+    assert "hpcdist: checkpoint written after SIGUSR1; job requeued" in text, text
+    assert re.search(r"Resuming from \S+ \(epoch \d+, restart 1\)", text), text
+    assert f"Epoch {EPOCHS}/{EPOCHS}" in text, text
