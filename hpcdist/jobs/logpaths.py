@@ -86,34 +86,36 @@ class LogPaths:
 def job_logs(
     info: JobInfo, rank: int | None = None, state_folders: Sequence[Path] = ()
 ) -> LogPaths:
-    """The logs of ``info`` (rank ``rank``'s own files where the job split them): the job's
-    log record first (its patterns, expanded here), then what SLURM says of the job."""
+    """The logs of ``info`` (rank ``rank``'s own files where the job split them): SLURM's
+    own paths while it knows them (they hold what sbatch's command line changed too),
+    else the patterns of the job's log record, expanded here."""
     looked: list[str] = []
     workdir = Path(info.workdir) if info.workdir else None
     folders = list(dict.fromkeys([*state_folders, *([workdir] if workdir else [])]))
     record = _read_record(info.job_id, folders, looked)
-    if record is not None:
-        base = workdir or Path.cwd()
-
-        split = record.get("rank_logs") == "split" and rank is not None
-
-        def path(pattern: str | None) -> Path | None:
-            if not pattern:
-                return None
-            if split:
-                pattern = rank_log_pattern(pattern, str(rank))
-            expanded = Path(expand_pattern(pattern, info.job_id, str(record.get("name", ""))))
-            return expanded if expanded.is_absolute() else base / expanded
-
-        stdout = path(record.get("output"))
-        stderr = path(record.get("error")) or stdout
-        return LogPaths(stdout, stderr, tuple(looked), per_rank=split)
-    if info.stdout is None:
+    split = record is not None and record.get("rank_logs") == "split" and rank is not None
+    if info.stdout is not None:
+        looked.insert(0, f"SLURM's StdOut {info.stdout}")
+        stdout, stderr = info.stdout, info.stderr or info.stdout
+        if split:
+            stdout, stderr = (rank_log_pattern(p, str(rank)) for p in (stdout, stderr))
+        return LogPaths(Path(stdout), Path(stderr), tuple(looked), per_rank=split)
+    if record is None:
         looked.append(f"SLURM's StdOut of job {info.job_id} (unknown)")
         return LogPaths(None, None, tuple(looked))
-    stdout, stderr = Path(info.stdout), Path(info.stderr or info.stdout)
-    looked.append(f"SLURM's StdOut {stdout}")
-    return LogPaths(stdout, stderr, tuple(looked))
+    base = workdir or Path.cwd()
+
+    def path(pattern: str | None) -> Path | None:
+        if not pattern:
+            return None
+        if split:
+            pattern = rank_log_pattern(pattern, str(rank))
+        expanded = Path(expand_pattern(pattern, info.job_id, str(record.get("name", ""))))
+        return expanded if expanded.is_absolute() else base / expanded
+
+    stdout_path = path(record.get("output"))
+    stderr_path = path(record.get("error")) or stdout_path
+    return LogPaths(stdout_path, stderr_path, tuple(looked), per_rank=split)
 
 
 def _read_record(
