@@ -274,6 +274,7 @@ class SubmitPlan:
     threads: int | None  # threads per local rank
     torchrun_nproc: int | None  # ranks torchrun starts per node
     log_tasks: int  # submitit tasks, each with its own log
+    workdir: str  # the folder the job runs in: where its runs/ are (``hpcdist report``)
 
     @property
     def swept(self) -> bool:
@@ -361,7 +362,17 @@ def plan_submission(
         if kind == "slurm" and spec.launcher == "torchrun"
         else None,
         log_tasks=log_tasks,
+        workdir=job_workdir(spec, kind),
     )
+
+
+def job_workdir(spec: JobSpec, kind: str) -> str:
+    """The folder the job runs in: sbatch reads --chdir from the folder it runs in (this
+    one), and a job without one runs here. The local executor runs its processes here."""
+    here = os.getcwd()
+    if kind == "slurm" and spec.workdir is not None:
+        return os.path.abspath(os.path.join(here, spec.workdir))
+    return here
 
 
 def submit(
@@ -485,6 +496,7 @@ def _save_records(plan: SubmitPlan, jobs: list[Any], project_dir: Path | None) -
                 command=list(spec.command),
                 start_ticks=None if process is None else process.start_ticks,
                 points=[list(point)] if point else None,
+                workdir=plan.workdir,
             )
         )
     if plan.swept:

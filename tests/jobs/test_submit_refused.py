@@ -11,7 +11,8 @@ from pathlib import Path
 import pytest
 
 from hpcdist.errors import UserError
-from hpcdist.jobs.submit import submit
+from hpcdist.jobs.records import load_record
+from hpcdist.jobs.submit import job_workdir, submit
 from hpcdist.spec.options import spec_from_options
 from hpcdist.state.snapshot import FolderSnapshot
 
@@ -82,6 +83,27 @@ def test_an_accepted_submit_keeps_its_folders(
     made = _tree(project)
     assert ".hpcdist/secrets" in made and ".hpcdist/jobs/4242.json" in made
     assert any(p.startswith(".hpcdist/submitit/4242/") for p in made), made
+
+
+@pytest.mark.parametrize(
+    ("chdir", "ran_in"), [(None, "project"), ("run", "project/run"), ("../out", "out")]
+)
+def test_an_accepted_submit_records_the_folder_the_job_runs_in(
+    chdir: str | None, ran_in: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """`hpcdist report` looks for the job's runs/ there (--chdir, read from the submit
+    folder as sbatch reads it)."""
+    bindir = _fake_slurm(tmp_path / "bin", sbatch_exit=0)
+    monkeypatch.setenv("PATH", f"{bindir}:{os.environ['PATH']}")
+    project = tmp_path / "project"
+    (project / "run").mkdir(parents=True)
+    (tmp_path / "out").mkdir()
+    monkeypatch.chdir(project)
+    spec = spec_from_options({"profile": None, "mode": "gloo", "workdir": chdir})
+    record = submit(spec, "slurm", project_dir=project, preflight_check=False).record
+    assert record.workdir == str(tmp_path / ran_in)
+    assert load_record(record.job_id, project).workdir == record.workdir
+    assert job_workdir(spec, "local") == str(project)  # local processes run here
 
 
 def test_a_refused_cli_submit_from_a_shared_folder_leaves_no_state_folder(
