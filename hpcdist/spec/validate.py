@@ -87,7 +87,16 @@ def validate(spec: JobSpec, profile: Profile) -> None:
         )
     check_site(spec, profile)
     # Last: the only check that looks at this machine's folders.
-    check_login_paths(spec, Path.cwd(), lambda folder: Path(folder).is_dir())
+    check_login_paths(spec, _current_folder(), lambda folder: Path(folder).is_dir())
+
+
+def _current_folder() -> Path:
+    """The folder relative paths start from; "." where it was removed under us (then no
+    relative folder exists, and a message names the path as given)."""
+    try:
+        return Path.cwd()
+    except OSError:
+        return Path(".")
 
 
 def _check_gpus(spec: JobSpec, profile: Profile) -> None:
