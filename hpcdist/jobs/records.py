@@ -57,6 +57,9 @@ class JobRecord:
     # A sweep (hpcdist.spec.sweep): on the array's record, each task's --set values by task id;
     # on a task's record or a job with --set, its own one list.
     points: list[list[str]] | None = None
+    # The folder the job runs in (its --chdir from the submit folder, else that folder):
+    # where `report` finds its runs/. None in records written before it was kept.
+    workdir: str | None = None
 
     @property
     def local_process(self) -> ProcessIdentity | None:
@@ -139,8 +142,9 @@ _FIELD_TYPES: dict[str, tuple[type, ...]] = {
     "command": (list,),
     "start_ticks": (int, type(None)),
     "points": (list, type(None)),
+    "workdir": (str, type(None)),
 }
-_OPTIONAL_FIELDS = {"start_ticks", "points"}
+_OPTIONAL_FIELDS = {"start_ticks", "points", "workdir"}
 
 
 def _record_problem(data: Any) -> str:

@@ -2,9 +2,10 @@
 
 Each row is one training: its overrides, its state, and what its ``training_results.json``
 says (best validation loss, R^2, epochs, wall time). The run folders are the training's
-defaults below the project folder: ``runs/<array job id>_<task id>`` for an array task,
+defaults below the folder the job ran in (its ``--chdir``, as its record or SLURM's WorkDir
+says; else the project folder): ``runs/<array job id>_<task id>`` for an array task,
 ``runs/<job id>`` for a single job. A task that failed says why: the last error line of its
-rank 0 log.
+rank 0 log; a row without results says which folder was looked in.
 """
 
 from __future__ import annotations
@@ -26,6 +27,9 @@ from hpcdist.state.folders import project_base
 # user errors, then the last line of a Python traceback.
 _ERROR_LINES = (re.compile(r"^error: (?P<why>.+)$"), re.compile(r"^(?P<why>\w*Error: .+)$"))
 _REASON_CHARS = 300
+RESULTS_FILE = "training_results.json"
+# States in which no results are expected yet.
+_UNFINISHED = ("RUNNING", "PENDING", "REQUEUED")
 
 
 @dataclass(frozen=True)
@@ -38,7 +42,7 @@ class Row:
     epochs: int | None
     wall_time_s: float | None  # the training's own, from train() on
     run_dir: str
-    reason: str | None = None  # why a task that did not complete ended
+    reason: str | None = None  # why a task did not complete, or where no results were found
     best: bool = False
     val_curve: tuple[float, ...] = ()
 
@@ -63,7 +67,7 @@ def collect(job_id: str, project_dir: Path | None = None) -> list[Row]:
     record = find_record(job_id, project_dir)
     if record is None:
         return mark_best(_rows_from_slurm(job_id))
-    runs = project_base(project_dir) / "runs"
+    runs = job_folder(record, project_dir) / "runs"
     ids = task_ids(record)
     states = _states(record, [task for task, _ in ids])
     rows = []
@@ -75,6 +79,19 @@ def collect(job_id: str, project_dir: Path | None = None) -> list[Row]:
     return mark_best(rows)
 
 
+def job_folder(record: JobRecord, project_dir: Path | None = None) -> Path:
+    """The folder a job ran in: its record's (``--chdir`` from the submit folder), else
+    SLURM's WorkDir for it (a record written before the folder was kept), else the
+    project folder."""
+    if record.workdir is not None:
+        return Path(record.workdir)
+    if record.executor == "slurm":
+        found = [info.workdir for info in query_jobs(record.job_id) if info.workdir]
+        if found:
+            return Path(found[0])
+    return project_base(project_dir)
+
+
 def _states(record: JobRecord, tasks: list[str]) -> dict[str, str]:
     if len(tasks) > 1 and record.executor == "slurm":
         return task_states(record.job_id, len(tasks))
@@ -82,12 +99,19 @@ def _states(record: JobRecord, tasks: list[str]) -> dict[str, str]:
 
 
 def _row(task: str, overrides: list[str], state: str, run_dir: Path, logs: list[Path]) -> Row:
-    results = read_results(run_dir / "training_results.json")
+    path = run_dir / RESULTS_FILE
+    results = read_results(path)
     history = results.get("history") if isinstance(results.get("history"), dict) else {}
     curve = tuple(float(v) for v in (history or {}).get("val_loss", []) if _is_number(v))
     reason = None
-    if state not in ("COMPLETED", "RUNNING", "PENDING", "REQUEUED", "UNKNOWN"):
-        reason = failure_reason(logs) or f"ended {state}"
+    if state not in ("COMPLETED", *_UNFINISHED, "UNKNOWN"):
+        reason = failure_reason(logs)
+        if reason is None:
+            reason = f"ended {state}" + ("" if results else f"; {_no_results(path)}")
+    elif not results and state not in _UNFINISHED:
+        # A row of dashes says where it looked: a job run elsewhere (--chdir) or a command
+        # that writes no results is told apart from a training that lost them.
+        reason = _no_results(path)
     return Row(
         job_id=task,
         overrides=list(overrides),
@@ -109,7 +133,7 @@ def _rows_from_slurm(job_id: str) -> list[Row]:
     rows = []
     for info in sorted(infos, key=lambda i: _task_number(i.job_id)):
         run_dir = Path(info.workdir or ".") / "runs" / info.job_id
-        recorded = read_results(run_dir / "training_results.json").get("overrides")
+        recorded = read_results(run_dir / RESULTS_FILE).get("overrides")
         overrides = (
             [f"{key}={json.dumps(value)}" for key, value in recorded.items()]
             if isinstance(recorded, dict)
@@ -118,6 +142,12 @@ def _rows_from_slurm(job_id: str) -> list[Row]:
         logs = [Path(p) for p in (info.stdout, info.stderr) if p]
         rows.append(_row(info.job_id, overrides, info.state, run_dir, logs))
     return rows
+
+
+def _no_results(path: Path) -> str:
+    if path.exists():
+        return f"{str(path)!r} cannot be read as the training's results"
+    return f"no {path.name} in {str(path.parent)!r}"
 
 
 def read_results(path: Path) -> dict[str, Any]:

@@ -49,6 +49,7 @@ from hpcdist.spec.sweep import points, task_command
 from hpcdist.state.fileutil import current_umask
 from hpcdist.state.folders import jobs_root, project_base, state_dir
 from hpcdist.state.private import replaceable_by_others, strict_umask
+from hpcdist.state.snapshot import FolderSnapshot
 from hpcdist.state.statehome import shared_reason
 
 EXECUTORS = ("auto", "slurm", "local")
@@ -272,6 +273,7 @@ class SubmitPlan:
     threads: int | None  # threads per local rank
     torchrun_nproc: int | None  # ranks torchrun starts per node
     log_tasks: int  # submitit tasks, each with its own log
+    workdir: str  # the folder the job runs in: where its runs/ are (``hpcdist report``)
 
     @property
     def swept(self) -> bool:
@@ -359,7 +361,17 @@ def plan_submission(
         if kind == "slurm" and spec.launcher == "torchrun"
         else None,
         log_tasks=log_tasks,
+        workdir=job_workdir(spec, kind),
     )
+
+
+def job_workdir(spec: JobSpec, kind: str) -> str:
+    """The folder the job runs in: sbatch reads --chdir from the folder it runs in (this
+    one), and a job without one runs here. The local executor runs its processes here."""
+    here = os.getcwd()
+    if kind == "slurm" and spec.workdir is not None:
+        return os.path.abspath(os.path.join(here, spec.workdir))
+    return here
 
 
 def submit(
@@ -374,11 +386,6 @@ def submit(
 
 def carry_out(plan: SubmitPlan, project_dir: Path | None = None) -> Submission:
     """Do what ``plan`` says: its checks, the job's secrets, submitit's submission, records."""
-    import submitit
-
-    # command_job subclasses submitit's Checkpointable: both load only when a job is submitted.
-    from hpcdist.jobs.command_job import CommandJob
-
     spec = plan.spec
     # Every check before anything is written: a refused job leaves no trace.
     if CHECK_DEPENDENCIES in plan.checks:
@@ -386,6 +393,43 @@ def carry_out(plan: SubmitPlan, project_dir: Path | None = None) -> Submission:
     if plan.script is not None:
         preflight(spec, plan.script)
     root = jobs_root(project_dir)
+    # What existed before anything is created: a refusal removes every folder and file made
+    # from here on (the state folders, the secrets, submitit's folder, pickle and script).
+    snapshot = FolderSnapshot.take(root)
+    try:
+        ex, commands = _prepare(plan, root, project_dir)
+    except BaseException:
+        snapshot.remove_made()
+        raise
+    # submitit creates the job's folder, pickles and script: none of them for other eyes.
+    with clean_slurm_environment(), strict_umask():
+        try:
+            # submitit echoes sbatch's stderr; the one line below says what went wrong.
+            with contextlib.redirect_stderr(io.StringIO()):
+                if plan.swept:
+                    # One sbatch: a job array whose task i unpickles commands[i].
+                    with ex.batch():
+                        jobs = [ex.submit(command) for command in commands]
+                else:
+                    jobs = [ex.submit(commands[0])]
+        except (OSError, RuntimeError) as exc:  # sbatch missing, refused, or no controller
+            snapshot.remove_made()
+            reason = (str(exc).strip().splitlines() or [type(exc).__name__])[-1]
+            raise UserError(
+                f"the {plan.executor} executor could not submit the job: {reason}"
+            ) from exc
+    return Submission(record=_save_records(plan, jobs, project_dir), executor=plan.executor)
+
+
+def _prepare(plan: SubmitPlan, root: Path, project_dir: Path | None) -> tuple[Any, list[Any]]:
+    """The executor and each task's CommandJob, with the private folders and secrets they
+    need (created here, after the snapshot ``carry_out`` takes)."""
+    import submitit
+
+    # command_job subclasses submitit's Checkpointable: both load only when a job is submitted.
+    from hpcdist.jobs.command_job import CommandJob
+
+    spec = plan.spec
     # submitit's pickles run as this user when the job starts: their folder is ours alone.
     folder = state_dir("submitit", project_dir=project_dir) / "%j"
     shared = replaceable_by_others(root)
@@ -426,25 +470,7 @@ def carry_out(plan: SubmitPlan, project_dir: Path | None = None) -> Submission:
     else:
         ex = submitit.LocalExecutor(folder=folder)
         ex.update_parameters(**plan.parameters)
-    before = _files_under(root) - set(secret_files)
-    # submitit creates the job's folder, pickles and script: none of them for other eyes.
-    with clean_slurm_environment(), strict_umask():
-        try:
-            # submitit echoes sbatch's stderr; the one line below says what went wrong.
-            with contextlib.redirect_stderr(io.StringIO()):
-                if plan.swept:
-                    # One sbatch: a job array whose task i unpickles commands[i].
-                    with ex.batch():
-                        jobs = [ex.submit(command) for command in commands]
-                else:
-                    jobs = [ex.submit(commands[0])]
-        except (OSError, RuntimeError) as exc:  # sbatch missing, refused, or no controller
-            _remove_new_files(root, before)
-            reason = (str(exc).strip().splitlines() or [type(exc).__name__])[-1]
-            raise UserError(
-                f"the {plan.executor} executor could not submit the job: {reason}"
-            ) from exc
-    return Submission(record=_save_records(plan, jobs, project_dir), executor=plan.executor)
+    return ex, commands
 
 
 def _save_records(plan: SubmitPlan, jobs: list[Any], project_dir: Path | None) -> JobRecord:
@@ -469,6 +495,7 @@ def _save_records(plan: SubmitPlan, jobs: list[Any], project_dir: Path | None) -
                 command=list(spec.command),
                 start_ticks=None if process is None else process.start_ticks,
                 points=[list(point)] if point else None,
+                workdir=plan.workdir,
             )
         )
     if plan.swept:
@@ -526,18 +553,6 @@ def require_slurm_for_arrays(spec: JobSpec, kind: str) -> None:
             f"{flag} needs SLURM (a job array, a dependency); the {kind} executor has "
             "neither: expected a SLURM cluster (render prints the script)"
         )
-
-
-def _files_under(root: Path) -> set[Path]:
-    return set(root.rglob("*")) | {root} if root.exists() else set()
-
-
-def _remove_new_files(root: Path, before: set[Path]) -> None:
-    """A submission that failed leaves nothing behind: what submitit wrote before sbatch
-    refused (its pickle, its script, the folders it made) goes again."""
-    for path in sorted(_files_under(root) - before, key=lambda p: len(p.parts), reverse=True):
-        with contextlib.suppress(OSError):
-            path.rmdir() if path.is_dir() else path.unlink()
 
 
 def describe(spec: JobSpec, executor: str) -> Mapping[str, Any]:

@@ -7,10 +7,12 @@ import re
 import shlex
 import subprocess
 from dataclasses import fields
+from pathlib import Path
 
 from hpcdist.errors import SpecError
 from hpcdist.slurm.timelimit import time_limit_seconds
 from hpcdist.spec.jobspec import AUTO, JOB_OPTIONS, LAUNCHERS, JobSpec
+from hpcdist.spec.loginpaths import check_login_paths
 from hpcdist.spec.profiles import Profile
 from hpcdist.spec.siteopts import check_site
 from hpcdist.spec.sweep import check_sweep
@@ -84,6 +86,17 @@ def validate(spec: JobSpec, profile: Profile) -> None:
             "a log name such as %x-%j.out (render writes the script with --script)"
         )
     check_site(spec, profile)
+    # Last: the only check that looks at this machine's folders.
+    check_login_paths(spec, _current_folder(), lambda folder: Path(folder).is_dir())
+
+
+def _current_folder() -> Path:
+    """The folder relative paths start from; "." where it was removed under us (then no
+    relative folder exists, and a message names the path as given)."""
+    try:
+        return Path.cwd()
+    except OSError:
+        return Path(".")
 
 
 def _check_gpus(spec: JobSpec, profile: Profile) -> None:

@@ -7,12 +7,16 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+from typing import Any
 
 import pytest
+from click.testing import CliRunner
 
+from hpcdist.cli.main import cli
 from hpcdist.jobs.arrays import expand_task_ids, parse_task_states
 from hpcdist.jobs.records import JobRecord, save_record
 from hpcdist.jobs.report import Row, collect, failure_reason, mark_best, plot, table, task_ids
+from hpcdist.slurm.query import JobInfo
 from ufsemulator.config import Config, ConfigError
 from ufsemulator.overrides import apply_to, overrides_record
 from ufsemulator.training.runfiles import default_run_dir
@@ -120,7 +124,14 @@ def test_a_failed_task_is_explained_by_the_last_error_of_its_rank_0_log(
     assert failure_reason([record.log_path(0), record.log_path(0, "err")]) == reason
 
 
-def _record(job: str, folder: Path, points: list[list[str]] | None = None) -> JobRecord:
+def _record(
+    job: str,
+    folder: Path,
+    points: list[list[str]] | None = None,
+    workdir: Path | None = None,
+) -> JobRecord:
+    # A record without the folder the job ran in is one written before it was kept.
+    ran_in: dict[str, Any] = {} if workdir is None else {"workdir": str(workdir)}
     return JobRecord(
         job_id=job,
         executor="slurm",
@@ -132,6 +143,7 @@ def _record(job: str, folder: Path, points: list[list[str]] | None = None) -> Jo
         submitted=time.time(),
         command=["python3"],
         points=points,
+        **ran_in,
     )
 
 
@@ -152,6 +164,7 @@ def test_an_array_record_reads_each_task_its_run_folder_and_results(
         json.dumps({**results, "history": {"val_loss": [0.5, 0.05]}})
     )
     (tmp_path / "40_0_0_log.out").write_text("error: no such file\n")
+    monkeypatch.setattr("hpcdist.jobs.report.query_jobs", lambda job: [])  # SLURM forgot it
     monkeypatch.setattr(
         "hpcdist.jobs.report.task_states",
         lambda job, count: {"40_0": "FAILED", "40_1": "COMPLETED"},
@@ -164,6 +177,114 @@ def test_an_array_record_reads_each_task_its_run_folder_and_results(
     assert rows[0].val_curve == (0.5, 0.05) and rows[0].epochs == 20
     plot(rows, tmp_path / "curves.png")
     assert (tmp_path / "curves.png").read_bytes()[:4] == b"\x89PNG"
+
+
+_RESULTS = {"best_val_loss": 0.25, "best_val_r2": 0.75, "epochs_run": 3, "wall_time_s": 2.0}
+
+
+def _results(run: Path) -> None:
+    run.mkdir(parents=True)
+    (run / "training_results.json").write_text(json.dumps(_RESULTS))
+
+
+def _slurm_info(job: str, workdir: str | None) -> JobInfo:
+    return JobInfo(
+        job_id=job,
+        name="n",
+        state="COMPLETED",
+        reason=None,
+        nodes="node1",
+        num_nodes=1,
+        elapsed_s=10.0,
+        limit_s=60.0,
+        exit_code=0,
+        signal=0,
+        restarts=0,
+        stdout=None,
+        stderr=None,
+        workdir=workdir,
+        source="sacct",
+    )
+
+
+def test_report_from_the_submit_folder_reads_the_run_folder_of_a_job_with_chdir(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    project, elsewhere = tmp_path / "project", tmp_path / "scratch run"
+    project.mkdir()
+    _results(elsewhere / "runs" / "41")
+    save_record(_record("41", project, workdir=elsewhere), project)
+    monkeypatch.setattr("hpcdist.jobs.report.job_state", lambda record: "COMPLETED")
+    monkeypatch.setattr("hpcdist.jobs.report.query_jobs", _no_slurm_query)
+    monkeypatch.chdir(project)
+    result = CliRunner().invoke(cli, ["report", "41"])
+    assert result.exit_code == 0, result.output
+    lines = result.stdout.splitlines()
+    assert lines[1].split() == ["*", "41", "-", "COMPLETED", "0.25", "0.7500", "3", "2.0"]
+    assert lines[2] == f"best: 41 ({elsewhere / 'runs' / '41'})"
+
+
+def _no_slurm_query(job: str) -> list[JobInfo]:
+    raise AssertionError("a record that names its folder needs no SLURM query")
+
+
+def test_an_older_record_finds_the_run_folder_from_slurms_workdir(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    project, elsewhere = tmp_path / "project", tmp_path / "elsewhere"
+    project.mkdir()
+    _results(elsewhere / "runs" / "42")
+    save_record(_record("42", project), project)  # no workdir: written before it was kept
+    monkeypatch.setattr("hpcdist.jobs.report.job_state", lambda record: "COMPLETED")
+    monkeypatch.setattr(
+        "hpcdist.jobs.report.query_jobs", lambda job: [_slurm_info(job, str(elsewhere))]
+    )
+    [row] = collect("42", project)
+    assert (row.best_val_loss, row.run_dir, row.reason) == (
+        0.25,
+        str(elsewhere / "runs" / "42"),
+        None,
+    )
+
+
+@pytest.mark.parametrize(
+    ("state", "reason"),
+    [
+        ("COMPLETED", "no training_results.json in '{runs}/43'"),
+        ("UNKNOWN", "no training_results.json in '{runs}/43'"),
+        ("FAILED", "ended FAILED; no training_results.json in '{runs}/43'"),
+        ("RUNNING", None),  # no results yet is what running means
+        ("PENDING", None),
+    ],
+)
+def test_a_row_without_results_says_which_folder_was_looked_in(
+    state: str, reason: str | None, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    project = tmp_path / "project"
+    project.mkdir()
+    save_record(_record("43", project), project)
+    monkeypatch.setattr("hpcdist.jobs.report.job_state", lambda record: state)
+    monkeypatch.setattr("hpcdist.jobs.report.query_jobs", lambda job: [_slurm_info(job, None)])
+    [row] = collect("43", project)
+    runs = project / "runs"
+    assert row.reason == (None if reason is None else reason.format(runs=runs))
+    if reason is not None:
+        assert table([row]).splitlines()[2] == f"43 {state}: {reason.format(runs=runs)}"
+
+
+def test_an_unreadable_results_file_is_named_as_such(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    project = tmp_path / "project"
+    (project / "runs" / "44").mkdir(parents=True)
+    (project / "runs" / "44" / "training_results.json").write_text("{not json")
+    save_record(_record("44", project, workdir=project), project)
+    monkeypatch.setattr("hpcdist.jobs.report.job_state", lambda record: "COMPLETED")
+    [row] = collect("44", project)
+    assert row.reason == (
+        f"{str(project / 'runs' / '44' / 'training_results.json')!r} cannot be read as the "
+        "training's results"
+    )
 
 
 def test_overrides_apply_after_the_config_and_are_recorded_as_used() -> None:

@@ -104,7 +104,7 @@ def _submitit_script(spec: JobSpec, tmp_path: Path, monkeypatch: pytest.MonkeyPa
             "mode": "gloo",
             "nodes": 2,
             "requeue": False,
-            "workdir": "/scratch/me",
+            "workdir": "scratch/me",
             "memory": "1500M",
             "max_restarts": 0,
         },
@@ -128,6 +128,9 @@ def _submitit_script(spec: JobSpec, tmp_path: Path, monkeypatch: pytest.MonkeyPa
 def test_render_and_submit_ask_slurm_for_the_same_resources(
     flags: dict[str, Any], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
+    monkeypatch.chdir(tmp_path)
+    if "workdir" in flags:  # --chdir must name an existing folder (relative: from the cwd)
+        (tmp_path / flags["workdir"]).mkdir(parents=True)
     spec = spec_from_options({"profile": None, **flags})
     rendered = _normalise(_directives(render(spec)))
     submitted = _normalise(_directives(_submitit_script(spec, tmp_path, monkeypatch)))
@@ -357,6 +360,9 @@ def test_every_pass_through_option_reaches_render_and_submit_with_its_value(
         "constraint": "testbed&ib",
         "exclusive": True,
     }.get(option.name, "site-value-7")
+    # --chdir site-value-7 must exist (hpcdist.spec.loginpaths): a folder of that name here.
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "site-value-7").mkdir()
     # Memory per GPU needs GPUs (and replaces the GPU profile's --mem).
     gpus = {"profile": "gpu-cluster", "mode": "nccl"}
     base = gpus if option.name == "mem_per_gpu" else {"profile": None, "mode": "gloo"}

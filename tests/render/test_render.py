@@ -332,9 +332,15 @@ def test_every_nccl_script_keeps_multicast_off(flags: dict[str, Any]) -> None:
 
 
 @pytest.mark.parametrize("payload", PAYLOADS)
-def test_user_values_never_execute(payload: str, tmp_path: Path) -> None:
+def test_user_values_never_execute(
+    payload: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     marker = tmp_path / "MARKER"
     value = payload.replace("MARKER", str(marker))
+    # --chdir and the logs' folder must exist (hpcdist.spec.loginpaths): made here under the
+    # payload's own name (relative: it starts with no "/"), so it still reaches every directive.
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / value / Path(value).parent).mkdir(parents=True)
     spec = spec_from_options(
         {
             "profile": None,

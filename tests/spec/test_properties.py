@@ -34,7 +34,12 @@ FLAGS: dict[str, Any] = {
     "gpus_per_node": st.integers(0, 4),
     "time": st.sampled_from(["1", "2", "90", "0:30:00", "1-12", "1:30", "forever", ""]),
     "job_name": WORDS,
-    "output": st.sampled_from(["%x-%j.out", "o-%j.log", "", "a b.log", "job.sh", "o\nx"]),
+    # A log's folder must exist ("nolog/" does not; "%u/" is the job's to make), and so must
+    # --chdir's ("run" is made by the test, "no run" is not).
+    "output": st.sampled_from(
+        ["%x-%j.out", "o-%j.log", "", "a b.log", "job.sh", "o\nx", "nolog/o-%j.log", "%u/o.log"]
+    ),
+    "workdir": st.sampled_from(["run", "no run", "/nonexistent"]),
     "error": st.sampled_from(["e-%j.err", "", "x y.err"]),
     "account": WORDS,
     "qos": WORDS,
@@ -78,8 +83,7 @@ def _argv(flags: dict[str, Any]) -> list[str]:
     words: list[str] = []
     for name, value in flags.items():
         flag = "--" + name.replace("_", "-")
-        if name == "memory":
-            flag = "--mem"
+        flag = {"memory": "--mem", "workdir": "--chdir"}.get(name, flag)
         if isinstance(value, bool):
             words.append(flag if value else f"--no-{name.replace('_', '-')}")
         elif isinstance(value, tuple):
@@ -98,10 +102,13 @@ def _argv(flags: dict[str, Any]) -> list[str]:
 @example(flags={"signal": "USR1@30"})  # not submitit's USR2: CommandJob answers it
 @example(flags={"mode": "gloo", "nodes": 2, "threads_per_task": 1, "env": ("A=x",)})
 @example(flags={"job_name": ""})
+@example(flags={"workdir": "no run"})  # sbatch would queue it; the job would fail at launch
+@example(flags={"workdir": "run", "output": "nolog/o-%j.log"})
 def test_render_and_submit_build_the_same_job_or_both_refuse_writing_nothing(
     flags: dict[str, Any], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.chdir(tmp_path)
+    (tmp_path / "run").mkdir(exist_ok=True)
     before = set(os.listdir(tmp_path))
     refusal = _refusal(flags)
     event("refused" if refusal is not None else "accepted")

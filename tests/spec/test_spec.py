@@ -434,7 +434,9 @@ def test_flags_beat_the_profiles_site_values() -> None:
     assert (spec.partition, spec.account, spec.qos) == ("p2", "acct-b", "q-low")
 
 
-def test_every_user_value_reaches_the_spec() -> None:
+def test_every_user_value_reaches_the_spec(tmp_path: Path) -> None:
+    workdir = tmp_path / "scratch me"
+    (workdir / "logs").mkdir(parents=True)  # --chdir and the logs' folder must exist
     spec = _build(
         mode="gloo",
         nodes=3,
@@ -444,7 +446,7 @@ def test_every_user_value_reaches_the_spec() -> None:
         job_name="my-run",
         output="logs/o-%j.txt",
         error="logs/e-%j.txt",
-        workdir="/scratch/me",
+        workdir=str(workdir),
         memory="4G",
         command=("python3", "train.py"),
         launcher="torchrun",
@@ -459,7 +461,7 @@ def test_every_user_value_reaches_the_spec() -> None:
     assert (spec.output, spec.error, spec.workdir) == (
         "logs/o-%j.txt",
         "logs/e-%j.txt",
-        "/scratch/me",
+        str(workdir),
     )
     assert (spec.command, spec.launcher) == (("python3", "train.py"), "torchrun")
     assert ("A", "1") in spec.env

@@ -1,0 +1,57 @@
+"""Paths that must exist on the login node before a job is queued.
+
+sbatch queues a job whose ``--chdir`` or log folder is missing, and the job then fails at
+launch (JobLaunchFailure, or no log at all): nothing on the compute node makes them. So
+``--chdir`` must name an existing folder (relative to the folder hpcdist runs in, as
+sbatch reads it) and the folders of ``--output`` / ``--error`` must exist (relative to the
+``--chdir`` folder if given, else the current one). A folder part with a ``%`` pattern
+(``logs/%u/...``) is only known when the job starts: the check stops before it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from pathlib import PurePath
+
+from hpcdist.errors import SpecError
+from hpcdist.spec.jobspec import JobSpec
+
+IsDir = Callable[[PurePath], bool]
+
+
+def check_login_paths(spec: JobSpec, cwd: PurePath, is_dir: IsDir) -> None:
+    """Raise SpecError for a ``--chdir`` or log folder that ``is_dir`` does not find."""
+    base = cwd
+    if spec.workdir is not None:
+        base = cwd / spec.workdir
+        if not is_dir(base):
+            raise SpecError(
+                f"--chdir {spec.workdir!r}: folder {str(base)!r} does not exist; expected an "
+                "existing folder (sbatch would queue the job and it would fail at launch)"
+            )
+    for flag, value in (("--output", spec.output), ("--error", spec.error)):
+        folder = log_folder(base, value)
+        if folder is not None and not is_dir(folder):
+            where = "" if spec.workdir is None else f" (relative to --chdir {spec.workdir!r})"
+            raise SpecError(
+                f"{flag} {value!r}: folder {str(folder)!r}{where} does not exist; expected "
+                "an existing folder (SLURM does not create it and the job would fail at "
+                "launch)"
+            )
+
+
+def log_folder(base: PurePath, log: str | None) -> PurePath | None:
+    """The folder of ``log`` that must exist: its folder parts before the first one with a
+    ``%`` pattern, from ``base``; None when there is nothing to check."""
+    if log is None:
+        return None
+    parts = PurePath(log).parts[:-1]
+    known = []
+    for part in parts:
+        if "%" in part:
+            break
+        known.append(part)
+    if not known:
+        # A log in the base folder itself: that folder is --chdir's (checked) or the cwd.
+        return None
+    return base.joinpath(*known)
