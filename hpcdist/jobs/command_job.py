@@ -59,6 +59,7 @@ class CommandJob(Checkpointable):
     # folders are private), which sbatch and the local executor would pass on to the job.
     umask: int | None = None
     max_restarts: int | None = None  # None: no limit of ours (submitit's still holds)
+    workdir: str | None = None  # the folder the command starts in (None: submitit's)
     _child: subprocess.Popen[bytes] | None = field(default=None, repr=False, compare=False)
     _terminated: bool = field(default=False, repr=False, compare=False)
 
@@ -79,7 +80,7 @@ class CommandJob(Checkpointable):
                 signal.signal(warning, self._on_own_warning)
         marker: Path | None = None
         if self.torchrun_nproc is None:
-            self._child = subprocess.Popen(list(self.argv), env=env)
+            self._child = subprocess.Popen(list(self.argv), env=env, cwd=self.workdir)
         else:
             # torchrun reports rank 0's exit 85 as its own failure (1): rank 0 says that it
             # checkpointed for a requeue with this file instead, one name per restart.
@@ -93,6 +94,7 @@ class CommandJob(Checkpointable):
             self._child = subprocess.Popen(
                 self.torchrun_argv(env),
                 env=env,
+                cwd=self.workdir,
                 preexec_fn=lambda: _ignore(WARNING_SIGNAL, warning),
             )
         code = self._child.wait()
@@ -184,6 +186,7 @@ class CommandJob(Checkpointable):
             self.requeue,
             self.umask,
             self.max_restarts,
+            self.workdir,
         )
         return DelayedSubmission(fresh)
 

@@ -366,10 +366,10 @@ def plan_submission(
 
 
 def job_workdir(spec: JobSpec, kind: str) -> str:
-    """The folder the job runs in: sbatch reads --chdir from the folder it runs in (this
-    one), and a job without one runs here. The local executor runs its processes here."""
+    """The folder the job runs in: --chdir read from the folder submit runs in (this one,
+    as sbatch reads it), else this one. The local executor's ranks start there too."""
     here = os.getcwd()
-    if kind == "slurm" and spec.workdir is not None:
+    if spec.workdir is not None:
         return os.path.abspath(os.path.join(here, spec.workdir))
     return here
 
@@ -458,6 +458,8 @@ def _prepare(plan: SubmitPlan, root: Path, project_dir: Path | None) -> tuple[An
             requeue=spec.requeue,
             max_restarts=spec.max_restarts,
             umask=current_umask(),
+            # sbatch's --chdir moves a SLURM job's tasks; a local job's, this.
+            workdir=plan.workdir if plan.executor == "local" else None,
         )
         for command, secret in zip(plan.task_commands, secret_files, strict=True)
     ]

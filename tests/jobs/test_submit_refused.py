@@ -103,7 +103,7 @@ def test_an_accepted_submit_records_the_folder_the_job_runs_in(
     record = submit(spec, "slurm", project_dir=project, preflight_check=False).record
     assert record.workdir == str(tmp_path / ran_in)
     assert load_record(record.job_id, project).workdir == record.workdir
-    assert job_workdir(spec, "local") == str(project)  # local processes run here
+    assert job_workdir(spec, "local") == record.workdir  # local ranks start there too
 
 
 def test_a_refused_cli_submit_from_a_shared_folder_leaves_no_state_folder(
@@ -148,3 +148,25 @@ def test_the_snapshot_removes_only_what_was_made_after_it(tmp_path: Path) -> Non
     (old / "later").write_text("someone's")  # beside the snapshot's folder: never its to remove
     snapshot.remove_made()
     assert _tree(tmp_path) == ["root", "root/old", "root/old/later"]
+
+
+def test_a_local_job_starts_in_its_chdir_folder(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # --chdir moves a SLURM job's tasks (sbatch); a local job's ranks start there too.
+    import sys
+
+    from hpcdist.jobs.records import load_record, wait_for_final_state
+    from hpcdist.jobs.submit import submit
+    from hpcdist.spec.options import spec_from_options
+
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "work dir").mkdir()
+    probe = f"{sys.executable} -c 'import os; print(\"cwd\", os.getcwd())'"
+    spec = spec_from_options(
+        {"profile": None, "mode": "threads", "workdir": "work dir", "command": probe}
+    )
+    record = submit(spec, "local", project_dir=tmp_path).record
+    assert wait_for_final_state(record, timeout_s=120, poll_s=0.2) == "COMPLETED"
+    log = load_record(record.job_id, tmp_path).log_path(0).read_text()
+    assert f"cwd {tmp_path / 'work dir'}" in log
