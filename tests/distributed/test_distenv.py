@@ -679,7 +679,8 @@ _EXPORTED = ("MASTER_ADDR", "MASTER_PORT", "RANK", "WORLD_SIZE", "LOCAL_RANK", "
 
 @pytest.fixture
 def clean_process_env(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
-    """Remove launcher variables for the test and restore them (and torch's threads) after."""
+    """Remove launcher variables for the test and restore them (and torch's threads, and
+    the CPUs this process may use: a rank's set-up binds it to its own) after."""
     import torch
 
     for name in list(os.environ):
@@ -689,9 +690,11 @@ def clean_process_env(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
         monkeypatch.setenv(name, "unset")
         monkeypatch.delenv(name)
     threads = torch.get_num_threads()
+    cpus = os.sched_getaffinity(0)
     yield
     cleanup_distributed()
     torch.set_num_threads(threads)
+    os.sched_setaffinity(0, cpus)
 
 
 def test_setup_single_process_initialises_a_group_and_cleans_up(

@@ -20,6 +20,7 @@ RUN_FILES = {
     "loss_curves.svg",
     "training_results.json",
     "model.pt",
+    "model.md",  # the model card beside model.pt
 }
 
 
