@@ -7,6 +7,7 @@ CLI's render path; it imports neither torch nor anything heavy.
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import json
 import os
 import re
@@ -52,7 +53,6 @@ class CommandJob(Checkpointable):
     argv: tuple[str, ...]
     env: dict[str, str] = field(default_factory=dict)
     record_dir: str | None = None
-    threads: int | None = None
     torchrun_nproc: int | None = None
     requeue: bool = True  # --no-requeue: the user's word; a warned job ends instead
     # The user's umask at submission: submit hands submitit a strict one (its pickles and
@@ -68,8 +68,6 @@ class CommandJob(Checkpointable):
             os.umask(self.umask)
         env = dict(os.environ)
         env.update(self.env)
-        if self.threads is not None:
-            env["OMP_NUM_THREADS"] = env["MKL_NUM_THREADS"] = str(self.threads)
         env["PYTHONUNBUFFERED"] = "1"
         self._note_termination()
         warning = _warning_signal(env)
@@ -177,17 +175,8 @@ class CommandJob(Checkpointable):
         if not self.requeue:
             print("hpcdist: warned, not requeued (--no-requeue)", file=sys.stderr, flush=True)
             return None
-        fresh = CommandJob(
-            self.argv,
-            self.env,
-            self.record_dir,
-            self.threads,
-            self.torchrun_nproc,
-            self.requeue,
-            self.umask,
-            self.max_restarts,
-            self.workdir,
-        )
+        # The same job, with no process of this run's: what submitit pickles for the rerun.
+        fresh = dataclasses.replace(self, _child=None, _terminated=False)
         return DelayedSubmission(fresh)
 
     def torchrun_argv(self, env: Mapping[str, str]) -> list[str]:

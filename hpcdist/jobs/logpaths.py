@@ -92,7 +92,9 @@ def job_logs(
     looked: list[str] = []
     workdir = Path(info.workdir) if info.workdir else None
     folders = list(dict.fromkeys([*state_folders, *([workdir] if workdir else [])]))
-    record = _read_record(info.job_id, folders, looked)
+    # While SLURM names the logs, the record only tells whether a rank has files of its own.
+    needed = info.stdout is None or rank is not None
+    record = _read_record(info.job_id, folders, looked) if needed else None
     split = record is not None and record.get("rank_logs") == "split" and rank is not None
     if info.stdout is not None:
         looked.insert(0, f"SLURM's StdOut {info.stdout}")

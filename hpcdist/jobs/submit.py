@@ -27,7 +27,6 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from hpcdist.distributed.cpulayout import cpu_layout
 from hpcdist.distributed.jobsecret import create_secret_file
 from hpcdist.distributed.protocol import (
     SECRET_DIR,
@@ -243,15 +242,10 @@ def _local_threads(spec: JobSpec, shape: Shape) -> int:
 
 
 def layout_env(spec: JobSpec, cpus: Count) -> dict[str, str]:
-    """The CPU layout's variables (``hpcdist.distributed.cpulayout``) for ranks of ``cpus``
-    CPUs each, as the rendered script exports them; none for a GPU job. The user's
-    --threads-per-task is kept within ``cpus`` (local ranks share this machine's cores)."""
-    layout = spec.cpu_layout
-    if layout is None or not isinstance(cpus, int):
-        return {}
-    threads = None if spec.threads_per_task is None else min(spec.threads_per_task, cpus)
-    world = spec.world_size or 1
-    return dict(cpu_layout(cpus, world, threads, spec.omp_wait_policy).env())
+    """The CPU layout's variables (``JobSpec.cpu_layout_for``) for ranks of ``cpus`` CPUs
+    each, as the rendered script exports them; none for a GPU job."""
+    layout = spec.cpu_layout_for(cpus)
+    return {} if layout is None else dict(layout.env())
 
 
 @dataclass(frozen=True)

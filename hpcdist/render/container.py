@@ -16,17 +16,13 @@ if TYPE_CHECKING:
 WRAPPING_RUNTIMES = ("apptainer", "singularity")
 
 
-def on_gpus(spec: JobSpec) -> bool:
-    return spec.mode == "nccl" or (spec.mode == "test" and spec.gpus_per_node != 0)
-
-
 def container_prefix(spec: JobSpec) -> list[str]:
     """The words before the rank's command: ``apptainer exec [--nv] [--bind M].. IMAGE``;
     nothing without a container or under pyxis."""
     if spec.container is None or spec.container_runtime not in WRAPPING_RUNTIMES:
         return []
     words = [spec.container_runtime, "exec"]
-    if on_gpus(spec):
+    if spec.on_gpus:
         words.append("--nv")  # the host's driver and GPUs inside the container
     words += [f"--bind={mount}" for mount in spec.container_mounts]
     words += spec.container_options

@@ -24,6 +24,7 @@ from hpcdist.spec.jobspec import (
     Count,
     JobSpec,
     default_job_name,
+    runs_on_gpus,
 )
 from hpcdist.spec.profiles import Profile
 from hpcdist.spec.siteopts import site_fields
@@ -43,8 +44,7 @@ def build_spec(profile: Profile, flags: Mapping[str, Any]) -> JobSpec:
     if mode not in MODES:
         raise SpecError(f"--mode {mode!r} is not a mode; expected one of {', '.join(MODES)}")
     gpus = _gpus(mode, merged["gpus_per_node"], profile, flags.get("gpus_per_node"))
-    # nccl and the communication check on GPUs run one task per GPU over NCCL.
-    on_gpus = mode == "nccl" or (mode == "test" and gpus != 0)
+    on_gpus = runs_on_gpus(mode, gpus)
     tasks = merged.get("tasks_per_node")
     if tasks is None:
         tasks = gpus if on_gpus else 1
@@ -132,8 +132,7 @@ def _named_where_it_came_from(message: str, profile: Profile, flags: Mapping[str
             key = option.name
         else:
             return message  # the built-in default: the flag is the way to change it
-        where = f"profile {profile.name!r} ({profile.source or 'built in'}) key {key}"
-        return where + message[len(flag) :]
+        return profile.key(key) + message[len(flag) :]
     return message
 
 
@@ -146,7 +145,6 @@ def _refuse_empty(profile: Profile, flags: Mapping[str, Any]) -> None:
     """An empty value is never what a user means: SLURM refuses some (``--output=""``
     fails the job at launch) and others would be dropped silently. Named where it came
     from: the flag, or the profile file and key."""
-    where_profile = f"profile {profile.name!r} ({profile.source or 'built in'})"
     site = {
         "partition": profile.partition,
         "account": profile.account,
@@ -166,9 +164,9 @@ def _refuse_empty(profile: Profile, flags: Mapping[str, Any]) -> None:
             if source == "flag":
                 where = option.flag
             elif source == "defaults":
-                where = f"{where_profile} key defaults.{option.name}"
+                where = profile.key(f"defaults.{option.name}")
             else:
-                where = f"{where_profile} key {option.name}"
+                where = profile.key(option.name)
             raise SpecError(f"{where} is empty ({value!r}); leave it out or give a value")
 
 

@@ -42,6 +42,11 @@ _NCCL_ENV: dict[str, str] = {
 }
 
 
+def runs_on_gpus(mode: str, gpus_per_node: Count) -> bool:
+    """nccl, and the communication check with GPUs, run one task per GPU over NCCL."""
+    return mode == "nccl" or (mode == "test" and gpus_per_node != 0)
+
+
 @dataclass(frozen=True, kw_only=True)
 class JobSpec:
     """A validated job request; ``build_spec`` makes one from defaults < profile < flags."""
@@ -295,14 +300,24 @@ class JobSpec:
         return cpus * tasks if isinstance(cpus, int) and isinstance(tasks, int) else AUTO
 
     @property
+    def on_gpus(self) -> bool:
+        """Whether the ranks run on GPUs over NCCL (nccl, or the check with GPUs)."""
+        return runs_on_gpus(self.mode, self.gpus_per_node)
+
+    @property
     def cpu_layout(self) -> CpuLayout | None:
         """How each rank of a CPU job uses its CPUs (None: a GPU job, or CPUs counted at
         run time)."""
-        on_gpus = self.mode == "nccl" or (self.mode == "test" and self.gpus_per_node != 0)
+        return self.cpu_layout_for(self.cpus_per_task)
+
+    def cpu_layout_for(self, cpus: Count) -> CpuLayout | None:
+        """The layout for ranks of ``cpus`` CPUs each (local ranks share this machine's);
+        the user's --threads-per-task is kept within them."""
         ranks = self.world_size
-        if on_gpus or not isinstance(self.cpus_per_task, int) or ranks is None:
+        if self.on_gpus or not isinstance(cpus, int) or ranks is None:
             return None
-        return cpu_layout(self.cpus_per_task, ranks, self.threads_per_task, self.omp_wait_policy)
+        threads = None if self.threads_per_task is None else min(self.threads_per_task, cpus)
+        return cpu_layout(cpus, ranks, threads, self.omp_wait_policy)
 
     @property
     def warning_signal(self) -> str | None:

@@ -166,8 +166,7 @@ def _profile_time(profile: Profile) -> int:
     try:
         return time_limit_seconds(profile.max_time)
     except SpecError as exc:
-        where = f"profile {profile.name!r} ({profile.source or 'built in'}) key max_time"
-        raise SpecError(str(exc).replace("--time", where, 1)) from None
+        raise SpecError(str(exc).replace("--time", profile.key("max_time"), 1)) from None
 
 
 def _check_warning_fits(signal: str, time: str, limit_s: int) -> None:
@@ -187,7 +186,7 @@ def _check_threads(spec: JobSpec, cpus: int) -> None:
     threads = spec.threads_per_task
     if threads is None:
         return
-    if spec.mode == "nccl" or (spec.mode == "test" and spec.gpus_per_node != 0):
+    if spec.on_gpus:
         raise SpecError(
             f"--threads-per-task {threads} is for CPU jobs; --mode {spec.mode} runs on GPUs"
         )

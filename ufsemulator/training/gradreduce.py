@@ -26,6 +26,7 @@ import os
 import platform
 import time
 import uuid
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any, Protocol
 
@@ -274,12 +275,19 @@ def local_allreduce(
     reason = _blocker(ctx, numel)
     if not _agree(reason is None, ctx):
         return None, reason or "not possible on another rank"
+    if ctx.device.type == "cuda":
+        return _tested(symmetric_allreduce, numel, ctx)
+    return _tested(shared_memory_allreduce, numel, ctx)
+
+
+def _tested(
+    make: Callable[[int, DistContext], LocalAllReduce], numel: int, ctx: DistContext
+) -> tuple[LocalAllReduce | None, str]:
+    """``make(numel, ctx)`` and one test all-reduce with it, or None and why not.
+    Collective: where it fails on any rank, every rank keeps the backend's all-reduce."""
     reducer: LocalAllReduce | None = None
     try:
-        if ctx.device.type == "cuda":
-            reducer = symmetric_allreduce(numel, ctx)
-        else:
-            reducer = shared_memory_allreduce(numel, ctx)
+        reducer = make(numel, ctx)
         probe = torch.full((numel,), float(ctx.env.rank + 1), device=ctx.device)
         reducer.reduce_(probe)  # the mean of 1..world on every rank
         expected = (ctx.env.world_size + 1) / 2
@@ -314,17 +322,7 @@ def gradient_allreduce(
             f"{4 * numel / 2**20:.1f} MiB of gradients, more than the "
             f"{MESH_MAX_BYTES // 2**20} MiB where a direct exchange pays"
         )
-    try:
-        reducer = mesh_allreduce(numel, ctx)
-        probe = torch.full((numel,), float(ctx.env.rank + 1))
-        reducer.reduce_(probe)
-        expected = (ctx.env.world_size + 1) / 2
-        ok = bool(torch.allclose(probe, torch.full_like(probe, expected)))
-    except Exception as exc:  # collective: every rank raised, every rank falls back
-        return None, f"{type(exc).__name__}: {str(exc).strip().splitlines()[0]}"
-    if not _agree(ok, ctx):
-        return None, "a test of the direct exchange gave a wrong mean"
-    return reducer, ""
+    return _tested(mesh_allreduce, numel, ctx)
 
 
 _SEVERAL_HOSTS = "ranks on several hosts"

@@ -20,7 +20,6 @@ the listener's token and a rank that is still expected is closed unread.
 
 from __future__ import annotations
 
-import contextlib
 import fcntl
 import os
 import secrets
@@ -57,7 +56,6 @@ class MeshAllReduce:
         self.rank, self.world = rank, world
         self.slots = torch.zeros(world, numel, dtype=torch.float32)
         self._views = [memoryview(self.slots[r].numpy()).cast("B") for r in range(world)]  # type: ignore[arg-type]
-        self._poll = select.poll()
         self._by_fd = {sock.fileno(): (peer, sock) for peer, sock in peers.items()}
         self.waited_s = 0.0  # for benchmarks: time spent in the exchange
 
@@ -73,56 +71,45 @@ class MeshAllReduce:
         mine = self._views[self.rank][:nbytes]
         sent = dict.fromkeys(self.peers, 0)
         got = dict.fromkeys(self.peers, 0)
+        poller = select.poll()  # this exchange's: a peer leaves it once both ways are done
         for fd in self._by_fd:
-            self._poll.register(fd, select.POLLIN | select.POLLOUT)
+            poller.register(fd, select.POLLIN | select.POLLOUT)
         pending = len(self.peers)
         spin_until = time.perf_counter() + SPIN_S
         deadline = time.monotonic() + EXCHANGE_TIMEOUT_S
-        try:
-            while pending:
-                spinning = time.perf_counter() < spin_until
-                events = self._poll.poll(0 if spinning else 1000)
-                if spinning and not events:
-                    continue
-                if not events and time.monotonic() > deadline:
-                    late = [p for p in self.peers if got[p] < nbytes]
-                    raise RuntimeError(
-                        f"direct gradient exchange: no data from rank(s) {late} in "
-                        f"{EXCHANGE_TIMEOUT_S:.0f} s"
-                    )
-                for fd, event in events:
-                    peer, sock = self._by_fd[fd]
-                    if event & select.POLLOUT and sent[peer] < nbytes:
-                        sent[peer] += sock.send(mine[sent[peer] :])
-                    if event & select.POLLIN and got[peer] < nbytes:
-                        count = sock.recv_into(self._views[peer][got[peer] : nbytes])
-                        if count == 0:
-                            raise RuntimeError(
-                                f"direct gradient exchange: rank {peer} closed its connection"
-                            )
-                        got[peer] += count
-                    failed = event & (select.POLLERR | select.POLLHUP | select.POLLNVAL)
-                    if failed and got[peer] < nbytes:
+        while pending:
+            spinning = time.perf_counter() < spin_until
+            events = poller.poll(0 if spinning else 1000)
+            if spinning and not events:
+                continue
+            if not events and time.monotonic() > deadline:
+                late = [p for p in self.peers if got[p] < nbytes]
+                raise RuntimeError(
+                    f"direct gradient exchange: no data from rank(s) {late} in "
+                    f"{EXCHANGE_TIMEOUT_S:.0f} s"
+                )
+            for fd, event in events:
+                peer, sock = self._by_fd[fd]
+                if event & select.POLLOUT and sent[peer] < nbytes:
+                    sent[peer] += sock.send(mine[sent[peer] :])
+                if event & select.POLLIN and got[peer] < nbytes:
+                    count = sock.recv_into(self._views[peer][got[peer] : nbytes])
+                    if count == 0:
                         raise RuntimeError(
-                            f"direct gradient exchange: rank {peer}'s connection failed"
+                            f"direct gradient exchange: rank {peer} closed its connection"
                         )
-                    done_out, done_in = sent[peer] >= nbytes, got[peer] >= nbytes
-                    if done_out and done_in:
-                        self._poll.unregister(fd)
-                        pending -= 1
-                    elif done_out:
-                        self._poll.modify(fd, select.POLLIN)
-                    elif done_in:
-                        self._poll.modify(fd, select.POLLOUT)
-        except BaseException:
-            for fd in self._by_fd:
-                with contextlib.suppress(KeyError):
-                    self._poll.unregister(fd)
-            raise
-
-    def close(self) -> None:
-        for sock in self.peers.values():
-            sock.close()
+                    got[peer] += count
+                failed = event & (select.POLLERR | select.POLLHUP | select.POLLNVAL)
+                if failed and got[peer] < nbytes:
+                    raise RuntimeError(f"direct gradient exchange: rank {peer}'s connection failed")
+                done_out, done_in = sent[peer] >= nbytes, got[peer] >= nbytes
+                if done_out and done_in:
+                    poller.unregister(fd)
+                    pending -= 1
+                elif done_out:
+                    poller.modify(fd, select.POLLIN)
+                elif done_in:
+                    poller.modify(fd, select.POLLOUT)
 
 
 def mesh_allreduce(numel: int, ctx: DistContext) -> MeshAllReduce:

@@ -54,6 +54,10 @@ class Profile:
     srun_args: tuple[str, ...] = ()
     container: Mapping[str, Any] = field(default_factory=dict)
 
+    def key(self, name: str) -> str:
+        """How a message names one of this profile's keys: its file and the key."""
+        return f"profile {self.name!r} ({self.source or 'built in'}) key {name}"
+
 
 _KEYS = tuple(f for f in Profile.__dataclass_fields__ if f not in ("name", "source"))
 _INT_KEYS = ("max_nodes", "cores_per_node", "gpus_per_node")
