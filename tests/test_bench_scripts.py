@@ -4,7 +4,7 @@
 bench/bench_training.py has its own short run in tests/test_bench.py; launch, refloops,
 synthdata and worker are the libraries those runs use. The GPU driver
 (bench/gpu_slurm_job.sh) renders every job script it would submit and checks each with
-``bash -n``; its GPU steps (testbed with GPUs, sbatch, nvidia-smi) are skipped here.
+``bash -n``, then runs on its own real testbeds every job that needs no GPU (--cpu).
 """
 
 from __future__ import annotations
@@ -15,6 +15,8 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+
+import pytest
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -57,10 +59,53 @@ def test_gpu_slurm_driver_renders_every_job_script(tmp_path: Path) -> None:
     assert proc.returncode == 0, proc.stdout + proc.stderr
     summary = (tmp_path / "out" / "summary.txt").read_text()
     assert "FAIL" not in summary, summary
-    assert summary.count("passes bash -n") >= 8, summary
-    for name in ("nccl_check_1x4", "test_1x4", "autodetect", "nccl_check_2x2", "train_gpu_2x2"):
+    checked = [line.split()[1] for line in summary.splitlines() if "passes bash -n" in line]
+    assert checked == [
+        "nccl-check-1x4:",
+        "test-mode-1x4:",
+        "train-gpu-1x4:",
+        "autodetect-1x4:",
+        "preempt-reference:",
+        "nccl-check-2x2:",
+        "train-2-nodes:",
+    ], summary
+    for name in (
+        "nccl_check_1x4",
+        "test_1x4",
+        "autodetect",
+        "preempt",
+        "nccl_check_2x2",
+        "train_2x2",
+    ):
         script = (tmp_path / "work" / f"{name}.sh").read_text()
         assert script.startswith("#!/bin/bash") and "#SBATCH --nodes=" in script
+
+
+@pytest.mark.slurm
+def test_gpu_slurm_driver_runs_every_job_without_gpus_on_real_testbeds(tmp_path: Path) -> None:
+    """--cpu: the driver's own testbeds (SLURM from unpacked .debs, as on a GPU host), every
+    job that needs no GPU submitted and judged, the GPU jobs listed as skipped."""
+    offset = int(os.environ.get("HPCDIST_TESTBED_PORT_OFFSET") or 0) + 80
+    proc = _run(
+        ["bash", "bench/gpu_slurm_job.sh", "--cpu", str(tmp_path / "out")],
+        timeout=600,
+        GPU_SLURM_WORK=str(tmp_path / "work"),
+        GPU_SLURM_PORT_OFFSET=str(offset),
+    )
+    summary = (tmp_path / "out" / "summary.txt").read_text()
+    assert proc.returncode == 0, summary + proc.stdout[-3000:]
+    passed = [line.split()[1] for line in summary.splitlines() if line.startswith("PASS ")]
+    assert passed == [
+        "test-mode-1x4",
+        "autodetect-no-gpu",
+        "preempt-reference",
+        "preempted",
+        "train-2-nodes",
+    ], summary
+    assert "same weights as job" in summary and "bit for bit" in summary, summary
+    skipped = [line.split()[1] for line in summary.splitlines() if line.startswith("SKIP ")]
+    assert skipped == ["nccl-check-1x4:", "train-gpu-1x4:", "nccl-check-2x2:"], summary
+    assert "jobs: 5 passed, 0 failed, 3 skipped" in summary, summary
 
 
 def test_bench_cli_times_the_command_line(tmp_path: Path) -> None:

@@ -2,9 +2,13 @@
 
 from __future__ import annotations
 
+import os
+import subprocess
 from pathlib import Path
 
 from .conftest import JobStateFn, SlurmCluster
+
+REPO = Path(__file__).resolve().parents[2]
 
 
 def test_sinfo_shows_four_idle_nodes_in_debug(slurm_cluster: SlurmCluster) -> None:
@@ -82,3 +86,25 @@ def test_cancelled_job_is_cancelled_in_sacct(
     )
     slurm_cluster.run("scancel", str(job.job_id))
     assert job_state(job.job_id, timeout=60) == "CANCELLED"
+
+
+def test_a_base_directory_too_long_for_slurmstepds_sockets_is_refused_before_anything_starts(
+    tmp_path: Path,
+) -> None:
+    # spool/node4/node4_<id>.4294967291 below this base is 123 bytes, over the 107 a Unix
+    # socket's path can hold: slurmstepd could not listen, every job would hang at launch.
+    base = Path("/tmp") / ("x" * 80)
+    env = {**os.environ, "HPCDIST_TESTBED_DIR": str(base), "HPCDIST_TESTBED_PORT_OFFSET": "90"}
+    proc = subprocess.run(
+        [str(REPO / "scripts" / "slurm-testbed"), "up"],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert proc.returncode == 1
+    assert proc.stdout == ""
+    assert proc.stderr.count("\n") == 1, proc.stderr
+    assert f"base directory {base} is too long for slurmstepd's sockets" in proc.stderr
+    assert "123 > 107 bytes" in proc.stderr
+    assert not base.exists()
