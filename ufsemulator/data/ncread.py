@@ -17,6 +17,12 @@ converted to degC or g/kg, the units the emulator is trained in.
 The grid is the T-point one (``TLAT``, ``TLON``, ``tmask``), where CICE keeps ``aice``,
 ``hi``, ``sst`` and the other scalars; U points (``ULAT``, ``ULON``, ``umask``) only where
 a file has nothing else, and a note says so: ``umask`` drops the coastal T cells.
+
+A series of files shares its grid: a reader given the previous file's ``Grid`` reads the
+grid variables' raw values (a copy, no conversion) and reuses the converted grid where
+names, attributes and values are all the same. A field is read whole (one contiguous
+read) but converted only at the points asked for (``read_points``): a sea-ice selection
+is a few percent of the grid.
 """
 
 from __future__ import annotations
@@ -55,6 +61,37 @@ GRID_NAMES: dict[str, tuple[str, ...]] = {
 }
 _U_POINTS = ("ULAT", "ULON", "umask")
 
+BoolArray = npt.NDArray[np.bool_]
+
+
+@dataclass(frozen=True, eq=False)
+class Grid:
+    """A group's coordinates and ocean mask (converted), and what they were read from:
+    per grid variable its name, attributes and raw values."""
+
+    lat: FloatArray
+    lon: FloatArray
+    ocean: BoolArray
+    usable: BoolArray  # ocean, with finite coordinates: the only points ever selected
+    notes: tuple[str, ...]
+    raw: tuple[tuple[str, dict[str, Any], npt.NDArray[Any]], ...]
+
+    def same_source(self, raw: tuple[tuple[str, dict[str, Any], npt.NDArray[Any]], ...]) -> bool:
+        """Whether ``raw`` names the same variables with the same attributes and values."""
+        return len(raw) == len(self.raw) and all(
+            name == other_name
+            and _same_attributes(attrs, other_attrs)
+            and values.dtype == other_values.dtype
+            and np.array_equal(values, other_values, equal_nan=values.dtype.kind == "f")
+            for (name, attrs, values), (other_name, other_attrs, other_values) in zip(
+                raw, self.raw, strict=True
+            )
+        )
+
+
+def _same_attributes(a: dict[str, Any], b: dict[str, Any]) -> bool:
+    return a.keys() == b.keys() and all(np.array_equal(a[k], b[k]) for k in a)
+
 
 @dataclass(frozen=True)
 class Found:
@@ -87,9 +124,16 @@ def candidate_names(name: str, suffix: str | None) -> list[str]:
 class GroupReader:
     """The open files of one group; :meth:`fields` reads one record of the needed fields."""
 
-    def __init__(self, files: Sequence[Path], names: Sequence[str], grid: bool = True) -> None:
+    def __init__(
+        self,
+        files: Sequence[Path],
+        names: Sequence[str],
+        grid: bool = True,
+        known: Grid | None = None,
+    ) -> None:
         """``grid=False``: only find the fields and count the records (no array is read;
-        ``lat``, ``lon`` and ``ocean`` are then not set)."""
+        ``grid``, ``lat``, ``lon`` and ``ocean`` are then not set). ``known``: the grid of
+        the previous group, reused where this group's grid variables are the same."""
         self.files = tuple(files)
         self.names = tuple(names)
         self.notes: list[str] = []
@@ -104,7 +148,9 @@ class GroupReader:
             self.found = self._resolve()
             self.n_records = self._count_records()
             if grid:
-                self.lat, self.lon, self.ocean = self._grid()
+                self.grid = self._grid(known)
+                self.notes += self.grid.notes
+                self.lat, self.lon, self.ocean = self.grid.lat, self.grid.lon, self.grid.ocean
         except BaseException:
             self._stack.close()
             raise
@@ -136,20 +182,36 @@ class GroupReader:
 
     def fields(self, record: int) -> dict[str, FloatArray]:
         """Record ``record`` of every needed field, in our units, land and fill as NaN."""
-        out: dict[str, FloatArray] = {}
-        shape = self.lat.shape
-        for name, found in self.found.items():
-            var = self._nc[found.file].variables[found.variable]
-            values = read_float(var, record, self.files[found.file])
-            if values.shape != shape:
-                raise DataError(
-                    f"variable '{found.variable}' in '{self.files[found.file]}' has shape "
-                    f"{values.shape}, expected {shape} like the grid"
-                )
-            if (found.scale, found.offset) != (1.0, 0.0):
-                values = values * found.scale + found.offset
-            out[name] = values
-        return out
+        return {name: self.read_field(name, record) for name in self.found}
+
+    def read_field(self, name: str, record: int) -> FloatArray:
+        """Record ``record`` of field ``name`` on the whole grid, as ``fields`` reads it."""
+        found = self.found[name]
+        raw = self._record(found, record)
+        return _in_our_units(_as_float(raw), found)
+
+    def read_points(self, name: str, record: int, points: npt.NDArray[np.intp]) -> FloatArray:
+        """Record ``record`` of field ``name`` at the flat grid indices ``points`` only:
+        the values ``read_field(name, record).ravel()[points]`` would give."""
+        found = self.found[name]
+        raw = self._record(found, record)
+        values = np.ma.getdata(raw).reshape(-1)[points].astype(np.float64)
+        mask = np.ma.getmask(raw)
+        if mask is not np.ma.nomask:
+            values[mask.reshape(-1)[points]] = np.nan
+        values[np.abs(values) >= FILL_THRESHOLD] = np.nan
+        return _in_our_units(values, found)
+
+    def _record(self, found: Found, record: int) -> Any:
+        """The raw (masked) record as netCDF4 reads it, its shape checked against the grid."""
+        var = self._nc[found.file].variables[found.variable]
+        raw = _raw_record(var, record, self.files[found.file])
+        if raw.shape != self.lat.shape:
+            raise DataError(
+                f"variable '{found.variable}' in '{self.files[found.file]}' has shape "
+                f"{raw.shape}, expected {self.lat.shape} like the grid"
+            )
+        return raw
 
     def _resolve(self) -> dict[str, Found]:
         suffixes = [detect_suffix(list(nc.variables)) for nc in self._nc]
@@ -228,11 +290,11 @@ class GroupReader:
             raise DataError(f"fields of {self.where} differ in their number of records ({listed})")
         return next(iter(counts.values()), 1)
 
-    def _grid(self) -> tuple[FloatArray, FloatArray, npt.NDArray[np.bool_]]:
+    def _grid(self, known: Grid | None) -> Grid:
         first = next(iter(self.found.values()))
-        shape = read_float(
-            self._nc[first.file].variables[first.variable], 0, self.files[first.file]
-        ).shape
+        var = self._nc[first.file].variables[first.variable]
+        # The shape from the metadata: reading a record only to learn it costs a field.
+        shape = tuple(var.shape[1:] if var.ndim == 3 else var.shape)
         if len(shape) != 2:
             raise DataError(
                 f"variable '{first.variable}' in '{self.files[first.file]}' has shape {shape}"
@@ -244,9 +306,17 @@ class GroupReader:
             )
             for key, names in GRID_NAMES.items()
         }
+        raw = tuple(
+            (hit[1], *_raw_variable(self._nc[hit[0]].variables[hit[1]]))
+            for hit in chosen.values()
+            if hit is not None
+        )
+        if known is not None and known.lat.shape == shape and known.same_source(raw):
+            return known
+        notes: list[str] = []
         used_u = [hit[1] for hit in chosen.values() if hit is not None and hit[1] in _U_POINTS]
         if used_u:
-            self.notes.append(
+            notes.append(
                 f"no T-point grid: using the U-point {', '.join(used_u)} for T-point fields "
                 "(umask drops coastal T cells)"
             )
@@ -258,17 +328,23 @@ class GroupReader:
                     f"{self.where} have no {key} coordinate (tried: {', '.join(GRID_NAMES[key])})"
                 )
             coords.append(self._coordinate(*hit, key, shape))
+        lat, lon = coords
         mask_hit = chosen["mask"]
         if mask_hit is None:
-            self.notes.append("no land mask (tmask): land is where a field is missing")
-            return coords[0], coords[1], np.ones(shape, dtype=bool)
-        mask = read_float(self._nc[mask_hit[0]].variables[mask_hit[1]], 0, self.files[mask_hit[0]])
-        if mask.shape != shape:
-            raise DataError(
-                f"mask '{mask_hit[1]}' in '{self.files[mask_hit[0]]}' has shape "
-                f"{mask.shape}, expected {shape}"
+            notes.append("no land mask (tmask): land is where a field is missing")
+            ocean = np.ones(shape, dtype=bool)
+        else:
+            mask = read_float(
+                self._nc[mask_hit[0]].variables[mask_hit[1]], 0, self.files[mask_hit[0]]
             )
-        return coords[0], coords[1], mask > 0.5
+            if mask.shape != shape:
+                raise DataError(
+                    f"mask '{mask_hit[1]}' in '{self.files[mask_hit[0]]}' has shape "
+                    f"{mask.shape}, expected {shape}"
+                )
+            ocean = mask > 0.5
+        usable = ocean & np.isfinite(lat) & np.isfinite(lon)
+        return Grid(lat, lon, ocean, usable, tuple(notes), raw)
 
     def _coordinate(self, index: int, name: str, key: str, shape: tuple[int, ...]) -> FloatArray:
         path = self.files[index]
@@ -293,16 +369,38 @@ class GroupReader:
 def read_float(var: Any, record: int, path: Path) -> FloatArray:
     """Record ``record`` of ``var`` (a variable without a time axis: all of it) as float64,
     with every kind of missing value as NaN."""
+    return _as_float(_raw_record(var, record, path))
+
+
+def _raw_record(var: Any, record: int, path: Path) -> Any:
     if var.ndim == 3:
         if record >= var.shape[0]:
             raise DataError(
                 f"variable '{var.name}' in '{path}' has {var.shape[0]} records, "
                 f"record {record} requested"
             )
-        raw = var[record]
-    else:
-        raw = var[...]
+        return var[record]
+    return var[...]
+
+
+def _as_float(raw: Any) -> FloatArray:
     # netCDF4 masks _FillValue and missing_value itself (set_auto_mask is on by default).
     values = np.ma.filled(np.ma.asarray(raw).astype(np.float64), np.nan)
     values[np.abs(values) >= FILL_THRESHOLD] = np.nan
     return np.asarray(values)
+
+
+def _in_our_units(values: FloatArray, found: Found) -> FloatArray:
+    if (found.scale, found.offset) != (1.0, 0.0):
+        return values * found.scale + found.offset
+    return values
+
+
+def _raw_variable(var: Any) -> tuple[dict[str, Any], npt.NDArray[Any]]:
+    """A grid variable's attributes and stored values, unconverted (one copy, no mask)."""
+    var.set_auto_maskandscale(False)
+    try:
+        values = np.asarray(var[...])
+    finally:
+        var.set_auto_maskandscale(True)
+    return {name: var.getncattr(name) for name in var.ncattrs()}, values

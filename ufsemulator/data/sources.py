@@ -34,6 +34,11 @@ class TimeSelection:
     single: bool = False
     text: str = "all"
 
+    @property
+    def everything(self) -> bool:
+        """Every record: which records a file holds need not be known to select them."""
+        return not self.single and self.start is None and self.stop is None
+
     def pick(self, n_records: int) -> list[int]:
         """The selected record numbers among ``n_records``; an error if there are none."""
         if self.single:

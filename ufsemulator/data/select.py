@@ -1,0 +1,74 @@
+"""Which points of a record become training rows, and their values.
+
+Every mode selects only usable points (ocean, finite coordinates) with a finite ``aice``;
+``sea_ice`` only those with ice. The fields are then converted at those candidates only,
+not on the whole grid (the float64 copy, the fill test and the unit conversion of 15
+quarter-degree fields were most of a file's reading time), and a candidate where an input
+or the target is missing is dropped: the rows are the ones a whole-grid selection gives.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+import numpy.typing as npt
+
+if TYPE_CHECKING:
+    from ufsemulator.data.ncread import GroupReader
+    from ufsemulator.data.read import DataOptions
+
+FloatArray = npt.NDArray[np.float64]
+
+
+def select_points(
+    valid: npt.NDArray[np.bool_], aice: FloatArray, options: DataOptions
+) -> npt.NDArray[np.intp]:
+    ice = valid & (aice > 0.0)
+    if options.mask == "sea_ice":
+        index = np.flatnonzero(ice)
+    elif options.mask == "ocean":
+        index = np.flatnonzero(valid)
+    else:
+        ice_index = np.flatnonzero(ice)
+        water_index = np.flatnonzero(valid & ~ice)
+        stride = max(1, water_index.size // max(1, ice_index.size))
+        index = np.union1d(ice_index, water_index[::stride])
+    return index[:: options.thin]
+
+
+def select_record(
+    reader: GroupReader, options: DataOptions, record: int, file: int
+) -> dict[str, npt.NDArray[Any]]:
+    """Rows of record ``record`` (of the reader's group, file number ``file`` of the
+    series): inputs, target, coordinates, grid index, record and file of each."""
+    grid = reader.grid
+    aice = reader.read_field("aice", record).ravel()
+    candidate = grid.usable.ravel() & np.isfinite(aice)
+    if options.mask == "sea_ice":
+        candidate &= aice > 0.0
+    points = np.flatnonzero(candidate)
+    values: dict[str, FloatArray] = {}
+    complete = np.ones(points.size, dtype=bool)
+    for name in dict.fromkeys((*options.inputs, options.target)):
+        field = aice[points] if name == "aice" else reader.read_points(name, record, points)
+        complete &= np.isfinite(field)
+        values[name] = field
+    valid = np.zeros(aice.size, dtype=bool)
+    valid[points[complete]] = True
+    index = select_points(valid, aice, options)
+    at = np.searchsorted(points, index)  # both sorted: where each row is among the points
+    inputs = np.empty((index.size, len(options.inputs)), dtype=np.float32)
+    for column, name in enumerate(options.inputs):
+        inputs[:, column] = values[name][at]
+    return {
+        "inputs": inputs,
+        "targets": values[options.target][at].astype(np.float32)[:, None],
+        "lat": grid.lat.ravel()[index].astype(np.float32),
+        "lon": grid.lon.ravel()[index].astype(np.float32),
+        "index": index.astype(np.int64),
+        "record": np.full(index.size, record, dtype=np.int64),
+        "file": np.full(index.size, file, dtype=np.int64),
+        "n_ocean": np.asarray(int(grid.ocean.sum())),
+        "n_valid": np.asarray(int(complete.sum())),
+    }
