@@ -64,7 +64,7 @@ from ufsemulator.variables import (
 )
 
 if TYPE_CHECKING:
-    from ufsemulator.data.ncread import GroupReader, Grid
+    from ufsemulator.data.ncread import Grid, GroupReader
 
 __all__ = [
     "INPUT_NAMES",
@@ -209,9 +209,7 @@ def _read(
     plan: list[tuple[int, tuple[Path, ...], list[int] | None]]  # file, group, its records
     picked: list[int] | None = None
     if share is not None and selection.everything:
-        first_file, last_file = file_blocks([_size(group) for group in groups], share[1])[
-            share[0]
-        ]
+        first_file, last_file = file_blocks([_size(group) for group in groups], share[1])[share[0]]
         plan = [(k, groups[k], None) for k in range(first_file, last_file)]
     else:
         plan, picked = _plan_records(groups, names, selection, share)

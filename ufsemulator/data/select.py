@@ -9,16 +9,28 @@ or the target is missing is dropped: the rows are the ones a whole-grid selectio
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 import numpy as np
 import numpy.typing as npt
 
 if TYPE_CHECKING:
     from ufsemulator.data.ncread import GroupReader
-    from ufsemulator.data.read import DataOptions
 
 FloatArray = npt.NDArray[np.float64]
+
+
+class DataOptions(Protocol):
+    """What the selection reads of ``ufsemulator.data.read.DataOptions``."""
+
+    @property
+    def mask(self) -> str: ...
+    @property
+    def thin(self) -> int: ...
+    @property
+    def target(self) -> str: ...
+    @property
+    def inputs(self) -> tuple[str, ...]: ...
 
 
 def select_points(
