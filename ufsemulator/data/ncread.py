@@ -72,7 +72,9 @@ class Grid:
     lat: FloatArray
     lon: FloatArray
     ocean: BoolArray
-    usable: BoolArray  # ocean, with finite coordinates: the only points ever selected
+    # Flat indices of the ocean points with finite coordinates: the only points selected.
+    usable_points: npt.NDArray[np.intp]
+    n_ocean: int
     notes: tuple[str, ...]
     raw: tuple[tuple[str, dict[str, Any], npt.NDArray[Any]], ...]
 
@@ -82,11 +84,18 @@ class Grid:
             name == other_name
             and _same_attributes(attrs, other_attrs)
             and values.dtype == other_values.dtype
-            and np.array_equal(values, other_values, equal_nan=values.dtype.kind == "f")
+            and np.array_equal(_bits(values), _bits(other_values))
             for (name, attrs, values), (other_name, other_attrs, other_values) in zip(
                 raw, self.raw, strict=True
             )
         )
+
+
+def _bits(values: npt.NDArray[Any]) -> npt.NDArray[Any]:
+    """The values' bit patterns: equal bits are equal values, NaN included."""
+    if values.dtype.kind == "f":
+        return values.view(f"u{values.dtype.itemsize}")
+    return values
 
 
 def _same_attributes(a: dict[str, Any], b: dict[str, Any]) -> bool:
@@ -194,16 +203,31 @@ class GroupReader:
         """Record ``record`` of field ``name`` at the flat grid indices ``points`` only:
         the values ``read_field(name, record).ravel()[points]`` would give."""
         found = self.found[name]
-        raw = self._record(found, record)
-        values = np.ma.getdata(raw).reshape(-1)[points].astype(np.float64)
-        mask = np.ma.getmask(raw)
-        if mask is not np.ma.nomask:
-            values[mask.reshape(-1)[points]] = np.nan
+        var = self._nc[found.file].variables[found.variable]
+        fills = _plain_fill_values(var)
+        if fills is None:  # packed, a valid range, unsigned: netCDF4 masks it
+            raw = self._record(found, record)
+            values = np.ma.getdata(raw).reshape(-1)[points].astype(np.float64)
+            mask = np.ma.getmask(raw)
+            if mask is not np.ma.nomask:
+                values[mask.reshape(-1)[points]] = np.nan
+        else:
+            # The stored values, and only at the points the fill values are looked for:
+            # netCDF4's mask of the whole grid cost five times the read itself.
+            var.set_auto_maskandscale(False)
+            try:
+                stored = self._record(found, record).reshape(-1)[points]
+            finally:
+                var.set_auto_maskandscale(True)
+            values = stored.astype(np.float64)
+            for fill in fills:
+                values[stored == fill] = np.nan
         values[np.abs(values) >= FILL_THRESHOLD] = np.nan
         return _in_our_units(values, found)
 
     def _record(self, found: Found, record: int) -> Any:
-        """The raw (masked) record as netCDF4 reads it, its shape checked against the grid."""
+        """The record as netCDF4 reads it (masked unless switched off), its shape checked
+        against the grid."""
         var = self._nc[found.file].variables[found.variable]
         raw = _raw_record(var, record, self.files[found.file])
         if raw.shape != self.lat.shape:
@@ -343,8 +367,8 @@ class GroupReader:
                     f"{mask.shape}, expected {shape}"
                 )
             ocean = mask > 0.5
-        usable = ocean & np.isfinite(lat) & np.isfinite(lon)
-        return Grid(lat, lon, ocean, usable, tuple(notes), raw)
+        usable = np.flatnonzero(ocean & np.isfinite(lat) & np.isfinite(lon))
+        return Grid(lat, lon, ocean, usable, int(ocean.sum()), tuple(notes), raw)
 
     def _coordinate(self, index: int, name: str, key: str, shape: tuple[int, ...]) -> FloatArray:
         path = self.files[index]
@@ -394,6 +418,26 @@ def _in_our_units(values: FloatArray, found: Found) -> FloatArray:
     if (found.scale, found.offset) != (1.0, 0.0):
         return values * found.scale + found.offset
     return values
+
+
+_PACKED_OR_RANGED = frozenset(
+    {"scale_factor", "add_offset", "valid_min", "valid_max", "valid_range", "_Unsigned"}
+)
+
+
+def _plain_fill_values(var: Any) -> tuple[Any, ...] | None:
+    """The values netCDF4 would mask in a float variable that is neither packed nor has a
+    valid range (``_FillValue``, ``missing_value``, cast to the variable's type as netCDF4
+    casts them); None for any other variable. Without a ``_FillValue`` netCDF4 masks the
+    type's default fill (9.97e36), which the fill threshold catches anyway."""
+    attrs = set(var.ncattrs())
+    if var.dtype.kind != "f" or attrs & _PACKED_OR_RANGED:
+        return None
+    fills: list[Any] = []
+    for name in ("_FillValue", "missing_value"):
+        if name in attrs:
+            fills += list(np.atleast_1d(np.asarray(var.getncattr(name), dtype=var.dtype)))
+    return tuple(fill for fill in fills if not np.isnan(fill))  # NaN stays NaN anyway
 
 
 def _raw_variable(var: Any) -> tuple[dict[str, Any], npt.NDArray[Any]]:

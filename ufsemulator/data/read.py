@@ -263,7 +263,7 @@ def _read(
         input_names=options.inputs,
         notes=summary,
         bytes_read=round(n_bytes),
-        records_read=(picked[0], picked[-1] + 1) if picked is not None else None,
+        records_read=_records_read(picked, n_records, share),
         record_times=(times[0], times[-1]),
         files_read=(plan[0][0], plan[-1][0] + 1),
         n_records=n_records,
@@ -299,6 +299,14 @@ def _plan_records(
             plan.append((number, group, mine))
         first += count
     return plan, picked
+
+
+def _records_read(
+    picked: list[int] | None, n_records: int, share: tuple[int, int] | None
+) -> tuple[int, int] | None:
+    if picked is not None:
+        return (picked[0], picked[-1] + 1)
+    return (0, n_records) if share is None else None  # a share of files: not counted
 
 
 def _size(group: tuple[Path, ...]) -> int:

@@ -55,18 +55,22 @@ def select_record(
     """Rows of record ``record`` (of the reader's group, file number ``file`` of the
     series): inputs, target, coordinates, grid index, record and file of each."""
     grid = reader.grid
-    aice = reader.read_field("aice", record).ravel()
-    candidate = grid.usable.ravel() & np.isfinite(aice)
+    usable = grid.usable_points
+    usable_aice = reader.read_points("aice", record, usable)
+    keep = np.isfinite(usable_aice)
     if options.mask == "sea_ice":
-        candidate &= aice > 0.0
-    points = np.flatnonzero(candidate)
+        keep &= usable_aice > 0.0
+    points, aice_at = usable[keep], usable_aice[keep]
     values: dict[str, FloatArray] = {}
     complete = np.ones(points.size, dtype=bool)
     for name in dict.fromkeys((*options.inputs, options.target)):
-        field = aice[points] if name == "aice" else reader.read_points(name, record, points)
+        field = aice_at if name == "aice" else reader.read_points(name, record, points)
         complete &= np.isfinite(field)
         values[name] = field
-    valid = np.zeros(aice.size, dtype=bool)
+    size = grid.ocean.size
+    aice = np.zeros(size)  # only its sign at the valid points is looked at
+    aice[points] = aice_at
+    valid = np.zeros(size, dtype=bool)
     valid[points[complete]] = True
     index = select_points(valid, aice, options)
     at = np.searchsorted(points, index)  # both sorted: where each row is among the points
@@ -81,6 +85,6 @@ def select_record(
         "index": index.astype(np.int64),
         "record": np.full(index.size, record, dtype=np.int64),
         "file": np.full(index.size, file, dtype=np.int64),
-        "n_ocean": np.asarray(int(grid.ocean.sum())),
+        "n_ocean": np.asarray(grid.n_ocean),
         "n_valid": np.asarray(int(complete.sum())),
     }

@@ -3,6 +3,7 @@ lengths, one grid for the files that share it."""
 
 from __future__ import annotations
 
+import dataclasses
 from pathlib import Path
 
 import netCDF4
@@ -102,3 +103,39 @@ def test_files_on_one_grid_share_it_and_a_changed_grid_is_read_again(tmp_path: P
     assert np.array_equal(whole.inputs, np.concatenate([a.inputs for a in alone]))
     assert [int((whole.file == k).sum()) for k in range(3)] == [len(a) for a in alone]
     assert len(alone[2]) == len(alone[1]) - 1  # the changed mask was read, not reused
+
+
+@pytest.mark.parametrize(
+    "attributes",
+    [
+        {"_FillValue": -999.0},  # a fill below the 1e20 threshold
+        {"missing_value": np.array([-5.0, -7.0], dtype=np.float32)},
+        {"_FillValue": -999.0, "missing_value": -5.0},
+        {"_FillValue": np.nan},
+        {"valid_range": np.array([-6.0, 100.0], dtype=np.float32)},  # netCDF4 masks it
+        {"scale_factor": 0.5, "add_offset": 1.0},  # packed: netCDF4 unpacks it
+        {},  # no fill: the default fill (9.97e36) is past the threshold
+    ],
+)
+def test_points_read_as_the_whole_grid_reads_them(
+    tmp_path: Path, attributes: dict[str, object]
+) -> None:
+    from ufsemulator.data.ncread import GroupReader
+
+    path = write_cice(tmp_path / "f.nc", NI, NJ, 0, "_h", 1)
+    special = np.array([-999.0, -5.0, -7.0, 3.0, np.nan, 1e30, -6.5, 2.0], dtype=np.float32)
+    with netCDF4.Dataset(path, "a") as nc:
+        fill = attributes.get("_FillValue")
+        var = nc.createVariable("odd", "f4", ("time", "nj", "ni"), fill_value=fill)
+        for name, value in attributes.items():
+            if name != "_FillValue":
+                var.setncattr(name, value)
+        values = np.resize(special, NJ * NI).reshape(1, NJ, NI)
+        var.set_auto_maskandscale(False)
+        var[...] = values
+    with GroupReader([path], ["sst"]) as reader:
+        reader.found["odd"] = dataclasses.replace(reader.found["sst"], variable="odd")
+        points = np.arange(0, NI * NJ, 3)
+        whole = reader.read_field("odd", 0).ravel()[points]
+        assert np.array_equal(reader.read_points("odd", 0, points), whole, equal_nan=True)
+        assert np.isnan(whole).any() and np.isfinite(whole).any()
