@@ -36,17 +36,25 @@ class DataOptions(Protocol):
 def select_points(
     valid: npt.NDArray[np.bool_], aice: FloatArray, options: DataOptions
 ) -> npt.NDArray[np.intp]:
-    ice = valid & (aice > 0.0)
+    """Flat indices of the selected points of a record whose ``valid`` points are known on
+    the whole grid (``aice`` too)."""
+    points = np.flatnonzero(valid)
+    return points[chosen(aice.ravel()[points] > 0.0, options)]
+
+
+def chosen(ice: npt.NDArray[np.bool_], options: DataOptions) -> npt.NDArray[np.intp]:
+    """Which of a record's valid points (in grid order; ``ice``: whether each has ice) the
+    mask mode and thinning keep, as positions among them."""
     if options.mask == "sea_ice":
-        index = np.flatnonzero(ice)
+        keep = np.flatnonzero(ice)
     elif options.mask == "ocean":
-        index = np.flatnonzero(valid)
+        keep = np.arange(ice.size)
     else:
-        ice_index = np.flatnonzero(ice)
-        water_index = np.flatnonzero(valid & ~ice)
-        stride = max(1, water_index.size // max(1, ice_index.size))
-        index = np.union1d(ice_index, water_index[::stride])
-    return index[:: options.thin]
+        ice_at = np.flatnonzero(ice)
+        water_at = np.flatnonzero(~ice)
+        stride = max(1, water_at.size // max(1, ice_at.size))
+        keep = np.union1d(ice_at, water_at[::stride])
+    return keep[:: options.thin]
 
 
 def select_record(
@@ -67,13 +75,9 @@ def select_record(
         field = aice_at if name == "aice" else reader.read_points(name, record, points)
         complete &= np.isfinite(field)
         values[name] = field
-    size = grid.ocean.size
-    aice = np.zeros(size)  # only its sign at the valid points is looked at
-    aice[points] = aice_at
-    valid = np.zeros(size, dtype=bool)
-    valid[points[complete]] = True
-    index = select_points(valid, aice, options)
-    at = np.searchsorted(points, index)  # both sorted: where each row is among the points
+    valid_at = np.flatnonzero(complete)  # positions among the points
+    at = valid_at[chosen(aice_at[valid_at] > 0.0, options)]
+    index = points[at]
     inputs = np.empty((index.size, len(options.inputs)), dtype=np.float32)
     for column, name in enumerate(options.inputs):
         inputs[:, column] = values[name][at]
@@ -86,5 +90,5 @@ def select_record(
         "record": np.full(index.size, record, dtype=np.int64),
         "file": np.full(index.size, file, dtype=np.int64),
         "n_ocean": np.asarray(grid.n_ocean),
-        "n_valid": np.asarray(int(complete.sum())),
+        "n_valid": np.asarray(valid_at.size),
     }
