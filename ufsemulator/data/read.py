@@ -48,6 +48,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 import numpy.typing as npt
 
+from ufsemulator.data.heap import heap_kept
 from ufsemulator.data.select import select_points, select_record
 from ufsemulator.data.shares import file_blocks
 from ufsemulator.data.sources import PathSpec, TimeSelection, expand_paths, pair_groups, parse_time
@@ -195,7 +196,8 @@ def load_dataset(
         cached = _load_cache(cache_file)
         if cached is not None:
             return dataclasses.replace(cached, source=source, bytes_read=cache_file.stat().st_size)
-    dataset = dataclasses.replace(_read(groups, options, share), source=source)
+    with heap_kept():
+        dataset = dataclasses.replace(_read(groups, options, share), source=source)
     if cache_file is not None:
         _save_cache(cache_file, dataset)
     return dataset
