@@ -49,17 +49,19 @@ def worker(argv: list[str]) -> int:
 
     print("ready", flush=True)
     sys.stdin.readline()
-    faults = resource.getrusage(resource.RUSAGE_SELF).ru_minflt
+    before = resource.getrusage(resource.RUSAGE_SELF)
     started = time.perf_counter()
     dataset = load_dataset(args.data, share=(rank, world))
     seconds = time.perf_counter() - started
+    after = resource.getrusage(resource.RUSAGE_SELF)
     result = {
         "rank": rank,
         "world": world,
         "seconds": seconds,
         "rows": len(dataset),
         "mb": dataset.bytes_read / 1e6,
-        "page_faults": resource.getrusage(resource.RUSAGE_SELF).ru_minflt - faults,
+        "cpu_s": after.ru_utime + after.ru_stime - before.ru_utime - before.ru_stime,
+        "page_faults": after.ru_minflt - before.ru_minflt,
         "code": str(Path(sys.modules["ufsemulator"].__file__ or "").parent.parent),
     }
     print(json.dumps(result), flush=True)
@@ -69,7 +71,8 @@ def worker(argv: list[str]) -> int:
 def read_together(data: str, shares: list[tuple[int, int]], env: dict[str, str]) -> list[dict]:
     """Start one worker per share, wait until all are ready, start them at once; their
     results in share order."""
-    command = [sys.executable, "-m", "bench.read_scaling", "worker", "--data", data]
+    # A script, not -m: the working folder must not come before --code on sys.path.
+    command = [sys.executable, str(Path(__file__).resolve()), "worker", "--data", data]
     procs = [
         subprocess.Popen(
             [*command, "--share", f"{rank}/{world}"],
@@ -170,10 +173,13 @@ def main(argv: list[str] | None = None) -> int:
         f"\nreading {args.days} daily {args.grid} files, {n} ranks, best of {args.repeats}, "
         f"reader of {whole['code']}"
     )
-    print(f"{'case':18s} {'seconds':>8s} {'MB':>7s} {'rows':>9s} {'faults':>8s}")
+    print(f"{'case':18s} {'seconds':>8s} {'CPU s':>7s} {'MB':>7s} {'rows':>9s} {'faults':>8s}")
 
     def row(name: str, r: dict) -> None:
-        print(f"{name:18s} {r['seconds']:8.3f} {r['mb']:7.0f} {r['rows']:9d} {r['page_faults']:8d}")
+        print(
+            f"{name:18s} {r['seconds']:8.3f} {r['cpu_s']:7.3f} {r['mb']:7.0f} {r['rows']:9d} "
+            f"{r['page_faults']:8d}"
+        )
 
     row("1 rank, all", whole)
     for r in together:
