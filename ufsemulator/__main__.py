@@ -220,10 +220,20 @@ def _train(args: argparse.Namespace) -> int:
             atmosphere=tuple(args.atmosphere) if args.atmosphere else config.data.atmosphere,
         )
         config = dataclasses.replace(config, data=data)
+    # This rank's files are read while torch, CUDA and NCCL start.
+    from ufsemulator.training import earlyread
+
+    early = earlyread.start(config, os.environ)
     # Imported once the config is checked: a bad --set fails without waiting for torch.
     from ufsemulator.training.train import train
 
-    result = train(config, resume=args.resume, run_dir=args.run_dir, overrides=args.overrides)
+    result = train(
+        config,
+        resume=args.resume,
+        run_dir=args.run_dir,
+        overrides=args.overrides,
+        early_read=early,
+    )
     if result.status != "preempted" or not result.is_main:
         return 0
     # Rank 0 alone reports the preemption, by exit code and, for the rendered job scripts,

@@ -50,6 +50,8 @@ class DataConfig:
     thin: int = 1
     target: Literal["aice", "sst", "tair"] = "aice"
     synthetic: SyntheticConfig = field(default_factory=SyntheticConfig)
+    # Start reading the given files before torch is imported (training.earlyread).
+    read_early: bool = True
 
     def __post_init__(self) -> None:
         try:

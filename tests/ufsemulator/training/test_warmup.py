@@ -62,7 +62,7 @@ def test_a_runs_warmup_follows_its_world_and_config(
 
 @pytest.mark.parametrize("bad", [-1.0, float("nan"), float("inf")])
 def test_warmup_epochs_must_be_a_number_from_zero(bad: float) -> None:
-    with pytest.raises(ConfigError, match="'training.lr_warmup_epochs' must be a number >= 0"):
+    with pytest.raises(ConfigError, match=r"'training\.lr_warmup_epochs' must be a number >= 0"):
         TrainingConfig(lr_warmup_epochs=bad)
     assert TrainingConfig(lr_warmup_epochs=0.0).lr_warmup_epochs == 0.0
 
