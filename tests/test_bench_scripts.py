@@ -116,7 +116,7 @@ def test_floor_forms_a_gloo_group_without_gpus() -> None:
     assert proc.returncode == 0, proc.stderr
 
 
-def test_e2e_data_floor_and_cpu_stages(tmp_path: Path) -> None:
+def test_e2e_data_floor_days_and_cpu_stages(tmp_path: Path) -> None:
     out = tmp_path / "out"
     proc = _run(
         [
@@ -128,7 +128,11 @@ def test_e2e_data_floor_and_cpu_stages(tmp_path: Path) -> None:
             "--work",
             str(tmp_path / "w"),
             "--stages",
-            "data,floor,cpu",
+            "data,floor,days,cpu",
+            "--target-days",
+            "10:1",
+            "--days-set",
+            "training.lr_warmup_epochs=0.5",
             "--grid",
             "40x32",
             "--days",
@@ -149,6 +153,8 @@ def test_e2e_data_floor_and_cpu_stages(tmp_path: Path) -> None:
     assert proc.returncode == 0, proc.stdout + proc.stderr
     assert "status completed" in proc.stdout, proc.stdout
     assert (out / "e2e.json").is_file()
+    days = json.loads((tmp_path / "w" / "days1-10" / "training_results.json").read_text())
+    assert days["overrides"] == {"training.lr_warmup_epochs": 0.5}
 
 
 def test_userloop_trains_on_daily_files(tmp_path: Path) -> None:
