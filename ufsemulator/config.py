@@ -118,7 +118,7 @@ class TrainingConfig:
     scale_lr_with_world_size: bool = False
     # With the rate scaled: it rises linearly from lr to lr x ranks over this many epochs
     # of optimiser steps (Goyal et al. 2017; training.warmup); 0: scaled from the first step.
-    lr_warmup_epochs: float = 1.0
+    lr_warmup_epochs: float = 0.0
     val_fraction: float = 0.2
     seed: int = 42
     early_stopping_patience: int = 10  # epochs without improvement; 0 disables
