@@ -196,11 +196,14 @@ def _make_days(args: argparse.Namespace) -> int:
 
 
 def _train(args: argparse.Namespace) -> int:
-    from ufsemulator.checkpoints.state import read_state
     from ufsemulator.config import load_config
 
     if args.resume is not None and args.config is None:
-        # Resuming without --config continues the run exactly as it was configured.
+        # Resuming without --config continues the run exactly as it was configured (a
+        # checkpoint is read with torch; a run that does not resume imports it later,
+        # while its data is read).
+        from ufsemulator.checkpoints.state import read_state
+
         config = read_state(args.resume).config
     else:
         config = load_config(args.config)

@@ -260,7 +260,15 @@ def _train(
             request.path, request.options, atmosphere=request.atmosphere, share=request.share
         )
     waited_s = time.perf_counter() - read_started
-    read_s = early_read.seconds if early and early_read is not None else waited_s
+    read_s = waited_s
+    if early and early_read is not None:
+        read_s = early_read.seconds
+        since = clock.process
+        early_text = (
+            f"; read while torch started ({early_read.started - since:.2f} to "
+            f"{early_read.finished - since:.2f} s into the process), waited {waited_s:.2f} s "
+            f"for it at {read_started - since:.2f} s"
+        )
     torch.manual_seed(config.training.seed)  # same initial weights on every rank
     model = EmulatorMLP(_model_config(config, dataset.input_names))
     notes, source, n_points = dataset.notes, dataset.source, len(dataset)
@@ -271,7 +279,7 @@ def _train(
 
         line = describe_read(dataset, env.rank, read_s, rss_before)
         if early:
-            line += f"; read while torch started, waited for {waited_s:.2f} s"
+            line += early_text
         print(line, flush=True)
         shards = split_share(ctx, config, dataset, model)
     else:
