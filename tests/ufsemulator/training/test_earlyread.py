@@ -26,6 +26,7 @@ def days(tmp_path_factory: pytest.TempPathFactory) -> list[str]:
 
 
 def _with_data(config: Config, path: object, read_early: bool = True) -> Config:
+    """``config`` on the files ``path``, with the early read on (it is off by default)."""
     data = dataclasses.replace(config.data, path=path, read_early=read_early)
     return dataclasses.replace(config, data=data)
 
@@ -84,6 +85,11 @@ def test_nothing_starts_without_files_or_when_switched_off(tmp_path: Path, days:
     environ = {"RANK": "1", "WORLD_SIZE": "2", "LOCAL_RANK": "1", "LOCAL_WORLD_SIZE": "2"}
     environ.update(MASTER_ADDR="h", MASTER_PORT="29500")
     assert earlyread.start(smoke(), environ) is None  # synthetic data: rank 0 writes it
+    assert earlyread.start(_with_data(smoke(), None), environ) is None
+    off_by_default = dataclasses.replace(
+        smoke(), data=dataclasses.replace(smoke().data, path=tuple(days))
+    )
+    assert earlyread.start(off_by_default, environ) is None
     assert earlyread.start(_with_data(smoke(), tuple(days), read_early=False), environ) is None
     environ["HPCDIST_DATA_DIR"] = str(tmp_path)
     early = earlyread.start(_with_data(smoke(), tuple(days)), environ)
