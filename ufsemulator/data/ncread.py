@@ -155,6 +155,8 @@ class GroupReader:
                 except OSError as exc:
                     raise DataError(f"cannot open '{path}' as netCDF: {exc}") from exc
             self.found = self._resolve()
+            for found in self.found.values():
+                _no_chunk_cache(self._nc[found.file].variables[found.variable])
             self.n_records = self._count_records()
             if grid:
                 self.grid = self._grid(known)
@@ -438,6 +440,17 @@ def _plain_fill_values(var: Any) -> tuple[Any, ...] | None:
         if name in attrs:
             fills += list(np.atleast_1d(np.asarray(var.getncattr(name), dtype=var.dtype)))
     return tuple(fill for fill in fills if not np.isnan(fill))  # NaN stays NaN anyway
+
+
+def _no_chunk_cache(var: Any) -> None:
+    """Read the variable's chunks straight into the array asked for: a record is read once,
+    and HDF5's chunk cache (64 MB a variable) copied every quarter-degree chunk once more,
+    into memory fresh for every variable of every file (30 thousand page faults a file of
+    15 fields, a quarter of its reading time)."""
+    if var.ndim < 3 or var.chunking() == "contiguous":
+        return
+    with contextlib.suppress(RuntimeError, AttributeError):  # netCDF-3 files: no HDF5
+        var.set_var_chunk_cache(size=0, nelems=0, preemption=0.0)
 
 
 def _raw_variable(var: Any) -> tuple[dict[str, Any], npt.NDArray[Any]]:

@@ -139,3 +139,17 @@ def test_points_read_as_the_whole_grid_reads_them(
         whole = reader.read_field("odd", 0).ravel()[points]
         assert np.array_equal(reader.read_points("odd", 0, points), whole, equal_nan=True)
         assert np.isnan(whole).any() and np.isfinite(whole).any()
+
+
+def test_fields_are_read_past_hdf5s_chunk_cache(tmp_path: Path) -> None:
+    from ufsemulator.data.ncread import GroupReader
+
+    path = write_cice(tmp_path / "f.nc", NI, NJ, 0, "_d", 1)
+    with GroupReader([path], ["sst", "aice"]) as reader:
+        caches = {
+            name: reader._nc[0].variables[found.variable].get_var_chunk_cache()[0]
+            for name, found in reader.found.items()
+        }
+        grid_cache = reader._nc[0].variables["TLAT"].get_var_chunk_cache()[0]
+    assert caches == {"sst": 0, "aice": 0}
+    assert grid_cache > 0  # a contiguous variable is left as it is
