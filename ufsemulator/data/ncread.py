@@ -332,11 +332,12 @@ class GroupReader:
             )
             for key, names in GRID_NAMES.items()
         }
-        raw = tuple(
-            (hit[1], *_raw_variable(self._nc[hit[0]].variables[hit[1]]))
-            for hit in chosen.values()
+        raw_by_key = {
+            key: (hit[1], *_raw_variable(self._nc[hit[0]].variables[hit[1]]))
+            for key, hit in chosen.items()
             if hit is not None
-        )
+        }
+        raw = tuple(raw_by_key.values())
         if known is not None and known.lat.shape == shape and known.same_source(raw):
             return known
         notes: list[str] = []
@@ -353,15 +354,17 @@ class GroupReader:
                 raise DataError(
                     f"{self.where} have no {key} coordinate (tried: {', '.join(GRID_NAMES[key])})"
                 )
-            coords.append(self._coordinate(*hit, key, shape))
+            coords.append(self._coordinate(*hit, key, shape, raw_by_key[key][2]))
         lat, lon = coords
         mask_hit = chosen["mask"]
         if mask_hit is None:
             notes.append("no land mask (tmask): land is where a field is missing")
             ocean = np.ones(shape, dtype=bool)
         else:
-            mask = read_float(
-                self._nc[mask_hit[0]].variables[mask_hit[1]], 0, self.files[mask_hit[0]]
+            mask = _converted(
+                self._nc[mask_hit[0]].variables[mask_hit[1]],
+                raw_by_key["mask"][2],
+                self.files[mask_hit[0]],
             )
             if mask.shape != shape:
                 raise DataError(
@@ -372,9 +375,11 @@ class GroupReader:
         usable = np.flatnonzero(ocean & np.isfinite(lat) & np.isfinite(lon))
         return Grid(lat, lon, ocean, usable, int(ocean.sum()), tuple(notes), raw)
 
-    def _coordinate(self, index: int, name: str, key: str, shape: tuple[int, ...]) -> FloatArray:
+    def _coordinate(
+        self, index: int, name: str, key: str, shape: tuple[int, ...], raw: npt.NDArray[Any]
+    ) -> FloatArray:
         path = self.files[index]
-        values = read_float(self._nc[index].variables[name], 0, path)
+        values = _converted(self._nc[index].variables[name], raw, path)
         if values.ndim == 1:  # a regular grid stores lat(nj) and lon(ni)
             axis = 0 if key == "lat" else 1
             if values.size != shape[axis]:
@@ -440,6 +445,19 @@ def _plain_fill_values(var: Any) -> tuple[Any, ...] | None:
         if name in attrs:
             fills += list(np.atleast_1d(np.asarray(var.getncattr(name), dtype=var.dtype)))
     return tuple(fill for fill in fills if not np.isnan(fill))  # NaN stays NaN anyway
+
+
+def _converted(var: Any, raw: npt.NDArray[Any], path: Path) -> FloatArray:
+    """A grid variable as ``read_float`` reads it, from its stored values where netCDF4
+    would only mask its fill values (no second read); else read again by netCDF4."""
+    fills = _plain_fill_values(var)
+    if fills is None or var.ndim > 2:
+        return read_float(var, 0, path)
+    values = raw.astype(np.float64)
+    for fill in fills:
+        values[raw == fill] = np.nan
+    values[np.abs(values) >= FILL_THRESHOLD] = np.nan
+    return values
 
 
 def _no_chunk_cache(var: Any) -> None:

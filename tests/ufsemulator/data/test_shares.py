@@ -153,3 +153,27 @@ def test_fields_are_read_past_hdf5s_chunk_cache(tmp_path: Path) -> None:
         grid_cache = reader._nc[0].variables["TLAT"].get_var_chunk_cache()[0]
     assert caches == {"sst": 0, "aice": 0}
     assert grid_cache > 0  # a contiguous variable is left as it is
+
+
+@pytest.mark.parametrize(
+    "attributes",
+    [{"_FillValue": -999.0}, {"missing_value": -5.0}, {"valid_range": np.array([-80.0, 80.0])}],
+)
+def test_the_grid_converts_as_netcdf4_masks(tmp_path: Path, attributes: dict[str, object]) -> None:
+    from ufsemulator.data.ncread import GroupReader, read_float
+
+    path = write_cice(tmp_path / "f.nc", NI, NJ, 0, "_d", 1)
+    with netCDF4.Dataset(path, "a") as nc:
+        nc.renameVariable("TLAT", "TLAT_old")
+        var = nc.createVariable("TLAT", "f4", ("nj", "ni"), fill_value=attributes.get("_FillValue"))
+        for name, value in attributes.items():
+            if name != "_FillValue":
+                var.setncattr(name, value)
+        values = nc.variables["TLAT_old"][...].copy()
+        values.ravel()[:4] = [-999.0, -5.0, 85.0, 1e30]
+        var.set_auto_maskandscale(False)
+        var[...] = values
+    with GroupReader([path], ["sst", "aice"]) as reader, netCDF4.Dataset(path) as nc:
+        expected = read_float(nc.variables["TLAT"], 0, path)
+        assert np.array_equal(reader.lat, expected, equal_nan=True)
+        assert np.isnan(reader.lat.ravel()[:4]).sum() >= 2
