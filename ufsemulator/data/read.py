@@ -210,8 +210,9 @@ def _read(
     selection = parse_time(options.time)
     plan: list[tuple[int, tuple[Path, ...], list[int] | None]]  # file, group, its records
     picked: list[int] | None = None
-    if share is not None and selection.everything:
-        first_file, last_file = file_blocks([_size(group) for group in groups], share[1])[share[0]]
+    if selection.everything:  # whole files: no file is opened only to count its records
+        rank, world = share if share is not None else (0, 1)
+        first_file, last_file = file_blocks([_size(group) for group in groups], world)[rank]
         plan = [(k, groups[k], None) for k in range(first_file, last_file)]
     else:
         plan, picked = _plan_records(groups, names, selection, share)

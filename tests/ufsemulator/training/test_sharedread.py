@@ -89,6 +89,9 @@ def test_a_share_of_the_files_opens_only_its_files(
     monkeypatch.setattr(ncread.netCDF4, "Dataset", dataset)
     part = load_dataset(days, share=(1, 2))
     assert opened == [days[1].name, days[2].name]
+    opened.clear()
+    whole = load_dataset(days)  # one rank, every file: each opened once
+    assert opened == [path.name for path in days] and whole.records_read == (0, 3)
     assert part.records_text().startswith("files 1..2 (2 records of a 32x40 grid, 2000-01-03")
 
 
