@@ -37,6 +37,16 @@ import netCDF4
 import numpy as np
 import numpy.typing as npt
 
+from ufsemulator.data.grid import Grid
+from ufsemulator.data.ncvalues import (
+    FILL_THRESHOLD,
+    as_float,
+    converted,
+    no_chunk_cache,
+    plain_fill_values,
+    raw_record,
+    raw_variable,
+)
 from ufsemulator.errors import DataError
 from ufsemulator.variables import (
     CF_NAMES,
@@ -51,8 +61,6 @@ from ufsemulator.variables import (
 
 FloatArray = npt.NDArray[np.float64]
 
-# Magnitudes this large are fill values even where a file forgot to declare them.
-FILL_THRESHOLD = 1.0e20
 # Grid variables, T points first; a name in _U_POINTS is used only when nothing else is there.
 GRID_NAMES: dict[str, tuple[str, ...]] = {
     "lat": ("TLAT", "lat", "latitude", "ULAT"),
@@ -60,46 +68,6 @@ GRID_NAMES: dict[str, tuple[str, ...]] = {
     "mask": ("tmask", "mask", "umask"),
 }
 _U_POINTS = ("ULAT", "ULON", "umask")
-
-BoolArray = npt.NDArray[np.bool_]
-
-
-@dataclass(frozen=True, eq=False)
-class Grid:
-    """A group's coordinates and ocean mask (converted), and what they were read from:
-    per grid variable its name, attributes and raw values."""
-
-    lat: FloatArray
-    lon: FloatArray
-    ocean: BoolArray
-    # Flat indices of the ocean points with finite coordinates: the only points selected.
-    usable_points: npt.NDArray[np.intp]
-    n_ocean: int
-    notes: tuple[str, ...]
-    raw: tuple[tuple[str, dict[str, Any], npt.NDArray[Any]], ...]
-
-    def same_source(self, raw: tuple[tuple[str, dict[str, Any], npt.NDArray[Any]], ...]) -> bool:
-        """Whether ``raw`` names the same variables with the same attributes and values."""
-        return len(raw) == len(self.raw) and all(
-            name == other_name
-            and _same_attributes(attrs, other_attrs)
-            and values.dtype == other_values.dtype
-            and np.array_equal(_bits(values), _bits(other_values))
-            for (name, attrs, values), (other_name, other_attrs, other_values) in zip(
-                raw, self.raw, strict=True
-            )
-        )
-
-
-def _bits(values: npt.NDArray[Any]) -> npt.NDArray[Any]:
-    """The values' bit patterns: equal bits are equal values, NaN included."""
-    if values.dtype.kind == "f":
-        return values.view(f"u{values.dtype.itemsize}")
-    return values
-
-
-def _same_attributes(a: dict[str, Any], b: dict[str, Any]) -> bool:
-    return a.keys() == b.keys() and all(np.array_equal(a[k], b[k]) for k in a)
 
 
 @dataclass(frozen=True)
@@ -156,7 +124,7 @@ class GroupReader:
                     raise DataError(f"cannot open '{path}' as netCDF: {exc}") from exc
             self.found = self._resolve()
             for found in self.found.values():
-                _no_chunk_cache(self._nc[found.file].variables[found.variable])
+                no_chunk_cache(self._nc[found.file].variables[found.variable])
             self.n_records = self._count_records()
             if grid:
                 self.grid = self._grid(known)
@@ -199,14 +167,14 @@ class GroupReader:
         """Record ``record`` of field ``name`` on the whole grid, as ``fields`` reads it."""
         found = self.found[name]
         raw = self._record(found, record)
-        return _in_our_units(_as_float(raw), found)
+        return _in_our_units(as_float(raw), found)
 
     def read_points(self, name: str, record: int, points: npt.NDArray[np.intp]) -> FloatArray:
         """Record ``record`` of field ``name`` at the flat grid indices ``points`` only:
         the values ``read_field(name, record).ravel()[points]`` would give."""
         found = self.found[name]
         var = self._nc[found.file].variables[found.variable]
-        fills = _plain_fill_values(var)
+        fills = plain_fill_values(var)
         if fills is None:  # packed, a valid range, unsigned: netCDF4 masks it
             raw = self._record(found, record)
             values = np.ma.getdata(raw).reshape(-1)[points].astype(np.float64)
@@ -231,7 +199,7 @@ class GroupReader:
         """The record as netCDF4 reads it (masked unless switched off), its shape checked
         against the grid."""
         var = self._nc[found.file].variables[found.variable]
-        raw = _raw_record(var, record, self.files[found.file])
+        raw = raw_record(var, record, self.files[found.file])
         if raw.shape != self.lat.shape:
             raise DataError(
                 f"variable '{found.variable}' in '{self.files[found.file]}' has shape "
@@ -333,7 +301,7 @@ class GroupReader:
             for key, names in GRID_NAMES.items()
         }
         raw_by_key = {
-            key: (hit[1], *_raw_variable(self._nc[hit[0]].variables[hit[1]]))
+            key: (hit[1], *raw_variable(self._nc[hit[0]].variables[hit[1]]))
             for key, hit in chosen.items()
             if hit is not None
         }
@@ -361,7 +329,7 @@ class GroupReader:
             notes.append("no land mask (tmask): land is where a field is missing")
             ocean = np.ones(shape, dtype=bool)
         else:
-            mask = _converted(
+            mask = converted(
                 self._nc[mask_hit[0]].variables[mask_hit[1]],
                 raw_by_key["mask"][2],
                 self.files[mask_hit[0]],
@@ -379,7 +347,7 @@ class GroupReader:
         self, index: int, name: str, key: str, shape: tuple[int, ...], raw: npt.NDArray[Any]
     ) -> FloatArray:
         path = self.files[index]
-        values = _converted(self._nc[index].variables[name], raw, path)
+        values = converted(self._nc[index].variables[name], raw, path)
         if values.ndim == 1:  # a regular grid stores lat(nj) and lon(ni)
             axis = 0 if key == "lat" else 1
             if values.size != shape[axis]:
@@ -397,85 +365,7 @@ class GroupReader:
         return values
 
 
-def read_float(var: Any, record: int, path: Path) -> FloatArray:
-    """Record ``record`` of ``var`` (a variable without a time axis: all of it) as float64,
-    with every kind of missing value as NaN."""
-    return _as_float(_raw_record(var, record, path))
-
-
-def _raw_record(var: Any, record: int, path: Path) -> Any:
-    if var.ndim == 3:
-        if record >= var.shape[0]:
-            raise DataError(
-                f"variable '{var.name}' in '{path}' has {var.shape[0]} records, "
-                f"record {record} requested"
-            )
-        return var[record]
-    return var[...]
-
-
-def _as_float(raw: Any) -> FloatArray:
-    # netCDF4 masks _FillValue and missing_value itself (set_auto_mask is on by default).
-    values = np.ma.filled(np.ma.asarray(raw).astype(np.float64), np.nan)
-    values[np.abs(values) >= FILL_THRESHOLD] = np.nan
-    return np.asarray(values)
-
-
 def _in_our_units(values: FloatArray, found: Found) -> FloatArray:
     if (found.scale, found.offset) != (1.0, 0.0):
         return values * found.scale + found.offset
     return values
-
-
-_PACKED_OR_RANGED = frozenset(
-    {"scale_factor", "add_offset", "valid_min", "valid_max", "valid_range", "_Unsigned"}
-)
-
-
-def _plain_fill_values(var: Any) -> tuple[Any, ...] | None:
-    """The values netCDF4 would mask in a float variable that is neither packed nor has a
-    valid range (``_FillValue``, ``missing_value``, cast to the variable's type as netCDF4
-    casts them); None for any other variable. Without a ``_FillValue`` netCDF4 masks the
-    type's default fill (9.97e36), which the fill threshold catches anyway."""
-    attrs = set(var.ncattrs())
-    if var.dtype.kind != "f" or attrs & _PACKED_OR_RANGED:
-        return None
-    fills: list[Any] = []
-    for name in ("_FillValue", "missing_value"):
-        if name in attrs:
-            fills += list(np.atleast_1d(np.asarray(var.getncattr(name), dtype=var.dtype)))
-    return tuple(fill for fill in fills if not np.isnan(fill))  # NaN stays NaN anyway
-
-
-def _converted(var: Any, raw: npt.NDArray[Any], path: Path) -> FloatArray:
-    """A grid variable as ``read_float`` reads it, from its stored values where netCDF4
-    would only mask its fill values (no second read); else read again by netCDF4."""
-    fills = _plain_fill_values(var)
-    if fills is None or var.ndim > 2:
-        return read_float(var, 0, path)
-    values = raw.astype(np.float64)
-    for fill in fills:
-        values[raw == fill] = np.nan
-    values[np.abs(values) >= FILL_THRESHOLD] = np.nan
-    return values
-
-
-def _no_chunk_cache(var: Any) -> None:
-    """Read the variable's chunks straight into the array asked for: a record is read once,
-    and HDF5's chunk cache (64 MB a variable) copied every quarter-degree chunk once more,
-    into memory fresh for every variable of every file (30 thousand page faults a file of
-    15 fields, a quarter of its reading time)."""
-    if var.ndim < 3 or var.chunking() == "contiguous":
-        return
-    with contextlib.suppress(RuntimeError, AttributeError):  # netCDF-3 files: no HDF5
-        var.set_var_chunk_cache(size=0, nelems=0, preemption=0.0)
-
-
-def _raw_variable(var: Any) -> tuple[dict[str, Any], npt.NDArray[Any]]:
-    """A grid variable's attributes and stored values, unconverted (one copy, no mask)."""
-    var.set_auto_maskandscale(False)
-    try:
-        values = np.asarray(var[...])
-    finally:
-        var.set_auto_maskandscale(True)
-    return {name: var.getncattr(name) for name in var.ncattrs()}, values

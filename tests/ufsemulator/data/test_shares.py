@@ -160,7 +160,8 @@ def test_fields_are_read_past_hdf5s_chunk_cache(tmp_path: Path) -> None:
     [{"_FillValue": -999.0}, {"missing_value": -5.0}, {"valid_range": np.array([-80.0, 80.0])}],
 )
 def test_the_grid_converts_as_netcdf4_masks(tmp_path: Path, attributes: dict[str, object]) -> None:
-    from ufsemulator.data.ncread import GroupReader, read_float
+    from ufsemulator.data.ncread import GroupReader
+    from ufsemulator.data.ncvalues import read_float
 
     path = write_cice(tmp_path / "f.nc", NI, NJ, 0, "_d", 1)
     with netCDF4.Dataset(path, "a") as nc:
