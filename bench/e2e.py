@@ -12,9 +12,9 @@ modification time. In the same run, beside it:
 - ``default``: ``python -m ufsemulator train`` with the default configuration (data cached
   by an untimed first run), and the same to ``--target-default``;
 - ``days``: the daily files of ``make-data --days`` (written first, timed), to
-  ``--target-days``, on 1/2/4 GPUs, and on CPU ranks (``CUDA_VISIBLE_DEVICES=""``,
-  ``--threads`` each) to ``--target-cpu``; no array cache, every run reads the netCDF
-  files (the page cache is warm for all of them alike);
+  ``--target-days``, on 1/2/4 GPUs (with the ``--days-set`` settings), and on CPU ranks
+  (``CUDA_VISIBLE_DEVICES=""``, ``--threads`` each) to ``--target-cpu``; no array cache,
+  every run reads the netCDF files (the page cache is warm for all of them alike);
 - ``user``: ``bench.userloop`` (xarray + DataLoader + DistributedSampler + DDP) to the
   same target on the same files.
 
@@ -167,6 +167,14 @@ def main(argv: list[str] | None = None) -> int:
         help="the default job also with `--set KEY=VALUE`, at every --gpus, e.g. "
         "training.grad_allreduce=backend",
     )
+    parser.add_argument(
+        "--days-set",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="the days runs with `--set KEY=VALUE` (all of them), e.g. "
+        "training.lr_warmup_epochs=0.5 or data.read_early=false",
+    )
     args = parser.parse_args(argv)
     stages = set(args.stages.split(","))
     args.out.mkdir(parents=True, exist_ok=True)
@@ -273,6 +281,7 @@ def main(argv: list[str] | None = None) -> int:
                 env = _env(dict(os.environ), args.work / f"nocache-days{n}-{loss}", None)
                 argv = ["ufsemulator", "train", "--config", str(target), "--data", days_glob]
                 argv += ["--run-dir", str(run)]
+                argv += [arg for item in args.days_set for arg in ("--set", item)]
                 record(f"days to {loss}", launch(argv, n, env, run, args.timeout, log))
     if "cpu" in stages:
         for n in args.cpu_ranks:

@@ -161,7 +161,7 @@ def test_floor_forms_a_gloo_group_without_gpus() -> None:
     assert proc.returncode == 0, proc.stderr
 
 
-def test_e2e_data_floor_and_cpu_stages(tmp_path: Path) -> None:
+def test_e2e_data_floor_days_and_cpu_stages(tmp_path: Path) -> None:
     out = tmp_path / "out"
     proc = _run(
         [
@@ -173,7 +173,11 @@ def test_e2e_data_floor_and_cpu_stages(tmp_path: Path) -> None:
             "--work",
             str(tmp_path / "w"),
             "--stages",
-            "data,floor,cpu",
+            "data,floor,days,cpu",
+            "--target-days",
+            "10:1",
+            "--days-set",
+            "training.lr_warmup_epochs=0.5",
             "--grid",
             "40x32",
             "--days",
@@ -194,6 +198,8 @@ def test_e2e_data_floor_and_cpu_stages(tmp_path: Path) -> None:
     assert proc.returncode == 0, proc.stdout + proc.stderr
     assert "status completed" in proc.stdout, proc.stdout
     assert (out / "e2e.json").is_file()
+    days = json.loads((tmp_path / "w" / "days1-10" / "training_results.json").read_text())
+    assert days["overrides"] == {"training.lr_warmup_epochs": 0.5}
 
 
 def test_userloop_trains_on_daily_files(tmp_path: Path) -> None:
@@ -259,3 +265,17 @@ def test_run_gpu_driver_runs_its_cpu_stage(tmp_path: Path) -> None:
     assert proc.returncode == 0, proc.stdout + proc.stderr
     assert "no GPU visible: GPU stages skipped" in proc.stdout
     assert json.loads((tmp_path / "gloo.json").read_text())
+
+
+def test_read_scaling_sets_shares_beside_one_reader(tmp_path: Path) -> None:
+    argv = [sys.executable, "-m", "bench.read_scaling", "--work", str(tmp_path / "work")]
+    argv += ["--grid", "40x32", "--days", "3", "--ranks", "2", "--repeats", "1"]
+    proc = _run([*argv, "--out", str(tmp_path / "out")], timeout=120)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert "2 together vs 1 rank:" in proc.stdout and "share 1, alone" in proc.stdout
+    report = json.loads((tmp_path / "out" / "read_scaling.json").read_text())
+    whole, together = report["whole"], report["together"]
+    # Files 0 and 1..2 (balanced by bytes): the shares hold every row once.
+    assert [r["rank"] for r in together] == [0, 1]
+    assert sum(r["rows"] for r in together) == whole["rows"] > 0
+    assert report["speedup"] == whole["seconds"] / max(r["seconds"] for r in together)

@@ -196,11 +196,14 @@ def _make_days(args: argparse.Namespace) -> int:
 
 
 def _train(args: argparse.Namespace) -> int:
-    from ufsemulator.checkpoints.state import read_state
     from ufsemulator.config import load_config
 
     if args.resume is not None and args.config is None:
-        # Resuming without --config continues the run exactly as it was configured.
+        # Resuming without --config continues the run exactly as it was configured (a
+        # checkpoint is read with torch; a run that does not resume imports it later,
+        # while its data is read).
+        from ufsemulator.checkpoints.state import read_state
+
         config = read_state(args.resume).config
     else:
         config = load_config(args.config)
@@ -220,10 +223,20 @@ def _train(args: argparse.Namespace) -> int:
             atmosphere=tuple(args.atmosphere) if args.atmosphere else config.data.atmosphere,
         )
         config = dataclasses.replace(config, data=data)
+    # This rank's files are read while torch, CUDA and NCCL start.
+    from ufsemulator.training import earlyread
+
+    early = earlyread.start(config, os.environ)
     # Imported once the config is checked: a bad --set fails without waiting for torch.
     from ufsemulator.training.train import train
 
-    result = train(config, resume=args.resume, run_dir=args.run_dir, overrides=args.overrides)
+    result = train(
+        config,
+        resume=args.resume,
+        run_dir=args.run_dir,
+        overrides=args.overrides,
+        early_read=early,
+    )
     if result.status != "preempted" or not result.is_main:
         return 0
     # Rank 0 alone reports the preemption, by exit code and, for the rendered job scripts,

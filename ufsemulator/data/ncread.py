@@ -17,6 +17,12 @@ converted to degC or g/kg, the units the emulator is trained in.
 The grid is the T-point one (``TLAT``, ``TLON``, ``tmask``), where CICE keeps ``aice``,
 ``hi``, ``sst`` and the other scalars; U points (``ULAT``, ``ULON``, ``umask``) only where
 a file has nothing else, and a note says so: ``umask`` drops the coastal T cells.
+
+A series of files shares its grid: a reader given the previous file's ``Grid`` reads the
+grid variables' raw values (a copy, no conversion) and reuses the converted grid where
+names, attributes and values are all the same. A field is read whole (one contiguous
+read) but converted only at the points asked for (``read_points``): a sea-ice selection
+is a few percent of the grid.
 """
 
 from __future__ import annotations
@@ -31,6 +37,16 @@ import netCDF4
 import numpy as np
 import numpy.typing as npt
 
+from ufsemulator.data.grid import Grid
+from ufsemulator.data.ncvalues import (
+    FILL_THRESHOLD,
+    as_float,
+    converted,
+    no_chunk_cache,
+    plain_fill_values,
+    raw_record,
+    raw_variable,
+)
 from ufsemulator.errors import DataError
 from ufsemulator.variables import (
     CF_NAMES,
@@ -45,8 +61,6 @@ from ufsemulator.variables import (
 
 FloatArray = npt.NDArray[np.float64]
 
-# Magnitudes this large are fill values even where a file forgot to declare them.
-FILL_THRESHOLD = 1.0e20
 # Grid variables, T points first; a name in _U_POINTS is used only when nothing else is there.
 GRID_NAMES: dict[str, tuple[str, ...]] = {
     "lat": ("TLAT", "lat", "latitude", "ULAT"),
@@ -87,9 +101,16 @@ def candidate_names(name: str, suffix: str | None) -> list[str]:
 class GroupReader:
     """The open files of one group; :meth:`fields` reads one record of the needed fields."""
 
-    def __init__(self, files: Sequence[Path], names: Sequence[str], grid: bool = True) -> None:
+    def __init__(
+        self,
+        files: Sequence[Path],
+        names: Sequence[str],
+        grid: bool = True,
+        known: Grid | None = None,
+    ) -> None:
         """``grid=False``: only find the fields and count the records (no array is read;
-        ``lat``, ``lon`` and ``ocean`` are then not set)."""
+        ``grid``, ``lat``, ``lon`` and ``ocean`` are then not set). ``known``: the grid of
+        the previous group, reused where this group's grid variables are the same."""
         self.files = tuple(files)
         self.names = tuple(names)
         self.notes: list[str] = []
@@ -102,9 +123,13 @@ class GroupReader:
                 except OSError as exc:
                     raise DataError(f"cannot open '{path}' as netCDF: {exc}") from exc
             self.found = self._resolve()
+            for found in self.found.values():
+                no_chunk_cache(self._nc[found.file].variables[found.variable])
             self.n_records = self._count_records()
             if grid:
-                self.lat, self.lon, self.ocean = self._grid()
+                self.grid = self._grid(known)
+                self.notes += self.grid.notes
+                self.lat, self.lon, self.ocean = self.grid.lat, self.grid.lon, self.grid.ocean
         except BaseException:
             self._stack.close()
             raise
@@ -136,20 +161,51 @@ class GroupReader:
 
     def fields(self, record: int) -> dict[str, FloatArray]:
         """Record ``record`` of every needed field, in our units, land and fill as NaN."""
-        out: dict[str, FloatArray] = {}
-        shape = self.lat.shape
-        for name, found in self.found.items():
-            var = self._nc[found.file].variables[found.variable]
-            values = read_float(var, record, self.files[found.file])
-            if values.shape != shape:
-                raise DataError(
-                    f"variable '{found.variable}' in '{self.files[found.file]}' has shape "
-                    f"{values.shape}, expected {shape} like the grid"
-                )
-            if (found.scale, found.offset) != (1.0, 0.0):
-                values = values * found.scale + found.offset
-            out[name] = values
-        return out
+        return {name: self.read_field(name, record) for name in self.found}
+
+    def read_field(self, name: str, record: int) -> FloatArray:
+        """Record ``record`` of field ``name`` on the whole grid, as ``fields`` reads it."""
+        found = self.found[name]
+        raw = self._record(found, record)
+        return _in_our_units(as_float(raw), found)
+
+    def read_points(self, name: str, record: int, points: npt.NDArray[np.intp]) -> FloatArray:
+        """Record ``record`` of field ``name`` at the flat grid indices ``points`` only:
+        the values ``read_field(name, record).ravel()[points]`` would give."""
+        found = self.found[name]
+        var = self._nc[found.file].variables[found.variable]
+        fills = plain_fill_values(var)
+        if fills is None:  # packed, a valid range, unsigned: netCDF4 masks it
+            raw = self._record(found, record)
+            values = np.ma.getdata(raw).reshape(-1)[points].astype(np.float64)
+            mask = np.ma.getmask(raw)
+            if mask is not np.ma.nomask:
+                values[mask.reshape(-1)[points]] = np.nan
+        else:
+            # The stored values, and only at the points the fill values are looked for:
+            # netCDF4's mask of the whole grid cost five times the read itself.
+            var.set_auto_maskandscale(False)
+            try:
+                stored = self._record(found, record).reshape(-1)[points]
+            finally:
+                var.set_auto_maskandscale(True)
+            values = stored.astype(np.float64)
+            for fill in fills:
+                values[stored == fill] = np.nan
+        values[np.abs(values) >= FILL_THRESHOLD] = np.nan
+        return _in_our_units(values, found)
+
+    def _record(self, found: Found, record: int) -> Any:
+        """The record as netCDF4 reads it (masked unless switched off), its shape checked
+        against the grid."""
+        var = self._nc[found.file].variables[found.variable]
+        raw = raw_record(var, record, self.files[found.file])
+        if raw.shape != self.lat.shape:
+            raise DataError(
+                f"variable '{found.variable}' in '{self.files[found.file]}' has shape "
+                f"{raw.shape}, expected {self.lat.shape} like the grid"
+            )
+        return raw
 
     def _resolve(self) -> dict[str, Found]:
         suffixes = [detect_suffix(list(nc.variables)) for nc in self._nc]
@@ -228,11 +284,11 @@ class GroupReader:
             raise DataError(f"fields of {self.where} differ in their number of records ({listed})")
         return next(iter(counts.values()), 1)
 
-    def _grid(self) -> tuple[FloatArray, FloatArray, npt.NDArray[np.bool_]]:
+    def _grid(self, known: Grid | None) -> Grid:
         first = next(iter(self.found.values()))
-        shape = read_float(
-            self._nc[first.file].variables[first.variable], 0, self.files[first.file]
-        ).shape
+        var = self._nc[first.file].variables[first.variable]
+        # The shape from the metadata: reading a record only to learn it costs a field.
+        shape = tuple(var.shape[1:] if var.ndim == 3 else var.shape)
         if len(shape) != 2:
             raise DataError(
                 f"variable '{first.variable}' in '{self.files[first.file]}' has shape {shape}"
@@ -244,9 +300,18 @@ class GroupReader:
             )
             for key, names in GRID_NAMES.items()
         }
+        raw_by_key = {
+            key: (hit[1], *raw_variable(self._nc[hit[0]].variables[hit[1]]))
+            for key, hit in chosen.items()
+            if hit is not None
+        }
+        raw = tuple(raw_by_key.values())
+        if known is not None and known.lat.shape == shape and known.same_source(raw):
+            return known
+        notes: list[str] = []
         used_u = [hit[1] for hit in chosen.values() if hit is not None and hit[1] in _U_POINTS]
         if used_u:
-            self.notes.append(
+            notes.append(
                 f"no T-point grid: using the U-point {', '.join(used_u)} for T-point fields "
                 "(umask drops coastal T cells)"
             )
@@ -257,22 +322,32 @@ class GroupReader:
                 raise DataError(
                     f"{self.where} have no {key} coordinate (tried: {', '.join(GRID_NAMES[key])})"
                 )
-            coords.append(self._coordinate(*hit, key, shape))
+            coords.append(self._coordinate(*hit, key, shape, raw_by_key[key][2]))
+        lat, lon = coords
         mask_hit = chosen["mask"]
         if mask_hit is None:
-            self.notes.append("no land mask (tmask): land is where a field is missing")
-            return coords[0], coords[1], np.ones(shape, dtype=bool)
-        mask = read_float(self._nc[mask_hit[0]].variables[mask_hit[1]], 0, self.files[mask_hit[0]])
-        if mask.shape != shape:
-            raise DataError(
-                f"mask '{mask_hit[1]}' in '{self.files[mask_hit[0]]}' has shape "
-                f"{mask.shape}, expected {shape}"
+            notes.append("no land mask (tmask): land is where a field is missing")
+            ocean = np.ones(shape, dtype=bool)
+        else:
+            mask = converted(
+                self._nc[mask_hit[0]].variables[mask_hit[1]],
+                raw_by_key["mask"][2],
+                self.files[mask_hit[0]],
             )
-        return coords[0], coords[1], mask > 0.5
+            if mask.shape != shape:
+                raise DataError(
+                    f"mask '{mask_hit[1]}' in '{self.files[mask_hit[0]]}' has shape "
+                    f"{mask.shape}, expected {shape}"
+                )
+            ocean = mask > 0.5
+        usable = np.flatnonzero(ocean & np.isfinite(lat) & np.isfinite(lon))
+        return Grid(lat, lon, ocean, usable, int(ocean.sum()), tuple(notes), raw)
 
-    def _coordinate(self, index: int, name: str, key: str, shape: tuple[int, ...]) -> FloatArray:
+    def _coordinate(
+        self, index: int, name: str, key: str, shape: tuple[int, ...], raw: npt.NDArray[Any]
+    ) -> FloatArray:
         path = self.files[index]
-        values = read_float(self._nc[index].variables[name], 0, path)
+        values = converted(self._nc[index].variables[name], raw, path)
         if values.ndim == 1:  # a regular grid stores lat(nj) and lon(ni)
             axis = 0 if key == "lat" else 1
             if values.size != shape[axis]:
@@ -290,19 +365,7 @@ class GroupReader:
         return values
 
 
-def read_float(var: Any, record: int, path: Path) -> FloatArray:
-    """Record ``record`` of ``var`` (a variable without a time axis: all of it) as float64,
-    with every kind of missing value as NaN."""
-    if var.ndim == 3:
-        if record >= var.shape[0]:
-            raise DataError(
-                f"variable '{var.name}' in '{path}' has {var.shape[0]} records, "
-                f"record {record} requested"
-            )
-        raw = var[record]
-    else:
-        raw = var[...]
-    # netCDF4 masks _FillValue and missing_value itself (set_auto_mask is on by default).
-    values = np.ma.filled(np.ma.asarray(raw).astype(np.float64), np.nan)
-    values[np.abs(values) >= FILL_THRESHOLD] = np.nan
-    return np.asarray(values)
+def _in_our_units(values: FloatArray, found: Found) -> FloatArray:
+    if (found.scale, found.offset) != (1.0, 0.0):
+        return values * found.scale + found.offset
+    return values

@@ -18,9 +18,15 @@ has a mask, and drop points where an input or the target is missing):
 Thinning (``thin=k``) then keeps every k-th selected point of a record in grid order.
 ``aice`` is read whatever the target, since every mask mode needs it.
 
-With ``share=(rank, world)`` only that rank's block of the selected records is read (the
-records of all files, one after the other, cut into ``world`` contiguous blocks): every
-rank of a training reads its own part of a multi-file data set, not all of it.
+With ``share=(rank, world)`` only that rank's part of a multi-file data set is read, not
+all of it: with ``time: all``, a contiguous block of the files balanced by their bytes
+(``ufsemulator.data.shares``), and a rank opens only its own files; with a time selection
+(which counts records over all files), the selected records cut into ``world``
+contiguous blocks. Each row keeps its file's number and its record in that file, so a row
+is named the same whichever rank read it.
+
+Consecutive files on the same grid (the same coordinate and mask variables, attributes
+and values, compared raw) share one converted grid (``ufsemulator.data.ncread.Grid``).
 
 With ``cache_dir`` set, the selected arrays are kept in an ``.npz`` named by a hash of
 every source file (resolved path, size, mtime, in order) and the options, so a rerun
@@ -42,7 +48,10 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 import numpy.typing as npt
 
-from ufsemulator.data.sources import PathSpec, expand_paths, pair_groups, parse_time
+from ufsemulator.data.heap import heap_kept
+from ufsemulator.data.select import select_points, select_record
+from ufsemulator.data.shares import file_blocks
+from ufsemulator.data.sources import PathSpec, TimeSelection, expand_paths, pair_groups, parse_time
 from ufsemulator.data.synthfiles import make_synthetic
 from ufsemulator.errors import DataError
 from ufsemulator.variables import (
@@ -56,7 +65,7 @@ from ufsemulator.variables import (
 )
 
 if TYPE_CHECKING:
-    from ufsemulator.data.ncread import GroupReader
+    from ufsemulator.data.ncread import Grid, GroupReader
 
 __all__ = [
     "INPUT_NAMES",
@@ -67,6 +76,7 @@ __all__ = [
     "Dataset",
     "load_dataset",
     "make_synthetic",
+    "select_points",
 ]
 
 # Plain names of each field, the hourly stream's first (what make_synthetic writes).
@@ -74,7 +84,7 @@ VARIABLE_NAMES: dict[str, tuple[str, ...]] = {
     name: tuple(base + s for s in CICE_SUFFIXES) + OTHER_NAMES.get(name, ())
     for name, base in CICE_NAMES.items()
 }
-_CACHE_VERSION = 3  # 3: records_read absolute, record_times
+_CACHE_VERSION = 4  # 4: record within its file, file, files_read
 
 FloatArray = npt.NDArray[np.float64]
 
@@ -128,24 +138,36 @@ class Dataset:
     input_names: tuple[str, ...] = INPUT_NAMES
     record: npt.NDArray[np.int64] = field(
         default_factory=lambda: np.zeros(0, dtype=np.int64)
-    )  # [N] record number, counted over all files in order
+    )  # [N] record number within its file
+    file: npt.NDArray[np.int64] = field(
+        default_factory=lambda: np.zeros(0, dtype=np.int64)
+    )  # [N] the file's (or paired group's) number in the series, from 0
     notes: tuple[str, ...] = ()  # what the reader decided that a user should know
     bytes_read: int = 0  # of the files, in proportion to the records read (or the cache's)
-    # [first, last) record numbers read, counted over all files in order, and the times of
-    # the first and last of them (ISO 8601; None without a time variable).
-    records_read: tuple[int, int] = (0, 0)
+    # [first, last) record numbers read, counted over all files in order (None where a
+    # share of the files was read without counting the records of the others), the
+    # [first, last) file numbers read, the number of records read and the times of the
+    # first and last of them (ISO 8601; None without a time variable).
+    records_read: tuple[int, int] | None = (0, 0)
     record_times: tuple[str | None, str | None] = (None, None)
+    files_read: tuple[int, int] = (0, 1)
+    n_records: int = 1
 
     def __len__(self) -> int:
         return int(self.inputs.shape[0])
 
     def records_text(self) -> str:
         """``records 2..3 (2 of a 320x384 grid, 2000-01-03T00:00:00 .. 2000-01-04T00:00:00)``:
-        record numbers counted over all files, as the log lines give them."""
-        first, last = self.records_read
+        record numbers counted over all files, as the log lines give them; ``files 7..14
+        (8 records of ...)`` for a share of the files."""
         start, end = self.record_times
         nj, ni = self.grid_shape
-        return f"records {first}..{last - 1} ({last - first} of a {nj}x{ni} grid, {start} .. {end})"
+        what = f"{self.n_records} of a {nj}x{ni} grid, {start} .. {end}"
+        if self.records_read is None:
+            first, last = self.files_read
+            return f"files {first}..{last - 1} ({what.replace(' of a', ' records of a', 1)})"
+        first, last = self.records_read
+        return f"records {first}..{last - 1} ({what})"
 
 
 def load_dataset(
@@ -174,7 +196,8 @@ def load_dataset(
         cached = _load_cache(cache_file)
         if cached is not None:
             return dataclasses.replace(cached, source=source, bytes_read=cache_file.stat().st_size)
-    dataset = dataclasses.replace(_read(groups, options, share), source=source)
+    with heap_kept():
+        dataset = dataclasses.replace(_read(groups, options, share), source=source)
     if cache_file is not None:
         _save_cache(cache_file, dataset)
     return dataset
@@ -184,61 +207,49 @@ def _read(
     groups: list[tuple[Path, ...]], options: DataOptions, share: tuple[int, int] | None = None
 ) -> Dataset:
     names = list(dict.fromkeys((*options.inputs, "aice", options.target)))
-    with_readers = []
+    selection = parse_time(options.time)
+    plan: list[tuple[int, tuple[Path, ...], list[int] | None]]  # file, group, its records
+    picked: list[int] | None = None
+    if selection.everything:  # whole files: no file is opened only to count its records
+        rank, world = share if share is not None else (0, 1)
+        first_file, last_file = file_blocks([_size(group) for group in groups], world)[rank]
+        plan = [(k, groups[k], None) for k in range(first_file, last_file)]
+    else:
+        plan, picked = _plan_records(groups, names, selection, share)
     notes: dict[str, int] = {}
-    offset = 0
-    for group in groups:  # one file open at a time: a long series may be hundreds of files
-        with _reader(group, names, grid=False) as reader:
-            with_readers.append((group, offset, reader.n_records))
-            offset += reader.n_records
-    picked = parse_time(options.time).pick(offset)
-    first_picked = 0
-    if share is not None:
-        rank, world = share
-        if len(picked) < world:
-            raise DataError(
-                f"{len(picked)} selected record(s) cannot be shared by {world} ranks: give "
-                "more files or records, or use fewer ranks"
-            )
-        first_picked = rank * len(picked) // world
-        picked = picked[first_picked : (rank + 1) * len(picked) // world]
     n_bytes = 0.0
     times: list[str | None] = []
     parts: list[dict[str, npt.NDArray[Any]]] = []
-    shape: tuple[int, ...] | None = None
-    for group, first, count in with_readers:
-        mine = [r for r in picked if first <= r < first + count]
-        if not mine:
-            continue
-        with _reader(group, names) as reader:
+    grid: Grid | None = None
+    for number, group, wanted in plan:
+        with _reader(group, names, known=grid) as reader:
             for note in dict.fromkeys(reader.notes):
                 notes[note] = notes.get(note, 0) + 1
-            if shape is not None and reader.lat.shape != shape:
+            if grid is not None and reader.grid.lat.shape != grid.lat.shape:
                 raise DataError(
-                    f"{reader.where} is on a {reader.lat.shape} grid, the files "
-                    f"before it on {shape}"
+                    f"{reader.where} is on a {reader.grid.lat.shape} grid, the files "
+                    f"before it on {grid.lat.shape}"
                 )
-            shape = reader.lat.shape
-            n_bytes += sum(path.stat().st_size for path in group) * len(mine) / count
-            for r in mine:
-                parts.append(_select_record(reader.fields(r - first), reader, options, r))
-                if r in (picked[0], picked[-1]):
-                    times.append(reader.time_of(r - first))
-    assert shape is not None
+            grid = reader.grid
+            records = list(range(reader.n_records)) if wanted is None else wanted
+            n_bytes += _size(group) * len(records) / reader.n_records
+            for r in records:
+                parts.append(select_record(reader, options, r, number))
+            times += [reader.time_of(records[0]), reader.time_of(records[-1])]
+    assert grid is not None
     where = " + ".join(map(str, groups[0])) + (" ..." if len(groups) > 1 else "")
+    n_records = len(parts)
     total = sum(part["index"].size for part in parts)
     if total == 0:
         ocean = int(sum(part["n_ocean"] for part in parts))
         valid = int(sum(part["n_valid"] for part in parts))
+        kind = "ice " if options.mask == "sea_ice" else ""
         raise DataError(
             f"no points selected from '{where}' with mask '{options.mask}' "
-            f"(ocean points: {ocean}, valid: {valid}, records: {len(picked)})"
+            f"(ocean points: {ocean}, valid {kind}points: {valid}, records: {n_records})"
         )
-    n_groups = sum(
-        1 for _, first, count in with_readers if any(first <= r < first + count for r in picked)
-    )
     summary = tuple(
-        note if count == n_groups else f"{note} ({count} of {n_groups} files)"
+        note if count == len(plan) else f"{note} ({count} of {len(plan)} files)"
         for note, count in notes.items()
     )
     return Dataset(
@@ -248,65 +259,72 @@ def _read(
         lon=np.concatenate([p["lon"] for p in parts]),
         index=np.concatenate([p["index"] for p in parts]),
         record=np.concatenate([p["record"] for p in parts]),
-        grid_shape=(int(shape[0]), int(shape[1])),
+        file=np.concatenate([p["file"] for p in parts]),
+        grid_shape=(int(grid.lat.shape[0]), int(grid.lat.shape[1])),
         target_names=(options.target,),
         source=where,
         input_names=options.inputs,
         notes=summary,
         bytes_read=round(n_bytes),
-        records_read=(int(picked[0]), int(picked[-1]) + 1),
+        records_read=_records_read(picked, n_records, share),
         record_times=(times[0], times[-1]),
+        files_read=(plan[0][0], plan[-1][0] + 1),
+        n_records=n_records,
     )
 
 
-def _select_record(
-    fields: dict[str, FloatArray], reader: GroupReader, options: DataOptions, record: int
-) -> dict[str, npt.NDArray[Any]]:
-    aice = fields["aice"]
-    target = fields[options.target]
-    valid = reader.ocean & np.isfinite(target)
-    for name in options.inputs:  # field by field: no full-grid stack of every input
-        valid &= np.isfinite(fields[name])
-    valid &= np.isfinite(reader.lat) & np.isfinite(reader.lon)
-    # Every mode looks at aice to tell ice from open water; a missing aice is no point.
-    valid &= np.isfinite(aice)
-    index = select_points(valid.ravel(), aice.ravel(), options)
-    # Only the selected points are stacked (a sea-ice share is a few percent of the grid).
-    inputs = np.stack([fields[name].ravel()[index] for name in options.inputs], axis=-1)
-    return {
-        "inputs": inputs.astype(np.float32),
-        "targets": target.ravel()[index].astype(np.float32)[:, None],
-        "lat": reader.lat.ravel()[index].astype(np.float32),
-        "lon": reader.lon.ravel()[index].astype(np.float32),
-        "index": index.astype(np.int64),
-        "record": np.full(index.size, record, dtype=np.int64),
-        "n_ocean": np.asarray(int(reader.ocean.sum())),
-        "n_valid": np.asarray(int(valid.sum())),
-    }
+def _plan_records(
+    groups: list[tuple[Path, ...]],
+    names: list[str],
+    selection: TimeSelection,
+    share: tuple[int, int] | None,
+) -> tuple[list[tuple[int, tuple[Path, ...], list[int] | None]], list[int]]:
+    """The selected records (of this share), by file: a time selection counts over the
+    records of all files, so every file is opened first to count its own."""
+    counts = []
+    for group in groups:  # one file open at a time: a long series may be hundreds of files
+        with _reader(group, names, grid=False) as reader:
+            counts.append(reader.n_records)
+    picked = selection.pick(sum(counts))
+    if share is not None:
+        rank, world = share
+        if len(picked) < world:
+            raise DataError(
+                f"{len(picked)} selected record(s) cannot be shared by {world} ranks: give "
+                "more files or records, or use fewer ranks"
+            )
+        picked = picked[rank * len(picked) // world : (rank + 1) * len(picked) // world]
+    plan: list[tuple[int, tuple[Path, ...], list[int] | None]] = []
+    first = 0
+    for number, (group, count) in enumerate(zip(groups, counts, strict=True)):
+        mine = [r - first for r in picked if first <= r < first + count]
+        if mine:
+            plan.append((number, group, mine))
+        first += count
+    return plan, picked
 
 
-def _reader(group: Any, names: Any, grid: bool = True) -> GroupReader:
+def _records_read(
+    picked: list[int] | None, n_records: int, share: tuple[int, int] | None
+) -> tuple[int, int] | None:
+    if picked is not None:
+        return (picked[0], picked[-1] + 1)
+    return (0, n_records) if share is None else None  # a share of files: not counted
+
+
+def _size(group: tuple[Path, ...]) -> int:
+    try:
+        return sum(path.stat().st_size for path in group)
+    except OSError as exc:
+        raise DataError(f"cannot read data file '{exc.filename}': {exc.strerror}") from exc
+
+
+def _reader(group: Any, names: Any, grid: bool = True, known: Grid | None = None) -> GroupReader:
     # netCDF4 is imported where a file is read: the benchmarks and the model use this module's
     # names and selection without it.
     from ufsemulator.data.ncread import GroupReader
 
-    return GroupReader(group, names, grid)
-
-
-def select_points(
-    valid: npt.NDArray[np.bool_], aice: FloatArray, options: DataOptions
-) -> npt.NDArray[np.intp]:
-    ice = valid & (aice > 0.0)
-    if options.mask == "sea_ice":
-        index = np.flatnonzero(ice)
-    elif options.mask == "ocean":
-        index = np.flatnonzero(valid)
-    else:
-        ice_index = np.flatnonzero(ice)
-        water_index = np.flatnonzero(valid & ~ice)
-        stride = max(1, water_index.size // max(1, ice_index.size))
-        index = np.union1d(ice_index, water_index[::stride])
-    return index[:: options.thin]
+    return GroupReader(group, names, grid, known)
 
 
 def _cache_path(
@@ -332,7 +350,7 @@ def _cache_path(
     return options.cache_dir / f"{groups[0][0].stem}.{digest}.npz"
 
 
-_ARRAYS = ("inputs", "targets", "lat", "lon", "index", "record")
+_ARRAYS = ("inputs", "targets", "lat", "lon", "index", "record", "file")
 
 
 def _load_cache(path: Path) -> Dataset | None:
@@ -341,7 +359,7 @@ def _load_cache(path: Path) -> Dataset | None:
     try:
         with np.load(path, allow_pickle=False) as z:
             meta = json.loads(str(z["meta"]))
-            arrays = {name: z[name] for name in _ARRAYS}
+            arrays = {name: z[f"array_{name}"] for name in _ARRAYS}
             return Dataset(
                 **arrays,
                 grid_shape=tuple(meta["grid_shape"]),
@@ -349,8 +367,10 @@ def _load_cache(path: Path) -> Dataset | None:
                 source=meta["source"],
                 input_names=tuple(meta["input_names"]),
                 notes=tuple(meta["notes"]),
-                records_read=tuple(meta.get("records_read", (0, 0))),
-                record_times=tuple(meta.get("record_times", (None, None))),
+                records_read=tuple(meta["records_read"]) if meta["records_read"] else None,
+                record_times=tuple(meta["record_times"]),
+                files_read=tuple(meta["files_read"]),
+                n_records=int(meta["n_records"]),
             )
     except (OSError, ValueError, KeyError, zipfile.BadZipFile):
         return None  # a damaged cache is rebuilt, not fatal
@@ -363,8 +383,10 @@ def _save_cache(path: Path, dataset: Dataset) -> None:
         "input_names": list(dataset.input_names),
         "source": dataset.source,
         "notes": list(dataset.notes),
-        "records_read": list(dataset.records_read),
+        "records_read": list(dataset.records_read) if dataset.records_read else None,
         "record_times": list(dataset.record_times),
+        "files_read": list(dataset.files_read),
+        "n_records": dataset.n_records,
     }
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp_name = path.with_name(f".{path.name}.{os.getpid()}.{uuid.uuid4().hex[:8]}.tmp")
@@ -373,7 +395,8 @@ def _save_cache(path: Path, dataset: Dataset) -> None:
             np.savez(
                 out,
                 meta=np.array(json.dumps(meta)),
-                **{name: getattr(dataset, name) for name in _ARRAYS},
+                # Prefixed: np.savez's own first parameter is called "file".
+                **{f"array_{name}": getattr(dataset, name) for name in _ARRAYS},
             )
         os.replace(tmp_name, path)
     except BaseException:

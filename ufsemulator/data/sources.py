@@ -12,8 +12,9 @@ No netCDF here, so a config can be checked (and a job rendered) without opening 
 from __future__ import annotations
 
 import glob
+import os
 import re
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -33,6 +34,11 @@ class TimeSelection:
     stop: int | None = None
     single: bool = False
     text: str = "all"
+
+    @property
+    def everything(self) -> bool:
+        """Every record: which records a file holds need not be known to select them."""
+        return not self.single and self.start is None and self.stop is None
 
     def pick(self, n_records: int) -> list[int]:
         """The selected record numbers among ``n_records``; an error if there are none."""
@@ -68,6 +74,13 @@ def parse_time(value: str | int) -> TimeSelection:
         raise ValueError(f"data.time must be all, INDEX or START:STOP, got {value!r}")
     start, stop = (int(g) if g is not None else None for g in match.groups())
     return TimeSelection(start=start, stop=stop, text=text)
+
+
+def data_dir(environ: Mapping[str, str] | None = None) -> Path:
+    """``$HPCDIST_DATA_DIR``, else ``~/.cache/ufsemulator``: synthetic files and array caches."""
+    env = os.environ if environ is None else environ
+    configured = env.get("HPCDIST_DATA_DIR", "").strip()
+    return Path(configured).expanduser() if configured else Path.home() / ".cache" / "ufsemulator"
 
 
 def expand_paths(spec: PathSpec, what: str = "data file") -> list[Path]:

@@ -16,10 +16,13 @@ state in and out. Where the fused kernel does not run (torch before 2.4 on a CPU
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import torch
 from torch import nn
+
+if TYPE_CHECKING:
+    from ufsemulator.training.warmup import Warmup
 
 BETAS = (0.9, 0.999)
 EPS = 1e-8
@@ -28,7 +31,16 @@ EPS = 1e-8
 class FusedAdam:
     """Adam (L2 weight decay added to the gradient, as ``torch.optim.Adam``) on one group."""
 
-    def __init__(self, params: list[nn.Parameter], lr: float, weight_decay: float) -> None:
+    def __init__(
+        self,
+        params: list[nn.Parameter],
+        lr: float,
+        weight_decay: float,
+        warmup: Warmup | None = None,
+    ) -> None:
+        """``warmup``: the rate of each step from the step count on the device (the
+        group's ``lr`` is then the rate after the warm-up)."""
+        self.warmup = warmup if warmup is not None and warmup.active else None
         self.param_groups: list[dict[str, Any]] = [
             {
                 "params": params,
@@ -74,6 +86,7 @@ class FusedAdam:
             return
         beta1, beta2 = group["betas"]
         torch._foreach_add_(steps, 1)
+        lr = group["lr"] if self.warmup is None else self.warmup.lr_tensor(steps[0])
         torch._fused_adam_(
             params,
             grads,
@@ -81,7 +94,7 @@ class FusedAdam:
             avg_sqs,
             [],
             steps,
-            lr=group["lr"],
+            lr=lr,
             beta1=beta1,
             beta2=beta2,
             weight_decay=group["weight_decay"],

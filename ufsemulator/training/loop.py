@@ -55,6 +55,7 @@ from ufsemulator.training.progress import Progress
 from ufsemulator.training.runfiles import run_anchor
 from ufsemulator.training.stepgraph import GraphedSteps
 from ufsemulator.training.summary import LoopTimes, RunSummary, Status
+from ufsemulator.training.warmup import Warmup
 
 __all__ = ["Loop", "LoopHooks", "RunSummary", "Shards", "Status", "StopFlag", "full_model"]
 
@@ -148,13 +149,20 @@ class Loop:
                 self.grad_reducer = reducer
                 self.grad_allreduce_status = reducer.name
         self.model = self._wrap(model)
-        scale = ctx.env.world_size if cfg.scale_lr_with_world_size else 1
+        self.warmup = Warmup.for_run(
+            cfg.lr,
+            ctx.env.world_size,
+            cfg.scale_lr_with_world_size,
+            cfg.lr_warmup_epochs,
+            self._steps_per_epoch(),
+        )
         self.optimizer = adam(
             self.model,
-            cfg.lr * scale,
+            self.warmup.peak_lr,
             cfg.weight_decay,
             cfg.strategy,
             capturable=self._graphs is not None,
+            warmup=self.warmup,
         )
         self.loss_fn = loss_function(cfg.loss, cfg.huber_delta)
         self.progress = RunProgress()
@@ -393,6 +401,9 @@ class Loop:
         """One optimiser step (``done`` steps before it): ``_step`` itself, or a replay of
         its CUDA graph."""
         graphs = self._graphs
+        if self.warmup.active and not isinstance(self.optimizer, FusedAdam):
+            for group in self.optimizer.param_groups:  # FusedAdam reads its own step count
+                group["lr"] = self.warmup.lr(done)
         if graphs is None:
             self._step(xs, ys, first, last, batch)
             return

@@ -21,6 +21,7 @@ from ufsemulator.model.emulator import EmulatorMLP
 from ufsemulator.training.adam import FusedAdam, fused_kernel_runs
 from ufsemulator.training.gradreduce import LocalAllReduce, comm_hook
 from ufsemulator.training.gradsync import GradSync
+from ufsemulator.training.warmup import Warmup
 
 
 def grouped() -> bool:
@@ -72,17 +73,23 @@ def wrap(
 
 
 def adam(
-    model: nn.Module, lr: float, weight_decay: float, strategy: str, capturable: bool = False
+    model: nn.Module,
+    lr: float,
+    weight_decay: float,
+    strategy: str,
+    capturable: bool = False,
+    warmup: Warmup | None = None,
 ) -> FusedAdam | torch.optim.Adam:
     """Adam for the loop. Under ddp (DDP, ``GradSync`` or one process): torch's fused kernel,
     a third faster for a model this small (and on a GPU 2 kernels a step instead of one per
     tensor), as ``FusedAdam``, which spares the job ``torch.optim``'s import of
     ``torch._dynamo``. FSDP's DTensors, and CPUs before torch 2.4, take ``torch.optim.Adam``
     (its for-loop form). ``capturable`` (CUDA graphs) changes no arithmetic of the fused
-    kernel: its step counts live on the device either way."""
+    kernel: its step counts live on the device either way. ``warmup``: ``FusedAdam`` takes
+    each step's rate from its step count; ``torch.optim.Adam``'s is set by the loop."""
     params = [p for p in model.parameters() if p.requires_grad]
     if strategy == "ddp" and fused_kernel_runs(params[0].device):
-        return FusedAdam(params, lr=lr, weight_decay=weight_decay)
+        return FusedAdam(params, lr=lr, weight_decay=weight_decay, warmup=warmup)
     return torch.optim.Adam(
         params, lr=lr, weight_decay=weight_decay, foreach=False, capturable=capturable
     )

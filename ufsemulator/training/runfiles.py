@@ -29,19 +29,12 @@ from hpcdist.state.fileutil import write_atomic
 from hpcdist.state.private import PrivacyError
 from hpcdist.state.trustedfile import Refused, TrustedBytes, folder_fd, read_at
 from ufsemulator.config import Config
-from ufsemulator.data.sources import PathSpec, expand_paths
+from ufsemulator.data.sources import PathSpec, data_dir, expand_paths
 from ufsemulator.data.synthfiles import make_synthetic
 from ufsemulator.training.losscurve import loss_curves_svg
 
 # In order of preference: one folder per job, shared by all ranks and by a requeued job.
 _JOB_ID_VARS = ("SLURM_JOB_ID", "SUBMITIT_LOCAL_JOB_ID")
-
-
-def data_dir(environ: Mapping[str, str] | None = None) -> Path:
-    """``$HPCDIST_DATA_DIR``, else ``~/.cache/ufsemulator``: synthetic files and array caches."""
-    env = os.environ if environ is None else environ
-    configured = env.get("HPCDIST_DATA_DIR", "").strip()
-    return Path(configured).expanduser() if configured else Path.home() / ".cache" / "ufsemulator"
 
 
 def synthetic_path(ni: int, nj: int, seed: int, environ: Mapping[str, str] | None = None) -> Path:

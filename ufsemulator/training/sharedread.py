@@ -1,9 +1,10 @@
 """Training on a multi-file data set that no rank reads whole.
 
-Rank ``r`` of ``W`` reads the ``r``-th contiguous block of the selected records
-(``load_dataset(share=(r, W))``). Then, collectively:
+Rank ``r`` of ``W`` reads the ``r``-th contiguous block of the files (or, with a time
+selection, of the selected records): ``load_dataset(share=(r, W))``. Then, collectively:
 
-1. Each row goes to validation or training by a hash of (seed, record, grid point), so
+1. Each row goes to validation or training by a hash of (seed, file, record in the file,
+   grid point), so
    the split is the same whichever rank read the row and however many ranks there are.
 2. The training rows, in record order across the ranks, are cut into ``W`` equal blocks
    (the remainder of fewer than ``W`` rows is left out) and moved to their ranks by one
@@ -41,18 +42,28 @@ _CHUNK = 1 << 20  # rows per float64 pass of the statistics
 
 
 def validation_rows(
-    record: npt.NDArray[np.int64], index: npt.NDArray[np.int64], seed: int, fraction: float
+    file: npt.NDArray[np.int64],
+    record: npt.NDArray[np.int64],
+    index: npt.NDArray[np.int64],
+    seed: int,
+    fraction: float,
 ) -> npt.NDArray[np.bool_]:
-    """Which rows are validation rows: a seeded hash (splitmix64) of each row's record and
-    grid point, uniform in [0, 1), below ``fraction``. Pure: any rank, any world size."""
-    key = (record.astype(np.uint64) << np.uint64(32)) ^ index.astype(np.uint64)
+    """Which rows are validation rows: a seeded hash (splitmix64) of each row's file,
+    record in that file and grid point, uniform in [0, 1), below ``fraction``. Pure: any
+    rank, any world size, whichever files a rank read."""
     with np.errstate(over="ignore"):
-        z = key + np.uint64((seed * 0x9E3779B97F4A7C15) & _MASK64)
-        z = (z ^ (z >> np.uint64(30))) * np.uint64(0xBF58476D1CE4E5B9)
-        z = (z ^ (z >> np.uint64(27))) * np.uint64(0x94D049BB133111EB)
-        z = z ^ (z >> np.uint64(31))
+        seeded = np.uint64((seed * 0x9E3779B97F4A7C15) & _MASK64)
+        where = (file.astype(np.uint64) << np.uint64(24)) + record.astype(np.uint64)
+        z = _splitmix(_splitmix(where + seeded) ^ index.astype(np.uint64))
     uniform = (z >> np.uint64(11)).astype(np.float64) / float(1 << 53)
     return uniform < fraction
+
+
+def _splitmix(z: npt.NDArray[np.uint64]) -> npt.NDArray[np.uint64]:
+    """splitmix64's finaliser (callers silence numpy's overflow warnings: it wraps)."""
+    z = (z ^ (z >> np.uint64(30))) * np.uint64(0xBF58476D1CE4E5B9)
+    z = (z ^ (z >> np.uint64(27))) * np.uint64(0x94D049BB133111EB)
+    return z ^ (z >> np.uint64(31))
 
 
 def block_moves(counts: list[int], rank: int) -> tuple[list[int], list[int], int]:
@@ -80,7 +91,11 @@ def split_share(ctx: DistContext, config: Config, dataset: Dataset, model: Emula
     set on ``model``. Collective."""
     device, world = ctx.device, ctx.env.world_size
     is_val = validation_rows(
-        dataset.record, dataset.index, config.training.seed, config.training.val_fraction
+        dataset.file,
+        dataset.record,
+        dataset.index,
+        config.training.seed,
+        config.training.val_fraction,
     )
     n_in = dataset.inputs.shape[1]
     train_rows = _rows(dataset, ~is_val)

@@ -36,13 +36,14 @@ from hpcdist.distributed import (
 from ufsemulator.checkpoints.checkpoint import restore_rng
 from ufsemulator.checkpoints.state import TrainingState, read_state, state_from_bytes
 from ufsemulator.config import Config
-from ufsemulator.data.read import DataOptions, load_dataset
-from ufsemulator.data.sources import PathSpec, expand_paths
+from ufsemulator.data.read import load_dataset
+from ufsemulator.data.sources import PathSpec
 from ufsemulator.errors import CheckpointError, DataError
 from ufsemulator.model.emulator import EmulatorMLP, ModelConfig
 from ufsemulator.model.normalization import input_range, stats_from_shard, torch_all_reduce
 from ufsemulator.overrides import overrides_record
 from ufsemulator.training import earlysignal, runfiles
+from ufsemulator.training.earlyread import EarlyRead, read_request
 from ufsemulator.training.loop import Loop, LoopHooks, Shards, StopFlag, full_model
 from ufsemulator.training.parallel import grouped
 from ufsemulator.training.summary import RunSummary, Status
@@ -110,6 +111,7 @@ def train(
     step_callback: Callable[[int], None] | None = None,
     hooks: LoopHooks | None = None,
     overrides: Sequence[str] = (),
+    early_read: EarlyRead | None = None,
 ) -> TrainResult:
     """Train the emulator in the process group started here (torchrun, SLURM, submitit
     or one process) and return the outcome; rank 0 writes the run folder.
@@ -119,7 +121,9 @@ def train(
     ``step_callback(global_step)`` runs after each optimiser step (tests, progress hooks);
     it is short for ``hooks=LoopHooks(after_step=...)``. ``hooks`` watch or steer the loop
     (``ufsemulator.training.loop.LoopHooks``). ``overrides`` are the ``KEY=VALUE`` texts already
-    applied to ``config`` (``--set``), recorded in training_results.json.
+    applied to ``config`` (``--set``), recorded in training_results.json. ``early_read``:
+    this rank's read, started before torch was imported (``training.earlyread.start``); used
+    where it is the read this run needs.
     """
     started = time.perf_counter()
     clock = _Clock(process=process_start(), train=started)
@@ -145,7 +149,17 @@ def train(
             ctx = _context(config)
             clock.group = time.perf_counter()
             result = _train(
-                ctx, config, data_path, checkpoint, resume, run_dir, flag, hooks, clock, overrides
+                ctx,
+                config,
+                data_path,
+                checkpoint,
+                resume,
+                run_dir,
+                flag,
+                hooks,
+                clock,
+                overrides,
+                early_read,
             )
             failed = False
             return result
@@ -210,6 +224,7 @@ def _train(
     hooks: LoopHooks,
     clock: _Clock,
     overrides: Sequence[str] = (),
+    early_read: EarlyRead | None = None,
 ) -> TrainResult:
     env = ctx.env
     run_dir = runfiles.resolve_run_dir(ctx, config, run_dir_arg, resume)
@@ -231,23 +246,29 @@ def _train(
 
     check_export(_model_config(config, config.data.inputs), config.export)
     path = runfiles.ensure_data(ctx, config, data_path)
-    options = DataOptions(
-        mask=config.data.mask,
-        thin=config.data.thin,
-        target=config.data.target,
-        cache_dir=runfiles.data_dir(),
-        time=config.data.time,
-        inputs=config.data.inputs,
-    )
-    in_shares = _read_in_shares(path, ctx)
+    request = read_request(config, path, env.rank, env.world_size, os.environ)
+    in_shares = request.share is not None
     if in_shares:
         from ufsemulator.training.sharedread import host_memory_bytes
 
         rss_before = host_memory_bytes()
     read_started = time.perf_counter()
-    share = (env.rank, env.world_size) if in_shares else None
-    dataset = load_dataset(path, options, atmosphere=config.data.atmosphere, share=share)
-    read_s = time.perf_counter() - read_started
+    dataset = early_read.take(request) if early_read is not None else None
+    early = dataset is not None
+    if dataset is None:
+        dataset = load_dataset(
+            request.path, request.options, atmosphere=request.atmosphere, share=request.share
+        )
+    waited_s = time.perf_counter() - read_started
+    read_s = waited_s
+    if early and early_read is not None:
+        read_s = early_read.seconds
+        since = clock.process
+        early_text = (
+            f"; read while torch started ({early_read.started - since:.2f} to "
+            f"{early_read.finished - since:.2f} s into the process), waited {waited_s:.2f} s "
+            f"for it at {read_started - since:.2f} s"
+        )
     torch.manual_seed(config.training.seed)  # same initial weights on every rank
     model = EmulatorMLP(_model_config(config, dataset.input_names))
     notes, source, n_points = dataset.notes, dataset.source, len(dataset)
@@ -256,7 +277,10 @@ def _train(
     if in_shares:
         from ufsemulator.training.sharedread import describe_read, split_share
 
-        print(describe_read(dataset, env.rank, read_s, rss_before), flush=True)
+        line = describe_read(dataset, env.rank, read_s, rss_before)
+        if early:
+            line += early_text
+        print(line, flush=True)
         shards = split_share(ctx, config, dataset, model)
     else:
         shards = split(ctx, config, dataset.inputs, dataset.targets, model)
@@ -370,12 +394,6 @@ def _load_weights(model: nn.Module, checkpoint: TrainingState, source: object) -
         raise CheckpointError(
             f"checkpoint '{source}' does not fit the configured model: {reason}"
         ) from exc
-
-
-def _read_in_shares(path: PathSpec, ctx: DistContext) -> bool:
-    """Whether each rank reads only its share: several files, at least one per rank."""
-    files = len(expand_paths(path))
-    return files > 1 and files >= ctx.env.world_size
 
 
 def _model_config(config: Config, input_names: tuple[str, ...]) -> ModelConfig:

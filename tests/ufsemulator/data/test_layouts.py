@@ -80,7 +80,8 @@ def test_several_files_are_one_time_axis(tmp_path: Path, reference: Path) -> Non
     by_list = load_dataset([str(p) for p in paths], _options())
     for ds in (by_glob, by_list):
         np.testing.assert_array_equal(ds.inputs, ref.inputs)
-        assert sorted(set(ds.record.tolist())) == [0, 1, 2]
+        assert sorted(set(ds.file.tolist())) == [0, 1, 2] and set(ds.record.tolist()) == {0}
+        assert ds.records_read == (0, 3) and ds.files_read == (0, 3) and ds.n_records == 3
     assert "(3 files)" in by_glob.source
     # Reversed list, reversed time: the order given is the order read.
     reverse = load_dataset([str(p) for p in reversed(paths)], _options(time=0))

@@ -55,7 +55,7 @@ def test_make_data_days_writes_a_daily_series(
     ]
     assert "Wrote 2 daily files 40x32" in capsys.readouterr().out
     data = load_dataset(str(tmp_path / "iceh.*.nc"))
-    assert "stream suffix '_d'" in data.notes[0] and set(data.record.tolist()) == {0, 1}
+    assert "stream suffix '_d'" in data.notes[0] and set(data.file.tolist()) == {0, 1}
 
 
 @pytest.mark.parametrize(

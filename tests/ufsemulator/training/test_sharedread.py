@@ -10,7 +10,8 @@ import pytest
 
 from tests.ufsemulator.training.test_training import data_dir, run_single, single_process, smoke  # noqa: F401
 from ufsemulator.data.makedays import write_days
-from ufsemulator.data.read import load_dataset
+from ufsemulator.data.read import DataOptions, load_dataset
+from ufsemulator.errors import DataError
 from ufsemulator.training.sharedread import block_moves, validation_rows
 
 
@@ -40,13 +41,17 @@ def test_every_rank_ends_with_the_same_number_of_rows() -> None:
 
 
 def test_validation_rows_depend_on_the_row_not_on_who_reads_it() -> None:
-    record = np.repeat(np.arange(4, dtype=np.int64), 5000)
+    file = np.repeat(np.arange(4, dtype=np.int64), 5000)
+    record = np.zeros(20000, dtype=np.int64)
     index = np.tile(np.arange(5000, dtype=np.int64), 4)
-    whole = validation_rows(record, index, seed=42, fraction=0.2)
-    part = validation_rows(record[7000:], index[7000:], seed=42, fraction=0.2)
+    whole = validation_rows(file, record, index, seed=42, fraction=0.2)
+    part = validation_rows(file[7000:], record[7000:], index[7000:], seed=42, fraction=0.2)
     assert np.array_equal(whole[7000:], part)
     assert 0.19 < whole.mean() < 0.21
-    assert not np.array_equal(whole, validation_rows(record, index, seed=43, fraction=0.2))
+    assert not np.array_equal(whole, validation_rows(file, record, index, 43, 0.2))
+    # Record 1 of file 0 is not file 1's record 0: rows of different records differ.
+    swapped = validation_rows(record, file, index, seed=42, fraction=0.2)
+    assert not np.array_equal(whole, swapped)
 
 
 @pytest.fixture(scope="module")
@@ -54,13 +59,45 @@ def days(tmp_path_factory: pytest.TempPathFactory) -> list[Path]:
     return list(write_days(tmp_path_factory.mktemp("days"), 40, 32, 3, jobs=2).paths)
 
 
-def test_shares_of_the_records_add_up_to_the_whole(days: list[Path]) -> None:
+@pytest.mark.parametrize("time", ["all", "0:"])  # a share of the files; of the records
+def test_shares_add_up_to_the_whole(days: list[Path], time: str) -> None:
     whole = load_dataset(days)
-    parts = [load_dataset(days, share=(r, 2)) for r in range(2)]
-    assert [p.records_read for p in parts] == [(0, 1), (1, 3)]
-    assert sum(len(p) for p in parts) == len(whole)
-    assert np.array_equal(np.concatenate([p.inputs for p in parts]), whole.inputs)
+    options = DataOptions(time=time)
+    parts = [load_dataset(days, options, share=(r, 2)) for r in range(2)]
+    assert [p.files_read for p in parts] == [(0, 1), (1, 3)]
+    assert [p.n_records for p in parts] == [1, 2]
+    expected = [None, None] if time == "all" else [(0, 1), (1, 3)]
+    assert [p.records_read for p in parts] == expected
+    for name in ("inputs", "file", "record", "index"):
+        joined = np.concatenate([getattr(p, name) for p in parts])
+        assert np.array_equal(joined, getattr(whole, name))
     assert sum(p.bytes_read for p in parts) == pytest.approx(whole.bytes_read, abs=2)
+
+
+def test_a_share_of_the_files_opens_only_its_files(
+    monkeypatch: pytest.MonkeyPatch, days: list[Path]
+) -> None:
+    import ufsemulator.data.ncread as ncread
+
+    opened: list[str] = []
+    real = ncread.netCDF4.Dataset
+
+    def dataset(path: Path, *args: object) -> object:
+        opened.append(Path(path).name)
+        return real(path, *args)
+
+    monkeypatch.setattr(ncread.netCDF4, "Dataset", dataset)
+    part = load_dataset(days, share=(1, 2))
+    assert opened == [days[1].name, days[2].name]
+    opened.clear()
+    whole = load_dataset(days)  # one rank, every file: each opened once
+    assert opened == [path.name for path in days] and whole.records_read == (0, 3)
+    assert part.records_text().startswith("files 1..2 (2 records of a 32x40 grid, 2000-01-03")
+
+
+def test_more_ranks_than_files_is_an_error_that_says_so(days: list[Path]) -> None:
+    with pytest.raises(DataError, match="3 file\\(s\\) cannot be shared by 4 ranks"):
+        load_dataset(days, share=(0, 4))
 
 
 @pytest.mark.filterwarnings("ignore:`torch.jit.load` is deprecated:DeprecationWarning")
