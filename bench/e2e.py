@@ -18,7 +18,8 @@ modification time. In the same run, beside it:
 - ``user``: ``bench.userloop`` (xarray + DataLoader + DistributedSampler + DDP) to the
   same target on the same files.
 
-Stages: ``--stages data,floor,default,days,cpu,user``. Results go to OUT/e2e.json (updated
+Stages: ``--stages data,floor,default,days,cpu,user``; without ``data`` the daily files
+already in WORK/days are used. Results go to OUT/e2e.json (updated
 after every case) and a table on stdout.
 """
 
@@ -178,8 +179,11 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     stages = set(args.stages.split(","))
     args.out.mkdir(parents=True, exist_ok=True)
-    shutil.rmtree(args.work, ignore_errors=True)
-    args.work.mkdir(parents=True)
+    # A fresh work folder; without the data stage the daily files of an earlier run stay.
+    args.work.mkdir(parents=True, exist_ok=True)
+    for entry in args.work.iterdir():
+        if entry.name != "days" or "data" in stages:
+            shutil.rmtree(entry) if entry.is_dir() else entry.unlink()
     log = args.out / "e2e.log"
     report: dict[str, Any] = {"args": {k: str(v) for k, v in vars(args).items()}, "cases": []}
     cache = args.work / "cache"
