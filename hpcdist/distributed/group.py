@@ -23,6 +23,7 @@ from typing import TYPE_CHECKING, Any
 
 from hpcdist.distributed.cpubind import bind_cpu_rank, cpus_per_rank, describe
 from hpcdist.distributed.distenv import DistEnv, DistEnvError, Source, expand_tasks_per_node
+from hpcdist.distributed.gpus import GPU_VARS, allocated_gpus
 from hpcdist.distributed.hangs import (
     COLLECTIVE_TIMEOUT_ENV,
     collective_timeout_s,
@@ -103,29 +104,6 @@ def select_device(
             "run at most one task per GPU"
         )
     return "nccl", f"cuda:{local_rank}"
-
-
-# How SLURM hands a task its GPUs (gres/gpu). A task given none has none of them, yet sees
-# every GPU of the host where the site does not constrain devices (no ConstrainDevices).
-GPU_VARS = ("CUDA_VISIBLE_DEVICES", "SLURM_STEP_GPUS", "SLURM_JOB_GPUS", "SLURM_GPUS_ON_NODE")
-_SLURM_TASK_VARS = ("SLURM_JOB_ID", "SLURM_JOBID", "SLURM_PROCID", "SLURM_STEP_ID")
-
-
-def allocated_gpus(env: Mapping[str, str], visible_gpus: int) -> int:
-    """GPUs allocated to this task, of the ``visible_gpus`` that torch counts. Pure, for tests.
-
-    torch's count already honours CUDA_VISIBLE_DEVICES. Under SLURM, a task with none of
-    GPU_VARS set was given no GPU, however many the host shows it. Elsewhere (torchrun or
-    a plain process on a workstation) every visible GPU is the task's.
-    """
-    if visible_gpus < 0:
-        raise ValueError(f"visible_gpus must be >= 0, got {visible_gpus}")
-    if "CUDA_VISIBLE_DEVICES" in env:
-        return visible_gpus
-    under_slurm = any(var in env for var in _SLURM_TASK_VARS)
-    if under_slurm and not any(env.get(var, "").strip() for var in GPU_VARS):
-        return 0
-    return visible_gpus
 
 
 def task_device(
