@@ -2,8 +2,10 @@
 
 The distributed contract (``DistEnv``, ``setup_distributed``, ``cleanup_distributed``),
 CPU binding, hang diagnosis, the authenticated rendezvous and its secret, the job protocol
-shared with the rendered scripts, and the communication check. torch is imported only where
-a process group starts. May import ``slurm``, ``state`` and ``errors``; nothing above.
+shared with the rendered scripts (``protocol``; its steps in ``requeue``, the GPU count in
+``gpus``, and ``jobstep``, what a batch script runs), and the communication check. torch is
+imported only where a process group starts. May import ``slurm``, ``state`` and ``errors``;
+nothing above.
 
 ``from hpcdist.distributed import setup_distributed, cleanup_distributed, DistEnv`` is the
 public API (the README's): everything of ``hpcdist.distributed.group`` is re-exported here,
