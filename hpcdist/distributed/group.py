@@ -22,10 +22,17 @@ from datetime import timedelta
 from typing import TYPE_CHECKING, Any
 
 from hpcdist.distributed.cpubind import bind_cpu_rank, cpus_per_rank, describe
-from hpcdist.distributed.distenv import DistEnv, DistEnvError, Source, expand_tasks_per_node
+
+# Re-exported ("X as X"): hpcdist.distributed's public API (its __all__) is this module's.
+from hpcdist.distributed.distenv import DistEnv
+from hpcdist.distributed.distenv import DistEnvError as DistEnvError
+from hpcdist.distributed.distenv import Source as Source
+from hpcdist.distributed.distenv import expand_tasks_per_node as expand_tasks_per_node
 from hpcdist.distributed.gpus import GPU_VARS, allocated_gpus
 from hpcdist.distributed.hangs import (
-    COLLECTIVE_TIMEOUT_ENV,
+    COLLECTIVE_TIMEOUT_ENV as COLLECTIVE_TIMEOUT_ENV,
+)
+from hpcdist.distributed.hangs import (
     collective_timeout_s,
     flight_recorder_files,
     network_hint,
@@ -36,37 +43,15 @@ from hpcdist.distributed.jobsecret import (
     check_store_peers,
     load_secret,
 )
-from hpcdist.distributed.protocol import PORT_HIGH, PORT_LOW, SECRET_VAR, derive_port
-from hpcdist.slurm.nodelist import NodeListError, expand_nodelist
+from hpcdist.distributed.protocol import PORT_HIGH as PORT_HIGH
+from hpcdist.distributed.protocol import PORT_LOW as PORT_LOW
+from hpcdist.distributed.protocol import SECRET_VAR
+from hpcdist.distributed.protocol import derive_port as derive_port
+from hpcdist.slurm.nodelist import NodeListError as NodeListError
+from hpcdist.slurm.nodelist import expand_nodelist
 
 if TYPE_CHECKING:
     import torch
-
-__all__ = [
-    "COLLECTIVE_TIMEOUT_ENV",
-    "PORT_HIGH",
-    "PORT_LOW",
-    "DistContext",
-    "DistEnv",
-    "DistEnvError",
-    "DistributedInitError",
-    "NodeListError",
-    "Source",
-    "allocated_gpus",
-    "cleanup_distributed",
-    "collective_timeout_s",
-    "derive_port",
-    "distributed",
-    "expand_nodelist",
-    "expand_tasks_per_node",
-    "flight_recorder_files",
-    "network_hint",
-    "resolve_env",
-    "select_device",
-    "setup_distributed",
-    "single_process",
-    "task_device",
-]
 
 
 class DistributedInitError(RuntimeError):
