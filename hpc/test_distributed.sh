@@ -25,10 +25,10 @@ export HPCDIST_CPUS_PER_TASK=2
 export GLOO_SOCKET_IFNAME=lo
 # <<< environment
 
-# hpcdist's state of this job (its secret, its log record) lives in folders of
-# this user's alone, below the submit folder or, where others can write or own that, in the
-# user's own state folder; one that another user owns or can write is refused, never used.
-# The ranks prove they hold the secret before they exchange anything.
+# hpcdist's state of this job (its secret, its log record) lives in
+# folders of this user's alone: below the submit folder, or in the user's own state folder
+# where others can write or own that one; a folder another user owns or can write is
+# refused, never used. The ranks prove they hold the secret before they exchange anything.
 prepared="$(python3 -m hpcdist.distributed.jobstep prepare --log-record '{"output":"%x-%j.out","error":null,"name":"hpcdist-commcheck","rank_logs":"label"}')"
 eval "${prepared}"
 echo "hpcdist: job ${SLURM_JOB_ID} on ${SLURM_JOB_NODELIST}, restart ${SLURM_RESTART_COUNT:-0}"

@@ -15,8 +15,9 @@
 #SBATCH --open-mode="append"
 
 set -euo pipefail
-# A preemption sends TERM to this shell as well as to the ranks: noted here until srun runs,
-# the job can still be requeued (below).
+# A preemption sends TERM to this shell as well as to the ranks: trapped and noted until
+# hpcdist's runner takes this shell's place (below), it ends nothing before the ranks have
+# checkpointed.
 terminated=0
 trap 'terminated=1' TERM
 
@@ -34,20 +35,21 @@ export HPCDIST_SIGNAL=USR2
 export GLOO_SOCKET_IFNAME=lo
 # <<< environment
 
-# hpcdist's state of this job (its secret, its requeue marker, its log record) lives in folders of
-# this user's alone, below the submit folder or, where others can write or own that, in the
-# user's own state folder; one that another user owns or can write is refused, never used.
-# The ranks prove they hold the secret before they exchange anything.
+# hpcdist's state of this job (its secret, its requeue marker, its log record) lives in
+# folders of this user's alone: below the submit folder, or in the user's own state folder
+# where others can write or own that one; a folder another user owns or can write is
+# refused, never used. The ranks prove they hold the secret before they exchange anything.
 prepared="$(python3 -m hpcdist.distributed.jobstep prepare --log-record '{"output":"%x-%j.out","error":null,"name":"ufsemulator-gloo","rank_logs":"label"}' --marker)"
 eval "${prepared}"
 echo "hpcdist: job ${SLURM_JOB_ID} on ${SLURM_JOB_NODELIST}, restart ${SLURM_RESTART_COUNT:-0}"
 # Rank 0 checkpoints on the warning signal, then asks for a requeue: it exits 85 and leaves
 # the file $HPCDIST_REQUEUE_MARKER (srun reports whichever rank it killed last).
-# hpcdist's runner takes this shell's place (exec), so that SLURM's signals reach it: it runs
-# srun and exits with srun's status, or requeues the job (at most
-# 3 times; after a TERM only if SLURM preempted it, never after a scancel or the time
-# limit), or submits this script again where scontrol is missing or refuses.
-# Until it has set its own handlers, these signals are ignored rather than fatal.
+# hpcdist's runner takes this shell's place (exec), so that SLURM's signals reach it.
+# It requeues the job if rank 0 asked (at most 3 times; after a TERM only if SLURM
+# preempted the job, never after scancel or the time limit), or submits this script again
+# where scontrol is missing or refuses.
+# It exits with srun's status otherwise. Until it has set its own handlers, the
+# signals it catches are ignored rather than fatal.
 trap '' TERM
 # srun in SLURM >= 22.05 no longer inherits --cpus-per-task from sbatch: pass it explicitly.
 # --kill-on-bad-exit ends every rank when one dies, instead of leaving the rest in a collective.
