@@ -104,6 +104,13 @@ def task_device(
     return select_device(local_rank, gpus, backend)
 
 
+def _torch_gpus() -> int:
+    """The GPUs torch sees (CUDA_VISIBLE_DEVICES honoured): ``visible`` for count_gpus."""
+    import torch
+
+    return torch.cuda.device_count() if torch.cuda.is_available() else 0
+
+
 def process_group_options(init: Any, backend: str, device: torch.device) -> dict[str, Any]:
     """Extra init_process_group arguments: ``device_id`` binds NCCL to the rank's GPU.
 
@@ -142,8 +149,7 @@ def setup_distributed(
         raise RuntimeError("a process group is already initialised; call cleanup_distributed()")
     secret = load_secret(source_env)
     env = DistEnv.from_environ(source_env, secret)
-    visible = torch.cuda.device_count() if torch.cuda.is_available() else 0
-    backend, device_name = task_device(source_env, env.local_rank, visible, backend)
+    backend, device_name = task_device(source_env, env.local_rank, _torch_gpus(), backend)
     device = torch.device(device_name)
     if device.type == "cuda":
         torch.cuda.set_device(device)
@@ -226,8 +232,7 @@ def single_process(
     env = DistEnv.from_environ(source_env)
     if env.world_size != 1:
         raise ValueError(f"single_process is for a world of 1, got {env.world_size} ranks")
-    visible = torch.cuda.device_count() if torch.cuda.is_available() else 0
-    backend, device_name = task_device(source_env, env.local_rank, visible, backend)
+    backend, device_name = task_device(source_env, env.local_rank, _torch_gpus(), backend)
     device = torch.device(device_name)
     if device.type == "cuda":
         torch.cuda.set_device(device)
