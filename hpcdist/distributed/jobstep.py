@@ -109,7 +109,7 @@ def node_gpus(env: Mapping[str, str], listed: int) -> list[str]:
 
 def run(args: argparse.Namespace) -> int:
     """srun (``args.command``) with the warning passed on, then the requeue decision."""
-    terminated = args.terminated == "1"
+    terminated = args.terminated == 1
 
     def on_term(signum: int, frame: Any) -> None:
         nonlocal terminated
@@ -124,7 +124,7 @@ def run(args: argparse.Namespace) -> int:
         relay = SignalRelay(signal.Signals[f"SIG{args.warning}"]).install()
     child = subprocess.Popen(args.command)
     if relay is not None:
-        relay.attach(child.pid, pending=args.warned == "1")
+        relay.attach(child.pid, pending=args.warned == 1)
     code = child.wait()
     status = 128 - code if code < 0 else code  # as bash reports a death by signal
     if not args.requeue:
@@ -148,9 +148,13 @@ def _parser() -> argparse.ArgumentParser:
     steps.add_parser("gpus", help="count this node's GPUs")
     launch = steps.add_parser("run", help="run srun, pass the warning on, requeue")
     launch.add_argument("--warning", help="the signal to pass on to srun (B:), e.g. USR1")
-    launch.add_argument("--warned", default="0", help="1: the warning came before srun")
+    launch.add_argument(
+        "--warned", type=int, choices=(0, 1), default=0, help="1: the warning came before srun"
+    )
     launch.add_argument("--requeue", action="store_true", help="requeue on rank 0's request")
-    launch.add_argument("--terminated", default="0", help="1: TERM came before srun")
+    launch.add_argument(
+        "--terminated", type=int, choices=(0, 1), default=0, help="1: TERM came before srun"
+    )
     launch.add_argument("--max-restarts", type=int, help="requeue at most this many times")
     launch.add_argument("--script", help="the batch script, submitted again without scontrol")
     launch.add_argument("command", nargs=argparse.REMAINDER, help="-- srun ...")
