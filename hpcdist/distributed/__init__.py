@@ -2,8 +2,10 @@
 
 The distributed contract (``DistEnv``, ``setup_distributed``, ``cleanup_distributed``),
 CPU binding, hang diagnosis, the authenticated rendezvous and its secret, the job protocol
-shared with the rendered scripts, and the communication check. torch is imported only where
-a process group starts. May import ``slurm``, ``state`` and ``errors``; nothing above.
+shared with the rendered scripts (``protocol``; its steps in ``requeue``, the GPU count in
+``gpus``, and ``jobstep``, what a batch script runs), and the communication check. torch is
+imported only where a process group starts. May import ``slurm``, ``state`` and ``errors``;
+nothing above.
 
 ``from hpcdist.distributed import setup_distributed, cleanup_distributed, DistEnv`` is the
 public API (the README's): everything of ``hpcdist.distributed.group`` is re-exported here,
@@ -11,35 +13,14 @@ loaded on first use, so that ``hpcdist.distributed.protocol`` or ``.hangs`` (whi
 needs) do not load the process-group code with them.
 """
 
+# ruff: noqa: F405 (the names of __all__ come from group, loaded on first use)
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from hpcdist.distributed.group import (
-        COLLECTIVE_TIMEOUT_ENV,
-        PORT_HIGH,
-        PORT_LOW,
-        DistContext,
-        DistEnv,
-        DistEnvError,
-        DistributedInitError,
-        NodeListError,
-        Source,
-        allocated_gpus,
-        cleanup_distributed,
-        collective_timeout_s,
-        derive_port,
-        distributed,
-        expand_nodelist,
-        expand_tasks_per_node,
-        flight_recorder_files,
-        network_hint,
-        resolve_env,
-        select_device,
-        setup_distributed,
-        single_process,
-        task_device,
-    )
+    # The names of __all__, for type checkers; at run time __getattr__ loads them.
+    from hpcdist.distributed.group import *  # noqa: F403
 
+# The public API, listed here once: hpcdist.distributed.group defines or re-exports each.
 __all__ = [
     "COLLECTIVE_TIMEOUT_ENV",
     "PORT_HIGH",

@@ -22,9 +22,17 @@ from datetime import timedelta
 from typing import TYPE_CHECKING, Any
 
 from hpcdist.distributed.cpubind import bind_cpu_rank, cpus_per_rank, describe
-from hpcdist.distributed.distenv import DistEnv, DistEnvError, Source, expand_tasks_per_node
+
+# Re-exported ("X as X"): hpcdist.distributed's public API (its __all__) is this module's.
+from hpcdist.distributed.distenv import DistEnv
+from hpcdist.distributed.distenv import DistEnvError as DistEnvError
+from hpcdist.distributed.distenv import Source as Source
+from hpcdist.distributed.distenv import expand_tasks_per_node as expand_tasks_per_node
+from hpcdist.distributed.gpus import GPU_VARS, allocated_gpus
 from hpcdist.distributed.hangs import (
-    COLLECTIVE_TIMEOUT_ENV,
+    COLLECTIVE_TIMEOUT_ENV as COLLECTIVE_TIMEOUT_ENV,
+)
+from hpcdist.distributed.hangs import (
     collective_timeout_s,
     flight_recorder_files,
     network_hint,
@@ -35,37 +43,15 @@ from hpcdist.distributed.jobsecret import (
     check_store_peers,
     load_secret,
 )
-from hpcdist.distributed.protocol import PORT_HIGH, PORT_LOW, SECRET_VAR, derive_port
-from hpcdist.slurm.nodelist import NodeListError, expand_nodelist
+from hpcdist.distributed.protocol import PORT_HIGH as PORT_HIGH
+from hpcdist.distributed.protocol import PORT_LOW as PORT_LOW
+from hpcdist.distributed.protocol import SECRET_VAR
+from hpcdist.distributed.protocol import derive_port as derive_port
+from hpcdist.slurm.nodelist import NodeListError as NodeListError
+from hpcdist.slurm.nodelist import expand_nodelist
 
 if TYPE_CHECKING:
     import torch
-
-__all__ = [
-    "COLLECTIVE_TIMEOUT_ENV",
-    "PORT_HIGH",
-    "PORT_LOW",
-    "DistContext",
-    "DistEnv",
-    "DistEnvError",
-    "DistributedInitError",
-    "NodeListError",
-    "Source",
-    "allocated_gpus",
-    "cleanup_distributed",
-    "collective_timeout_s",
-    "derive_port",
-    "distributed",
-    "expand_nodelist",
-    "expand_tasks_per_node",
-    "flight_recorder_files",
-    "network_hint",
-    "resolve_env",
-    "select_device",
-    "setup_distributed",
-    "single_process",
-    "task_device",
-]
 
 
 class DistributedInitError(RuntimeError):
@@ -105,29 +91,6 @@ def select_device(
     return "nccl", f"cuda:{local_rank}"
 
 
-# How SLURM hands a task its GPUs (gres/gpu). A task given none has none of them, yet sees
-# every GPU of the host where the site does not constrain devices (no ConstrainDevices).
-GPU_VARS = ("CUDA_VISIBLE_DEVICES", "SLURM_STEP_GPUS", "SLURM_JOB_GPUS", "SLURM_GPUS_ON_NODE")
-_SLURM_TASK_VARS = ("SLURM_JOB_ID", "SLURM_JOBID", "SLURM_PROCID", "SLURM_STEP_ID")
-
-
-def allocated_gpus(env: Mapping[str, str], visible_gpus: int) -> int:
-    """GPUs allocated to this task, of the ``visible_gpus`` that torch counts. Pure, for tests.
-
-    torch's count already honours CUDA_VISIBLE_DEVICES. Under SLURM, a task with none of
-    GPU_VARS set was given no GPU, however many the host shows it. Elsewhere (torchrun or
-    a plain process on a workstation) every visible GPU is the task's.
-    """
-    if visible_gpus < 0:
-        raise ValueError(f"visible_gpus must be >= 0, got {visible_gpus}")
-    if "CUDA_VISIBLE_DEVICES" in env:
-        return visible_gpus
-    under_slurm = any(var in env for var in _SLURM_TASK_VARS)
-    if under_slurm and not any(env.get(var, "").strip() for var in GPU_VARS):
-        return 0
-    return visible_gpus
-
-
 def task_device(
     env: Mapping[str, str], local_rank: int, visible_gpus: int, backend: str | None = None
 ) -> tuple[str, str]:
@@ -139,6 +102,13 @@ def task_device(
             f"visible, none of {', '.join(GPU_VARS)} set); ask for GPUs with --gpus-per-node"
         )
     return select_device(local_rank, gpus, backend)
+
+
+def _torch_gpus() -> int:
+    """The GPUs torch sees (CUDA_VISIBLE_DEVICES honoured): ``visible`` for count_gpus."""
+    import torch
+
+    return torch.cuda.device_count() if torch.cuda.is_available() else 0
 
 
 def process_group_options(init: Any, backend: str, device: torch.device) -> dict[str, Any]:
@@ -179,8 +149,7 @@ def setup_distributed(
         raise RuntimeError("a process group is already initialised; call cleanup_distributed()")
     secret = load_secret(source_env)
     env = DistEnv.from_environ(source_env, secret)
-    visible = torch.cuda.device_count() if torch.cuda.is_available() else 0
-    backend, device_name = task_device(source_env, env.local_rank, visible, backend)
+    backend, device_name = task_device(source_env, env.local_rank, _torch_gpus(), backend)
     device = torch.device(device_name)
     if device.type == "cuda":
         torch.cuda.set_device(device)
@@ -263,8 +232,7 @@ def single_process(
     env = DistEnv.from_environ(source_env)
     if env.world_size != 1:
         raise ValueError(f"single_process is for a world of 1, got {env.world_size} ranks")
-    visible = torch.cuda.device_count() if torch.cuda.is_available() else 0
-    backend, device_name = task_device(source_env, env.local_rank, visible, backend)
+    backend, device_name = task_device(source_env, env.local_rank, _torch_gpus(), backend)
     device = torch.device(device_name)
     if device.type == "cuda":
         torch.cuda.set_device(device)

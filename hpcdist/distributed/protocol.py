@@ -79,11 +79,6 @@ def port_seed(secret: str) -> int:
     return int(secret[:SECRET_PORT_DIGITS], 16)
 
 
-def port_seed_shell(secret_var: str) -> str:
-    """``port_seed`` in bash arithmetic, over a shell variable holding the secret."""
-    return f"16#${{{secret_var}:0:{SECRET_PORT_DIGITS}}}"
-
-
 def derive_port(seed: int, step_id: int) -> int:
     """The rendezvous port of a job step, in [PORT_LOW, PORT_HIGH]. ``seed`` is
     ``port_seed(secret)``; a job without a secret (a hand-made srun) uses its job id."""
@@ -91,9 +86,3 @@ def derive_port(seed: int, step_id: int) -> int:
         raise ValueError(f"port seed and step id must be >= 0, got {seed} and {step_id}")
     span = PORT_HIGH - PORT_LOW + 1
     return PORT_LOW + (seed * PORT_STRIDE + step_id) % span
-
-
-def port_shell_expression(seed: str, step_id: str) -> str:
-    """``derive_port`` as a bash arithmetic expression over two shell expressions."""
-    span = PORT_HIGH - PORT_LOW + 1
-    return f"$(( {PORT_LOW} + ({seed} * {PORT_STRIDE} + {step_id}) % {span} ))"

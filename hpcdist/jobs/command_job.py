@@ -10,7 +10,6 @@ import contextlib
 import dataclasses
 import json
 import os
-import re
 import signal
 import subprocess
 import sys
@@ -24,11 +23,11 @@ from submitit.helpers import Checkpointable, DelayedSubmission
 
 from hpcdist.distributed.protocol import (
     MARKER_VAR,
-    REQUEUE_EXIT_CODE,
     SIGNAL_VAR,
     SUBMITIT_WARNING_SIGNAL,
     submitit_marker_name,
 )
+from hpcdist.distributed.requeue import SignalRelay, checkpointed, requeue_job
 from hpcdist.jobs.localjob import process_exited
 from hpcdist.state.fileutil import write_atomic
 
@@ -97,13 +96,13 @@ class CommandJob(Checkpointable):
             )
         code = self._child.wait()
         self._record(code)
-        checkpointed = code == REQUEUE_EXIT_CODE or (marker is not None and marker.exists())
-        if checkpointed and not self.requeue:
+        asked = checkpointed(code, marker)
+        if asked and not self.requeue:
             raise CommandFailed(
                 f"{' '.join(self.argv)} checkpointed after the warning signal; "
                 "not requeued (--no-requeue)"
             )
-        if checkpointed and self._terminated:
+        if asked and self._terminated:
             # SLURM ended the step (a preemption, the time limit, scancel) and the child has
             # saved its state: nothing is left to do here, and waiting would hold the nodes
             # until SLURM's grace time ends while a preempting job waits for them. A
@@ -112,7 +111,7 @@ class CommandJob(Checkpointable):
             requeued = (
                 self.requeue
                 and _task_rank() == 0
-                and _requeue(self.max_restarts, preempted_only=True)
+                and requeue_job(os.environ, self.max_restarts, terminated=True)
             )
             print(
                 "hpcdist: checkpoint written after SIGTERM; "
@@ -122,7 +121,7 @@ class CommandJob(Checkpointable):
                 flush=True,
             )
             os._exit(0 if requeued else code)  # as if SLURM had ended us: no result recorded
-        if checkpointed:
+        if asked:
             # The child checkpointed after the warning signal; submitit's handler requeues.
             time.sleep(CHECKPOINT_GRACE_S)
         if code != 0:
@@ -150,7 +149,9 @@ class CommandJob(Checkpointable):
         exits; with --no-requeue the child's exit ends the job as on USR2."""
         if self.checkpoint() is None:
             return
-        requeued = _task_rank() == 0 and _requeue(self.max_restarts, preempted_only=False)
+        requeued = _task_rank() == 0 and requeue_job(
+            os.environ, self.max_restarts, terminated=False
+        )
         print(
             f"hpcdist: checkpoint written after {signal.Signals(signum).name}"
             + ("; job requeued" if requeued else ""),
@@ -169,7 +170,10 @@ class CommandJob(Checkpointable):
         child = self._child
         if child is not None and not process_exited(child.pid):
             # torchrun passes SIGTERM on to its ranks, which checkpoint on it as on USR2.
-            child.send_signal(WARNING_SIGNAL if self.torchrun_nproc is None else signal.SIGTERM)
+            sent = WARNING_SIGNAL if self.torchrun_nproc is None else signal.SIGTERM
+            relay = SignalRelay(WARNING_SIGNAL, sent)
+            relay.attach(child.pid)
+            relay.forward()
             if not _wait_exited(child.pid, CHECKPOINT_GRACE_S):
                 print("hpcdist: child did not exit after the warning signal", file=sys.stderr)
         if not self.requeue:
@@ -215,25 +219,6 @@ class CommandJob(Checkpointable):
         rank = _task_rank()
         record = {"rank": rank, "returncode": code, "finished": time.time()}
         write_atomic(self._folder() / f"exit_{rank}.json", json.dumps(record))
-
-
-def _requeue(max_restarts: int | None, preempted_only: bool) -> bool:
-    """Requeue this job if it has restarts left (and, with ``preempted_only``, if SLURM
-    picked it for preemption: a PreemptTime, not the user's scancel or the time limit)."""
-    job = os.environ.get("SLURM_JOB_ID", "")
-    restarts = int(os.environ.get("SLURM_RESTART_COUNT", "0") or 0)
-    if not job or (max_restarts is not None and restarts >= max_restarts):
-        return False
-    try:
-        if preempted_only:
-            shown = subprocess.run(
-                ["scontrol", "show", "job", job], capture_output=True, text=True, timeout=30
-            ).stdout
-            if not re.search(r"PreemptTime=[0-9]", shown):
-                return False
-        return subprocess.run(["scontrol", "requeue", job], timeout=30).returncode == 0
-    except (OSError, subprocess.SubprocessError):  # no scontrol here: SLURM decides
-        return False
 
 
 def _warning_signal(env: Mapping[str, str]) -> signal.Signals:

@@ -11,7 +11,6 @@ from __future__ import annotations
 import shlex
 from dataclasses import dataclass
 
-from hpcdist.distributed.protocol import port_seed_shell, port_shell_expression
 from hpcdist.errors import SpecError
 from hpcdist.render.container import container_prefix, container_srun_options
 from hpcdist.spec.dependency import dependency_value
@@ -248,14 +247,3 @@ def launch_argv(spec: JobSpec) -> list[str]:
         script = f'trap "" {spec.warning_signal} && exec "$@"'
         torchrun = ["bash", "-c", shlex.quote(script), "torchrun", *torchrun]
     return [*wrapper, *torchrun_command(torchrun, command)]
-
-
-# The batch script's (unexported) copy of the job's secret, read from its 0600 file.
-SECRET_SHELL_VAR = "hpcdist_secret"
-
-
-def torchrun_port_expression() -> str:
-    """The torchrun rendezvous port in a batch script: the port srun's first step (step 0)
-    would derive from the job's secret, so the script and hpcdist's submit path meet on
-    the same formula."""
-    return port_shell_expression(port_seed_shell(SECRET_SHELL_VAR), "0")

@@ -11,13 +11,11 @@ import jinja2
 from hpcdist.distributed import protocol
 from hpcdist.render.directives import (
     CPUS_VAR,
-    SECRET_SHELL_VAR,
     ShellWord,
     launch_argv,
     rank_log_options,
     sbatch_directives,
     srun_options,
-    torchrun_port_expression,
 )
 from hpcdist.spec.jobspec import JobSpec
 from hpcdist.spec.sweep import points, set_words
@@ -70,40 +68,31 @@ def protocol_context() -> dict[str, object]:
         "requeue_exit": protocol.REQUEUE_EXIT_CODE,
         "signal_var": protocol.SIGNAL_VAR,
         "marker_var": protocol.MARKER_VAR,
-        "marker_dir": _below_state(protocol.MARKER_DIR),
-        "run_dir_var": protocol.RUN_DIR_VAR,
-        "restarts_var": protocol.RESTARTS_VAR,
-        "inherited_patterns": "|".join(f"{p}*" for p in protocol.INHERITED_PREFIXES),
-        "inherited_kept": "|".join(protocol.INHERITED_KEPT),
-        "torchrun_port": torchrun_port_expression(),
-        "secret_var": protocol.SECRET_VAR,
-        "secret_dir": _below_state(protocol.SECRET_DIR),
-        "state_name": str(Path(protocol.SECRET_DIR).parent),
-        "secret_bytes": protocol.SECRET_HEX_DIGITS // 2,
-        "secret_shell_var": SECRET_SHELL_VAR,
     }
 
 
-def _below_state(path: str) -> str:
-    """``.hpcdist/secrets`` -> ``secrets``: scripts name folders below the state folder,
-    which is ``.hpcdist`` of the submit folder or the user's own (``hpcdist.state.statehome``)."""
-    return str(Path(path).relative_to(Path(protocol.SECRET_DIR).parent))
-
-
-def private_dirs(spec: JobSpec) -> list[str]:
-    """The private folders a script makes or checks below the state folder (which it
-    makes and checks first)."""
-    wanted = [
-        protocol.SECRET_DIR,
-        *([protocol.MARKER_DIR] if spec.requeue else []),
-        protocol.LOG_DIR,
-    ]
-    return [_below_state(p) for p in wanted]
+def runner_options(spec: JobSpec) -> tuple[str, str]:
+    """What ``jobstep run`` is told (shell words) and the signals the script ignores while it
+    starts; ("", "") where the script needs no runner (no requeue, no ``B:`` warning)."""
+    words, signals = [], []
+    if spec.warns_batch_shell:
+        words += [f"--warning={spec.warning_signal}", '--warned="${warned}"']
+        signals.append(str(spec.warning_signal))
+    if spec.requeue:
+        words += [
+            "--requeue",
+            '--terminated="${terminated}"',
+            f"--max-restarts={spec.max_restarts}",
+            '--script="${BASH_SOURCE[0]}"',
+        ]
+        signals.append("TERM")
+    return " ".join(words), " ".join(signals)
 
 
 def render(spec: JobSpec) -> str:
     """The sbatch script text for a spec; pure, no file or process touched."""
     template = _environment().get_template(f"{spec.mode}.sh.j2")
+    options, signals = runner_options(spec)
     if spec.gpus_auto:
         threads_expr = CPUS_VAR
     elif spec.launcher == "torchrun":
@@ -120,9 +109,10 @@ def render(spec: JobSpec) -> str:
         layout=spec.cpu_layout,
         launch_argv=launch_argv(spec),
         points=[set_words(point) for point in points(spec)],
-        private_dirs=private_dirs(spec),
         log_record=log_record(spec),
-        log_dir=_below_state(protocol.LOG_DIR),
+        runner=bool(options),
+        runner_options=options,
+        runner_signals=signals,
         **protocol_context(),
     )
 

@@ -7,6 +7,8 @@ the profile's ``defaults:`` keys are derived rather than listed again.
 declares ``--nodes/-N`` (an integer option), the default 1, and the profile key
 ``defaults.nodes``. With ``sbatch="mem"`` a set value is also passed to sbatch as it is
 (``#SBATCH --mem=VALUE``, and the same to submitit): a new sbatch option is one field.
+``owns=("nodes",)`` names the sbatch options hpcdist works out from the field itself, which
+``--sbatch`` may therefore not set.
 A field with ``default=DERIVED`` has no fixed default: ``build_spec`` computes it from the
 others when neither a flag nor the profile sets it.
 """
@@ -44,10 +46,23 @@ class JobOption:
     profile: bool = True  # a profile's ``defaults:`` may preset it
     metavar: str | None = None
     sbatch: str | None = None  # the #SBATCH option this value is passed to as it is
+    # sbatch options hpcdist works out from this field (--nodes, --ntasks-per-node, ...): a
+    # pass-through of one is refused, naming this field's flag.
+    owns: tuple[str, ...] = ()
 
     @property
     def has_default(self) -> bool:
         return self.default is not DERIVED
+
+    def flag_for(self, option: str) -> str:
+        """This field's flag for an sbatch option it sets: ``--no-requeue`` of
+        ``--requeue/--no-requeue`` for no-requeue, else the first."""
+        flags = self.flag.split("/")
+        return f"--{option}" if f"--{option}" in flags else flags[0]
+
+    def sbatch_options(self) -> tuple[str, ...]:
+        """Every sbatch option this field decides: passed on as it is, or worked out."""
+        return ((self.sbatch,) if self.sbatch else ()) + self.owns
 
 
 def job_field(
@@ -62,6 +77,7 @@ def job_field(
     profile: bool = True,
     metavar: str | None = None,
     sbatch: str | None = None,
+    owns: tuple[str, ...] = (),
 ) -> Any:
     """A dataclass field of JobSpec that is also a job option (see the module doc)."""
     info = {
@@ -75,6 +91,7 @@ def job_field(
         "profile": profile,
         "metavar": metavar,
         "sbatch": sbatch,
+        "owns": owns,
     }
     # The JobSpec itself is always built complete by build_spec: no dataclass default.
     return dataclasses.field(metadata={OPTION_KEY: info})

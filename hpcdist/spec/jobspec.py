@@ -52,18 +52,26 @@ class JobSpec:
     """A validated job request; ``build_spec`` makes one from defaults < profile < flags."""
 
     mode: Mode = job_field("gloo", "Kind of job.", choices=MODES)
-    nodes: int = job_field(1, "Number of nodes.", short="-N", value_type="int")
+    nodes: int = job_field(1, "Number of nodes.", short="-N", value_type="int", owns=("nodes",))
     tasks_per_node: Count = job_field(
         DERIVED,
         "Ranks per node (default: 1, or one per GPU for nccl).",
         value_type="int",
         profile=False,
+        owns=(
+            "ntasks",
+            "ntasks-per-node",
+            "ntasks-per-core",
+            "ntasks-per-socket",
+            "ntasks-per-gpu",
+        ),
     )
     cpus_per_task: Count = job_field(
         DERIVED,
         "CPUs (threads) per rank (default: the node's cores shared evenly).",
         short="-c",
         value_type="int",
+        owns=("cpus-per-task", "cpus-per-gpu"),
     )
     threads_per_task: int | None = job_field(
         None,
@@ -82,11 +90,14 @@ class JobSpec:
         "GPUs per node (nccl, test), or 'auto': every GPU of each node, counted when the "
         "job starts (nccl's default where the profile names no count).",
         value_type="count",
+        owns=("gpus", "gpus-per-node", "gpus-per-socket"),
     )
     memory: str | None = job_field(
         None, "Memory per node, e.g. 16G or 0 (all).", flag="--mem", sbatch="mem"
     )
-    time: str = job_field("00:30:00", "Time limit, e.g. 30, 04:00:00, 1-12.", short="-t")
+    time: str = job_field(
+        "00:30:00", "Time limit, e.g. 30, 04:00:00, 1-12.", short="-t", owns=("time",)
+    )
     partition: str | None = job_field(
         None, "Partition (default: the profile's).", short="-p", profile=False, sbatch="partition"
     )
@@ -101,7 +112,11 @@ class JobSpec:
         None, "Quality of service (default: the profile's).", profile=False, sbatch="qos"
     )
     job_name: str = job_field(
-        DERIVED, "Job name (default: ufsemulator-MODE).", short="-J", profile=False
+        DERIVED,
+        "Job name (default: ufsemulator-MODE).",
+        short="-J",
+        profile=False,
+        owns=("job-name",),
     )
     output: str = job_field(
         "%x-%j.out",
@@ -138,13 +153,16 @@ class JobSpec:
         DERIVED, "Command each rank runs (default: the ufsemulator training).", profile=False
     )
     signal: str | None = job_field(
-        "USR2@90", "Warning signal before the time limit, e.g. USR2@90 or B:USR1@120."
+        "USR2@90",
+        "Warning signal before the time limit, e.g. USR2@90 or B:USR1@120.",
+        owns=("signal",),
     )
     requeue: bool = job_field(
         True,
         "Requeue after a preemption or the warning signal.",
         flag="--requeue/--no-requeue",
         value_type="bool",
+        owns=("requeue", "no-requeue"),
     )
     max_restarts: int = job_field(3, "Requeue at most this many times.", value_type="int")
     collective_timeout: int | None = job_field(
@@ -171,6 +189,7 @@ class JobSpec:
         multiple=True,
         profile=False,
         metavar="KEY=V1,V2,...",
+        owns=("array",),
     )
     max_parallel: int | None = job_field(
         None,
@@ -186,6 +205,7 @@ class JobSpec:
         multiple=True,
         profile=False,
         metavar="JOB[:ok|any|notok]",
+        owns=("dependency",),
     )
     # Site options: what a real cluster asks of its jobs (hpcdist/spec/siteopts.py checks them).
     constraint: str | None = job_field(

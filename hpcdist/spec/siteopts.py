@@ -25,37 +25,15 @@ from hpcdist.spec.jobspec import (
 )
 from hpcdist.spec.profiles import Profile
 
-# sbatch options hpcdist writes itself, with the flag that sets each. sbatch also takes a
-# unique abbreviation of a long option (--nod for --nodes): a key that abbreviates one of
-# these is refused as well. The options a JobSpec field passes on as they are come from the
-# fields' declarations (``job_field(..., sbatch=...)``); these are the ones hpcdist works
-# out itself (task counts, GPUs, the requeue protocol, arrays, dependencies).
-_WORKED_OUT_SBATCH: dict[str, str] = {
-    "nodes": "--nodes",
-    "ntasks": "--tasks-per-node",
-    "ntasks-per-node": "--tasks-per-node",
-    "ntasks-per-core": "--tasks-per-node",
-    "ntasks-per-socket": "--tasks-per-node",
-    "ntasks-per-gpu": "--tasks-per-node",
-    "cpus-per-task": "--cpus-per-task",
-    "cpus-per-gpu": "--cpus-per-task",
-    "gpus": "--gpus-per-node",
-    "gpus-per-node": "--gpus-per-node",
+# sbatch options hpcdist writes itself, with the flag that sets each: declared on the
+# JobSpec fields (``job_field(..., sbatch=..., owns=...)``), in field order, and the two
+# that no single field decides. sbatch also takes a unique abbreviation of a long option
+# (--nod for --nodes): a key that abbreviates one of these is refused as well.
+OWNED_SBATCH: dict[str, str] = {
+    **{name: option.flag_for(name) for option in JOB_OPTIONS for name in option.sbatch_options()},
     "gpus-per-task": "--gpus-per-node with --gpu-request gpus-per-task",
-    "gpus-per-socket": "--gpus-per-node",
-    "time": "--time",
-    "job-name": "--job-name",
-    "signal": "--signal",
-    "requeue": "--requeue",
-    "no-requeue": "--no-requeue",
-    "array": "hpcdist's own job arrays",
-    "dependency": "hpcdist's own job dependencies",
     # submitit writes its own (append), so a rendered script keeps it too: one log per job.
     "open-mode": "hpcdist's own --open-mode=append (a requeued job keeps its log)",
-}
-OWNED_SBATCH: dict[str, str] = {
-    **_WORKED_OUT_SBATCH,
-    **{option.sbatch: option.flag.split("/")[0] for option in JOB_OPTIONS if option.sbatch},
 }
 # gres is the GPUs' when hpcdist asks for GPUs; otherwise (gres=nvme:1) it passes through.
 _GRES_OWNER = "--gpus-per-node and --gpu-type"

@@ -71,7 +71,7 @@ def _code(path: Path) -> str:
     )
 
 
-def test_rendered_script_uses_the_protocol_values() -> None:
+def test_rendered_script_uses_the_protocol_values(tmp_path: Path) -> None:
     script = render(
         spec_from_options(
             {
@@ -84,33 +84,31 @@ def test_rendered_script_uses_the_protocol_values() -> None:
         )
     )
     assert f"export {protocol.SIGNAL_VAR}=USR1\n" in script
-    assert 'submit_dir="${SLURM_SUBMIT_DIR:-$PWD}"\n' in script
-    # The state folder: .hpcdist of the submit folder, or the user's own for a shared one.
-    state = str(Path(protocol.SECRET_DIR).parent)
-    assert f'state_dir="${{submit_dir}}/{state}"\n' in script
-    marker = Path(protocol.MARKER_DIR).relative_to(state)
-    secret = Path(protocol.SECRET_DIR).relative_to(state)
-    assert f'export {protocol.MARKER_VAR}="${{state_dir}}/{marker}/' in script
-    assert f'export {protocol.SECRET_VAR}="${{state_dir}}/{secret}/' in script
-    assert f'[ "$status" -eq {protocol.REQUEUE_EXIT_CODE} ]' in script
-    seed = protocol.port_seed_shell("hpcdist_secret")
-    assert f"MASTER_PORT={protocol.port_shell_expression(seed, '0')}\n" in script
+    # The state, the secret, the marker and the port come from the protocol's own code.
+    assert "python3 -m hpcdist.distributed.jobstep prepare " in script
+    assert " --marker --torchrun-port)" in script
+    assert "jobstep run --requeue " in script
     assert "SLURM_JOB_ID} * " not in script  # never the public job id
 
 
-@pytest.mark.parametrize(
-    ("secret", "step"),
-    [("0" * 64, 0), ("f" * 64, 0), ("00000001" + "a" * 56, 3), ("7fffffff" + "0" * 56, 12768)],
-)
-def test_the_scripts_port_expression_is_derive_port_of_the_secret(secret: str, step: int) -> None:
-    import subprocess
+@pytest.mark.parametrize("job", ["7", "123456789"])
+def test_a_scripts_secret_marker_and_port_follow_the_protocol(
+    job: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from hpcdist.distributed.jobstep import prepare
 
-    expression = protocol.port_shell_expression(protocol.port_seed_shell("S"), str(step))
-    out = subprocess.run(
-        ["bash", "-c", f"S={secret}; echo {expression}"], capture_output=True, text=True, check=True
-    ).stdout
-    assert int(out) == protocol.derive_port(protocol.port_seed(secret), step)
-    assert protocol.PORT_LOW <= int(out) <= protocol.PORT_HIGH
+    monkeypatch.delenv("HPCDIST_HOME", raising=False)
+    monkeypatch.setenv("HOME", str(tmp_path))
+    env = {"SLURM_JOB_ID": job, "SLURM_SUBMIT_DIR": str(tmp_path)}
+    lines = dict(line.split("=", 1) for line in prepare(env, "{}", True, True))
+    secret_file = tmp_path / protocol.SECRET_DIR / job
+    assert lines[f"export {protocol.SECRET_VAR}"] == str(secret_file)
+    assert lines[f"export {protocol.MARKER_VAR}"] == str(tmp_path / protocol.MARKER_DIR / job)
+    secret = secret_file.read_text().strip()
+    assert len(secret) == protocol.SECRET_HEX_DIGITS
+    port = int(lines["MASTER_PORT"])
+    assert port == protocol.derive_port(protocol.port_seed(secret), 0)
+    assert protocol.PORT_LOW <= port <= protocol.PORT_HIGH
 
 
 def test_the_port_follows_the_secret_not_the_job_id() -> None:

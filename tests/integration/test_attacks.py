@@ -345,7 +345,7 @@ def test_symlinked_requeue_marker_in_a_planted_state_folder_is_never_used(
     assert _release_and_wait(job_id) == "COMPLETED"
     log = _log(project, "marker", job_id)
     # The script keeps its state in the victim's own state folder, as submit does.
-    assert f"hpcdist: note: {project} can be written by others (owner root, mode 777)" in log
+    assert f"hpcdist: note: '{project}' can be written by others (owner root, mode 0777)" in log
     assert str(private_state_root(project)) in log
     assert victim_file.read_text() == "precious\n"
     assert link.is_symlink()  # never followed, never removed

@@ -36,8 +36,6 @@ def test_apptainer_wraps_the_rank_command_with_nv_on_gpus(site: str) -> None:
         "-m",
         "ufsemulator",
         "train",
-        "||",
-        "status=$?",
     ]
 
 

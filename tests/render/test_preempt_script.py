@@ -11,6 +11,7 @@ import pytest
 
 from hpcdist.render.script import quote, render
 from hpcdist.spec.options import spec_from_options
+from tests.jobenv import install_job_python
 
 
 def _run(
@@ -33,6 +34,7 @@ def _run(
     for name, body in tools.items():
         (bindir / name).write_text(f"#!/bin/bash\n{body}\n")
         (bindir / name).chmod(0o755)
+    install_job_python(bindir)
     script = render(
         spec_from_options({"profile": None, "mode": "gloo", "nodes": 2, "requeue": requeue})
     )

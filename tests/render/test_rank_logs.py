@@ -25,7 +25,7 @@ from hpcdist.spec.options import spec_from_options
 )
 def test_rank_logs_in_the_rendered_srun_line(rank_logs: str, words: list[str]) -> None:
     spec = spec_from_options({"profile": None, "mode": "gloo", "rank_logs": rank_logs})
-    srun = next(line for line in render(spec).splitlines() if line.startswith("srun "))
+    srun = next(ln.strip() for ln in render(spec).splitlines() if ln.lstrip().startswith("srun "))
     tail = srun.split("--kill-on-bad-exit=1", 1)[1].rstrip(" \\").split()
     assert tail == words
 
@@ -48,7 +48,7 @@ def test_split_rank_logs_keep_stderr_apart_when_the_job_does() -> None:
     spec = spec_from_options(
         {"profile": None, "mode": "gloo", "rank_logs": "split", "error": "e-%j.err"}
     )
-    srun = next(line for line in render(spec).splitlines() if line.startswith("srun "))
+    srun = next(ln.strip() for ln in render(spec).splitlines() if ln.lstrip().startswith("srun "))
     assert "--output=%x-%j.rank%t.out --error=e-%j.rank%t.err" in srun
 
 

@@ -23,6 +23,7 @@ from hpcdist.render.hpcscripts import HPC_SCRIPTS, render_hpc_script
 from hpcdist.render.script import quote, render, template_dir
 from hpcdist.spec.jobspec import AUTO
 from hpcdist.spec.options import spec_from_options
+from tests.jobenv import install_job_python
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -117,6 +118,7 @@ def _run_script(
         f"env > {quote(str(tmp_path / 'srun-env'))}\n"
     )
     fake_srun.chmod(0o755)
+    install_job_python(bindir)
     if nvidia_smi is not None:
         fake_smi = bindir / "nvidia-smi"
         fake_smi.write_text(f"#!/bin/bash\nprintf '%s' {quote(nvidia_smi)}\n")
@@ -159,8 +161,9 @@ def test_nccl_without_a_gpu_count_asks_for_whole_nodes() -> None:
     assert "#SBATCH --exclusive" in directives
     for option in ("--ntasks-per-node", "--cpus-per-task", "--gpus-per-node"):
         assert not any(d.startswith(f"#SBATCH {option}") for d in directives), directives
-    assert 'gpus="${SLURM_GPUS_ON_NODE}"' in script
-    assert "nvidia-smi -L" in script
+    # SLURM's count, else the driver's list: hpcdist.distributed.gpus, run by the script
+    # (test_auto_script_launches_one_task_per_counted_gpu runs both).
+    assert 'counted_gpus="$(python3 -m hpcdist.distributed.jobstep gpus)"\n' in script
     assert (
         'srun --nodes=2 --ntasks-per-node="$gpus" --cpus-per-task="$cpus" '
         '${gpu_request:+"$gpu_request"} --kill-on-bad-exit=1 --label \\\n'
@@ -451,6 +454,7 @@ def _requeue_harness(tmp_path: Path, with_scontrol: bool) -> tuple[Path, dict[st
     for name, body in tools.items():
         (bindir / name).write_text(f"#!/bin/bash\n{body}\n")
         (bindir / name).chmod(0o755)
+    install_job_python(bindir)
     env = {
         "PATH": f"{bindir}:/usr/bin:/bin",
         "HOME": str(tmp_path),
@@ -544,10 +548,11 @@ def test_batch_shell_signal_is_passed_on_to_srun(tmp_path: Path) -> None:
     spec = spec_from_options({"profile": None, "mode": "gloo", "nodes": 2, "signal": "B:USR2@90"})
     script = render(spec)
     assert '#SBATCH --signal="B:USR2@90"' in script
-    assert """kill -s USR2 "${srun_pid}\"""" in script
+    assert "trap 'warned=1' USR2\n" in script  # from the first line, kept until srun runs
+    assert 'jobstep run --warning=USR2 --warned="${warned}" ' in script
     assert _bash_n(script, tmp_path).returncode == 0
     plain = render(spec_from_options({"profile": None, "mode": "gloo", "nodes": 2}))
-    assert "srun_pid" not in plain  # SLURM signals the tasks itself: nothing to pass on
+    assert "--warning" not in plain  # SLURM signals the tasks itself: nothing to pass on
 
 
 @pytest.mark.parametrize("early", [False, True], ids=["while-srun-runs", "before-srun-starts"])

@@ -223,7 +223,7 @@ def test_first_class_site_flags_render_as_given() -> None:
     assert found["mem-per-gpu"] == "40G" and "mem" not in found  # replaces the profile's 0
     assert found["mail-type"] == "END,FAIL" and found["mail-user"] == "me@site.org"
     assert found["nodelist"] == "gpu[01-02]" and found["exclude"] == "gpu07"
-    srun = next(line for line in script.splitlines() if line.startswith("srun "))
+    srun = next(ln.strip() for ln in script.splitlines() if ln.lstrip().startswith("srun "))
     assert "--cpu-bind=map_cpu:0,1 --gpu-bind=closest" in srun
 
 

@@ -434,23 +434,24 @@ def test_rendered_script_keys_the_state_folder_as_python_does(
     folder.mkdir()
     folder.chmod(0o2775)
     script = render(spec_from_options({"profile": "local", "mode": "threads", "nodes": 1}))
-    block = script[script.index('submit_dir="') : script.index('for dir in "${state_dir}"')]
-    env = {**os.environ, "SLURM_SUBMIT_DIR": str(folder), "XDG_STATE_HOME": str(tmp_path)}
+    # The script's own lines that make its state (jobstep prepare), then where it put it.
+    block = script[script.index('prepared="') : script.index('eval "${prepared}"\n') + 19]
+    show = 'dirname "$(dirname "${HPCDIST_SECRET_FILE}")"'
+    env = {
+        **os.environ,
+        "SLURM_JOB_ID": "77",
+        "SLURM_SUBMIT_DIR": str(folder),
+        "XDG_STATE_HOME": str(tmp_path),
+    }
     env.pop("HPCDIST_HOME", None)
     out = subprocess.run(
-        ["bash", "-c", block + 'echo "${state_dir}"'],
-        env=env,
-        capture_output=True,
-        text=True,
-        check=True,
+        ["bash", "-c", block + show], env=env, capture_output=True, text=True, check=True
     )
     monkeypatch.setenv("XDG_STATE_HOME", str(tmp_path))
     assert out.stdout.strip() == str(private_state_root(folder))
     assert "hpcdist: note:" in out.stderr and "can be written by others" in out.stderr
     folder.chmod(0o755)
-    out = subprocess.run(
-        ["bash", "-c", block + 'echo "${state_dir}"'], env=env, capture_output=True, text=True
-    )
+    out = subprocess.run(["bash", "-c", block + show], env=env, capture_output=True, text=True)
     assert out.stdout.strip() == f"{folder}/.hpcdist" and not out.stderr
 
 

@@ -1,0 +1,185 @@
+"""What a rendered batch script asks of hpcdist: ``python3 -m hpcdist.distributed.jobstep``.
+
+    prepare   the job's private state: its folders checked (``hpcdist.state``), a new
+              secret, the log record, the requeue marker's path; prints the shell lines
+              (``export HPCDIST_SECRET_FILE=...``) the script evaluates
+    gpus      this node's GPUs (``hpcdist.distributed.gpus``), as shell lines, or one line
+              saying there are none
+    run       started with ``exec`` in the script's place, so that SLURM's TERM and the
+              ``B:`` warning reach it: runs srun, passes the warning on to it, waits, then
+              requeues the job if rank 0 asked for it (``hpcdist.distributed.requeue``)
+
+The same code serves ``hpcdist submit``'s jobs, so a script and a submitit task cannot
+disagree. Standard library only: it runs before anything else of the job.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import shlex
+import signal
+import socket
+import subprocess
+import sys
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+from hpcdist.distributed.gpus import count_gpus, listed_gpus
+from hpcdist.distributed.jobsecret import create_secret_file
+from hpcdist.distributed.protocol import (
+    LOG_DIR,
+    MARKER_DIR,
+    MARKER_VAR,
+    SECRET_DIR,
+    SECRET_VAR,
+    derive_port,
+    port_seed,
+)
+from hpcdist.distributed.requeue import SignalRelay, checkpointed, requeue_job
+from hpcdist.errors import UserError
+from hpcdist.state.folders import jobs_root, state_dir
+from hpcdist.state.private import write_private
+from hpcdist.state.statehome import shared_reason
+
+
+def prepare(
+    env: Mapping[str, str], log_record: str, marker: bool, torchrun_port: bool
+) -> list[str]:
+    """Create this job's private state; the shell lines that tell the script where it is."""
+    job = env.get("SLURM_JOB_ID", "")
+    if not job:
+        raise UserError("SLURM_JOB_ID is not set; expected to run inside a SLURM job")
+    # The submit folder's .hpcdist, as `hpcdist submit` and `logs` run there would find it:
+    # $HPCDIST_HOME's if set, else, for a folder others can write or own, the user's own.
+    submit_dir = Path(env.get("SLURM_SUBMIT_DIR") or os.getcwd())
+    project = None if env.get("HPCDIST_HOME", "").strip() else submit_dir
+    reason = "" if project is None else shared_reason(submit_dir.resolve())
+    if reason:
+        print(
+            f"hpcdist: note: {reason}: this job's secret and markers are kept in "
+            f"{jobs_root(project)}",
+            file=sys.stderr,
+        )
+
+    def below(folder: str) -> Path:
+        return state_dir(*Path(folder).parts[1:], project_dir=project) / job
+
+    # The job's secret, new for every run: the ranks prove they hold it before they exchange
+    # anything, and the rendezvous port is derived from it (not from the public job id).
+    secret_file = below(SECRET_DIR)
+    secret_file.unlink(missing_ok=True)
+    secret = create_secret_file(secret_file)
+    lines = [f"export {SECRET_VAR}={shlex.quote(str(secret_file))}"]
+    # Where this job's logs go, for `hpcdist logs` and `status` once SLURM has forgotten it.
+    write_private(below(LOG_DIR), log_record + "\n")
+    if marker:
+        marker_file = below(MARKER_DIR)
+        marker_file.unlink(missing_ok=True)
+        lines.append(f"export {MARKER_VAR}={shlex.quote(str(marker_file))}")
+    if torchrun_port:
+        # The port srun's first step derives from the secret, as hpcdist's submit path does.
+        lines.append(f"MASTER_PORT={derive_port(port_seed(secret), 0)}")
+    return lines
+
+
+def node_gpus(env: Mapping[str, str], listed: int) -> list[str]:
+    """Shell lines naming this node's GPUs (``gpus``, ``counted``, srun's ``gpu_request``);
+    UserError, in one line, where it has none."""
+    found = count_gpus(env, listed, whole_node=True)
+    if found.count < 1:
+        node = env.get("SLURMD_NODENAME") or socket.gethostname()
+        raise UserError(
+            f"no GPU on node {node} ({found.seen}); --mode nccl needs one GPU per task: "
+            "submit to a GPU partition or render with --gpus-per-node N"
+        )
+    # Job steps do not inherit GRES from --exclusive: srun asks for the GPUs again, or its
+    # tasks get no CUDA_VISIBLE_DEVICES. GPUs SLURM does not hand out (no gres/gpu) it would
+    # refuse to give.
+    request = f"--gpus-per-node={found.count}" if found.granted else ""
+    lines = [f"gpus={found.count}", f"counted={shlex.quote(found.seen)}"]
+    lines.append(f"gpu_request={shlex.quote(request)}")
+    if not found.granted and "CUDA_VISIBLE_DEVICES" not in env:
+        # Nothing else tells the tasks that the node's GPUs are theirs: say it as SLURM would.
+        devices = ",".join(str(n) for n in range(found.count))
+        lines.append(f"export CUDA_VISIBLE_DEVICES={devices}")
+    return lines
+
+
+def run(args: argparse.Namespace) -> int:
+    """srun (``args.command``) with the warning passed on, then the requeue decision."""
+    terminated = args.terminated == 1
+
+    def on_term(signum: int, frame: Any) -> None:
+        nonlocal terminated
+        terminated = True
+
+    if args.requeue:
+        # A preemption sends TERM here as well as to the ranks: caught, this process outlives
+        # srun, whose ranks checkpoint on it, and can requeue the job.
+        signal.signal(signal.SIGTERM, on_term)
+    relay = None
+    if args.warning:
+        relay = SignalRelay(signal.Signals[f"SIG{args.warning}"]).install()
+    child = subprocess.Popen(args.command)
+    if relay is not None:
+        relay.attach(child.pid, pending=args.warned == 1)
+    code = child.wait()
+    status = 128 - code if code < 0 else code  # as bash reports a death by signal
+    if not args.requeue:
+        return status
+    marker = Path(os.environ[MARKER_VAR]) if os.environ.get(MARKER_VAR) else None
+    if not checkpointed(status, marker):
+        return status
+    if marker is not None:
+        marker.unlink(missing_ok=True)
+    requeued = requeue_job(os.environ, args.max_restarts, terminated, resubmit=args.script)
+    return 0 if requeued else status
+
+
+def _parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="python3 -m hpcdist.distributed.jobstep")
+    steps = parser.add_subparsers(dest="step", required=True)
+    ready = steps.add_parser("prepare", help="create the job's private state")
+    ready.add_argument("--log-record", required=True, help="the job's log patterns, JSON")
+    ready.add_argument("--marker", action="store_true", help="the job may ask for a requeue")
+    ready.add_argument("--torchrun-port", action="store_true", help="print MASTER_PORT")
+    steps.add_parser("gpus", help="count this node's GPUs")
+    launch = steps.add_parser("run", help="run srun, pass the warning on, requeue")
+    launch.add_argument("--warning", help="the signal to pass on to srun (B:), e.g. USR1")
+    launch.add_argument(
+        "--warned", type=int, choices=(0, 1), default=0, help="1: the warning came before srun"
+    )
+    launch.add_argument("--requeue", action="store_true", help="requeue on rank 0's request")
+    launch.add_argument(
+        "--terminated", type=int, choices=(0, 1), default=0, help="1: TERM came before srun"
+    )
+    launch.add_argument("--max-restarts", type=int, help="requeue at most this many times")
+    launch.add_argument("--script", help="the batch script, submitted again without scontrol")
+    launch.add_argument("command", nargs=argparse.REMAINDER, help="-- srun ...")
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = _parser().parse_args(argv)
+    try:
+        if args.step == "prepare":
+            lines = prepare(os.environ, args.log_record, args.marker, args.torchrun_port)
+        elif args.step == "gpus":
+            lines = node_gpus(os.environ, listed_gpus())
+        else:
+            if args.command[:1] == ["--"]:
+                args.command = args.command[1:]
+            if not args.command:
+                raise UserError("run needs a command after --, e.g. -- srun python3 train.py")
+            return run(args)
+    except (UserError, OSError) as exc:
+        print(f"hpcdist: {exc}", file=sys.stderr)
+        return 1
+    print("\n".join(lines))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,178 @@
+"""Step 3 of the requeue protocol (``hpcdist.distributed.protocol``), once for every job.
+
+The rendered script's runner (``hpcdist.distributed.jobstep run``) and hpcdist's submitit
+task (``hpcdist.jobs.command_job``) both end here once the training has checkpointed:
+
+- ``refusal`` is the decision, pure: a job ended by TERM is requeued only if SLURM picked it
+  for preemption (never the user's scancel or the time limit), and only while it has
+  restarts left;
+- ``requeue_job`` carries it out: ``scontrol requeue`` (an array task alone), else, where
+  scontrol is missing or the site refuses, the script submitted again with ``sbatch``
+  without this job's ``SLURM_*`` variables;
+- ``SignalRelay`` passes a warning signal on to the process that runs the ranks.
+
+Standard library only: the batch script runs it before anything else of the job.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import re
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+from hpcdist.distributed.protocol import (
+    REQUEUE_EXIT_CODE,
+    RESTARTS_VAR,
+    RUN_DIR_VAR,
+    is_inherited,
+)
+
+SCONTROL_TIMEOUT_S = 30.0
+# A job SLURM picked for preemption shows when (``scontrol show job``); others show None.
+_PREEMPTED = re.compile(r"PreemptTime=[0-9]")
+
+
+def checkpointed(status: int, marker: Path | None) -> bool:
+    """Whether rank 0 asked for a requeue: by the marker file (srun and torchrun report
+    whichever rank they killed last) or by the exit code."""
+    return status == REQUEUE_EXIT_CODE or (marker is not None and marker.exists())
+
+
+def restarts_so_far(env: Mapping[str, str]) -> int:
+    """Requeues (SLURM counts them) plus resubmissions as new jobs (the script counts them)."""
+    return sum(
+        int(env.get(name, "").strip() or 0) for name in ("SLURM_RESTART_COUNT", RESTARTS_VAR)
+    )
+
+
+def refusal(
+    job: str, restarts: int, max_restarts: int | None, terminated: bool, preempted: bool
+) -> str:
+    """Why a job that checkpointed is not requeued; "" if it is. Pure."""
+    if terminated and not preempted:
+        return f"job {job} was ended (TERM) without a preemption"
+    if max_restarts is not None and restarts >= max_restarts:
+        return f"restart {restarts} reached --max-restarts {max_restarts}"
+    return ""
+
+
+def array_task(env: Mapping[str, str]) -> str | None:
+    """``<array job>_<task>`` for an array task, which is requeued alone; else None."""
+    task = env.get("SLURM_ARRAY_TASK_ID", "").strip()
+    return f"{env.get('SLURM_ARRAY_JOB_ID', '')}_{task}" if task else None
+
+
+def resubmit_env(env: Mapping[str, str], restarts: int) -> dict[str, str]:
+    """The environment of the job submitted in this one's place: none of this job's
+    ``SLURM_*`` variables (the new job would believe it runs in this allocation), this job's
+    run folder to resume from, and one resubmission more."""
+    kept = {name: value for name, value in env.items() if not is_inherited(name)}
+    task = array_task(env)
+    kept[RUN_DIR_VAR] = env.get(RUN_DIR_VAR) or f"runs/{task or env.get('SLURM_JOB_ID', '')}"
+    kept[RESTARTS_VAR] = str(restarts + 1)
+    return kept
+
+
+def is_preempted(job: str) -> bool:
+    """Whether SLURM picked ``job`` for preemption (False where scontrol cannot say)."""
+    try:
+        shown = subprocess.run(
+            ["scontrol", "show", "job", job],
+            capture_output=True,
+            text=True,
+            timeout=SCONTROL_TIMEOUT_S,
+        ).stdout
+    except (OSError, subprocess.SubprocessError):
+        return False
+    return _PREEMPTED.search(shown) is not None
+
+
+def requeue_job(
+    env: Mapping[str, str],
+    max_restarts: int | None,
+    terminated: bool,
+    resubmit: str | None = None,
+) -> bool:
+    """Requeue this job (or submit ``resubmit``, its script, again); whether it was done.
+
+    ``terminated``: the job got SIGTERM (requeued only if preempted). Without ``resubmit``
+    (hpcdist's submitit task) a refused ``scontrol requeue`` leaves the job to SLURM."""
+    job = env.get("SLURM_JOB_ID", "")
+    if not job:
+        return False
+    restarts = restarts_so_far(env)
+    why = refusal(job, restarts, max_restarts, terminated, terminated and is_preempted(job))
+    if why:
+        _say(f"not requeueing: {why}")
+        return False
+    task = array_task(env)
+    if shutil.which("scontrol") is not None:
+        _say(f"checkpoint written, requeueing {f'array task {task}' if task else f'job {job}'}")
+        if _requeued(task or job):
+            return True
+    if resubmit is None:
+        return False
+    # The site refuses the requeue (a preemption that cancels) or has no scontrol here: a new
+    # job resumes from this one's run folder; an array task again as a one-task array with
+    # the same task id, so the same point of a sweep.
+    _say(f"no requeue (scontrol missing or refused), resubmitting {resubmit} with sbatch")
+    task_id = env.get("SLURM_ARRAY_TASK_ID", "").strip()
+    argv = ["sbatch", *([f"--array={task_id}"] if task_id else []), resubmit]
+    try:
+        return subprocess.run(argv, env=resubmit_env(env, restarts)).returncode == 0
+    except OSError as exc:
+        _say(f"cannot resubmit: {exc}")
+        return False
+
+
+def _requeued(target: str) -> bool:
+    try:
+        argv = ["scontrol", "requeue", target]
+        return subprocess.run(argv, timeout=SCONTROL_TIMEOUT_S).returncode == 0
+    except (OSError, subprocess.SubprocessError):
+        return False
+
+
+class SignalRelay:
+    """Passes a signal on to a child process: at once while it runs, or, caught before the
+    child exists, a moment after it has started (srun needs that moment to set up its own
+    forwarding to the tasks)."""
+
+    def __init__(self, received: signal.Signals, sent: signal.Signals | None = None) -> None:
+        self.received = received
+        self.sent = sent or received
+        self.pid: int | None = None
+        self.pending = False
+
+    def install(self) -> SignalRelay:
+        signal.signal(self.received, self._on_signal)
+        return self
+
+    def attach(self, pid: int, pending: bool = False, settle_s: float = 1.0) -> None:
+        """The child now runs as ``pid``; ``pending``: a signal came before (in the shell)."""
+        self.pid = pid
+        if pending or self.pending:
+            time.sleep(settle_s)
+            self.forward()
+
+    def forward(self) -> None:
+        if self.pid is None:
+            self.pending = True
+            return
+        with contextlib.suppress(ProcessLookupError):  # it has just ended: nothing to warn
+            os.kill(self.pid, self.sent)
+
+    def _on_signal(self, signum: int, frame: Any) -> None:
+        self.forward()
+
+
+def _say(line: str) -> None:
+    print(f"hpcdist: {line}", file=sys.stderr, flush=True)

@@ -1,0 +1,19 @@
+"""The environment a rendered script's job activates, for tests that run one under bash.
+
+The scripts call ``python3 -m hpcdist.distributed.jobstep``: the job's environment has
+hpcdist installed. A test that narrows PATH to its stand-ins puts this ``python3`` there.
+"""
+
+from __future__ import annotations
+
+import shlex
+import sys
+from pathlib import Path
+
+
+def install_job_python(bindir: Path) -> Path:
+    """A ``python3`` in ``bindir`` that is the interpreter running the tests."""
+    python = bindir / "python3"
+    python.write_text(f'#!/bin/bash\nexec {shlex.quote(sys.executable)} "$@"\n')
+    python.chmod(0o755)
+    return python
