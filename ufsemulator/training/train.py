@@ -18,6 +18,7 @@ import signal
 import threading
 import time
 from collections.abc import Callable, Iterator, Sequence
+from concurrent.futures import Future
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -286,6 +287,13 @@ def _train(
         shards = split(ctx, config, dataset.inputs, dataset.targets, model)
     del dataset  # the rows live on the device now (on the CPU: in the shards)
     clock.data = time.perf_counter()
+    pending_record = None
+    if ctx.is_main and ctx.device.type == "cuda":
+        # The data's identity for the export's provenance (a hash of every byte) on spare
+        # cores while the GPU trains; CPU ranks need their cores for the steps.
+        from ufsemulator.export.runrecord import data_record_later
+
+        pending_record = data_record_later(config, path)
     print(f"[Rank {env.rank}] Training samples: {shards.x_train.shape[0]}", flush=True)
     if ctx.is_main:
         what = f"rank 0's share {n_points}" if in_shares else f"{n_points}"
@@ -309,7 +317,9 @@ def _train(
     final = full_model(loop.model, model.config)
     wall_time = time.perf_counter() - clock.train  # this process, from train() on
     if ctx.is_main:
-        _write_outputs(ctx, config, summary, run_dir, wall_time, clock, overrides, path)
+        _write_outputs(
+            ctx, config, summary, run_dir, wall_time, clock, overrides, path, pending_record
+        )
     # No rank leaves before rank 0 has written everything: under srun --kill-on-bad-exit
     # the first rank to exit non-zero takes the others down with it.
     if grouped():
@@ -416,6 +426,7 @@ def _write_outputs(
     clock: _Clock | None = None,
     overrides: Sequence[str] = (),
     data_path: PathSpec | None = None,
+    pending_record: Future[dict[str, Any]] | None = None,
 ) -> None:
     from ufsemulator.export import runrecord
 
@@ -423,7 +434,10 @@ def _write_outputs(
     best = run_dir / "best_model.pt"
     export_started = time.perf_counter()
     used = data_path if data_path is not None else config.data.path
-    data = runrecord.data_record(config, used) if used is not None else None
+    if pending_record is not None:
+        data: dict[str, Any] | None = pending_record.result()
+    else:
+        data = runrecord.data_record(config, used) if used is not None else None
     if status != "preempted":
         source = best if best.is_file() else run_dir / "checkpoint.pt"
         if source.is_file():

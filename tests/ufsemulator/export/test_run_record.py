@@ -3,6 +3,7 @@ absolute paths and only the blocks that apply, and model.pt's provenance and ran
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 from pathlib import Path
@@ -49,6 +50,7 @@ def test_a_daily_stream_run_records_its_data_and_provenance(
     assert "synthetic" not in results["config"]["data"]
     data = results["data"]
     assert data["synthetic"] is False and len(data["sha256"]) == 64
+    assert data["files_sha256"] == [hashlib.sha256(Path(f).read_bytes()).hexdigest() for f in files]
     assert data["first_record_time"].startswith("2000-01-03")
     assert data["first_record_time"] < data["last_record_time"]
     extra = read_extra_files(run / "model.pt")
