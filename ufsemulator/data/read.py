@@ -48,6 +48,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 import numpy.typing as npt
 
+from ufsemulator.data import background
 from ufsemulator.data.heap import heap_kept
 from ufsemulator.data.select import select_points, select_record
 from ufsemulator.data.shares import file_blocks
@@ -175,10 +176,16 @@ def load_dataset(
     options: DataOptions | None = None,
     atmosphere: PathSpec | None = None,
     share: tuple[int, int] | None = None,
+    *,
+    cache_in_background: bool = False,
 ) -> Dataset:
     """Select and flatten the points of the files named by ``path`` (a file, a glob or a
     list, in time order), each paired with the same-numbered ``atmosphere`` file if given;
     with ``share=(rank, world)``, of that rank's block of the records only.
+
+    With ``options.cache_dir`` the arrays read are written there for the next read of the
+    same files; ``cache_in_background``: by a thread, after this returns
+    (``ufsemulator.data.background``), for a caller with better things to do meanwhile.
 
     Raises ``DataError`` (naming the file, and every variable that is missing) when a file
     cannot be read or no point is selected.
@@ -198,7 +205,9 @@ def load_dataset(
             return dataclasses.replace(cached, source=source, bytes_read=cache_file.stat().st_size)
     with heap_kept():
         dataset = dataclasses.replace(_read(groups, options, share), source=source)
-    if cache_file is not None:
+    if cache_file is not None and cache_in_background:
+        background.start(f"array cache {cache_file}", lambda: _save_cache(cache_file, dataset))
+    elif cache_file is not None:
         _save_cache(cache_file, dataset)
     return dataset
 

@@ -122,9 +122,10 @@ def input_range(
     ranks (``grouped``: one MAX all-reduce of 2 n_in numbers over the default process
     group, on ``device``, which must suit the backend), as float64 on the CPU: the
     training range an export stores."""
-    x = inputs.to(torch.float64)
+    x = inputs
     if x.shape[0]:
-        both = torch.cat([x.amax(0), -x.amin(0)])
+        # In the inputs' own precision: a max is one of the values, exact in float64 after.
+        both = torch.cat([x.amax(0), -x.amin(0)]).to(torch.float64)
     else:  # a rank without training rows leaves the range to the others
         both = torch.full((2 * x.shape[1],), -torch.inf, dtype=torch.float64, device=x.device)
     if grouped:

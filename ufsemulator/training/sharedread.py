@@ -20,7 +20,9 @@ from __future__ import annotations
 
 import math
 import os
+import time
 from collections.abc import Callable
+from dataclasses import dataclass, fields
 from pathlib import Path
 
 import numpy as np
@@ -53,17 +55,31 @@ def validation_rows(
     rank, any world size, whichever files a rank read."""
     with np.errstate(over="ignore"):
         seeded = np.uint64((seed * 0x9E3779B97F4A7C15) & _MASK64)
-        where = (file.astype(np.uint64) << np.uint64(24)) + record.astype(np.uint64)
-        z = _splitmix(_splitmix(where + seeded) ^ index.astype(np.uint64))
-    uniform = (z >> np.uint64(11)).astype(np.float64) / float(1 << 53)
-    return uniform < fraction
+        z = file.astype(np.uint64)  # the one new array: every later pass is in place
+        z <<= np.uint64(24)
+        z += record.astype(np.uint64, copy=False)
+        z += seeded
+        _splitmix(z)
+        z ^= index.astype(np.uint64, copy=False)
+        _splitmix(z)
+    return z < np.uint64(_hash_below(fraction)) if fraction < 1 else np.ones(z.shape, bool)
 
 
-def _splitmix(z: npt.NDArray[np.uint64]) -> npt.NDArray[np.uint64]:
-    """splitmix64's finaliser (callers silence numpy's overflow warnings: it wraps)."""
-    z = (z ^ (z >> np.uint64(30))) * np.uint64(0xBF58476D1CE4E5B9)
-    z = (z ^ (z >> np.uint64(27))) * np.uint64(0x94D049BB133111EB)
-    return z ^ (z >> np.uint64(31))
+def _hash_below(fraction: float) -> int:
+    """The bound of the hash for ``(z >> 11) / 2**53 < fraction``, in integers: the
+    division by a power of two is exact, so that holds iff ``z >> 11 < ceil(fraction *
+    2**53)``, iff ``z < ceil(fraction * 2**53) << 11`` (below 2**64 for fraction < 1)."""
+    return math.ceil(max(fraction, 0.0) * float(1 << 53)) << 11
+
+
+def _splitmix(z: npt.NDArray[np.uint64]) -> None:
+    """splitmix64's finaliser, in place (callers silence numpy's overflow warnings: it
+    wraps)."""
+    z ^= z >> np.uint64(30)
+    z *= np.uint64(0xBF58476D1CE4E5B9)
+    z ^= z >> np.uint64(27)
+    z *= np.uint64(0x94D049BB133111EB)
+    z ^= z >> np.uint64(31)
 
 
 def block_moves(counts: list[int], rank: int) -> tuple[list[int], list[int], int]:
@@ -85,11 +101,51 @@ def block_moves(counts: list[int], rank: int) -> tuple[list[int], list[int], int
     return send, receive, per
 
 
-def split_share(ctx: DistContext, config: Config, dataset: Dataset, model: EmulatorMLP) -> Shards:
+@dataclass
+class SplitTimes:
+    """Seconds of each stage of ``split_share`` on one rank, in order (CUDA work waited
+    for at the end of each stage, so a stage holds its own device time)."""
+
+    device: float = 0.0  # the first device op: CUDA's context where none exists yet
+    hash: float = 0.0  # validation_rows on the host
+    rows: float = 0.0  # the rows gathered and moved to the device
+    wait: float = 0.0  # the first collective: waits for the slowest reader
+    exchange: float = 0.0  # the all-to-all of the training rows
+    statistics: float = 0.0  # statistics, input range and normalised shards
+
+    def describe(self, rank: int) -> str:
+        stages = ", ".join(f"{f.name} {getattr(self, f.name):.3f}" for f in fields(self))
+        total = sum(getattr(self, f.name) for f in fields(self))
+        return f"[Rank {rank}] Split {total:.2f} s: {stages}"
+
+
+class _Stopwatch:
+    def __init__(self, times: SplitTimes, device: torch.device) -> None:
+        self.times, self.device = times, device
+        self.last = time.perf_counter()
+
+    def lap(self, stage: str) -> None:
+        if self.device.type == "cuda":
+            torch.cuda.synchronize(self.device)
+        now = time.perf_counter()
+        setattr(self.times, stage, getattr(self.times, stage) + now - self.last)
+        self.last = now
+
+
+def split_share(
+    ctx: DistContext,
+    config: Config,
+    dataset: Dataset,
+    model: EmulatorMLP,
+    times: SplitTimes | None = None,
+) -> Shards:
     """This rank's share of a data set read in shares: its equal block of the training
     rows and the validation rows it read, normalised, on ``ctx.device``; the statistics
-    set on ``model``. Collective."""
+    set on ``model``; how long each stage took in ``times``. Collective."""
     device, world = ctx.device, ctx.env.world_size
+    watch = _Stopwatch(times if times is not None else SplitTimes(), device)
+    counts = torch.zeros(2 * world, dtype=torch.int64, device=device)
+    watch.lap("device")
     is_val = validation_rows(
         dataset.file,
         dataset.record,
@@ -97,14 +153,17 @@ def split_share(ctx: DistContext, config: Config, dataset: Dataset, model: Emula
         config.training.seed,
         config.training.val_fraction,
     )
+    watch.lap("hash")
     n_in = dataset.inputs.shape[1]
-    train_rows = _rows(dataset, ~is_val)
-    val_rows = _rows(dataset, is_val)
-    counts = torch.zeros(2 * world, dtype=torch.int64, device=device)
+    gather = host_rows if device.type == "cpu" else device_rows
+    train_rows, val_rows = gather(dataset, is_val, device)
+    watch.lap("rows")
     counts[ctx.env.rank] = train_rows.shape[0]
     counts[world + ctx.env.rank] = val_rows.shape[0]
     _sum(counts)
-    train_counts, val_counts = counts.tolist()[:world], counts.tolist()[world:]
+    listed = counts.tolist()
+    train_counts, val_counts = listed[:world], listed[world:]
+    watch.lap("wait")
     n_val = sum(val_counts)
     if sum(train_counts) < world or n_val < 1:
         raise DataError(
@@ -112,7 +171,7 @@ def split_share(ctx: DistContext, config: Config, dataset: Dataset, model: Emula
             f"{world} ranks; use more data (more records, thin: 1) or fewer ranks"
         )
     send, receive, per = block_moves(train_counts, ctx.env.rank)
-    local = torch.from_numpy(train_rows[: sum(send)]).to(device)
+    local = train_rows[: sum(send)]
     del train_rows
     if grouped():
         mine = local.new_empty((sum(receive), n_in + 1))
@@ -120,22 +179,50 @@ def split_share(ctx: DistContext, config: Config, dataset: Dataset, model: Emula
     else:
         mine = local
     del local
+    watch.lap("exchange")
     stats = _stats(mine, n_in, _sum)
     model.set_normalization(stats)
     model.set_input_range(*input_range(mine[:, :n_in], grouped()))
-    x_val = torch.from_numpy(val_rows).to(device)
-    del val_rows
-    return Shards(
+    shards = Shards(
         x_train=_normalise(mine[:, :n_in], stats.input_mean, stats.input_std),
         y_train=_normalise(mine[:, n_in:], stats.output_mean, stats.output_std),
-        x_val=_normalise(x_val[:, :n_in], stats.input_mean, stats.input_std),
-        y_val=_normalise(x_val[:, n_in:], stats.output_mean, stats.output_std),
+        x_val=_normalise(val_rows[:, :n_in], stats.input_mean, stats.input_std),
+        y_val=_normalise(val_rows[:, n_in:], stats.output_mean, stats.output_std),
         n_train=per * world,
         n_val=n_val,
     )
+    watch.lap("statistics")
+    return shards
 
 
-def _rows(dataset: Dataset, selected: npt.NDArray[np.bool_]) -> npt.NDArray[np.float32]:
+Rows = tuple[torch.Tensor, torch.Tensor]
+
+
+def host_rows(dataset: Dataset, is_val: npt.NDArray[np.bool_], device: torch.device) -> Rows:
+    """(training rows, validation rows), inputs and target side by side ``[n, n_in + 1]``,
+    gathered on the host (numpy's gather of rows is about twice as fast as torch's on one
+    CPU thread): for a CPU device, where they stay."""
+    return (
+        torch.from_numpy(_gathered(dataset, ~is_val)).to(device),
+        torch.from_numpy(_gathered(dataset, is_val)).to(device),
+    )
+
+
+def device_rows(dataset: Dataset, is_val: npt.NDArray[np.bool_], device: torch.device) -> Rows:
+    """As ``host_rows``, gathered on the device: the host only copies the arrays it read,
+    whole (no host pass per row, no pages of new host arrays to fault in)."""
+    rows = torch.cat(
+        [
+            torch.from_numpy(dataset.inputs).to(device),
+            torch.from_numpy(dataset.targets[:, :1]).to(device),
+        ],
+        dim=1,
+    )
+    val = torch.from_numpy(is_val).to(device)
+    return rows[~val], rows[val]
+
+
+def _gathered(dataset: Dataset, selected: npt.NDArray[np.bool_]) -> npt.NDArray[np.float32]:
     """Inputs and target side by side ``[n, n_in + 1]``: one array to move, one copy."""
     index = np.flatnonzero(selected)
     n_in = dataset.inputs.shape[1]
@@ -163,7 +250,9 @@ def _stats(rows: torch.Tensor, n_in: int, reduce: Callable[[torch.Tensor], None]
     mean = head[1:] / count
     squares = torch.zeros(width, dtype=torch.float64, device=rows.device)
     for chunk in rows.split(_CHUNK):
-        squares += ((chunk.double() - mean) ** 2).sum(0)
+        deviation = chunk.double()
+        deviation -= mean
+        squares += deviation.square_().sum(0)
     reduce(squares)
     std = torch.sqrt(squares / count)
     std = torch.where(std <= MIN_STD, torch.ones_like(std), std)

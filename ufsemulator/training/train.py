@@ -258,7 +258,11 @@ def _train(
     early = dataset is not None
     if dataset is None:
         dataset = load_dataset(
-            request.path, request.options, atmosphere=request.atmosphere, share=request.share
+            request.path,
+            request.options,
+            atmosphere=request.atmosphere,
+            share=request.share,
+            cache_in_background=True,  # nothing here waits for the cache file
         )
     waited_s = time.perf_counter() - read_started
     read_s = waited_s
@@ -276,17 +280,20 @@ def _train(
     # Shares: each rank's "Read records" line says which records it read.
     records = "" if in_shares else f", {dataset.records_text()}"
     if in_shares:
-        from ufsemulator.training.sharedread import describe_read, split_share
+        from ufsemulator.training.sharedread import SplitTimes, describe_read, split_share
 
         line = describe_read(dataset, env.rank, read_s, rss_before)
         if early:
             line += early_text
         print(line, flush=True)
-        shards = split_share(ctx, config, dataset, model)
+        split_times = SplitTimes()
+        shards = split_share(ctx, config, dataset, model, split_times)
     else:
         shards = split(ctx, config, dataset.inputs, dataset.targets, model)
     del dataset  # the rows live on the device now (on the CPU: in the shards)
     clock.data = time.perf_counter()
+    if in_shares:
+        print(split_times.describe(env.rank), flush=True)
     pending_record = None
     if ctx.is_main and ctx.device.type == "cuda":
         # The data's identity for the export's provenance (a hash of every byte) on spare

@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 import torch
 
-from ufsemulator.model.normalization import MIN_STD, Stats, stats_from_shard
+from ufsemulator.model.normalization import MIN_STD, Stats, input_range, stats_from_shard
 
 
 class FakeGroup:
@@ -131,3 +131,15 @@ def test_mismatched_rows_and_empty_data_are_errors() -> None:
         stats_from_shard(x, y[:9])
     with pytest.raises(ValueError, match="zero samples"):
         stats_from_shard(x[:0], y[:0])
+
+
+@pytest.mark.parametrize("rows", [0, 1, 1000])
+def test_input_range_is_the_float64_range_of_the_values(rows: int) -> None:
+    x = torch.from_numpy(np.random.default_rng(rows).normal(1e3, 7.0, (rows, 4)).astype(np.float32))
+    low, high = input_range(x)
+    assert low.dtype == high.dtype == torch.float64
+    if rows:
+        assert torch.equal(low, x.double().amin(0)) and torch.equal(high, x.double().amax(0))
+    else:  # no rows: a range that any other rank's widens
+        assert torch.equal(low, torch.full((4,), torch.inf, dtype=torch.float64))
+        assert torch.equal(high, torch.full((4,), -torch.inf, dtype=torch.float64))

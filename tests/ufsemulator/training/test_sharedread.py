@@ -7,12 +7,23 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+import torch
 
+from hpcdist.distributed import single_process as single_context
 from tests.ufsemulator.training.test_training import data_dir, run_single, single_process, smoke  # noqa: F401
 from ufsemulator.data.makedays import write_days
-from ufsemulator.data.read import DataOptions, load_dataset
+from ufsemulator.data.read import DataOptions, Dataset, load_dataset
 from ufsemulator.errors import DataError
-from ufsemulator.training.sharedread import block_moves, validation_rows
+from ufsemulator.model.emulator import EmulatorMLP
+from ufsemulator.training.sharedread import (
+    SplitTimes,
+    block_moves,
+    device_rows,
+    host_rows,
+    split_share,
+    validation_rows,
+)
+from ufsemulator.training.train import _model_config
 
 
 @pytest.mark.parametrize(
@@ -52,6 +63,99 @@ def test_validation_rows_depend_on_the_row_not_on_who_reads_it() -> None:
     # Record 1 of file 0 is not file 1's record 0: rows of different records differ.
     swapped = validation_rows(record, file, index, seed=42, fraction=0.2)
     assert not np.array_equal(whole, swapped)
+
+
+def _uniform(file: np.ndarray, record: np.ndarray, index: np.ndarray, seed: int) -> np.ndarray:
+    """The split's hash as a float in [0, 1), written out as first defined: the reference
+    the integer comparison must agree with."""
+
+    def mix(z: np.ndarray) -> np.ndarray:
+        z = (z ^ (z >> np.uint64(30))) * np.uint64(0xBF58476D1CE4E5B9)
+        z = (z ^ (z >> np.uint64(27))) * np.uint64(0x94D049BB133111EB)
+        return z ^ (z >> np.uint64(31))
+
+    with np.errstate(over="ignore"):
+        seeded = np.uint64((seed * 0x9E3779B97F4A7C15) & ((1 << 64) - 1))
+        where = (file.astype(np.uint64) << np.uint64(24)) + record.astype(np.uint64)
+        z = mix(mix(where + seeded) ^ index.astype(np.uint64))
+    return (z >> np.uint64(11)).astype(np.float64) / float(1 << 53)
+
+
+@pytest.mark.parametrize("seed", [0, 42, 2**40 + 3])
+@pytest.mark.parametrize("fraction", [-0.5, 0.0, 1e-9, 0.2, 0.5, 0.999999, 1.0, 1.5])
+def test_validation_rows_are_the_rows_whose_hash_is_below_the_fraction(
+    seed: int, fraction: float
+) -> None:
+    rng = np.random.default_rng(seed % 1000)
+    file, record = rng.integers(0, 40, 50_000), rng.integers(0, 30, 50_000)
+    index = rng.integers(0, 1_555_200, 50_000)
+    expected = _uniform(file, record, index, seed) < fraction
+    assert np.array_equal(validation_rows(file, record, index, seed, fraction), expected)
+
+
+def test_a_row_whose_hash_equals_the_fraction_is_a_training_row() -> None:
+    file, record, index = (np.arange(5, dtype=np.int64) for _ in range(3))
+    exact = float(_uniform(file, record, index, 7)[2])  # a multiple of 2**-53: exact
+    assert not validation_rows(file, record, index, 7, exact)[2]
+    assert validation_rows(file, record, index, 7, float(np.nextafter(exact, 1.0)))[2]
+
+
+def _dataset(n: int, n_in: int = 3) -> Dataset:
+    rng = np.random.default_rng(5)
+    inputs = rng.normal(size=(n, n_in)).astype(np.float32)
+    return Dataset(
+        inputs=inputs,
+        targets=(inputs[:, :1] * 2 + 1).astype(np.float32),
+        lat=np.zeros(n, np.float32),
+        lon=np.zeros(n, np.float32),
+        index=np.arange(n, dtype=np.int64),
+        grid_shape=(1, n),
+        target_names=("aice",),
+        source="test",
+        input_names=("a", "b", "c")[:n_in],
+        record=np.zeros(n, dtype=np.int64),
+        file=np.zeros(n, dtype=np.int64),
+    )
+
+
+@pytest.mark.parametrize("gather", [host_rows, device_rows])
+def test_rows_keep_their_order_with_the_target_last(gather: object) -> None:
+    dataset = _dataset(6)
+    is_val = np.array([False, True, False, False, True, False])
+    train_rows, val_rows = gather(dataset, is_val, torch.device("cpu"))  # type: ignore[operator]
+    both = np.hstack([dataset.inputs, dataset.targets])
+    assert np.array_equal(train_rows.numpy(), both[[0, 2, 3, 5]])
+    assert np.array_equal(val_rows.numpy(), both[[1, 4]])
+    assert train_rows.dtype == val_rows.dtype == torch.float32
+
+
+def test_split_times_name_every_stage_with_their_sum() -> None:
+    times = SplitTimes(device=0.5, hash=0.01, rows=0.1, wait=0.2, exchange=0.3, statistics=0.04)
+    assert times.describe(3) == (
+        "[Rank 3] Split 1.15 s: device 0.500, hash 0.010, rows 0.100, wait 0.200, "
+        "exchange 0.300, statistics 0.040"
+    )
+
+
+def test_one_process_split_normalises_every_row_and_times_its_stages() -> None:
+    config = smoke()
+    dataset = _dataset(5000)
+    model = EmulatorMLP(_model_config(config, dataset.input_names))
+    times = SplitTimes()
+    shards = split_share(single_context({}), config, dataset, model, times)
+    is_val = validation_rows(
+        dataset.file,
+        dataset.record,
+        dataset.index,
+        config.training.seed,
+        config.training.val_fraction,
+    )
+    assert (shards.n_train, shards.n_val) == (int((~is_val).sum()), int(is_val.sum()))
+    assert torch.allclose(shards.x_train.mean(0), torch.zeros(3), atol=1e-5)
+    assert torch.allclose(shards.y_train.std(0, unbiased=False), torch.ones(1), atol=1e-5)
+    assert torch.equal(model.input_max.float(), torch.from_numpy(dataset.inputs[~is_val].max(0)))
+    assert times.hash > 0 and times.rows > 0 and times.statistics > 0
+    assert times.exchange >= 0 and times.wait >= 0
 
 
 @pytest.fixture(scope="module")
@@ -102,7 +206,10 @@ def test_more_ranks_than_files_is_an_error_that_says_so(days: list[Path]) -> Non
 
 @pytest.mark.filterwarnings("ignore:`torch.jit.load` is deprecated:DeprecationWarning")
 def test_a_run_on_daily_files_reports_where_its_time_went(
-    monkeypatch: pytest.MonkeyPatch, tmp_path: Path, days: list[Path]
+    monkeypatch: pytest.MonkeyPatch,
+    tmp_path: Path,
+    days: list[Path],
+    capsys: pytest.CaptureFixture[str],
 ) -> None:
     whole = load_dataset(days)
     result = run_single(
@@ -116,3 +223,5 @@ def test_a_run_on_daily_files_reports_where_its_time_went(
     assert timings["startup_s"] == pytest.approx(sum(timings[k] for k in parts), abs=0.01)
     assert timings["total_s"] > timings["startup_s"] + timings["steps_s"] > 0
     assert timings["epochs"] == 2
+    (split_line,) = [line for line in capsys.readouterr().out.splitlines() if "Split" in line]
+    assert split_line.startswith("[Rank 0] Split ") and "exchange" in split_line
