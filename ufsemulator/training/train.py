@@ -254,16 +254,17 @@ def _train(
 
         rss_before = host_memory_bytes()
     read_started = time.perf_counter()
-    dataset = early_read.take(request) if early_read is not None else None
-    early = dataset is not None
-    if dataset is None:
-        dataset = load_dataset(
-            request.path,
-            request.options,
-            atmosphere=request.atmosphere,
-            share=request.share,
-            cache_in_background=True,  # nothing here waits for the cache file
-        )
+    with _device_ready_meanwhile(ctx.device):
+        dataset = early_read.take(request) if early_read is not None else None
+        early = dataset is not None
+        if dataset is None:
+            dataset = load_dataset(
+                request.path,
+                request.options,
+                atmosphere=request.atmosphere,
+                share=request.share,
+                cache_in_background=True,  # nothing here waits for the cache file
+            )
     waited_s = time.perf_counter() - read_started
     read_s = waited_s
     if early and early_read is not None:
@@ -332,6 +333,24 @@ def _train(
     if grouped():
         dist.barrier()
     return TrainResult.of(summary, run_dir, wall_time, final, ctx.is_main)
+
+
+@contextlib.contextmanager
+def _device_ready_meanwhile(device: torch.device) -> Iterator[None]:
+    """A GPU's context is created on first use, which would be the first copy of the rows:
+    create it on a thread of its own while the files are read (the read is the CPU's work,
+    the context mostly the driver's)."""
+    if device.type != "cuda":
+        yield
+        return
+    starter = threading.Thread(
+        target=torch.empty, args=(0,), kwargs={"device": device}, name="cuda-context"
+    )
+    starter.start()
+    try:
+        yield
+    finally:
+        starter.join()
 
 
 @contextlib.contextmanager
