@@ -24,7 +24,7 @@ import signal
 import subprocess
 import sys
 import time
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -139,6 +139,15 @@ def _requeued(target: str) -> bool:
         return subprocess.run(argv, timeout=SCONTROL_TIMEOUT_S).returncode == 0
     except (OSError, subprocess.SubprocessError):
         return False
+
+
+def ignoring(signals: Sequence[str], argv: Sequence[str]) -> list[str]:
+    """``argv`` started by a shell that first ignores ``signals`` (``USR2``): torchrun's
+    agent, which SLURM signals with the rest of the step and which would die of the warning
+    its ranks catch to checkpoint (they install their own handler). A shell, not Python:
+    it runs inside the job's container too."""
+    script = f'trap "" {" ".join(signals)} && exec "$@"'
+    return ["bash", "-c", script, argv[0], *argv]
 
 
 class SignalRelay:

@@ -27,7 +27,7 @@ from hpcdist.distributed.protocol import (
     SUBMITIT_WARNING_SIGNAL,
     submitit_marker_name,
 )
-from hpcdist.distributed.requeue import SignalRelay, checkpointed, requeue_job
+from hpcdist.distributed.requeue import SignalRelay, checkpointed, ignoring, requeue_job
 from hpcdist.jobs.localjob import process_exited
 from hpcdist.state.fileutil import write_atomic
 
@@ -88,11 +88,11 @@ class CommandJob(Checkpointable):
             env.setdefault("TORCH_ELASTIC_SHUTDOWN_TIMEOUT", str(int(CHECKPOINT_GRACE_S)))
             # SLURM signals every process of the step: torchrun ignores the warning (its
             # ranks inherit that and set their own handler) instead of dying of it.
+            ignored = [number.name.removeprefix("SIG") for number in (WARNING_SIGNAL, warning)]
             self._child = subprocess.Popen(
-                self.torchrun_argv(env),
+                ignoring(list(dict.fromkeys(ignored)), self.torchrun_argv(env)),
                 env=env,
                 cwd=self.workdir,
-                preexec_fn=lambda: _ignore(WARNING_SIGNAL, warning),
             )
         code = self._child.wait()
         self._record(code)
@@ -228,13 +228,6 @@ def _warning_signal(env: Mapping[str, str]) -> signal.Signals:
         return signal.Signals[f"SIG{name}"]
     except KeyError:
         return WARNING_SIGNAL
-
-
-def _ignore(*signals: signal.Signals) -> None:
-    """In torchrun's process, before it starts: SLURM signals every process of the step,
-    and torchrun would die of a warning its ranks checkpoint on."""
-    for number in signals:
-        signal.signal(number, signal.SIG_IGN)
 
 
 def _wait_exited(pid: int, timeout_s: float) -> bool:

@@ -11,6 +11,7 @@ from __future__ import annotations
 import shlex
 from dataclasses import dataclass
 
+from hpcdist.distributed.requeue import ignoring
 from hpcdist.errors import SpecError
 from hpcdist.render.container import container_prefix, container_srun_options
 from hpcdist.spec.dependency import dependency_value
@@ -244,6 +245,6 @@ def launch_argv(spec: JobSpec) -> list[str]:
     if spec.warning_signal:
         # SLURM signals every process of the step: torchrun itself would die of the warning
         # its ranks catch to checkpoint, so it ignores it (its ranks set their own handler).
-        script = f'trap "" {spec.warning_signal} && exec "$@"'
-        torchrun = ["bash", "-c", shlex.quote(script), "torchrun", *torchrun]
+        shell, flag, script, *started = ignoring([spec.warning_signal], torchrun)
+        torchrun = [shell, flag, shlex.quote(script), *started]
     return [*wrapper, *torchrun_command(torchrun, command)]

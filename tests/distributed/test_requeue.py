@@ -17,6 +17,7 @@ from hpcdist.distributed.requeue import (
     SignalRelay,
     array_task,
     checkpointed,
+    ignoring,
     refusal,
     requeue_job,
     restarts_so_far,
@@ -286,3 +287,23 @@ def test_relay_to_a_child_that_has_ended_is_quiet(tmp_path: Path) -> None:
     relay.attach(child.pid, settle_s=0.0)
     relay.forward()  # raises nothing: it has nobody left to warn
     assert not relay.pending
+
+
+_SELF_SIGNAL = "import os, signal; os.kill(os.getpid(), signal.SIGUSR1); print('alive')"
+
+
+def test_ignoring_starts_a_command_that_outlives_the_named_warning() -> None:
+    argv = ignoring(["USR1", "TERM"], [sys.executable, "-c", _SELF_SIGNAL])
+    assert argv[:2] == ["bash", "-c"] and argv[3:] == [
+        sys.executable,
+        sys.executable,
+        "-c",
+        _SELF_SIGNAL,
+    ]
+    proc = subprocess.run(argv, capture_output=True, text=True, timeout=30)
+    assert (proc.returncode, proc.stdout) == (0, "alive\n"), proc.stderr
+    # The other side: a signal it was not told to ignore still ends the command.
+    other = subprocess.run(
+        ignoring(["USR2"], [sys.executable, "-c", _SELF_SIGNAL]), capture_output=True, text=True
+    )
+    assert other.returncode == -10 and other.stdout == ""
