@@ -111,7 +111,7 @@ class ModelSection:
 class TrainingConfig:
     epochs: int = 100
     batch_size: int = 1000  # per rank
-    lr: float = 1e-4
+    lr: float = 2e-4
     weight_decay: float = 1e-4
     loss: Literal["mse", "mae", "huber"] = "mse"
     huber_delta: float = 1.0
