@@ -348,7 +348,7 @@ def _device_ready_meanwhile(ctx: DistContext, exchange: bool) -> Iterator[None]:
     failed: list[BaseException] = []
     starter = threading.Thread(
         target=_ready_device,
-        args=(ctx.device, exchange and grouped(), failed),
+        args=(ctx.device, exchange and grouped() and ctx.backend == "nccl", failed),
         name="gpu-ready",
     )
     starter.start()

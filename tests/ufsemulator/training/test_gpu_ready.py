@@ -16,6 +16,7 @@ from ufsemulator.training import train
 @dataclass
 class _Ctx:
     device: torch.device
+    backend: str = "nccl"
 
 
 def test_a_cpu_rank_starts_no_thread(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -26,11 +27,16 @@ def test_a_cpu_rank_starts_no_thread(monkeypatch: pytest.MonkeyPatch) -> None:
 
 
 @pytest.mark.parametrize(
-    ("exchange", "grouped", "connects"),
-    [(True, True, True), (True, False, False), (False, True, False)],
+    ("exchange", "grouped", "backend", "connects"),
+    [
+        (True, True, "nccl", True),
+        (True, False, "nccl", False),
+        (False, True, "nccl", False),
+        (True, True, "gloo", False),  # gloo has no all-to-all of GPU tensors
+    ],
 )
-def test_a_gpu_rank_connects_its_peers_only_where_it_exchanges_rows_in_a_group(
-    monkeypatch: pytest.MonkeyPatch, exchange: bool, grouped: bool, connects: bool
+def test_a_gpu_rank_connects_its_peers_only_where_it_exchanges_rows_over_nccl(
+    monkeypatch: pytest.MonkeyPatch, exchange: bool, grouped: bool, backend: str, connects: bool
 ) -> None:
     calls: list[tuple[torch.device, bool]] = []
     monkeypatch.setattr(train, "grouped", lambda: grouped)
@@ -38,7 +44,7 @@ def test_a_gpu_rank_connects_its_peers_only_where_it_exchanges_rows_in_a_group(
         train, "_ready_device", lambda device, peers, failed: calls.append((device, peers))
     )
     device = torch.device("cuda", 1)
-    with train._device_ready_meanwhile(_Ctx(device), exchange=exchange):  # type: ignore[arg-type]
+    with train._device_ready_meanwhile(_Ctx(device, backend), exchange=exchange):  # type: ignore[arg-type]
         pass
     assert calls == [(device, connects)]
 
