@@ -27,7 +27,7 @@ from hpcdist.distributed.protocol import (
     SUBMITIT_WARNING_SIGNAL,
     submitit_marker_name,
 )
-from hpcdist.distributed.requeue import SignalRelay, checkpointed, ignoring, requeue_job
+from hpcdist.distributed.requeue import checkpointed, ignoring, requeue_job
 from hpcdist.jobs.localjob import process_exited
 from hpcdist.state.fileutil import write_atomic
 
@@ -170,10 +170,7 @@ class CommandJob(Checkpointable):
         child = self._child
         if child is not None and not process_exited(child.pid):
             # torchrun passes SIGTERM on to its ranks, which checkpoint on it as on USR2.
-            sent = WARNING_SIGNAL if self.torchrun_nproc is None else signal.SIGTERM
-            relay = SignalRelay(WARNING_SIGNAL, sent)
-            relay.attach(child.pid)
-            relay.forward()
+            child.send_signal(WARNING_SIGNAL if self.torchrun_nproc is None else signal.SIGTERM)
             if not _wait_exited(child.pid, CHECKPOINT_GRACE_S):
                 print("hpcdist: child did not exit after the warning signal", file=sys.stderr)
         if not self.requeue:
