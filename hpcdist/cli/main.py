@@ -30,6 +30,8 @@ SUBCOMMANDS: dict[str, tuple[str, str]] = {
     "env": ("hpcdist.cli.env", "env_command"),
     "run": ("hpcdist.cli.run", "run"),
     "completion": ("hpcdist.cli.completion", "completion"),
+    "doctor": ("hpcdist.cli.site", "doctor"),
+    "profile": ("hpcdist.cli.site", "profile"),
 }
 
 

@@ -25,6 +25,7 @@ def _output(tmp_path: Path, job_id: int) -> str:
     return unlabel(out.read_text())
 
 
+@pytest.mark.slurm_versions
 def test_committed_test_distributed_script_passes_on_two_nodes(
     slurm_cluster: SlurmCluster, tmp_path: Path
 ) -> None:

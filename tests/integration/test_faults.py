@@ -151,6 +151,7 @@ def test_time_limit_interrupts_twice_and_ends_with_the_uninterrupted_weights(
         assert torch.equal(final[key], expected[key]), f"{key} differs after the restarts"
 
 
+@pytest.mark.slurm_versions
 def test_scontrol_requeue_resumes_and_scancel_leaves_the_checkpoint_intact(
     slurm_cluster: SlurmCluster, tmp_path: Path
 ) -> None:

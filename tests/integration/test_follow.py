@@ -65,6 +65,7 @@ def timed_out_job(
     run_slurm("scancel", str(job.job_id), check=False)
 
 
+@pytest.mark.slurm_versions
 def test_plain_sbatch_job_status_efficiency_logs_and_list(
     slurm_cluster: SlurmCluster, tmp_path: Path, timed_out_job: SubmittedJob
 ) -> None:
@@ -111,6 +112,7 @@ def test_plain_sbatch_job_status_efficiency_logs_and_list(
     ), listing.stdout
 
 
+@pytest.mark.slurm_versions
 def test_held_job_is_pending_for_begin_time(slurm_cluster: SlurmCluster, tmp_path: Path) -> None:
     job = sbatch(
         "#!/bin/bash\ntrue\n",
@@ -149,6 +151,7 @@ def test_unknown_job_is_one_line_exit_2(slurm_cluster: SlurmCluster, tmp_path: P
     )
 
 
+@pytest.mark.slurm_versions
 def test_logs_follow_until_the_job_ends(slurm_cluster: SlurmCluster, tmp_path: Path) -> None:
     job = sbatch(
         "#!/bin/bash\necho first\nsleep 4\necho last\n",
@@ -161,6 +164,7 @@ def test_logs_follow_until_the_job_ends(slurm_cluster: SlurmCluster, tmp_path: P
     assert followed.stdout.splitlines() == ["first", "last"]
 
 
+@pytest.mark.slurm_versions
 def test_run_inside_salloc_runs_the_communication_check(
     slurm_cluster: SlurmCluster, tmp_path: Path
 ) -> None:

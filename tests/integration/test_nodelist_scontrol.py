@@ -94,6 +94,7 @@ def test_generator_covers_the_forms_that_matter() -> None:
     assert sum(s.count("[") >= 3 for s in lists) >= 10
 
 
+@pytest.mark.slurm_versions
 def test_expand_nodelist_matches_scontrol_show_hostnames(slurm_cluster: SlurmCluster) -> None:
     lists = [generate(random.Random(SEED + i)) for i in range(LISTS)]
     with ThreadPoolExecutor(max_workers=8) as pool:

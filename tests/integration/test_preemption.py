@@ -88,6 +88,7 @@ def _assert_same_weights(run_dir: Path, reference: Callable[[], Weights]) -> Non
     assert results["epochs_run"] == EPOCHS and results["world_size"] == 2
 
 
+@pytest.mark.slurm_versions
 def test_requeue_mode_preempted_training_resumes_with_the_uninterrupted_weights(
     requeue_bed: SideBed,
     reference: Callable[[], Weights],

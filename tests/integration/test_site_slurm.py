@@ -51,6 +51,7 @@ def test_submit_passes_sbatch_constraint_and_srun_args_to_slurm(
     assert re.search(r"^srun .*--cpu-bind=cores", script, re.M), script
 
 
+@pytest.mark.slurm_versions
 def test_a_feature_no_node_has_is_refused_before_submitting(
     slurm_cluster: SlurmCluster, tmp_path: Path
 ) -> None:
@@ -178,6 +179,7 @@ ENV_PRINT = f"{sys.executable} -c " + quote(
 )
 
 
+@pytest.mark.slurm_versions
 def test_submit_without_a_gpu_count_takes_the_partitions_typed_gpus(
     gpu_testbed: SideBed, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:

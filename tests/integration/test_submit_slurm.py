@@ -9,6 +9,8 @@ import sys
 import time
 from pathlib import Path
 
+import pytest
+
 from tests.integration.conftest import SlurmCluster, slurm_env
 
 HPCDIST = [sys.executable, "-m", "hpcdist.cli.main"]
@@ -27,6 +29,7 @@ def _job_id(output: str) -> str:
     return match.group(1)
 
 
+@pytest.mark.slurm_versions
 def test_submit_four_nodes_gloo_wait_completes(slurm_cluster: SlurmCluster, tmp_path: Path) -> None:
     run = hpcdist(
         "submit", "--nodes=4", "--backend=gloo", "--wait", "--command", COMMCHECK, cwd=tmp_path
@@ -56,6 +59,7 @@ def test_failing_job_is_failed_and_logs_show_the_traceback(
     assert any("RuntimeError: emulator diverged at step 7" in log.stdout for log in logs)
 
 
+@pytest.mark.slurm_versions
 def test_cancelled_job_shows_cancelled_and_wait_fails(
     slurm_cluster: SlurmCluster, tmp_path: Path
 ) -> None:
@@ -80,6 +84,7 @@ def test_cancelled_job_shows_cancelled_and_wait_fails(
     assert hpcdist("status", job_id, cwd=tmp_path).stdout.splitlines()[0] == f"{job_id} CANCELLED"
 
 
+@pytest.mark.slurm_versions
 def test_preflight_rejection_is_one_line(slurm_cluster: SlurmCluster, tmp_path: Path) -> None:
     # A profile that believes in more nodes than the cluster has: only SLURM can say no.
     profile = tmp_path / "optimist.yaml"

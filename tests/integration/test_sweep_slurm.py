@@ -76,6 +76,7 @@ def _most_at_once(intervals: list[tuple[datetime, datetime]]) -> int:
     return max(sum(start <= moment < end for start, end in intervals) for moment, _ in intervals)
 
 
+@pytest.mark.slurm_versions
 def test_sweep_runs_every_point_as_an_array_task_at_most_k_at_once(
     slurm_cluster: SlurmCluster, tmp_path: Path
 ) -> None:
@@ -240,6 +241,7 @@ def test_a_warned_array_task_checkpoints_requeues_alone_and_resumes_its_own_run(
     assert results[warned]["overrides"]["training.lr"] == 3e-3
 
 
+@pytest.mark.slurm_versions
 def test_a_job_submitted_after_another_starts_only_once_it_has_ended(
     slurm_cluster: SlurmCluster, tmp_path: Path
 ) -> None:
@@ -278,6 +280,7 @@ def test_a_job_submitted_after_another_starts_only_once_it_has_ended(
     assert datetime.fromisoformat(began) >= datetime.fromisoformat(ended), (ended, began)
 
 
+@pytest.mark.slurm_versions
 @pytest.mark.parametrize("after", ["999999999", "999999999_3:notok"])
 def test_after_a_job_the_controller_does_not_know_is_one_line_and_writes_nothing(
     slurm_cluster: SlurmCluster, tmp_path: Path, after: str

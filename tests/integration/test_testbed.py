@@ -6,11 +6,14 @@ import os
 import subprocess
 from pathlib import Path
 
+import pytest
+
 from .conftest import JobStateFn, SlurmCluster
 
 REPO = Path(__file__).resolve().parents[2]
 
 
+@pytest.mark.slurm_versions
 def test_sinfo_shows_four_idle_nodes_in_debug(slurm_cluster: SlurmCluster) -> None:
     out = slurm_cluster.run(
         "sinfo", "-h", "-N", "-p", slurm_cluster.partition, "-o", "%N %P %t %c"
@@ -27,6 +30,7 @@ def test_scontrol_expands_hostlists(slurm_cluster: SlurmCluster) -> None:
     assert out.split() == ["node1", "node2", "node3"]
 
 
+@pytest.mark.slurm_versions
 def test_srun_spans_four_nodes_that_resolve_by_name(slurm_cluster: SlurmCluster) -> None:
     out = slurm_cluster.run(
         "srun",

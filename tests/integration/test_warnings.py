@@ -114,6 +114,7 @@ def test_submit_with_torchrun_runs_every_rank_and_resumes_after_the_warning(
     print(f"measured: submit --launcher torchrun: resumed from epoch {epoch}, --wait exited 0")
 
 
+@pytest.mark.slurm_versions
 @pytest.mark.parametrize("launcher", ["srun", "torchrun"])
 def test_submit_warned_with_usr1_checkpoints_requeues_and_resumes(
     slurm_cluster: SlurmCluster, tmp_path: Path, launcher: str

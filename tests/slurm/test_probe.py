@@ -1,0 +1,161 @@
+"""The cluster probe's parsers, on what SLURM 22.05, 24.11 and 26.05 printed on the testbed
+(tests/fixtures/slurm_versions/<version>/) and on hand-made lines for what the testbed lacks."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from hpcdist.slurm.probe import (
+    Partition,
+    SlurmVersion,
+    config_values,
+    mpi_types,
+    nodes_from_sinfo,
+    parse_version,
+    partitions_from_json,
+    partitions_from_text,
+    time_text,
+)
+
+FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "slurm_versions"
+TESTBED_DEBUG = Partition("debug", "node[1-4]", 4, None, None, None, True)
+
+
+@pytest.mark.parametrize(
+    ("version", "expected"),
+    [
+        ("22.05", SlurmVersion(22, 5, 8)),
+        ("24.11", SlurmVersion(24, 11, 5)),
+        ("26.05", SlurmVersion(26, 5, 5)),
+    ],
+)
+def test_version_is_read_from_what_sinfo_printed(version: str, expected: SlurmVersion) -> None:
+    text = (FIXTURES / version / "sinfo-version.txt").read_text()
+    assert parse_version(text) == expected
+    assert str(expected) == text.split()[-1]
+
+
+@pytest.mark.parametrize(
+    ("text", "expected"),
+    [
+        ("slurm 23.02.7\n", SlurmVersion(23, 2, 7)),
+        ("slurm 25.05.0-0rc1", SlurmVersion(25, 5, 0)),
+        ("slurm 24.11", SlurmVersion(24, 11, 0)),
+        ("no version here", None),
+    ],
+)
+def test_version_forms(text: str, expected: SlurmVersion | None) -> None:
+    assert parse_version(text) == expected
+
+
+def test_versions_order_and_json_threshold() -> None:
+    assert SlurmVersion(22, 5, 8) < SlurmVersion(24, 11, 5) < SlurmVersion(26, 5, 5)
+    assert not SlurmVersion(22, 5, 8).at_least(23, 2)
+    assert SlurmVersion(23, 2, 0).at_least(23, 2)
+    assert SlurmVersion(24, 11, 5).at_least(23, 2)
+
+
+@pytest.mark.parametrize("version", ["22.05", "24.11", "26.05"])
+def test_text_partitions_of_every_version(version: str) -> None:
+    text = (FIXTURES / version / "scontrol-partition.txt").read_text()
+    assert partitions_from_text(text) == [TESTBED_DEBUG]
+
+
+def test_json_partitions_of_26_05_say_which_is_the_default() -> None:
+    text = (FIXTURES / "26.05" / "scontrol-partition.json").read_text()
+    assert partitions_from_json(text) == [TESTBED_DEBUG]
+
+
+def test_json_partitions_of_24_11_do_not_say_which_is_the_default() -> None:
+    # 24.11's scontrol --json has no "flags": the probe takes Default= from the text output.
+    text = (FIXTURES / "24.11" / "scontrol-partition.json").read_text()
+    (found,) = partitions_from_json(text)
+    assert found.default is None
+    assert found == Partition("debug", "node[1-4]", 4, None, None, None, None)
+
+
+def test_json_limits_in_minutes_become_seconds() -> None:
+    raw = json.loads((FIXTURES / "26.05" / "scontrol-partition.json").read_text())
+    part = raw["partitions"][0]
+    part["maximums"]["time"] = {"set": True, "infinite": False, "number": 90}
+    part["maximums"]["nodes"] = {"set": True, "infinite": False, "number": 2}
+    part["qos"]["assigned"] = "normal"
+    (found,) = partitions_from_json(json.dumps(raw))
+    assert (found.max_time_s, found.max_nodes, found.qos) == (5400, 2, "normal")
+
+
+def test_json_that_is_not_a_partition_list_raises() -> None:
+    with pytest.raises((ValueError, KeyError)):
+        partitions_from_json('{"errors": []}')
+
+
+def test_text_limits() -> None:
+    line = (
+        "PartitionName=gpu Default=NO QoS=gpuq MaxNodes=8 MaxTime=2-00:00:00 Nodes=g[01-16] "
+        "TotalNodes=16\nPartitionName=short MaxTime=30 Nodes=c1 TotalNodes=1 MaxNodes=1\n"
+    )
+    assert partitions_from_text(line) == [
+        Partition("gpu", "g[01-16]", 16, 172800, 8, "gpuq", False),
+        Partition("short", "c1", 1, 1800, 1, None, False),
+    ]
+
+
+def test_nodes_merge_partitions_and_read_typed_gpus() -> None:
+    text = (
+        "g01|gpu*|64|gpu:h100:4(S:0-1)|ib,nvlink|512000\n"
+        "g01|debug|64|gpu:h100:4(S:0-1)|ib,nvlink|512000\n"
+        "c01|cpu|40|(null)|(null)|192000\n"
+        "m01|mixed|32|gpu:a100:2,gpu:v100:2|a|1000\n"
+    )
+    g01, c01, m01 = nodes_from_sinfo(text)
+    assert (g01.partitions, g01.cpus, g01.gpus, g01.gpu_types) == (
+        ("gpu", "debug"),
+        64,
+        4,
+        ("h100",),
+    )
+    assert g01.features == ("ib", "nvlink")
+    assert (c01.gpus, c01.gpu_types, c01.features, c01.memory_mb) == (0, (), (), 192000)
+    assert (m01.gpus, m01.gpu_types) == (4, ("a100", "v100"))
+
+
+@pytest.mark.parametrize(
+    ("version", "expected"),
+    [
+        ("22.05", ("pmix", "none", "cray_shasta", "pmi2")),
+        ("24.11", ("none", "pmix", "cray_shasta", "pmi2")),
+        ("26.05", ("none", "cray_shasta", "pmi2")),
+    ],
+)
+def test_mpi_types_of_every_version(version: str, expected: tuple[str, ...]) -> None:
+    assert mpi_types((FIXTURES / version / "srun-mpi-list.txt").read_text()) == expected
+
+
+@pytest.mark.parametrize(
+    ("version", "task_plugin"),
+    [("22.05", "task/none"), ("24.11", "(null)"), ("26.05", "(null)")],
+)
+def test_config_values_of_every_version(version: str, task_plugin: str) -> None:
+    config = config_values((FIXTURES / version / "scontrol-config.txt").read_text())
+    assert config["JobAcctGatherType"] == "jobacct_gather/linux"
+    assert config["ProctrackType"] == "proctrack/linuxproc"
+    # 24.11 and later print task/none as "(null)".
+    assert config["TaskPlugin"] == task_plugin
+
+
+@pytest.mark.parametrize(
+    ("seconds", "text"),
+    [
+        (None, "unlimited"),
+        (59, "00:00:59"),
+        (3600, "01:00:00"),
+        (86399, "23:59:59"),
+        (86400, "1-00:00:00"),
+        (172800 + 61, "2-00:01:01"),
+    ],
+)
+def test_time_text(seconds: int | None, text: str) -> None:
+    assert time_text(seconds) == text
