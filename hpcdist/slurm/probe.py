@@ -153,6 +153,23 @@ def _gres_gpus(gres: str) -> tuple[int, tuple[str, ...]]:
     return count, tuple(sorted(types))
 
 
+def tres_gpus(value: str) -> tuple[str | None, int]:
+    """(type, count) of the GPUs in ``scontrol show job``'s TresPerNode/TresPerTask:
+    ``gres:gpu:tesla:2`` (SLURM 22.05) and ``gres/gpu:tesla:2`` (23.02 and later, which
+    write the TRES name with a slash); (None, 0) when no GPU is asked for."""
+    for item in value.split(","):
+        name, _, rest = item.replace("gres/", "gres:", 1).partition("gres:")
+        if name or not rest.startswith("gpu"):
+            continue
+        parts = rest.split(":")
+        if parts[0] != "gpu":
+            continue
+        count = parts[-1] if len(parts) > 1 and parts[-1].isdigit() else "1"
+        gpu_type = parts[1] if len(parts) == 3 else None
+        return gpu_type, int(count)
+    return None, 0
+
+
 def nodes_from_sinfo(text: str) -> list[Node]:
     """``sinfo -h -N -o '%N|%P|%c|%G|%f|%m'``: a line per node and partition; merged by node."""
     merged: dict[str, Node] = {}

@@ -14,6 +14,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+from hpcdist.slurm.nodelist import NodeListError, expand_nodelist
 from hpcdist.slurm.parse import (
     base_state,
     parse_duration,
@@ -42,6 +43,8 @@ SACCT_FIELDS = (
     "End",
     "Submit",
     "WorkDir",
+    "JobIDRaw",
+    "User",
 )
 # SLURM >= 23.02 also keeps the log paths in the database.
 SACCT_LOG_FIELDS = ("StdOut", "StdErr")
@@ -133,7 +136,7 @@ def from_sacct(rows: Sequence[Mapping[str, str]], job_id: str) -> JobInfo | None
     row = attempts[-1]
     code, signal = parse_exit_code(row.get("ExitCode", "0:0"))
     workdir = _none(row.get("WorkDir"))
-    stdout = _none(row.get("StdOut"))
+    stdout = sacct_log_path(row.get("StdOut"), row)
     if stdout is None and workdir is not None:
         stdout = guess_log(Path(workdir), job_id)
     return JobInfo(
@@ -149,10 +152,52 @@ def from_sacct(rows: Sequence[Mapping[str, str]], job_id: str) -> JobInfo | None
         signal=signal,
         restarts=len(attempts) - 1,
         stdout=stdout,
-        stderr=_none(row.get("StdErr")) or stdout,
+        stderr=sacct_log_path(row.get("StdErr"), row) or stdout,
         workdir=workdir,
         source="sacct",
     )
+
+
+# SLURM's filename pattern letters that a job's own record decides (sbatch(1)); %t (the task)
+# and %s (the step) name no single file of the job and stay for the caller.
+_LOG_PATTERN = re.compile(r"%(\d*)([%AajJNnux])")
+
+
+def sacct_log_path(value: str | None, row: Mapping[str, str]) -> str | None:
+    """sacct's StdOut/StdErr as a file name. sacct (SLURM >= 23.02) keeps the pattern as
+    given (``/w/%x-%j.out``), unlike scontrol, which prints it expanded: expanded here as
+    SLURM expands it for the batch step (the first node is %N, node index 0)."""
+    path = _none(value)
+    if path is None or "%" not in path:
+        return path
+    job_id = row.get("JobID", "")
+    array_job, _, array_task = job_id.partition("_")
+    first_node = ""
+    nodes = _none(row.get("NodeList"))
+    if nodes:
+        try:
+            first_node = expand_nodelist(nodes)[0]
+        except NodeListError:
+            first_node = nodes
+    values = {
+        "j": row.get("JobIDRaw") or job_id,
+        "J": row.get("JobIDRaw") or job_id,
+        "A": array_job,
+        "a": array_task or "4294967294",  # what SLURM writes for a job outside an array
+        "x": row.get("JobName", ""),
+        "u": row.get("User", ""),
+        "N": first_node,
+        "n": "0",
+    }
+
+    def one(match: re.Match[str]) -> str:
+        width, letter = match.groups()
+        if letter == "%":
+            return "%"
+        value = values.get(letter) or match.group(0)
+        return value.zfill(int(width)) if width and value.isdigit() else value
+
+    return _LOG_PATTERN.sub(one, path)
 
 
 def guess_log(workdir: Path, job_id: str) -> str | None:

@@ -13,6 +13,7 @@ from pathlib import Path
 import pytest
 
 from hpcdist.render.script import quote, render
+from hpcdist.slurm.probe import tres_gpus
 from hpcdist.spec.options import spec_from_options
 from tests.integration.conftest import SlurmCluster, sbatch, slurm_env
 from tests.integration.sidebed import FINAL, SideBed, show_job, side_testbed, wait_state
@@ -203,7 +204,9 @@ def test_submit_without_a_gpu_count_takes_the_partitions_typed_gpus(
         assert "nodes x 2 tasks" in run.stdout
         shown = show_job(int(job_id))
         assert shown["JobState"] == "COMPLETED"
-        assert shown["TresPerNode"] == "gres:gpu:tesla:2"
+        # 22.05 writes gres:gpu:tesla:2, 23.02 and later gres/gpu:tesla:2.
+        assert shown["TresPerNode"] in ("gres:gpu:tesla:2", "gres/gpu:tesla:2")
+        assert tres_gpus(shown["TresPerNode"]) == ("tesla", 2)
         folder = tmp_path / ".hpcdist" / "submitit" / job_id
         ranks = sorted(
             (folder / f"{job_id}_{task}_log.out").read_text().count("gpus 2") for task in range(4)
@@ -232,5 +235,7 @@ def test_rendered_gpu_type_job_is_scheduled_on_the_typed_gpus(
         shown = wait_state(job.job_id, FINAL, timeout=120)
         log = (tmp_path / f"ufsemulator-nccl-{job.job_id}.out").read_text()
         assert shown["JobState"] == "COMPLETED", log
-        assert shown["TresPerNode"] == "gres:gpu:tesla:2"
+        # 22.05 writes gres:gpu:tesla:2, 23.02 and later gres/gpu:tesla:2.
+        assert shown["TresPerNode"] in ("gres:gpu:tesla:2", "gres/gpu:tesla:2")
+        assert tres_gpus(shown["TresPerNode"]) == ("tesla", 2)
         assert "0: rank 0 gpus 2" in log and "1: rank 1 gpus 2" in log

@@ -18,6 +18,7 @@ from hpcdist.slurm.probe import (
     partitions_from_json,
     partitions_from_text,
     time_text,
+    tres_gpus,
 )
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "slurm_versions"
@@ -159,3 +160,21 @@ def test_config_values_of_every_version(version: str, task_plugin: str) -> None:
 )
 def test_time_text(seconds: int | None, text: str) -> None:
     assert time_text(seconds) == text
+
+
+@pytest.mark.parametrize(
+    ("value", "expected"),
+    [
+        ("gres:gpu:tesla:2", ("tesla", 2)),  # 22.05
+        ("gres/gpu:tesla:2", ("tesla", 2)),  # 23.02 and later
+        ("gres/gpu:4", (None, 4)),
+        ("gres:gpu:4", (None, 4)),
+        ("gres/gpu", (None, 1)),
+        ("gres/shard:2,gres/gpu:h100:8", ("h100", 8)),
+        ("gres/gpumem:4G", (None, 0)),
+        ("", (None, 0)),
+        ("(null)", (None, 0)),
+    ],
+)
+def test_tres_gpus_reads_both_spellings(value: str, expected: tuple[str | None, int]) -> None:
+    assert tres_gpus(value) == expected

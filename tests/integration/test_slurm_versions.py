@@ -1,0 +1,153 @@
+"""What differs between SLURM versions, on the running testbed (22.05, 24.11 or 26.05, as
+HPCDIST_TESTBED_SLURM chose): the doctor's probe, a profile written from it, and the logs of a
+job the controller has forgotten (sacct >= 23.02 keeps the unexpanded --output pattern)."""
+
+from __future__ import annotations
+
+import os
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from hpcdist.slurm.probe import parse_version
+from hpcdist.slurm.query import from_sacct, sacct_rows
+from tests.integration.conftest import SlurmCluster, run_slurm, sbatch, slurm_env, unlabel
+
+pytestmark = pytest.mark.slurm_versions
+
+HPCDIST = [sys.executable, "-m", "hpcdist.cli.main"]
+COMMCHECK = f"{sys.executable} -m hpcdist.distributed.commcheck --timeout 60"
+
+
+def hpcdist(
+    *args: str, cwd: Path, env: dict[str, str] | None = None, timeout: float = 300
+) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [*HPCDIST, *args],
+        cwd=cwd,
+        env={**slurm_env(), **(env or {})},
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+    )
+
+
+def _version() -> str:
+    found = parse_version(run_slurm("sinfo", "--version").stdout)
+    assert found is not None
+    return str(found)
+
+
+def test_doctor_prints_the_version_it_found_and_no_false_alarm(
+    slurm_cluster: SlurmCluster, tmp_path: Path
+) -> None:
+    run = hpcdist("doctor", "--job", cwd=tmp_path)
+    assert run.returncode == 0, run.stdout + run.stderr
+    lines = run.stdout.splitlines()
+    assert re.fullmatch(rf"SLURM version +{re.escape(_version())}", lines[0]), lines[0]
+    assert "WARN" not in run.stdout and "FAIL" not in run.stdout, run.stdout
+    table = {line.split("  ")[0]: line.split("  ", 1)[1].strip() for line in lines if "  " in line}
+    assert table["controller"] == "reachable"
+    assert table["accounting"] == "sacct works"
+    assert table["JobAcctGather"] == "jobacct_gather/linux"
+    assert table["scontrol in a job"] == "works"
+    debug = table["partition debug"]
+    assert debug.startswith("4 nodes (max all a job), time unlimited, QOS none, CPUs/node 2")
+    assert debug.endswith("features testbed [default]"), debug
+    assert lines[-1] == "nothing blocks a job"
+
+
+def test_doctor_names_what_in_the_profile_the_cluster_lacks(
+    slurm_cluster: SlurmCluster, tmp_path: Path
+) -> None:
+    profile = tmp_path / "wrong.yaml"
+    profile.write_text(
+        "partition: debug\ncores_per_node: 64\ngpus_per_node: 0\ngpu_types: [h100]\nmax_nodes: 4\n"
+    )
+    profile.chmod(0o600)
+    run = hpcdist("doctor", "--profile", str(profile), cwd=tmp_path)
+    assert run.returncode == 1, run.stdout + run.stderr
+    where = f"profile 'wrong' ({profile})"
+    assert f"{where}  FAIL: cores_per_node 64 > 2 CPUs of debug's nodes" in run.stdout
+    assert "advice: set cores_per_node to 2" in run.stdout
+    assert "FAIL: GPU type 'h100' not in debug" in run.stdout
+    assert "advice: use one of no type (untyped GPUs)" in run.stdout
+    assert run.stdout.splitlines()[-1] == "2 problem(s) block a job"
+
+
+def test_profile_init_writes_a_profile_that_renders_and_submits(
+    slurm_cluster: SlurmCluster, tmp_path: Path
+) -> None:
+    config = tmp_path / "config"
+    env = {"XDG_CONFIG_HOME": str(config)}
+    made = hpcdist("profile", "init", "testbed", cwd=tmp_path, env=env)
+    assert made.returncode == 0, made.stderr
+    written = config / "hpcdist" / "profiles" / "testbed.yaml"
+    text = written.read_text()
+    assert f"from SLURM {_version()}" in text.splitlines()[0]
+    for line in ("partition: debug", "cores_per_node: 2", "gpus_per_node: 0", "max_nodes: 4"):
+        assert line in text.splitlines(), text
+    assert "features: [testbed]" in text
+    again = hpcdist("profile", "init", "testbed", cwd=tmp_path, env=env)
+    assert again.returncode == 2
+    assert again.stderr == (
+        f"hpcdist: error: profile 'testbed' exists ({written}); remove it or choose another name\n"
+    )
+    script = hpcdist(
+        "render", "--profile", "testbed", "--mode", "gloo", "--nodes", "2", cwd=tmp_path, env=env
+    )
+    assert script.returncode == 0, script.stderr
+    assert '#SBATCH --partition="debug"' in script.stdout
+    run = hpcdist(
+        "submit",
+        "--profile",
+        "testbed",
+        "--nodes=2",
+        "--backend=gloo",
+        "--wait",
+        "--command",
+        COMMCHECK,
+        cwd=tmp_path,
+        env=env,
+    )
+    assert run.returncode == 0, run.stdout + run.stderr
+    assert "COMPLETED" in run.stdout
+
+
+def test_logs_of_a_job_the_controller_forgot_come_from_sacct(
+    slurm_cluster: SlurmCluster, tmp_path: Path
+) -> None:
+    job = sbatch(
+        "#!/bin/bash\necho from-the-batch-step\n",
+        "--job-name=forgot",
+        f"--output={tmp_path}/%x-%j.out",
+        cwd=tmp_path,
+    )
+    assert job.returncode == 0, job.stderr
+    assert slurm_cluster.job_state(job.job_id) == "COMPLETED"
+    real = tmp_path / f"forgot-{job.job_id}.out"
+    assert real.read_text() == "from-the-batch-step\n"
+    rows = sacct_rows(str(job.job_id))
+    raw = [row.get("StdOut") for row in rows if row.get("JobID") == str(job.job_id)]
+    version = parse_version(run_slurm("sinfo", "--version").stdout)
+    assert version is not None
+    if version.at_least(23, 2):
+        assert raw == [f"{tmp_path}/%x-%j.out"]  # the pattern, not the file
+    else:
+        assert raw == [None]  # no StdOut field: the log is found in the WorkDir
+    info = from_sacct(rows, str(job.job_id))
+    assert info is not None and info.stdout == str(real)
+    # `hpcdist logs` once scontrol no longer knows the job (MinJobAge after its end).
+    stub = tmp_path / "stub"
+    stub.mkdir()
+    (stub / "scontrol").write_text(
+        "#!/bin/sh\necho 'slurm_load_jobs error: Invalid job id specified' >&2\nexit 1\n"
+    )
+    (stub / "scontrol").chmod(0o755)
+    path = f"{stub}{os.pathsep}{os.environ['PATH']}"
+    logs = hpcdist("logs", str(job.job_id), cwd=tmp_path, env={"PATH": path})
+    assert logs.returncode == 0, logs.stderr
+    assert unlabel(logs.stdout) == "from-the-batch-step\n"
