@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
-# hpcdist's GPU jobs through a REAL SLURM 22.05 on one machine with 4 GPUs and no SLURM
-# installed (docs/gpu-slurm.md). Run from the repository root:
+# hpcdist's GPU jobs through a REAL SLURM (22.05, 24.11 or 26.05) on one machine with 4 GPUs
+# and no SLURM installed (docs/gpu-slurm.md). Run from the repository root:
 #
 #     bench/gpu_slurm_job.sh [OUT_DIR]                 # the GPU run; default: $OUT, else /tmp/gpu-slurm-out
 #     bench/gpu_slurm_job.sh --cpu [OUT_DIR]           # the same testbeds and jobs without GPUs (CI)
@@ -11,6 +11,9 @@
 # its GPUs at run time (it must stop at once, saying that it found none), the preemption of a
 # training that must resume to the uninterrupted run's weights, and the 2-node training (gloo
 # on the CPU instead of NCCL). The GPU-only jobs are listed as skipped.
+# GPU_SLURM_VERSION picks the SLURM release (22.05, the default, from .debs/; 24.11 or 26.05 from
+# the folder scripts/slurm-release prepared: .slurm/<version>/root beside the working tree, else
+# its cache, made on first use where a package registry answers).
 # GPU_SLURM_WORK moves the work folder (default /tmp/gpujob); GPU_SLURM_BUDGET_S (480) stops
 # submitting once that many seconds have passed.
 #
@@ -46,6 +49,11 @@ OUT_DIR=${1:-${OUT:-/tmp/gpu-slurm-out}}
 WORK=${GPU_SLURM_WORK:-/tmp/gpujob}
 LOGS=$WORK/logs
 ROOT=$WORK/slurmroot
+VERSION=${GPU_SLURM_VERSION:-22.05}
+case "$VERSION" in
+  22.05 | 24.11 | 26.05) ;;
+  *) echo "GPU_SLURM_VERSION=$VERSION; expected 22.05, 24.11 or 26.05" >&2; exit 2 ;;
+esac
 SITE=/tmp/site
 SUMMARY=$OUT_DIR/summary.txt
 PASSED=0 FAILED=0 SKIPPED=0 JOB="" OUTPUT=""
@@ -58,6 +66,7 @@ rm -rf "$LOGS" "$WORK/runs" && mkdir -p "$OUT_DIR" "$LOGS"
 OUT_DIR=$(cd "$OUT_DIR" && pwd) WORK=$(cd "$WORK" && pwd)
 # The testbeds' folders: a short path, since slurmstepd's socket path must fit in 108 bytes.
 TESTBEDS=/tmp/gsj-${GPU_SLURM_PORT_OFFSET:-0}
+[ "$VERSION" = 22.05 ] || TESTBEDS=$TESTBEDS-${VERSION/./}
 : >"$SUMMARY"
 
 # NVLink multicast stays off in every process: the driver, the daemons, every job and task
@@ -97,7 +106,17 @@ if [ "$MODE" = gpu ]; then
 fi
 
 # ------------------------------------------------------------------ 1. SLURM and wheels
-if [ "$MODE" != render ]; then
+if [ "$MODE" != render ] && [ "$VERSION" != 22.05 ]; then
+  t=$(stamp)
+  # A prepared folder travels with the working tree as .slurm/<version>/root (see above).
+  [ -f "$REPO/.slurm/$VERSION/root/.hpcdist-slurm.json" ] && export HPCDIST_TESTBED_CACHE=$REPO/.slurm
+  if ROOT=$(scripts/slurm-release prepare "$VERSION" 2>"$LOGS/slurm-release.log"); then
+    note "SLURM $VERSION from $ROOT ($(scripts/slurm-release check "$ROOT")) in $(since "$t") s"
+  else
+    note "scripts/slurm-release prepare $VERSION failed: $(tail -2 "$LOGS/slurm-release.log" | tr '\n' ' ')"
+  fi
+fi
+if [ "$MODE" != render ] && [ "$VERSION" = 22.05 ]; then
   t=$(stamp)
   DEBS=$REPO/.debs
   if ! ls "$DEBS"/*.deb >/dev/null 2>&1 && [ "$MODE" = cpu ]; then
@@ -109,6 +128,8 @@ if [ "$MODE" != render ]; then
   rm -rf "$ROOT" && mkdir -p "$ROOT"
   for deb in "$DEBS"/*.deb; do dpkg -x "$deb" "$ROOT" || note "dpkg -x $deb failed"; done
   note "unpacked $(ls "$DEBS"/*.deb 2>/dev/null | wc -l) .debs into $ROOT in $(since "$t") s"
+fi
+if [ "$MODE" != render ]; then
   if [ "$MODE" = gpu ]; then
     t=$(stamp)
     python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade \
@@ -136,6 +157,7 @@ testbed_up() {  # name nodes gpus_per_node cpus_per_node cgroup [preempt]
     return 0
   fi
   export HPCDIST_TESTBED_DIR=$TESTBEDS/$1 HPCDIST_TESTBED_PREFIX=$ROOT HPCDIST_TESTBED_ACCOUNTING=0
+  export HPCDIST_TESTBED_SLURM=$VERSION
   export HPCDIST_TESTBED_NODES=$2 HPCDIST_TESTBED_GPUS=$3 HPCDIST_TESTBED_CPUS=$4
   export HPCDIST_TESTBED_MEMORY=64000 HPCDIST_TESTBED_PARTITION=gpu HPCDIST_TESTBED_CGROUP=$5
   export HPCDIST_TESTBED_PREEMPT=${6:-off} HPCDIST_TESTBED_GRACE_TIME=30
