@@ -13,6 +13,7 @@ import os
 import re
 import subprocess
 import sys
+from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import datetime, timezone
 
@@ -38,7 +39,7 @@ class Row:
     advice: str = ""
 
 
-def _plugins(config: dict[str, str]) -> str:
+def _plugins(config: Mapping[str, str]) -> str:
     keys = ("ProctrackType", "TaskPlugin", "CgroupPlugin")
     shown = [f"{k}={config[k]}" for k in keys if config.get(k) not in (None, "", "(null)")]
     return ", ".join(shown) or "none reported"
