@@ -112,3 +112,44 @@ def test_a_base_directory_too_long_for_slurmstepds_sockets_is_refused_before_any
     assert f"base directory {base} is too long for slurmstepd's sockets" in proc.stderr
     assert "123 > 107 bytes" in proc.stderr
     assert not base.exists()
+
+
+def _up(env: dict[str, str]) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [str(REPO / "scripts" / "slurm-testbed"), "up"],
+        env={**os.environ, **env},
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+
+
+def test_a_slurm_version_the_testbed_cannot_make_is_one_line(tmp_path: Path) -> None:
+    proc = _up({"HPCDIST_TESTBED_DIR": str(tmp_path / "tb"), "HPCDIST_TESTBED_SLURM": "23.02"})
+    assert (proc.returncode, proc.stdout) == (1, "")
+    assert proc.stderr == (
+        "slurm-testbed: up failed: HPCDIST_TESTBED_SLURM='23.02'; expected one of 22.05, "
+        "24.11, 26.05\n"
+    )
+
+
+def test_a_base_directory_keeps_the_slurm_version_of_its_state(tmp_path: Path) -> None:
+    # SLURM converts its saved state only forward, and not across many releases: a base
+    # directory that ran 22.05 is never handed to 26.05 (nor back).
+    base = tmp_path / "tb"
+    (base / "etc").mkdir(parents=True)
+    (base / "state").mkdir()
+    (base / "state" / "job_state").write_text("")
+    (base / "etc" / "testbed.json").write_text('{"slurm": "22.05", "port_offset": 95}')
+    proc = _up(
+        {
+            "HPCDIST_TESTBED_DIR": str(base),
+            "HPCDIST_TESTBED_SLURM": "26.05",
+            "HPCDIST_TESTBED_PORT_OFFSET": "95",
+        }
+    )
+    assert (proc.returncode, proc.stdout) == (1, "")
+    assert (
+        f"slurm-testbed: up failed: {base} holds the state of SLURM 22.05, not 26.05" in proc.stderr
+    ), proc.stderr
+    assert not (base / "etc" / "slurm.conf").exists()
