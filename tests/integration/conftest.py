@@ -226,6 +226,23 @@ def job_state(job_id: int, timeout: float = 120.0, poll_s: float = 0.5) -> str:
         time.sleep(poll_s)
 
 
+def _exported(lines: str, names: tuple[str, ...]) -> dict[str, str]:
+    """The values of ``names`` after the shell runs the ``export`` lines of `up`."""
+    if not any(
+        line.startswith(tuple(f"export {n}=" for n in names)) for line in lines.splitlines()
+    ):
+        return {}
+    shown = subprocess.run(
+        ["bash", "-c", 'eval "$1" && env -0', "bash", lines],
+        capture_output=True,
+        text=True,
+        timeout=30,
+        check=True,
+    ).stdout
+    env = dict(item.split("=", 1) for item in shown.split("\0") if "=" in item)
+    return {n: env[n] for n in names if n in env and env[n] != os.environ.get(n)}
+
+
 @pytest.fixture(scope="session")
 def slurm_cluster() -> Iterator[SlurmCluster]:
     """The running testbed; SLURM_CONF points at it for the whole session."""
@@ -245,6 +262,9 @@ def slurm_cluster() -> Iterator[SlurmCluster]:
     slurm_conf = Path(exports[-1].split("=", 1)[1].strip())
     previous = os.environ.get("SLURM_CONF")
     os.environ["SLURM_CONF"] = str(slurm_conf)
+    # A SLURM release of the testbed's own (HPCDIST_TESTBED_SLURM=24.11, a prefix) also puts its
+    # tools first on PATH: the system's SLURM must not talk to that controller.
+    os.environ.update(_exported(proc.stdout, ("PATH", "LD_LIBRARY_PATH")))
     try:
         yield SlurmCluster(
             base_dir=slurm_conf.parent.parent,
