@@ -23,6 +23,7 @@ from pathlib import Path
 import pytest
 import torch
 
+from hpcdist.slurm.probe import parse_version
 from tests.integration.conftest import (
     SlurmCluster,
     finish_waiting,
@@ -103,7 +104,7 @@ def test_requeue_mode_preempted_training_resumes_with_the_uninterrupted_weights(
         shown = wait_state(job.job_id, ("COMPLETED", "FAILED", "CANCELLED", "TIMEOUT"), 300)
     log = _log(tmp_path, "preempted", job.job_id)
     assert shown["JobState"] == "COMPLETED", log
-    assert shown["Restarts"] == "1", shown
+    assert shown["Restarts"] == str(_restarts_after_one_preemption()), shown
     assert "checkpoint written, requeueing" in log, log
     resumed = re.findall(r"Resuming from \S+ \(epoch (\d+), restart 1\)", log)
     assert resumed, log
@@ -112,6 +113,14 @@ def test_requeue_mode_preempted_training_resumes_with_the_uninterrupted_weights(
         f"measured: REQUEUE preemption after epoch 3, resumed from epoch {resumed[0]}, "
         f"weights equal to the uninterrupted run ({time.monotonic() - started:.0f} s)"
     )
+
+
+def _restarts_after_one_preemption() -> int:
+    """SLURM 24.11 requeues a job preempted in REQUEUE mode once more when its next run ends
+    (a plain sbatch script that just exits shows Restarts=2 too); 22.05 and 26.05 once. The
+    extra run resumes the finished run's checkpoint and ends with the same weights."""
+    version = parse_version(run_slurm("sinfo", "--version").stdout)
+    return 2 if version is not None and (version.major, version.minor) == (24, 11) else 1
 
 
 def _seconds_between(earlier: str, later: str) -> float:
