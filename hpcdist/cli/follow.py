@@ -178,13 +178,33 @@ def _unlabel(rank: int | None) -> Callable[[str], str]:
 
 
 def follow(record: JobRecord, rank: int, poll_s: float = 1.0) -> str:
-    """Print a rank's log as it grows until the job reaches a final state; return it."""
-    return follow_files(
-        [(record.log_path(rank, "out"), False), (record.log_path(rank, "err"), True)],
-        lambda: job_state(record),
-        lambda line: True,
-        poll_s,
-    )
+    """Print a job's log as it grows until the job reaches a final state; return it. A
+    local job: rank ``rank``'s log; a SLURM job: the log its script names (every rank)."""
+    if record.executor == "local":
+        paths = [(record.log_path(rank, "out"), False), (record.log_path(rank, "err"), True)]
+        return follow_files(paths, lambda: job_state(record), lambda line: True, poll_s)
+    info = query_job(record.job_id)
+    if info is None:
+        raise unknown_job(record.job_id)
+    paths, keep, shown = _slurm_view(info, None)
+    return follow_files(paths, lambda: job_state(record), keep, poll_s, shown)
+
+
+def record_log_names(record: JobRecord) -> list[tuple[str, str]]:
+    """(what, path) of the logs a user follows for a job of this folder."""
+    if record.executor == "local":
+        return [
+            ("rank 0 log", str(record.log_path(0))),
+            ("rank 0 err", str(record.log_path(0, "err"))),
+        ]
+    info = query_job(record.job_id)
+    found = job_logs(info, None, [Path.cwd()]) if info is not None else None
+    if found is None or found.stdout is None:
+        return [("log", "unknown (SLURM does not name it yet)")]
+    names = [("log", str(found.stdout))]
+    if found.stderr is not None and found.stderr != found.stdout:
+        names.append(("err", str(found.stderr)))
+    return names
 
 
 def follow_files(
@@ -259,18 +279,18 @@ def logs(job_id: str, rank: int | None, follow_: bool) -> int:
     """Print a job's log (stdout, then stderr): any SLURM job, or one of this folder."""
     record = find_record(job_id)
     info = None
-    if record is None:
+    if record is None or record.executor == "slurm":
         info = query_job(job_id)
         # A job of `hpcdist submit` from another folder: its record is in the folder it ran in.
-        if info is not None and info.workdir:
+        if record is None and info is not None and info.workdir:
             record = _record_in(Path(info.workdir), job_id)
-    if record is not None:
+    if record is not None and rank is not None and not 0 <= rank < record.tasks:
+        raise click.BadParameter(
+            f"{rank} is not a rank of job {job_id}; expected 0..{record.tasks - 1}",
+            param_hint="--rank",
+        )
+    if record is not None and record.executor == "local":
         rank = 0 if rank is None else rank
-        if not 0 <= rank < record.tasks:
-            raise click.BadParameter(
-                f"{rank} is not a rank of job {job_id}; expected 0..{record.tasks - 1}",
-                param_hint="--rank",
-            )
         if follow_:
             follow(record, rank)
             return 0
@@ -287,17 +307,7 @@ def logs(job_id: str, rank: int | None, follow_: bool) -> int:
         if query_jobs(job_id):
             raise UserError(f"job {job_id} is an array; expected one task, e.g. {job_id}_0")
         raise unknown_job(job_id)
-    found = job_logs(info, rank, [Path.cwd()])
-    if found.stdout is None:
-        raise UserError(
-            f"no log of job {job_id} ({info.state}) found; looked in: {'; '.join(found.looked)}"
-        )
-    paths = found.files()
-    keep, shown = _rank_filter(rank), _unlabel(rank)
-    if found.per_rank:  # the job's --rank-logs split files of this rank
-        keep = _rank_filter(None)
-    elif split := _split_logs(paths, rank):  # a job without a log record: its split files
-        paths, keep = split, _rank_filter(None)
+    paths, keep, shown = _slurm_view(info, rank)
     if follow_:
 
         def current() -> str:
@@ -321,6 +331,25 @@ def logs(job_id: str, rank: int | None, follow_: bool) -> int:
         raise UserError(f"nothing for {whose} ({info.state}) in {looked}")
     click.echo(printed, nl=False)
     return 0
+
+
+def _slurm_view(
+    info: JobInfo, rank: int | None
+) -> tuple[list[tuple[Path, bool]], Callable[[str], bool], Callable[[str], str]]:
+    """A SLURM job's log files, and which of their lines are rank ``rank``'s (all: None)."""
+    found = job_logs(info, rank, [Path.cwd()])
+    if found.stdout is None:
+        raise UserError(
+            f"no log of job {info.job_id} ({info.state}) found; looked in: "
+            f"{'; '.join(found.looked)}"
+        )
+    paths = found.files()
+    keep, shown = _rank_filter(rank), _unlabel(rank)
+    if found.per_rank:  # the job's --rank-logs split files of this rank
+        keep = _rank_filter(None)
+    elif split := _split_logs(paths, rank):  # a job without a log record: its split files
+        paths, keep = split, _rank_filter(None)
+    return paths, keep, shown
 
 
 @click.command(name="list")

@@ -16,6 +16,7 @@ from typing import Any
 
 import click
 
+from hpcdist.distributed.cpulayout import cpus_per_task
 from hpcdist.distributed.distenv import expand_tasks_per_node
 from hpcdist.errors import UserError
 from hpcdist.spec.options import job_options, spec_from_options
@@ -61,7 +62,7 @@ def run_options(options: Mapping[str, Any], allocation: Allocation) -> dict[str,
     mode = out.get("mode") or out.get("backend")
     if out.get("cpus_per_task") is None and mode != "nccl":
         tasks = out.get("tasks_per_node") or out.get("gpus_per_node") or 1
-        out["cpus_per_task"] = max(1, allocation.cpus_per_node // int(tasks))
+        out["cpus_per_task"] = cpus_per_task(allocation.cpus_per_node, int(tasks))
     if out.get("requeue") is None:
         out["requeue"] = False
     return out

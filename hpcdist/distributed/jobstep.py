@@ -26,6 +26,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
+from hpcdist.distributed.cpulayout import cpus_per_task
 from hpcdist.distributed.gpus import count_gpus, listed_gpus
 from hpcdist.distributed.jobsecret import create_secret_file
 from hpcdist.distributed.protocol import (
@@ -84,8 +85,9 @@ def prepare(
     return lines
 
 
-def node_gpus(env: Mapping[str, str], listed: int) -> list[str]:
-    """Shell lines naming this node's GPUs (``gpus``, ``counted``, srun's ``gpu_request``);
+def node_gpus(env: Mapping[str, str], listed: int, cpus: int | None = None) -> list[str]:
+    """Shell lines naming this node's GPUs (``gpus``, ``counted``, srun's ``gpu_request``)
+    and each task's CPUs (``cpus``: the given count, else the node's shared by its GPUs);
     UserError, in one line, where it has none."""
     found = count_gpus(env, listed, whole_node=True)
     if found.count < 1:
@@ -98,7 +100,11 @@ def node_gpus(env: Mapping[str, str], listed: int) -> list[str]:
     # tasks get no CUDA_VISIBLE_DEVICES. GPUs SLURM does not hand out (no gres/gpu) it would
     # refuse to give.
     request = f"--gpus-per-node={found.count}" if found.granted else ""
-    lines = [f"gpus={found.count}", f"counted={shlex.quote(found.seen)}"]
+    if cpus is None:
+        on_node = env.get("SLURM_CPUS_ON_NODE", "").strip()
+        cores = int(on_node) if on_node.isdigit() else (os.cpu_count() or 1)
+        cpus = cpus_per_task(cores, found.count)
+    lines = [f"gpus={found.count}", f"cpus={cpus}", f"counted={shlex.quote(found.seen)}"]
     lines.append(f"gpu_request={shlex.quote(request)}")
     if not found.granted and "CUDA_VISIBLE_DEVICES" not in env:
         # Nothing else tells the tasks that the node's GPUs are theirs: say it as SLURM would.
@@ -145,7 +151,8 @@ def _parser() -> argparse.ArgumentParser:
     ready.add_argument("--log-record", required=True, help="the job's log patterns, JSON")
     ready.add_argument("--marker", action="store_true", help="the job may ask for a requeue")
     ready.add_argument("--torchrun-port", action="store_true", help="print MASTER_PORT")
-    steps.add_parser("gpus", help="count this node's GPUs")
+    count = steps.add_parser("gpus", help="count this node's GPUs")
+    count.add_argument("--cpus-per-task", type=int, help="each task's CPUs (default: shared)")
     launch = steps.add_parser("run", help="run srun, pass the warning on, requeue")
     launch.add_argument("--warning", help="the signal to pass on to srun (B:), e.g. USR1")
     launch.add_argument(
@@ -167,7 +174,7 @@ def main(argv: list[str] | None = None) -> int:
         if args.step == "prepare":
             lines = prepare(os.environ, args.log_record, args.marker, args.torchrun_port)
         elif args.step == "gpus":
-            lines = node_gpus(os.environ, listed_gpus())
+            lines = node_gpus(os.environ, listed_gpus(), args.cpus_per_task)
         else:
             if args.command[:1] == ["--"]:
                 args.command = args.command[1:]

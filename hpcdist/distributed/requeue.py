@@ -29,6 +29,7 @@ from pathlib import Path
 from typing import Any
 
 from hpcdist.distributed.protocol import (
+    LOCAL_FOLDER_VAR,
     REQUEUE_EXIT_CODE,
     RESTARTS_VAR,
     RUN_DIR_VAR,
@@ -107,6 +108,11 @@ def requeue_job(
     (hpcdist's submitit task) a refused ``scontrol requeue`` leaves the job to SLURM."""
     job = env.get("SLURM_JOB_ID", "")
     if not job:
+        return False
+    if env.get(LOCAL_FOLDER_VAR):
+        # A job of this machine (``--executor local``): no queue to go back to. Its
+        # checkpoint stays; `submit --resume` starts from it.
+        _say("a local job is not requeued; its checkpoint is kept for --resume")
         return False
     restarts = restarts_so_far(env)
     why = refusal(job, restarts, max_restarts, terminated, terminated and is_preempted(job))

@@ -10,6 +10,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
+from hpcdist.distributed.cpulayout import cpus_per_task
 from hpcdist.distributed.hangs import COLLECTIVE_TIMEOUT_ENV
 from hpcdist.errors import SpecError
 from hpcdist.spec.joboption import JobOption
@@ -184,8 +185,7 @@ def _gpus(mode: str, value: Count, profile: Profile, flag: object) -> Count:
 
 def _fair_cpus(profile: Profile, tasks_per_node: int) -> int:
     """All of a node's cores, shared evenly by the tasks on it."""
-    cores = profile.cores_per_node or 1
-    return max(1, cores // max(1, tasks_per_node))
+    return cpus_per_task(profile.cores_per_node or 1, tasks_per_node)
 
 
 def _as_declared(option: JobOption, value: Any) -> Any:
