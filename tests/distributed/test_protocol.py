@@ -32,7 +32,6 @@ SOURCES = [
         protocol.MARKER_DIR,
         protocol.SECRET_VAR,
         protocol.SECRET_DIR,
-        "requeue-marker",
         f"= {protocol.REQUEUE_EXIT_CODE}",
         f"{protocol.PORT_LOW}",
         f"{protocol.PORT_HIGH}",

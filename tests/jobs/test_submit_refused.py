@@ -13,6 +13,7 @@ import pytest
 from hpcdist.errors import UserError
 from hpcdist.jobs.records import load_record
 from hpcdist.jobs.submit import job_workdir, submit
+from hpcdist.render.script import render
 from hpcdist.spec.options import spec_from_options
 from hpcdist.state.snapshot import FolderSnapshot
 
@@ -81,8 +82,11 @@ def test_an_accepted_submit_keeps_its_folders(
     record = submit(spec, "slurm", project_dir=project, preflight_check=False).record
     assert record.job_id == "4242"
     made = _tree(project)
-    assert ".hpcdist/secrets" in made and ".hpcdist/jobs/4242.json" in made
-    assert any(p.startswith(".hpcdist/submitit/4242/") for p in made), made
+    assert ".hpcdist/jobs/4242.json" in made
+    # submitit keeps the very script it queued (the job makes its own secret when it starts).
+    queued = project / ".hpcdist/submitit/4242/4242_submission.sh"
+    assert queued.read_text() == render(spec)
+    assert ".hpcdist/secrets" not in made
 
 
 @pytest.mark.parametrize(
@@ -103,7 +107,7 @@ def test_an_accepted_submit_records_the_folder_the_job_runs_in(
     record = submit(spec, "slurm", project_dir=project, preflight_check=False).record
     assert record.workdir == str(tmp_path / ran_in)
     assert load_record(record.job_id, project).workdir == record.workdir
-    assert job_workdir(spec, "local") == record.workdir  # local ranks start there too
+    assert job_workdir(spec) == record.workdir  # local ranks start there too
 
 
 def test_a_refused_cli_submit_from_a_shared_folder_leaves_no_state_folder(
