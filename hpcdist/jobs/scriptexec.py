@@ -35,8 +35,11 @@ class ScriptExecutor(submitit.SlurmExecutor):
         return self._tasks
 
     def queue(self) -> Any:
-        """``sbatch`` the script; submitit's handle of the job."""
-        return self._submit_command("")
+        """``sbatch`` the script; submitit's handle of the job. submitit keeps its copy of
+        the script beside the job's folder: made private, as the script may carry --env."""
+        job = self._submit_command("")
+        job.paths.submission_file.chmod(0o600)
+        return job
 
 
 def queue_slurm(folder: Path, script: Path, tasks: int, array_tasks: int | None) -> list[Any]:

@@ -154,10 +154,10 @@ def _release_and_wait(job_id: int, job_state_timeout: float = 120) -> str:
     return job_state(job_id, timeout=job_state_timeout)
 
 
-# ------------------------------------------------------------------ pickle replacement
+# ------------------------------------------------------------------ the queued script
 
 
-def test_pickle_replacement_submitit_folder_of_another_user_is_never_used(
+def test_submitit_folder_of_another_user_is_never_used(
     slurm_cluster: SlurmCluster, attacker: Attacker, project: Path
 ) -> None:
     # The attacker prepares a world-writable submitit folder for the victim's next job.
@@ -170,11 +170,13 @@ def test_pickle_replacement_submitit_folder_of_another_user_is_never_used(
     assert str(root) in proc.stderr
     assert list((project / ".hpcdist" / "submitit").iterdir()) == []  # nothing written there
     job_id = re.findall(r"Submitted job (\d+)", proc.stdout)[0]
-    assert list((root / "submitit" / job_id).glob("*.pkl"))
+    # submitit queued the rendered script and keeps it there; no pickle runs in the job.
+    assert (root / "submitit" / job_id / f"{job_id}_submission.sh").is_file()
+    assert not list((root / "submitit" / job_id).glob("*.pkl"))
     run_slurm("scancel", job_id, check=False)
 
 
-def test_pickle_replacement_in_the_victims_own_folder_is_denied(
+def test_the_queued_script_in_the_victims_own_folder_is_private(
     slurm_cluster: SlurmCluster, attacker: Attacker, project: Path
 ) -> None:
     proc = hpcdist("submit", "--mode", "threads", "--command", "true", cwd=project)
@@ -184,18 +186,15 @@ def test_pickle_replacement_in_the_victims_own_folder_is_denied(
     job_id = re.findall(r"Submitted job (\d+)", proc.stdout)[0]
     root = private_state_root(project)
     folder = root / "submitit" / job_id
-    pickles = list(folder.glob("*.pkl"))
-    assert pickles
-    assert {oct(p.stat().st_mode & 0o777) for p in pickles} == {"0o600"}
+    queued = folder / f"{job_id}_submission.sh"
+    assert oct(queued.stat().st_mode & 0o777) == "0o600"
     for level in (root, root / "submitit", folder):
         assert level.stat().st_mode & 0o777 == 0o700, level
     assert not (project / ".hpcdist").exists()
-    secrets = list((root / "secrets").iterdir())
-    assert secrets and all(s.stat().st_mode & 0o777 == 0o600 for s in secrets)
-    # The attacker can neither replace the pickle nor read the job's --env values.
-    replaced = attacker.run("write", str(pickles[0]), "cos\nsystem\n(S'id'\ntR.")
+    # The attacker can neither change the copy of the script nor read the job's --env values.
+    replaced = attacker.run("write", str(queued), "#!/bin/bash\nid\n")
     assert replaced.returncode == 13, replaced.stdout
-    read = attacker.run("read", str(pickles[0]))
+    read = attacker.run("read", str(queued))
     assert read.returncode == 13, read.stdout
     run_slurm("scancel", job_id, check=False)
 
