@@ -32,7 +32,7 @@ from hpcdist.spec.options import job_options, spec_from_options
 @click.option("--wait", is_flag=True, help="Follow rank 0's log; exit 0 only if COMPLETED.")
 @click.option("--no-preflight", is_flag=True, help="Skip `sbatch --test-only`.")
 def submit(executor: str, dry_run: bool, wait: bool, no_preflight: bool, **options: Any) -> int:
-    """Submit a job through submitit and print its id, state and log paths."""
+    """Queue the script `render` prints through submitit; print its id, state and logs."""
     from hpcdist.jobs import submit as submission
 
     spec = spec_from_options(options)

@@ -11,7 +11,7 @@ from collections.abc import Mapping
 
 from hpcdist.distributed.protocol import RUN_DIR_VAR
 
-# The job's --collective-timeout, carried into every rank by the script (or submitit).
+# The job's --collective-timeout, carried into every rank by the script.
 COLLECTIVE_TIMEOUT_ENV = "HPCDIST_COLLECTIVE_TIMEOUT"
 DEFAULT_TIMEOUT_S = 120.0
 # What decides where ranks meet: named, with the values this rank sees, in failure messages.

@@ -9,8 +9,8 @@
               ``B:`` warning reach it: runs srun, passes the warning on to it, waits, then
               requeues the job if rank 0 asked for it (``hpcdist.distributed.requeue``)
 
-The same code serves ``hpcdist submit``'s jobs, so a script and a submitit task cannot
-disagree. Standard library only: it runs before anything else of the job.
+``hpcdist submit`` queues the same script, so there is one job protocol, run here.
+Standard library only: it runs before anything else of the job.
 """
 
 from __future__ import annotations

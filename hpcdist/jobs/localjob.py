@@ -6,9 +6,9 @@ process. So the record also keeps the controller's start time (clock ticks since
 ``/proc/<pid>/stat``), and a process is the job only while both match. Nothing is signalled
 unless they do.
 
-Cancelling stops the whole tree: the controller, the submitit task of every rank (which
-ignore SIGTERM by design) and the commands they started. Every process gets SIGTERM first,
-then SIGKILL after a grace period.
+Cancelling stops the whole tree: the controller, the batch shell it runs
+(``hpcdist.distributed.localstep``) and the ranks and commands they started. Every
+process gets SIGTERM first, then SIGKILL after a grace period.
 """
 
 from __future__ import annotations

@@ -259,7 +259,7 @@ def cancel(record: JobRecord) -> str:
     if process is None or not process.is_running():
         return job_state(record)
     write_atomic(Path(record.folder) / "cancelled", f"{time.time()}\n")
-    # The controller, each rank's submitit task (which ignores SIGTERM) and its command.
+    # The controller, the batch shell, each rank and its command.
     stop_tree(process)
     return state
 

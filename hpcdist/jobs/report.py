@@ -18,8 +18,8 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
-from hpcdist.jobs.arrays import task_states
 from hpcdist.jobs.records import JobRecord, find_record, job_state, load_record
+from hpcdist.slurm.arrays import task_states
 from hpcdist.slurm.query import query_jobs
 from hpcdist.state.folders import project_base
 

@@ -1,9 +1,8 @@
 """A JobSpec's SLURM request, built once: the ``#SBATCH`` directives in order, srun's options
 and the command each srun task runs.
 
-The template loops over ``sbatch_directives`` and ``srun_options``; ``hpcdist submit`` hands
-the same rows to submitit (``submit.slurm_parameters``). A new sbatch option is one row here,
-and ``render`` and ``submit`` cannot disagree about it.
+The template loops over ``sbatch_directives`` and ``srun_options``; ``hpcdist submit``
+queues the rendered script itself. A new sbatch option is one row here.
 """
 
 from __future__ import annotations
@@ -155,7 +154,7 @@ def srun_options(spec: JobSpec) -> list[str]:
     # in a collective.
     words.append("--kill-on-bad-exit=1")
     # The site's: binding, a pyxis container, then the profile's srun_args and --srun-arg.
-    # These are plain values (the script quotes them, submitit quotes its own).
+    # These are plain values (the script quotes them).
     words += [f"--{name}={value}" for name, value in _binding(spec)]
     words += container_srun_options(spec)
     words += spec.srun_args
@@ -174,7 +173,7 @@ def _binding(spec: JobSpec) -> list[tuple[str, str]]:
 
 def rank_log_options(spec: JobSpec) -> list[str]:
     """srun's options for the ranks' output in a rendered script (``--rank-logs``): each line
-    labelled with its rank, or one file per rank. submitit writes one file per rank itself."""
+    labelled with its rank, or one file per rank."""
     if spec.rank_logs == "label":
         return ["--label"]
     if spec.rank_logs == "split":

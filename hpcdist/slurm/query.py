@@ -281,3 +281,9 @@ def slurm_job_state(job_id: str) -> str:
     states = [line.split()[0] for line in proc.stdout.splitlines() if line.strip()]
     # "CANCELLED by 0" -> CANCELLED; a requeued job lists its latest attempt last.
     return states[-1].upper() if states else "UNKNOWN"
+
+
+def controller_knows(job: str) -> bool:
+    """Whether the controller knows ``job`` (queued, running or recently ended: squeue)."""
+    proc = slurm_tool(["squeue", "-t", "all", "-h", "-j", job, "-o", "%i"])
+    return proc.returncode == 0 and bool(proc.stdout.strip())

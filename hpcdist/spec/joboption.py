@@ -6,7 +6,7 @@ the profile's ``defaults:`` keys are derived rather than listed again.
 
 declares ``--nodes/-N`` (an integer option), the default 1, and the profile key
 ``defaults.nodes``. With ``sbatch="mem"`` a set value is also passed to sbatch as it is
-(``#SBATCH --mem=VALUE``, and the same to submitit): a new sbatch option is one field.
+(``#SBATCH --mem=VALUE``): a new sbatch option is one field.
 ``owns=("nodes",)`` names the sbatch options hpcdist works out from the field itself, which
 ``--sbatch`` may therefore not set.
 A field with ``default=DERIVED`` has no fixed default: ``build_spec`` computes it from the

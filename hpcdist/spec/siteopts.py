@@ -3,7 +3,7 @@ node choice, GPU shape and type, binding, containers) and the pass-through ones
 (``--sbatch KEY[=VALUE]``, ``--srun-arg``), merged built-in < profile < flags and checked.
 
 A pass-through option must not say what hpcdist already says: an option hpcdist owns is
-refused with the first-class flag to use instead, so the rendered script and submitit can
+refused with the first-class flag to use instead, so that the rendered script and the user can
 never ask SLURM for two different things.
 """
 
@@ -32,7 +32,7 @@ from hpcdist.spec.profiles import Profile
 OWNED_SBATCH: dict[str, str] = {
     **{name: option.flag_for(name) for option in JOB_OPTIONS for name in option.sbatch_options()},
     "gpus-per-task": "--gpus-per-node with --gpu-request gpus-per-task",
-    # submitit writes its own (append), so a rendered script keeps it too: one log per job.
+    # A requeued job appends to its log: one log per job.
     "open-mode": "hpcdist's own --open-mode=append (a requeued job keeps its log)",
 }
 # gres is the GPUs' when hpcdist asks for GPUs; otherwise (gres=nvme:1) it passes through.

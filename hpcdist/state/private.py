@@ -1,6 +1,6 @@
 """Private state: folders and files that only their owner may write.
 
-Job records, submitit's folders and pickles, requeue markers, per-job secrets and
+Job records, submitit's folders and the scripts it queued, requeue markers, per-job secrets and
 checkpoint digests decide what runs as the user and what a job trusts. Another user who
 can write any of them can run code as the user (a replaced pickle) or change the model
 (a planted checkpoint). So they live in folders created 0700 and files created 0600, and
