@@ -36,7 +36,7 @@ from typing import Any
 from bench.launch import LaunchError, run_copies, run_ranks
 from bench.report import machine, table, write_json
 from bench.synthdata import Grid, cached_arrays
-from hpcdist.distributed.cpulayout import cpu_layout
+from hpcdist.facts.cpulayout import cpu_layout
 
 EXCHANGES = {"shm": "auto", "gloo": "backend", "direct": "direct"}
 

@@ -2,7 +2,7 @@
 
 User mistakes (a bad config, a missing or broken file) end with one line on stderr and
 exit code 2; a training stopped by the preemption signal exits with 85
-(hpcdist.distributed.protocol.REQUEUE_EXIT_CODE) after its checkpoint is written, so a job script
+(hpcdist.facts.protocol.REQUEUE_EXIT_CODE) after its checkpoint is written, so a job script
 can requeue it.
 """
 
@@ -15,8 +15,8 @@ import sys
 from pathlib import Path
 
 from hpcdist.distributed import DistEnvError, DistributedInitError
-from hpcdist.distributed.protocol import MARKER_VAR, REQUEUE_EXIT_CODE
 from hpcdist.errors import UserError
+from hpcdist.facts.protocol import MARKER_VAR, REQUEUE_EXIT_CODE
 from hpcdist.state.private import create_exclusive, private_dir
 from ufsemulator.config import ConfigError
 from ufsemulator.data.makedays import parse_grid

@@ -18,6 +18,7 @@ from typing import Any
 import click
 
 from hpcdist.errors import UserError
+from hpcdist.facts.launch import rank_log_pattern
 from hpcdist.jobs.logpaths import job_logs
 from hpcdist.jobs.records import (
     FINAL_STATES,
@@ -30,7 +31,6 @@ from hpcdist.jobs.records import (
     read_log,
     scan_records,
 )
-from hpcdist.render.directives import rank_log_pattern
 from hpcdist.slurm.parse import format_duration
 from hpcdist.slurm.query import JobInfo, query_job, query_jobs
 

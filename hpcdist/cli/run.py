@@ -16,9 +16,9 @@ from typing import Any
 
 import click
 
-from hpcdist.distributed.cpulayout import cpus_per_task
 from hpcdist.distributed.distenv import expand_tasks_per_node
 from hpcdist.errors import UserError
+from hpcdist.facts.cpulayout import cpus_per_task
 from hpcdist.spec.options import job_options, spec_from_options
 
 # Step ids SLURM gives its special steps (slurm.h): pending, batch, extern and the

@@ -9,7 +9,7 @@ nothing above.
 
 ``from hpcdist.distributed import setup_distributed, cleanup_distributed, DistEnv`` is the
 public API (the README's): everything of ``hpcdist.distributed.group`` is re-exported here,
-loaded on first use, so that ``hpcdist.distributed.protocol`` or ``.hangs`` (which the CLI
+loaded on first use, so that ``hpcdist.facts.protocol`` or ``.hangs`` (which the CLI
 needs) do not load the process-group code with them.
 """
 

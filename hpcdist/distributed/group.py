@@ -43,10 +43,10 @@ from hpcdist.distributed.jobsecret import (
     check_store_peers,
     load_secret,
 )
-from hpcdist.distributed.protocol import PORT_HIGH as PORT_HIGH
-from hpcdist.distributed.protocol import PORT_LOW as PORT_LOW
-from hpcdist.distributed.protocol import SECRET_VAR
-from hpcdist.distributed.protocol import derive_port as derive_port
+from hpcdist.facts.protocol import PORT_HIGH as PORT_HIGH
+from hpcdist.facts.protocol import PORT_LOW as PORT_LOW
+from hpcdist.facts.protocol import SECRET_VAR
+from hpcdist.facts.protocol import derive_port as derive_port
 from hpcdist.slurm.nodelist import NodeListError as NodeListError
 from hpcdist.slurm.nodelist import expand_nodelist
 

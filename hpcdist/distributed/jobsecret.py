@@ -28,8 +28,8 @@ from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
-from hpcdist.distributed.protocol import SECRET_HEX_DIGITS, SECRET_VAR
 from hpcdist.errors import UserError
+from hpcdist.facts.protocol import SECRET_HEX_DIGITS, SECRET_VAR
 from hpcdist.state.private import create_exclusive
 from hpcdist.state.trustedfile import read_private
 

@@ -26,10 +26,12 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from hpcdist.distributed.cpulayout import cpus_per_task
 from hpcdist.distributed.gpus import count_gpus, listed_gpus
 from hpcdist.distributed.jobsecret import create_secret_file
-from hpcdist.distributed.protocol import (
+from hpcdist.distributed.requeue import SignalRelay, checkpointed, requeue_job
+from hpcdist.errors import UserError
+from hpcdist.facts.cpulayout import cpus_per_task
+from hpcdist.facts.protocol import (
     LOG_DIR,
     MARKER_DIR,
     MARKER_VAR,
@@ -38,8 +40,6 @@ from hpcdist.distributed.protocol import (
     derive_port,
     port_seed,
 )
-from hpcdist.distributed.requeue import SignalRelay, checkpointed, requeue_job
-from hpcdist.errors import UserError
 from hpcdist.state.folders import jobs_root, state_dir
 from hpcdist.state.private import write_private
 from hpcdist.state.statehome import shared_reason

@@ -30,14 +30,12 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from hpcdist.distributed.cpulayout import CPUS_VAR, cpu_layout, cpus_per_task
-from hpcdist.distributed.protocol import LOCAL_FOLDER_VAR, is_inherited
+from hpcdist.facts.cpulayout import CPUS_VAR, cpu_layout, cpus_per_task
+from hpcdist.facts.protocol import LOCAL_BATCH_EXIT, LOCAL_FOLDER_VAR, is_inherited
 from hpcdist.state.fileutil import write_atomic
 
 # Where a local job's ranks leave their logs and exit codes (the job's submitit folder).
 FOLDER_VAR = LOCAL_FOLDER_VAR
-# The batch shell's exit code, beside the ranks' (``exit_<rank>.json``).
-BATCH_EXIT = "exit_batch.json"
 # Signals the stand-in and the batch task pass on to what they started.
 _RELAYED = (signal.SIGTERM, signal.SIGINT, signal.SIGUSR1, signal.SIGUSR2)
 # How long ranks have after a TERM before they are killed (SLURM's KillWait).
@@ -84,7 +82,9 @@ def batch(folder: Path, script: Path, workdir: str | None) -> int:
     child = subprocess.Popen(["bash", str(script)], env=env, cwd=workdir)
     _relay_to([child])
     code = _status(child.wait())
-    write_atomic(folder / BATCH_EXIT, json.dumps({"returncode": code, "finished": time.time()}))
+    write_atomic(
+        folder / LOCAL_BATCH_EXIT, json.dumps({"returncode": code, "finished": time.time()})
+    )
     stand_in.unlink(missing_ok=True)
     bindir.rmdir()
     return code

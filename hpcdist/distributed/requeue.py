@@ -1,4 +1,4 @@
-"""Step 3 of the requeue protocol (``hpcdist.distributed.protocol``), once for every job.
+"""Step 3 of the requeue protocol (``hpcdist.facts.protocol``), once for every job.
 
 The script's runner (``hpcdist.distributed.jobstep run``) ends here once the training has
 checkpointed, whether the script was queued by ``hpcdist submit`` or by ``sbatch``:
@@ -21,17 +21,18 @@ import os
 import signal
 import sys
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from hpcdist.distributed.protocol import (
+from hpcdist.facts.protocol import (
     LOCAL_FOLDER_VAR,
     REQUEUE_EXIT_CODE,
     RESTARTS_VAR,
     RUN_DIR_VAR,
     is_inherited,
 )
+from hpcdist.facts.runs import RUNS_DIR, run_name
 from hpcdist.slurm import control
 
 
@@ -70,8 +71,7 @@ def resubmit_env(env: Mapping[str, str], restarts: int) -> dict[str, str]:
     ``SLURM_*`` variables (the new job would believe it runs in this allocation), this job's
     run folder to resume from, and one resubmission more."""
     kept = {name: value for name, value in env.items() if not is_inherited(name)}
-    task = array_task(env)
-    kept[RUN_DIR_VAR] = env.get(RUN_DIR_VAR) or f"runs/{task or env.get('SLURM_JOB_ID', '')}"
+    kept[RUN_DIR_VAR] = env.get(RUN_DIR_VAR) or f"{RUNS_DIR}/{run_name(env) or ''}"
     kept[RESTARTS_VAR] = str(restarts + 1)
     return kept
 
@@ -116,15 +116,6 @@ def requeue_job(
     if why_not:
         _say(f"cannot resubmit: {why_not}")
     return not why_not
-
-
-def ignoring(signals: Sequence[str], argv: Sequence[str]) -> list[str]:
-    """``argv`` started by a shell that first ignores ``signals`` (``USR2``): torchrun's
-    agent, which SLURM signals with the rest of the step and which would die of the warning
-    its ranks catch to checkpoint (they install their own handler). A shell, not Python:
-    it runs inside the job's container too."""
-    script = f'trap "" {" ".join(signals)} && exec "$@"'
-    return ["bash", "-c", script, argv[0], *argv]
 
 
 class SignalRelay:

@@ -13,8 +13,8 @@ from dataclasses import asdict, dataclass, fields
 from pathlib import Path
 from typing import Any
 
-from hpcdist.distributed.localstep import BATCH_EXIT
 from hpcdist.errors import UserError
+from hpcdist.facts.protocol import LOCAL_BATCH_EXIT
 from hpcdist.jobs.localjob import ProcessIdentity, stop_tree
 from hpcdist.slurm.cluster import scancel
 from hpcdist.slurm.query import slurm_job_state
@@ -209,7 +209,7 @@ def _local_state(record: JobRecord) -> str:
     # Only the controller that was started for this job counts, never a reused pid.
     if process is not None and process.is_running():
         return "RUNNING"
-    if _exit_code(folder / BATCH_EXIT) not in (None, 0):
+    if _exit_code(folder / LOCAL_BATCH_EXIT) not in (None, 0):
         return "FAILED"  # the batch script failed, before or after its ranks
     codes = []
     for rank in range(record.tasks):

@@ -18,6 +18,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
+from hpcdist.facts.runs import RESULTS_FILE, RUNS_DIR
 from hpcdist.jobs.records import JobRecord, find_record, job_state, load_record
 from hpcdist.slurm.arrays import task_states
 from hpcdist.slurm.query import query_jobs
@@ -27,7 +28,6 @@ from hpcdist.state.folders import project_base
 # user errors, then the last line of a Python traceback.
 _ERROR_LINES = (re.compile(r"^error: (?P<why>.+)$"), re.compile(r"^(?P<why>\w*Error: .+)$"))
 _REASON_CHARS = 300
-RESULTS_FILE = "training_results.json"
 # States in which no results are expected yet.
 _UNFINISHED = ("RUNNING", "PENDING", "REQUEUED")
 
@@ -67,7 +67,7 @@ def collect(job_id: str, project_dir: Path | None = None) -> list[Row]:
     record = find_record(job_id, project_dir)
     if record is None:
         return mark_best(_rows_from_slurm(job_id))
-    runs = job_folder(record, project_dir) / "runs"
+    runs = job_folder(record, project_dir) / RUNS_DIR
     ids = task_ids(record)
     states = _states(record, [task for task, _ in ids])
     rows = []
@@ -132,7 +132,7 @@ def _rows_from_slurm(job_id: str) -> list[Row]:
         load_record(job_id)  # the one-line error of an id nobody knows
     rows = []
     for info in sorted(infos, key=lambda i: _task_number(i.job_id)):
-        run_dir = Path(info.workdir or ".") / "runs" / info.job_id
+        run_dir = Path(info.workdir or ".") / RUNS_DIR / info.job_id
         recorded = read_results(run_dir / RESULTS_FILE).get("overrides")
         overrides = (
             [f"{key}={json.dumps(value)}" for key, value in recorded.items()]

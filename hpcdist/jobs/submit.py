@@ -26,8 +26,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from hpcdist.distributed.protocol import is_inherited
 from hpcdist.errors import SpecError, UserError
+from hpcdist.facts.protocol import is_inherited
 from hpcdist.jobs.localjob import identify
 from hpcdist.jobs.records import JobRecord, save_record
 from hpcdist.render.script import render

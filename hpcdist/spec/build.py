@@ -10,9 +10,9 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from hpcdist.distributed.cpulayout import cpus_per_task
-from hpcdist.distributed.hangs import COLLECTIVE_TIMEOUT_ENV
 from hpcdist.errors import SpecError
+from hpcdist.facts.cpulayout import cpus_per_task
+from hpcdist.facts.protocol import COLLECTIVE_TIMEOUT_ENV
 from hpcdist.spec.joboption import JobOption
 from hpcdist.spec.jobspec import (
     _NCCL_ENV,

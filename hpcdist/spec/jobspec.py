@@ -12,7 +12,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Literal
 
-from hpcdist.distributed.cpulayout import WAIT_POLICIES, CpuLayout, cpu_layout
+from hpcdist.facts.cpulayout import WAIT_POLICIES, CpuLayout, cpu_layout
 from hpcdist.slurm.timelimit import time_limit_seconds
 from hpcdist.spec.joboption import DERIVED, JobOption, job_field, job_options
 

@@ -24,7 +24,7 @@ def test_an_unknown_name_says_so() -> None:
 def test_the_protocol_and_the_job_step_do_not_load_the_group_module() -> None:
     code = (
         "import sys\n"
-        "from hpcdist.distributed import protocol\n"
+        "from hpcdist.facts import protocol\n"
         "import hpcdist.distributed.jobstep\n"
         "print('hpcdist.distributed.group' in sys.modules)\n"
     )

@@ -9,8 +9,8 @@ from typing import Any
 import pytest
 
 from hpcdist.distributed.cpubind import cpus_per_rank, rank_cpus
-from hpcdist.distributed.cpulayout import CPUS_VAR, CpuLayout, cpu_layout, cpus_per_task
 from hpcdist.errors import SpecError
+from hpcdist.facts.cpulayout import CPUS_VAR, CpuLayout, cpu_layout, cpus_per_task
 from hpcdist.render.script import render
 from hpcdist.spec.options import spec_from_options
 

@@ -20,8 +20,8 @@ from hpcdist.distributed.jobsecret import (
     parse_secret,
     proof,
 )
-from hpcdist.distributed.protocol import SECRET_VAR
 from hpcdist.errors import UserError
+from hpcdist.facts.protocol import SECRET_VAR
 from hpcdist.state.private import PrivacyError
 
 SECRET = "ab" * 32

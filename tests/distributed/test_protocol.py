@@ -1,4 +1,4 @@
-"""The requeue protocol is defined once (hpcdist/distributed/protocol.py): nothing else
+"""The requeue protocol is defined once (hpcdist/facts/protocol.py): nothing else
 spells its names or numbers, and the rendered scripts carry the same values the training reads."""
 
 from __future__ import annotations
@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from hpcdist.distributed import protocol
+from hpcdist.facts import protocol
 from hpcdist.render.script import render
 from hpcdist.spec.options import spec_from_options
 
@@ -43,7 +43,7 @@ def test_each_protocol_constant_is_spelled_in_one_place(literal: str) -> None:
         for p in SOURCES
         if re.search(rf"(?<![\w$]){re.escape(literal)}(?!\w)", _code(p))
     ]
-    assert spelled == ["hpcdist/distributed/protocol.py"]
+    assert spelled == ["hpcdist/facts/protocol.py"]
 
 
 def _code(path: Path) -> str:

@@ -25,7 +25,7 @@ from pathlib import Path
 
 import pytest
 
-from hpcdist.distributed.protocol import derive_port
+from hpcdist.facts.protocol import derive_port
 from hpcdist.render.script import render
 from hpcdist.spec.options import spec_from_options
 from hpcdist.state.statehome import private_state_root

@@ -13,9 +13,9 @@ import pytest
 from click.testing import CliRunner
 
 from hpcdist.cli.main import cli
-from hpcdist.slurm.arrays import expand_task_ids, parse_task_states
 from hpcdist.jobs.records import JobRecord, save_record
 from hpcdist.jobs.report import Row, collect, failure_reason, mark_best, plot, table, task_ids
+from hpcdist.slurm.arrays import expand_task_ids, parse_task_states
 from hpcdist.slurm.query import JobInfo
 from ufsemulator.config import Config, ConfigError
 from ufsemulator.overrides import apply_to, overrides_record

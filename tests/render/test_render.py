@@ -18,7 +18,8 @@ from click.testing import CliRunner
 
 import hpcdist.render.script as render_module
 from hpcdist.cli.main import cli
-from hpcdist.render.directives import launch_argv, sbatch_directives, torchrun_command
+from hpcdist.facts.launch import torchrun_command
+from hpcdist.render.directives import launch_argv, sbatch_directives
 from hpcdist.render.hpcscripts import HPC_SCRIPTS, render_hpc_script
 from hpcdist.render.script import quote, render, template_dir
 from hpcdist.spec.jobspec import AUTO

@@ -23,7 +23,7 @@ from typing import Any
 import torch.distributed as dist
 
 from hpcdist.distributed import DistContext
-from hpcdist.distributed.protocol import RUN_DIR_VAR
+from hpcdist.facts.protocol import RUN_DIR_VAR
 from hpcdist.state.digests import default_book
 from hpcdist.state.fileutil import write_atomic
 from hpcdist.state.private import PrivacyError

@@ -28,8 +28,12 @@ SIGNAL_VAR = "HPCDIST_SIGNAL"  # the warning signal's name, e.g. USR1
 MARKER_VAR = "HPCDIST_REQUEUE_MARKER"  # the file rank 0 creates to ask for a requeue
 RUN_DIR_VAR = "HPCDIST_RUN_DIR"  # the run folder of a job resubmitted as a new job id
 RESTARTS_VAR = "HPCDIST_RESTARTS"  # resubmissions so far (no scontrol: a new job id)
-# A job of this machine (``submit --executor local``): its folder of logs and exit codes.
+# A job of this machine (``submit --executor local``): its folder of logs and exit codes,
+# and the batch script's exit code there (each rank's: ``exit_<rank>.json``).
 LOCAL_FOLDER_VAR = "HPCDIST_LOCAL_FOLDER"
+LOCAL_BATCH_EXIT = "exit_batch.json"
+# The job's --collective-timeout, carried into every rank by the script.
+COLLECTIVE_TIMEOUT_ENV = "HPCDIST_COLLECTIVE_TIMEOUT"
 
 # Where a rendered script's marker lives, below the submit directory, one file per job id.
 MARKER_DIR = ".hpcdist/requeue"
