@@ -1,8 +1,14 @@
 """Training configuration: YAML loaded into frozen dataclasses.
 
-A user file is merged over the packaged ``configs/default.yaml``; every key is checked
-against the dataclass fields, so a typo is an error that names the key and the allowed
-ones instead of a silently ignored setting.
+The dataclass defaults below are the one source of the defaults: ``Config()`` is exactly
+what a job gets with no config file. They are the source, not the YAML, because they cannot
+be dropped: a section written before a key existed (an older checkpoint's config, an export
+section) is completed from them, and ``ExportConfig()`` is built directly. A user file is
+merged over ``Config().to_dict()``; every key is checked against the dataclass fields, so a
+typo is an error that names the key and the allowed ones instead of a silently ignored
+setting. The packaged ``configs/default.yaml`` is the annotated copy a user starts from
+(why each default is what it is, measured); it is not read to make a config, and a test
+(tests/ufsemulator/test_config.py) keeps its keys and values equal to ``Config()``.
 """
 
 from __future__ import annotations
@@ -109,14 +115,15 @@ class ModelSection:
 
 @dataclass(frozen=True)
 class TrainingConfig:
-    epochs: int = 100
+    epochs: int = 150
     batch_size: int = 1000  # per rank
     lr: float = 2e-4
     weight_decay: float = 1e-4
     loss: Literal["mse", "mae", "huber"] = "mse"
     huber_delta: float = 1.0
     grad_accum_steps: int = 1
-    scale_lr_with_world_size: bool = False
+    # lr x ranks: batch_size is per rank, so N ranks take 1/N of the steps of an epoch.
+    scale_lr_with_world_size: bool = True
     # With the rate scaled: it rises linearly from lr to lr x ranks over this many epochs
     # of optimiser steps (Goyal et al. 2017; training.warmup); 0: scaled from the first step.
     lr_warmup_epochs: float = 0.0
@@ -214,12 +221,13 @@ _KIND_WORDS = {str: "a string", int: "an integer", tuple: "a list", dict: "a map
 
 
 def default_config_path() -> Path:
+    """The annotated copy of the defaults (``Config()``), shipped for users to start from."""
     return Path(str(importlib.resources.files("ufsemulator") / "configs" / "default.yaml"))
 
 
 def load_config(path: str | Path | None = None) -> Config:
-    """The packaged default config, with the YAML file at ``path`` merged over it."""
-    merged = _read_yaml(default_config_path())
+    """The default config (``Config()``), with the YAML file at ``path`` merged over it."""
+    merged = Config().to_dict()
     if path is not None:
         merged = _merge(merged, _read_yaml(Path(path)), "")
     return Config.from_dict(merged)
