@@ -286,22 +286,13 @@ def _build(cls: type[_T], data: Mapping[str, Any], prefix: str) -> _T:
 
 
 def _convert(hint: Any, value: Any, name: str) -> Any:
+    """``value`` checked against the field type ``hint`` (and made a tuple where it is one)."""
     origin = typing.get_origin(hint)
     args = typing.get_args(hint)
     if dataclasses.is_dataclass(hint):
         return _build(hint, value if value is not None else {}, f"{name}.")  # type: ignore[arg-type]
     if origin in (Union, types.UnionType):
-        if value is None and type(None) in args:
-            return None
-        inner = [a for a in args if a is not type(None)]
-        if len(inner) == 1:
-            return _convert(inner[0], value, name)
-        # Several kinds (a file or a list of files): the first that takes the value.
-        for kind in inner:
-            with contextlib.suppress(ConfigError):
-                return _convert(kind, value, name)
-        kinds = " or ".join(_KIND_WORDS.get(typing.get_origin(k) or k, str(k)) for k in inner)
-        raise ConfigError(f"'{name}' must be {kinds}, got {value!r}")
+        return _convert_union(args, value, name)
     if origin is dict:
         if not isinstance(value, Mapping) or not all(
             isinstance(k, str) and isinstance(v, str) for k, v in value.items()
@@ -314,12 +305,34 @@ def _convert(hint: Any, value: Any, name: str) -> Any:
             raise ConfigError(f"'{name}' must be one of {allowed}, got {value!r}")
         return value
     if origin is tuple:
-        if not isinstance(value, (list, tuple)) or not value:
-            raise ConfigError(f"'{name}' must be a non-empty list, got {value!r}")
-        items = tuple(_convert(args[0], v, f"{name}[{i}]") for i, v in enumerate(value))
-        if name in _POSITIVE and any(v < 1 for v in items):
-            raise ConfigError(f"'{name}' entries must be >= 1, got {list(items)!r}")
-        return items
+        return _convert_tuple(args[0], value, name)
+    return _convert_scalar(hint, value, name)
+
+
+def _convert_union(args: tuple[Any, ...], value: Any, name: str) -> Any:
+    if value is None and type(None) in args:
+        return None
+    inner = [a for a in args if a is not type(None)]
+    if len(inner) == 1:
+        return _convert(inner[0], value, name)
+    # Several kinds (a file or a list of files): the first that takes the value.
+    for kind in inner:
+        with contextlib.suppress(ConfigError):
+            return _convert(kind, value, name)
+    kinds = " or ".join(_KIND_WORDS.get(typing.get_origin(k) or k, str(k)) for k in inner)
+    raise ConfigError(f"'{name}' must be {kinds}, got {value!r}")
+
+
+def _convert_tuple(item: Any, value: Any, name: str) -> tuple[Any, ...]:
+    if not isinstance(value, (list, tuple)) or not value:
+        raise ConfigError(f"'{name}' must be a non-empty list, got {value!r}")
+    items = tuple(_convert(item, v, f"{name}[{i}]") for i, v in enumerate(value))
+    if name in _POSITIVE and any(v < 1 for v in items):
+        raise ConfigError(f"'{name}' entries must be >= 1, got {list(items)!r}")
+    return items
+
+
+def _convert_scalar(hint: Any, value: Any, name: str) -> Any:
     if hint is bool:
         if not isinstance(value, bool):
             raise ConfigError(f"'{name}' must be true or false, got {value!r}")
