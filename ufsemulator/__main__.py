@@ -33,6 +33,13 @@ def _parser() -> argparse.ArgumentParser:
     )
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
 
+    _add_make_data(sub)
+    _add_train(sub)
+    _add_export(sub)
+    return parser
+
+
+def _add_make_data(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     data = sub.add_parser("make-data", help="write synthetic CICE-style data in any layout")
     data.add_argument(
         "--out", type=Path, required=True, help="netCDF file to write (with --days: a folder)"
@@ -65,6 +72,8 @@ def _parser() -> argparse.ArgumentParser:
         help="files of a time series, OUT.0001.nc, ... (1: just OUT)",
     )
 
+
+def _add_train(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     train = sub.add_parser("train", help="train (under torchrun, srun or alone)")
     train.add_argument("--config", type=Path, help="YAML merged over the default config")
     train.add_argument(
@@ -93,6 +102,8 @@ def _parser() -> argparse.ArgumentParser:
         "(a YAML value); repeatable, applied after --config and --epochs",
     )
 
+
+def _add_export(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     export = sub.add_parser(
         "export", help="TorchScript (and AOTInductor) export of a checkpoint, or --describe one"
     )
@@ -123,7 +134,6 @@ def _parser() -> argparse.ArgumentParser:
         help="units the module takes (default: the checkpoint's export.units, else those "
         "of the names: K and kg/kg for jedi)",
     )
-    return parser
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -1,8 +1,14 @@
 """Training configuration: YAML loaded into frozen dataclasses.
 
-A user file is merged over the packaged ``configs/default.yaml``; every key is checked
-against the dataclass fields, so a typo is an error that names the key and the allowed
-ones instead of a silently ignored setting.
+The dataclass defaults below are the one source of the defaults: ``Config()`` is exactly
+what a job gets with no config file. They are the source, not the YAML, because they cannot
+be dropped: a section written before a key existed (an older checkpoint's config, an export
+section) is completed from them, and ``ExportConfig()`` is built directly. A user file is
+merged over ``Config().to_dict()``; every key is checked against the dataclass fields, so a
+typo is an error that names the key and the allowed ones instead of a silently ignored
+setting. The packaged ``configs/default.yaml`` is the annotated copy a user starts from
+(why each default is what it is, measured); it is not read to make a config, and a test
+(tests/ufsemulator/test_config.py) keeps its keys and values equal to ``Config()``.
 """
 
 from __future__ import annotations
@@ -109,14 +115,15 @@ class ModelSection:
 
 @dataclass(frozen=True)
 class TrainingConfig:
-    epochs: int = 100
+    epochs: int = 150
     batch_size: int = 1000  # per rank
     lr: float = 2e-4
     weight_decay: float = 1e-4
     loss: Literal["mse", "mae", "huber"] = "mse"
     huber_delta: float = 1.0
     grad_accum_steps: int = 1
-    scale_lr_with_world_size: bool = False
+    # lr x ranks: batch_size is per rank, so N ranks take 1/N of the steps of an epoch.
+    scale_lr_with_world_size: bool = True
     # With the rate scaled: it rises linearly from lr to lr x ranks over this many epochs
     # of optimiser steps (Goyal et al. 2017; training.warmup); 0: scaled from the first step.
     lr_warmup_epochs: float = 0.0
@@ -214,12 +221,13 @@ _KIND_WORDS = {str: "a string", int: "an integer", tuple: "a list", dict: "a map
 
 
 def default_config_path() -> Path:
+    """The annotated copy of the defaults (``Config()``), shipped for users to start from."""
     return Path(str(importlib.resources.files("ufsemulator") / "configs" / "default.yaml"))
 
 
 def load_config(path: str | Path | None = None) -> Config:
-    """The packaged default config, with the YAML file at ``path`` merged over it."""
-    merged = _read_yaml(default_config_path())
+    """The default config (``Config()``), with the YAML file at ``path`` merged over it."""
+    merged = Config().to_dict()
     if path is not None:
         merged = _merge(merged, _read_yaml(Path(path)), "")
     return Config.from_dict(merged)
@@ -278,22 +286,13 @@ def _build(cls: type[_T], data: Mapping[str, Any], prefix: str) -> _T:
 
 
 def _convert(hint: Any, value: Any, name: str) -> Any:
+    """``value`` checked against the field type ``hint`` (and made a tuple where it is one)."""
     origin = typing.get_origin(hint)
     args = typing.get_args(hint)
     if dataclasses.is_dataclass(hint):
         return _build(hint, value if value is not None else {}, f"{name}.")  # type: ignore[arg-type]
     if origin in (Union, types.UnionType):
-        if value is None and type(None) in args:
-            return None
-        inner = [a for a in args if a is not type(None)]
-        if len(inner) == 1:
-            return _convert(inner[0], value, name)
-        # Several kinds (a file or a list of files): the first that takes the value.
-        for kind in inner:
-            with contextlib.suppress(ConfigError):
-                return _convert(kind, value, name)
-        kinds = " or ".join(_KIND_WORDS.get(typing.get_origin(k) or k, str(k)) for k in inner)
-        raise ConfigError(f"'{name}' must be {kinds}, got {value!r}")
+        return _convert_union(args, value, name)
     if origin is dict:
         if not isinstance(value, Mapping) or not all(
             isinstance(k, str) and isinstance(v, str) for k, v in value.items()
@@ -306,12 +305,34 @@ def _convert(hint: Any, value: Any, name: str) -> Any:
             raise ConfigError(f"'{name}' must be one of {allowed}, got {value!r}")
         return value
     if origin is tuple:
-        if not isinstance(value, (list, tuple)) or not value:
-            raise ConfigError(f"'{name}' must be a non-empty list, got {value!r}")
-        items = tuple(_convert(args[0], v, f"{name}[{i}]") for i, v in enumerate(value))
-        if name in _POSITIVE and any(v < 1 for v in items):
-            raise ConfigError(f"'{name}' entries must be >= 1, got {list(items)!r}")
-        return items
+        return _convert_tuple(args[0], value, name)
+    return _convert_scalar(hint, value, name)
+
+
+def _convert_union(args: tuple[Any, ...], value: Any, name: str) -> Any:
+    if value is None and type(None) in args:
+        return None
+    inner = [a for a in args if a is not type(None)]
+    if len(inner) == 1:
+        return _convert(inner[0], value, name)
+    # Several kinds (a file or a list of files): the first that takes the value.
+    for kind in inner:
+        with contextlib.suppress(ConfigError):
+            return _convert(kind, value, name)
+    kinds = " or ".join(_KIND_WORDS.get(typing.get_origin(k) or k, str(k)) for k in inner)
+    raise ConfigError(f"'{name}' must be {kinds}, got {value!r}")
+
+
+def _convert_tuple(item: Any, value: Any, name: str) -> tuple[Any, ...]:
+    if not isinstance(value, (list, tuple)) or not value:
+        raise ConfigError(f"'{name}' must be a non-empty list, got {value!r}")
+    items = tuple(_convert(item, v, f"{name}[{i}]") for i, v in enumerate(value))
+    if name in _POSITIVE and any(v < 1 for v in items):
+        raise ConfigError(f"'{name}' entries must be >= 1, got {list(items)!r}")
+    return items
+
+
+def _convert_scalar(hint: Any, value: Any, name: str) -> Any:
     if hint is bool:
         if not isinstance(value, bool):
             raise ConfigError(f"'{name}' must be true or false, got {value!r}")

@@ -290,23 +290,32 @@ def logs(job_id: str, rank: int | None, follow_: bool) -> int:
             param_hint="--rank",
         )
     if record is not None and record.executor == "local":
-        rank = 0 if rank is None else rank
-        if follow_:
-            follow(record, rank)
-            return 0
-        text = read_log(record, rank)
-        if not text:  # nothing found never looks like an empty log
-            where = record.log_path(rank)
-            said = "is empty so far" if where.is_file() else "does not exist yet"
-            raise UserError(
-                f"rank {rank} of job {job_id} ({job_state(record)}): its log {where} {said}"
-            )
-        click.echo(text, nl=False)
-        return 0
+        return _local_logs(record, job_id, 0 if rank is None else rank, follow_)
     if info is None:
         if query_jobs(job_id):
             raise UserError(f"job {job_id} is an array; expected one task, e.g. {job_id}_0")
         raise unknown_job(job_id)
+    return _slurm_logs(info, job_id, rank, follow_)
+
+
+def _local_logs(record: JobRecord, job_id: str, rank: int, follow_: bool) -> int:
+    """A job of this folder's local executor: its rank's log file."""
+    if follow_:
+        follow(record, rank)
+        return 0
+    text = read_log(record, rank)
+    if not text:  # nothing found never looks like an empty log
+        where = record.log_path(rank)
+        said = "is empty so far" if where.is_file() else "does not exist yet"
+        raise UserError(
+            f"rank {rank} of job {job_id} ({job_state(record)}): its log {where} {said}"
+        )
+    click.echo(text, nl=False)
+    return 0
+
+
+def _slurm_logs(info: JobInfo, job_id: str, rank: int | None, follow_: bool) -> int:
+    """A SLURM job: its log files, rank ``rank``'s lines of them (all: None)."""
     paths, keep, shown = _slurm_view(info, rank)
     if follow_:
 

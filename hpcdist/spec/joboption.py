@@ -65,7 +65,9 @@ class JobOption:
         return ((self.sbatch,) if self.sbatch else ()) + self.owns
 
 
-def job_field(
+# One keyword per JobOption attribute, as dataclasses.field takes its own: a declaration
+# reads as the option it declares, and a bundle would only move these names into it.
+def job_field(  # noqa: PLR0913
     default: Any,
     help: str,
     *,
