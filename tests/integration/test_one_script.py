@@ -33,11 +33,11 @@ SITE: dict[str, Any] = {
     "nodelist": st.just("node1"),  # widened to the job's node count below
     "exclude": st.just("node4"),
     "cpu_bind": st.sampled_from(["cores", "none"]),
-    "sbatch_options": st.sampled_from([("comment=it's a \"test\"",), ("comment=a b\\c",)]),
+    "sbatch_options": st.sampled_from([('comment=it\'s a "test"',), ("comment=a b\\c",)]),
     "srun_args": st.sampled_from([("--export=ALL,X=a b",), ("--distribution=block",)]),
     "rank_logs": st.sampled_from(["label", "split", "none"]),
     "container": st.just("/images/torch 2.13.sif"),
-    "job_name": st.sampled_from(["emu", "emu run #1", "a'b \"c\" $(id)"]),
+    "job_name": st.sampled_from(["emu", "emu run #1", 'a\'b "c" $(id)']),
     "env": st.sampled_from([("A=1",), ("B_1=a b", "C=$HOME")]),
     "signal": st.sampled_from(["USR2@90", "USR1@120", "B:USR2@90"]),
     "requeue": st.booleans(),
