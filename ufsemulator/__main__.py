@@ -14,10 +14,9 @@ import os
 import sys
 from pathlib import Path
 
-from hpcdist.distributed import DistEnvError, DistributedInitError
+from hpcdist.distributed import MARKER_VAR, REQUEUE_EXIT_CODE, DistEnvError, DistributedInitError
 from hpcdist.errors import UserError
-from hpcdist.facts.protocol import MARKER_VAR, REQUEUE_EXIT_CODE
-from hpcdist.state.private import create_exclusive, private_dir
+from hpcdist.state import create_exclusive, private_dir
 from ufsemulator.config import ConfigError
 from ufsemulator.data.makedays import parse_grid
 from ufsemulator.errors import CheckpointError, DataError

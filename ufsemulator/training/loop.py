@@ -31,7 +31,7 @@ import torch.distributed as dist
 from torch import nn
 
 from hpcdist.distributed import DistContext
-from hpcdist.state.digests import default_book
+from hpcdist.state import default_book
 from ufsemulator.checkpoints.checkpoint import capture_rng
 from ufsemulator.checkpoints.ckptwriter import CheckpointWriter
 from ufsemulator.checkpoints.state import EpochRecord, RunProgress, TrainingState

@@ -22,12 +22,16 @@ from typing import Any
 
 import torch.distributed as dist
 
-from hpcdist.distributed import DistContext
-from hpcdist.facts.protocol import RUN_DIR_VAR
-from hpcdist.state.digests import default_book
-from hpcdist.state.fileutil import write_atomic
-from hpcdist.state.private import PrivacyError
-from hpcdist.state.trustedfile import Refused, TrustedBytes, folder_fd, read_at
+from hpcdist.distributed import RUN_DIR_VAR, DistContext
+from hpcdist.state import (
+    PrivacyError,
+    Refused,
+    TrustedBytes,
+    default_book,
+    folder_fd,
+    read_at,
+    write_atomic,
+)
 from ufsemulator.config import Config
 from ufsemulator.data.sources import PathSpec, data_dir, expand_paths
 from ufsemulator.data.synthfiles import make_synthetic
