@@ -178,16 +178,22 @@ def _unlabel(rank: int | None) -> Callable[[str], str]:
 
 
 def follow(record: JobRecord, rank: int, poll_s: float = 1.0) -> str:
-    """Print a job's log as it grows until the job reaches a final state; return it. A
-    local job: rank ``rank``'s log; a SLURM job: the log its script names (every rank)."""
+    """Print rank ``rank``'s log as it grows until the job reaches a final state; return
+    it. A SLURM job's log is the one its script names: the rank's labelled lines (label
+    removed) and the batch shell's own lines, which carry no label."""
     if record.executor == "local":
         paths = [(record.log_path(rank, "out"), False), (record.log_path(rank, "err"), True)]
         return follow_files(paths, lambda: job_state(record), lambda line: True, poll_s)
     info = query_job(record.job_id)
     if info is None:
         raise unknown_job(record.job_id)
-    paths, keep, shown = _slurm_view(info, None)
-    return follow_files(paths, lambda: job_state(record), keep, poll_s, shown)
+    paths, keep, shown = _slurm_view(info, rank)
+    label = _LABEL
+
+    def rank_or_batch(line: str) -> bool:
+        return keep(line) or (label.match(line) is None and not line.startswith("[Rank "))
+
+    return follow_files(paths, lambda: job_state(record), rank_or_batch, poll_s, shown)
 
 
 def record_log_names(record: JobRecord) -> list[tuple[str, str]]:

@@ -13,15 +13,16 @@ from __future__ import annotations
 import json
 import math
 import re
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
 from hpcdist.facts.runs import RESULTS_FILE, RUNS_DIR
+from hpcdist.jobs.logpaths import job_logs
 from hpcdist.jobs.records import JobRecord, find_record, job_state, load_record
 from hpcdist.slurm.arrays import task_states
-from hpcdist.slurm.query import query_jobs
+from hpcdist.slurm.query import JobInfo, query_jobs
 from hpcdist.state.folders import project_base
 
 # The lines a failing training leaves in its log, most telling first: ufsemulator's one-line
@@ -70,13 +71,30 @@ def collect(job_id: str, project_dir: Path | None = None) -> list[Row]:
     runs = job_folder(record, project_dir) / RUNS_DIR
     ids = task_ids(record)
     states = _states(record, [task for task, _ in ids])
+    infos = {info.job_id: info for info in query_jobs(job_id)} if record.executor == "slurm" else {}
+    folders = [project_base(project_dir), runs.parent]
     rows = []
     for task, overrides in ids:
-        task_record = find_record(task, project_dir) or record
-        state = states.get(task, "UNKNOWN")
-        logs = [task_record.log_path(0, stream) for stream in ("out", "err")]
-        rows.append(_row(task, overrides, state, runs / task, logs))
+        logs = _task_logs(record, task, infos, folders, project_dir)
+        rows.append(_row(task, overrides, states.get(task, "UNKNOWN"), runs / task, logs))
     return mark_best(rows)
+
+
+def _task_logs(
+    record: JobRecord,
+    task: str,
+    infos: Mapping[str, JobInfo],
+    folders: Sequence[Path],
+    project_dir: Path | None,
+) -> list[Path]:
+    """Where a task's log is: the script's own log, as SLURM (or the job's log record)
+    names it; a local job's rank 0 files."""
+    if record.executor == "slurm":
+        info = infos.get(task)
+        found = job_logs(info, None, folders) if info is not None else None
+        return [path for path, _ in found.files()] if found is not None else []
+    local = find_record(task, project_dir) or record
+    return [local.log_path(0, stream) for stream in ("out", "err")]
 
 
 def job_folder(record: JobRecord, project_dir: Path | None = None) -> Path:

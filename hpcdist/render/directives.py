@@ -99,8 +99,8 @@ def gpu_directives(spec: JobSpec) -> list[Directive]:
     if not isinstance(gpus, int):
         if spec.gpu_type is not None:
             raise SpecError(
-                f"--gpu-type {spec.gpu_type!r} needs a GPU count in a rendered script: pass "
-                "--gpus-per-node N (submit reads it from the partition)"
+                f"--gpu-type {spec.gpu_type!r} needs a GPU count: pass --gpus-per-node N (a "
+                "script that counts the GPUs when it starts asks for whole nodes, not a type)"
             )
         return []
     if gpus <= 0:

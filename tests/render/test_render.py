@@ -754,13 +754,19 @@ def test_array_directive_says_what_it_does(max_parallel: int | None, lines: str)
     assert lines in render(spec_from_options(flags))
 
 
-def test_a_gpu_type_without_a_count_cannot_be_rendered() -> None:
-    result = CliRunner().invoke(cli, ["render", "--mode", "nccl", "--gpu-type", "a100"])
+@pytest.mark.parametrize("command", [["render"], ["submit", "--executor", "slurm"]])
+def test_a_gpu_type_without_a_count_is_refused_by_render_and_submit(
+    command: list[str], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setattr("shutil.which", lambda name: f"/usr/bin/{name}")  # a login node
+    result = CliRunner().invoke(cli, [*command, "--mode", "nccl", "--gpu-type", "a100"])
     assert result.exit_code == 2
     assert result.stderr == (
-        "hpcdist: error: --gpu-type 'a100' needs a GPU count in a rendered script: pass "
-        "--gpus-per-node N (submit reads it from the partition)\n"
+        "hpcdist: error: --gpu-type 'a100' needs a GPU count: pass --gpus-per-node N (a "
+        "script that counts the GPUs when it starts asks for whole nodes, not a type)\n"
     )
+    assert list(tmp_path.iterdir()) == []
 
 
 def test_a_users_srun_words_are_quoted_and_the_scripts_counts_are_not() -> None:
