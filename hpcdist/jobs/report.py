@@ -29,6 +29,7 @@ from hpcdist.state.folders import project_base
 # user errors, then the last line of a Python traceback.
 _ERROR_LINES = (re.compile(r"^error: (?P<why>.+)$"), re.compile(r"^(?P<why>\w*Error: .+)$"))
 _REASON_CHARS = 300
+_LABEL = re.compile(r"^[0-9]+: ")
 # States in which no results are expected yet.
 _UNFINISHED = ("RUNNING", "PENDING", "REQUEUED")
 
@@ -183,7 +184,8 @@ def failure_reason(logs: Sequence[Path]) -> str | None:
     for path in dict.fromkeys(logs):
         if path.is_file():
             text += path.read_text(errors="replace")
-    lines = [line.strip() for line in text.splitlines()]
+    # srun --label puts the rank before each of its lines (``0: error: ...``).
+    lines = [_LABEL.sub("", line.strip(), count=1) for line in text.splitlines()]
     for pattern in _ERROR_LINES:
         found = [m["why"] for line in lines if (m := pattern.match(line))]
         if found:

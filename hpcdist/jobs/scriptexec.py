@@ -36,8 +36,9 @@ class ScriptExecutor(submitit.SlurmExecutor):
 
     def queue(self) -> Any:
         """``sbatch`` the script; submitit's handle of the job. submitit keeps its copy of
-        the script beside the job's folder: made private, as the script may carry --env."""
+        the script in the job's folder: both made private, as the script may carry --env."""
         job = self._submit_command("")
+        job.paths.folder.chmod(0o700)
         job.paths.submission_file.chmod(0o600)
         return job
 

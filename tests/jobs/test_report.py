@@ -106,7 +106,7 @@ def test_no_row_is_best_when_no_training_finished_an_epoch() -> None:
     ("log", "reason"),
     [
         (
-            "Epoch 1/3\nerror: data file '/x.nc' does not exist\nTraceback\nCommandFailed: x\n",
+            "Epoch 1/3\nerror: data file '/x.nc' does not exist\nTraceback\nValueError: x\n",
             "data file '/x.nc' does not exist",
         ),
         (
@@ -114,6 +114,12 @@ def test_no_row_is_best_when_no_training_finished_an_epoch() -> None:
             "RuntimeError: gloo timed out",
         ),
         ("Epoch 1/3\nkilled\n", None),
+        # srun --label's rank before each line of the job's log
+        (
+            "0: Epoch 1/3\n0: error: data file '/x.nc' does not exist\nsrun: error: node1\n",
+            "data file '/x.nc' does not exist",
+        ),
+        ("1: Traceback (most recent call last):\n1: OSError: disk full\n", "OSError: disk full"),
     ],
 )
 def test_a_failed_task_is_explained_by_the_last_error_of_its_rank_0_log(
