@@ -13,7 +13,7 @@ from __future__ import annotations
 import json
 import math
 import re
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
@@ -72,12 +72,22 @@ def collect(job_id: str, project_dir: Path | None = None) -> list[Row]:
     runs = job_folder(record, project_dir) / RUNS_DIR
     ids = task_ids(record)
     states = _states(record, [task for task, _ in ids])
-    infos = {info.job_id: info for info in query_jobs(job_id)} if record.executor == "slurm" else {}
     folders = [project_base(project_dir), runs.parent]
-    rows = []
-    for task, overrides in ids:
-        logs = _task_logs(record, task, infos, folders, project_dir)
-        rows.append(_row(task, overrides, states.get(task, "UNKNOWN"), runs / task, logs))
+    infos: dict[str, JobInfo] | None = None
+
+    def logs_of(task: str) -> Callable[[], list[Path]]:
+        def logs() -> list[Path]:
+            nonlocal infos
+            if infos is None and record.executor == "slurm":  # asked only for a failed task
+                infos = {info.job_id: info for info in query_jobs(job_id)}
+            return _task_logs(record, task, infos or {}, folders, project_dir)
+
+        return logs
+
+    rows = [
+        _row(task, overrides, states.get(task, "UNKNOWN"), runs / task, logs_of(task))
+        for task, overrides in ids
+    ]
     return mark_best(rows)
 
 
@@ -117,14 +127,16 @@ def _states(record: JobRecord, tasks: list[str]) -> dict[str, str]:
     return {tasks[0]: job_state(record)}
 
 
-def _row(task: str, overrides: list[str], state: str, run_dir: Path, logs: list[Path]) -> Row:
+def _row(
+    task: str, overrides: list[str], state: str, run_dir: Path, logs: Callable[[], list[Path]]
+) -> Row:
     path = run_dir / RESULTS_FILE
     results = read_results(path)
     history = results.get("history") if isinstance(results.get("history"), dict) else {}
     curve = tuple(float(v) for v in (history or {}).get("val_loss", []) if _is_number(v))
     reason = None
     if state not in ("COMPLETED", *_UNFINISHED, "UNKNOWN"):
-        reason = failure_reason(logs)
+        reason = failure_reason(logs())
         if reason is None:
             reason = f"ended {state}" + ("" if results else f"; {_no_results(path)}")
     elif not results and state not in _UNFINISHED:
@@ -159,7 +171,7 @@ def _rows_from_slurm(job_id: str) -> list[Row]:
             else []
         )
         logs = [Path(p) for p in (info.stdout, info.stderr) if p]
-        rows.append(_row(info.job_id, overrides, info.state, run_dir, logs))
+        rows.append(_row(info.job_id, overrides, info.state, run_dir, _given(logs)))
     return rows
 
 
@@ -176,6 +188,10 @@ def read_results(path: Path) -> dict[str, Any]:
     except (OSError, ValueError):
         return {}
     return data if isinstance(data, dict) else {}
+
+
+def _given(logs: list[Path]) -> Callable[[], list[Path]]:
+    return lambda: logs
 
 
 def failure_reason(logs: Sequence[Path]) -> str | None:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import subprocess
 import sys
@@ -169,8 +170,12 @@ def test_an_array_record_reads_each_task_its_run_folder_and_results(
     (run / "training_results.json").write_text(
         json.dumps({**results, "history": {"val_loss": [0.5, 0.05]}})
     )
-    (tmp_path / "40_0_0_log.out").write_text("error: no such file\n")
-    monkeypatch.setattr("hpcdist.jobs.report.query_jobs", lambda job: [])  # SLURM forgot it
+    # The job's log, where SLURM says (srun's labels before the ranks' lines).
+    (tmp_path / "emu-41.out").write_text("0: error: no such file\nsrun: error: node1\n")
+    info = dataclasses.replace(
+        _slurm_info("40_0", str(tmp_path)), stdout=str(tmp_path / "emu-41.out")
+    )
+    monkeypatch.setattr("hpcdist.jobs.report.query_jobs", lambda job: [info])
     monkeypatch.setattr(
         "hpcdist.jobs.report.task_states",
         lambda job, count: {"40_0": "FAILED", "40_1": "COMPLETED"},
