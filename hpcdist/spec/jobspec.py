@@ -327,17 +327,12 @@ class JobSpec:
     @property
     def cpu_layout(self) -> CpuLayout | None:
         """How each rank of a CPU job uses its CPUs (None: a GPU job, or CPUs counted at
-        run time)."""
-        return self.cpu_layout_for(self.cpus_per_task)
-
-    def cpu_layout_for(self, cpus: Count) -> CpuLayout | None:
-        """The layout for ranks of ``cpus`` CPUs each (local ranks share this machine's);
-        the user's --threads-per-task is kept within them."""
-        ranks = self.world_size
+        run time). The user's --threads-per-task was checked against --cpus-per-task where
+        it entered (``validate``): it is taken as it is, never clamped here."""
+        cpus, ranks = self.cpus_per_task, self.world_size
         if self.on_gpus or not isinstance(cpus, int) or ranks is None:
             return None
-        threads = None if self.threads_per_task is None else min(self.threads_per_task, cpus)
-        return cpu_layout(cpus, ranks, threads, self.omp_wait_policy)
+        return cpu_layout(cpus, ranks, self.threads_per_task, self.omp_wait_policy)
 
     @property
     def warning_signal(self) -> str | None:
