@@ -120,8 +120,8 @@ def _parser() -> argparse.ArgumentParser:
     export.add_argument(
         "--units",
         choices=["native", "jedi"],
-        help="units the module takes (default: the checkpoint's export.units, else those "
-        "of the names: K and kg/kg for jedi)",
+        help="units to check the names' units against (default: the checkpoint's "
+        "export.units; names carry their units)",
     )
     return parser
 
@@ -266,7 +266,7 @@ def _export(args: argparse.Namespace) -> int:
     print(
         f"Exported {args.checkpoint} to {path} (TorchScript: predict, row_flags, "
         f"jac_physical, tlm, adjoint in physical units; forward normalised, not the "
-        f"prediction; names {options.names}, units {options.chosen_units}); model card "
+        f"prediction; names {options.names}, units {options.units or 'those of the names'}); model card "
         f"{path.with_suffix('.md')}"
     )
     if args.aoti is not None:

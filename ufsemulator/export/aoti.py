@@ -100,6 +100,8 @@ _ATTRIBUTES = (
     "output_units",
     "fill_threshold",
     "fill_value",
+    "land_value",
+    "land_columns",
     "range_margin",
     "fill_out_of_range",
     "clamp_output",

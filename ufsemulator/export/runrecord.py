@@ -8,6 +8,7 @@ trained on the synthetic file.
 
 from __future__ import annotations
 
+import json
 from collections.abc import Mapping
 from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
@@ -59,7 +60,9 @@ def data_record(config: Config, data_path: PathSpec) -> dict[str, Any]:
     if config.data.atmosphere is not None:
         atmosphere = expand_paths(config.data.atmosphere, "atmosphere file")
         record["atmosphere_paths"] = [str(p.resolve()) for p in atmosphere]
-        record["atmosphere_sha256"] = provenance.content_sha256(atmosphere)
+        digests = provenance.files_sha256(atmosphere)
+        record["atmosphere_sha256"] = provenance.content_sha256(atmosphere, digests)
+        record["atmosphere_files_sha256"] = digests
     record["synthetic"] = config.data.path is None
     return record
 
@@ -72,6 +75,28 @@ def data_record_later(config: Config, data_path: PathSpec) -> Future[dict[str, A
         return pool.submit(data_record, config, data_path)
     finally:
         pool.shutdown(wait=False)
+
+
+def checkpoint_origin(checkpoint: Path, config: Mapping[str, Any] | None) -> dict[str, Any]:
+    """The provenance of an export made later from a run's checkpoint: the checkpoint's
+    config, and the data and metrics its run recorded in ``training_results.json`` beside
+    it (null where the checkpoint was moved away from its run folder)."""
+    results = _run_results(checkpoint.parent / "training_results.json")
+    data = results.get("data")
+    return provenance.build(
+        config=config,
+        data=data if isinstance(data, Mapping) else None,
+        metrics={key: results.get(key) for key in METRICS} if results else None,
+        source=str(checkpoint.resolve()),
+    )
+
+
+def _run_results(path: Path) -> dict[str, Any]:
+    try:
+        results = json.loads(path.read_text())
+    except (OSError, ValueError):
+        return {}
+    return results if isinstance(results, dict) else {}
 
 
 def export_run(

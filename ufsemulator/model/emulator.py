@@ -113,6 +113,7 @@ class EmulatorMLP(nn.Module):
         clamp_output: bool
         land_value: float
         land_columns: list[int]
+        block_rows: int
         output_lower: list[float]
         output_upper: list[float]
         input_min: torch.Tensor
@@ -149,6 +150,7 @@ class EmulatorMLP(nn.Module):
         # all hold land_value is missing. NaN (never equal): no land value.
         self.land_value = math.nan
         self.land_columns = list(range(config.n_in))
+        self.block_rows = BLOCK_ROWS
         bounds = [OUTPUT_BOUNDS.get(name, (-math.inf, math.inf)) for name in config.output_names]
         self.output_lower = [float(lo) for lo, _ in bounds]
         self.output_upper = [float(hi) for _, hi in bounds]
@@ -345,16 +347,17 @@ class EmulatorMLP(nn.Module):
     def _blocks(
         self, x: torch.Tensor, want_jac: bool, by_block: bool
     ) -> tuple[torch.Tensor, torch.Tensor]:
-        """The network on normalised rows ``x`` ``[N, n_in]``, in blocks of BLOCK_ROWS rows
+        """The network on normalised rows ``x`` ``[N, n_in]``, in blocks of ``block_rows`` rows
         (the last padded): every block is the same computation of the same shape, so a
         row's bits do not depend on the batch it came in, nor on the threads. ``by_block``
         runs them one after the other (small enough for one thread each: no split of
         an element-wise op between threads); otherwise all at once as one batched product
         (what torch.export traces: a loop over a dynamic count cannot be)."""
         n, n_in = x.shape[0], x.shape[1]
-        count = (n + BLOCK_ROWS - 1) // BLOCK_ROWS
-        padded = torch.cat([x, x.new_zeros(count * BLOCK_ROWS - n, n_in)])
-        blocks = padded.reshape(count, BLOCK_ROWS, n_in)
+        size = self.block_rows
+        count = (n + size - 1) // size
+        padded = torch.cat([x, x.new_zeros(count * size - n, n_in)])
+        blocks = padded.reshape(count, size, n_in)
         weights = self._weights(x.dtype)
         biases = self._biases(x.dtype)
         if not by_block:
@@ -366,7 +369,7 @@ class EmulatorMLP(nn.Module):
                 y_k, jac_k = self._network(blocks[k], weights, biases, want_jac)
                 ys.append(y_k)
                 jacs.append(jac_k)
-            empty = x.new_zeros(0, BLOCK_ROWS, self.n_out)
+            empty = x.new_zeros(0, size, self.n_out)
             y = torch.cat(ys) if count > 0 else empty
             jac = torch.cat(jacs) if count > 0 and want_jac else empty
         y = y.reshape(-1, self.n_out)[:n]

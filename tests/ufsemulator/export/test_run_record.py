@@ -60,8 +60,11 @@ def test_a_daily_stream_run_records_its_data_and_provenance(
     assert origin["config"]["export"]["names"] == "jedi"
     sig = json.loads(extra["signature.json"])
     sst = sig["inputs"][0]
-    assert (sst["name"], sst["unit"]) == ("sea_water_potential_temperature", "K")
-    assert 250.0 < sst["train_min"] < sst["train_max"] < 320.0  # a range, in K
+    assert (sst["name"], sst["unit"]) == ("sea_water_potential_temperature", "degC")
+    assert -5.0 < sst["train_min"] < sst["train_max"] < 40.0  # a range, in SOCA's degC
+    tair = sig["inputs"][2]
+    assert (tair["name"], tair["unit"]) == ("air_temperature", "K")
+    assert 200.0 < tair["train_min"] < tair["train_max"] < 320.0  # a range, in K
     assert (run / "model.md").read_text().count("sea_water_potential_temperature") == 1
     assert [p.resolve() for p in packaged] == [run / "model.pt2"]  # export.aoti: beside model.pt
 
@@ -73,7 +76,10 @@ def test_a_bad_export_setting_fails_before_any_data_is_read(
     argv = ["train", "--config", str(SMOKE), "--run-dir", str(tmp_path / "run")]
     assert main([*argv, "--set", "export.units={sst: m}"]) == 2
     err = capsys.readouterr().err
-    assert err == "error: export.units: cannot convert 'sst' between degC and 'm'\n"
+    assert err == (
+        "error: export.units gives sst in 'm', but its exported name 'sst' carries degC: "
+        "names fix units; drop export.units or choose the name of that unit\n"
+    )
     assert not (tmp_path / "cache").exists()  # not even the synthetic file was made
     assert not (tmp_path / "run" / "checkpoint.pt").exists()
     assert os.environ.get("RANK") is None
