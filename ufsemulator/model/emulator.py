@@ -306,9 +306,9 @@ class EmulatorMLP(nn.Module):
                 raise ValueError(
                     f"mask must hold one value per input row ({n} rows), got shape {mask.shape}"
                 )
-            m = mask.reshape(-1).to(dtype)
+            m = mask.reshape(n).to(dtype)
             row = row * torch.where(torch.isfinite(m), m, torch.zeros_like(m))
-        jac = jac * row.reshape(-1, 1, 1)
+        jac = jac * row.reshape(n, 1, 1)
         return torch.where(torch.isfinite(jac), jac, torch.zeros_like(jac))
 
     @torch.jit.export
@@ -356,8 +356,10 @@ class EmulatorMLP(nn.Module):
         n, n_in = x.shape[0], x.shape[1]
         size = self.block_rows
         count = (n + size - 1) // size
-        padded = torch.cat([x, x.new_zeros(count * size - n, n_in)])
-        blocks = padded.reshape(count, size, n_in)
+        # The last block is filled with copies of the last row (index_select, not a pad and
+        # a slice: torch.export cannot prove n <= count * size for a symbolic n).
+        fill = torch.arange(count * size, device=x.device).clamp(max=max(n - 1, 0))
+        blocks = x.index_select(0, fill).reshape(count, size, n_in)
         weights = self._weights(x.dtype)
         biases = self._biases(x.dtype)
         if not by_block:
@@ -372,9 +374,10 @@ class EmulatorMLP(nn.Module):
             empty = x.new_zeros(0, size, self.n_out)
             y = torch.cat(ys) if count > 0 else empty
             jac = torch.cat(jacs) if count > 0 and want_jac else empty
-        y = y.reshape(-1, self.n_out)[:n]
+        kept = torch.arange(n, device=x.device)
+        y = y.reshape(count * size, self.n_out).index_select(0, kept)
         if want_jac:
-            jac = jac.reshape(-1, self.n_out, n_in)[:n]
+            jac = jac.reshape(count * size, self.n_out, n_in).index_select(0, kept)
         return y, jac
 
     def _network(
@@ -400,13 +403,15 @@ class EmulatorMLP(nn.Module):
         # Back from the output: J = W_L diag(act'(z_L-1)) W_L-1 ... diag(act'(z_1)) W_1,
         # carried as [..., R, n_out, width]: cheap when n_out is small, as for aice.
         lead = list(blocks.shape[:-1])
+        rows, n_out = blocks.shape[-2], self.n_out
         w_out = weights[last]
         jac = w_out.expand(lead + list(w_out.shape))
         for i in range(last - 1, -1, -1):
             scaled = jac * self._act_grad(pre[i]).unsqueeze(-2)
-            flat = scaled.reshape(lead[:-1] + [-1, scaled.shape[-1]])
-            jac = _product(flat, weights[i]).reshape(lead + [self.n_out, -1])
-        return h, jac.reshape(lead[:-1] + [-1, jac.shape[-1]])
+            flat = scaled.reshape(lead[:-1] + [rows * n_out, scaled.shape[-1]])
+            jac = _product(flat, weights[i]).reshape(lead + [n_out, weights[i].shape[1]])
+        # Explicit sizes, no -1: torch.export would have to rule out an empty block.
+        return h, jac.reshape(lead[:-1] + [rows * n_out, jac.shape[-1]])
 
     def _prepare(self, inputs: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """Normalised inputs in the compute dtype, and which rows hold real values.
