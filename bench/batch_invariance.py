@@ -80,7 +80,7 @@ def calls(module: Any, aoti: Path | None, x: Any, dx: Any, dy: Any) -> dict[str,
         "torchscript adjoint": lambda s: module.adjoint(x[s], dy[s]),
     }
     for method in METHODS:
-        table[f"plain {method}"] = lambda s, m=method: plain(model, m, x[s], dx[s], dy[s])
+        table[f"plain {method}"] = _plain_call(model, method, x, dx, dy)
     if aoti is not None:
         from ufsemulator.export.aoti import load
 
@@ -90,6 +90,10 @@ def calls(module: Any, aoti: Path | None, x: Any, dx: Any, dy: Any) -> dict[str,
         table["aoti tlm"] = lambda s: programs["tlm"](x[s], dx[s], mask[s])
         table["aoti adjoint"] = lambda s: programs["adjoint"](x[s], dy[s], mask[s])
     return table
+
+
+def _plain_call(model: Any, method: str, x: Any, dx: Any, dy: Any) -> Call:
+    return lambda s: plain(model, method, x[s], dx[s], dy[s])
 
 
 def differing(call: Call, rows: int, batch: torch.Tensor) -> int:

@@ -97,7 +97,6 @@ class ExportConfig:
                 )
 
 
-
 @dataclass(frozen=True)
 class ModelSection:
     hidden_sizes: tuple[int, ...] = (64, 64, 64)

@@ -153,7 +153,7 @@ def _export(wrapper: nn.Module, args: tuple[torch.Tensor, ...], shapes: Any) -> 
     padding) are not special cases (torch would otherwise fix them as it found them)."""
     from torch.fx.experimental import _config
 
-    with _config.patch(backed_size_oblivious=True):
+    with _config.patch(backed_size_oblivious=True):  # type: ignore[attr-defined]
         return torch.export.export(wrapper, args, dynamic_shapes=shapes)
 
 
@@ -279,7 +279,9 @@ class Program:
             names = ", ".join(a.name for a in self.args)
             raise ValueError(f"{self.model} takes ({names}), got {len(tensors)} tensors")
         rows = tensors[0].shape[0] if tensors[0].dim() == 2 else -1
-        checked = [_checked(self.model, a, t, rows) for a, t in zip(self.args, tensors, strict=True)]
+        checked = [
+            _checked(self.model, a, t, rows) for a, t in zip(self.args, tensors, strict=True)
+        ]
         return self.runner(*checked)
 
 

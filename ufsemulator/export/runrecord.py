@@ -8,7 +8,6 @@ trained on the synthetic file.
 
 from __future__ import annotations
 
-import json
 from collections.abc import Mapping
 from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
@@ -17,20 +16,6 @@ from typing import Any
 from ufsemulator.config import Config
 from ufsemulator.data.sources import PathSpec, expand_paths
 from ufsemulator.export import provenance
-
-# The final numbers a model card and provenance.json carry (from RunSummary.to_json()).
-METRICS = (
-    "status",
-    "epochs_run",
-    "best_epoch",
-    "best_val_loss",
-    "best_val_r2",
-    "final_train_loss",
-    "final_val_loss",
-    "final_val_r2",
-    "n_train",
-    "n_val",
-)
 
 
 def _absolute(spec: PathSpec | None, what: str = "data file") -> list[str] | None:
@@ -77,28 +62,6 @@ def data_record_later(config: Config, data_path: PathSpec) -> Future[dict[str, A
         pool.shutdown(wait=False)
 
 
-def checkpoint_origin(checkpoint: Path, config: Mapping[str, Any] | None) -> dict[str, Any]:
-    """The provenance of an export made later from a run's checkpoint: the checkpoint's
-    config, and the data and metrics its run recorded in ``training_results.json`` beside
-    it (null where the checkpoint was moved away from its run folder)."""
-    results = _run_results(checkpoint.parent / "training_results.json")
-    data = results.get("data")
-    return provenance.build(
-        config=config,
-        data=data if isinstance(data, Mapping) else None,
-        metrics={key: results.get(key) for key in METRICS} if results else None,
-        source=str(checkpoint.resolve()),
-    )
-
-
-def _run_results(path: Path) -> dict[str, Any]:
-    try:
-        results = json.loads(path.read_text())
-    except (OSError, ValueError):
-        return {}
-    return results if isinstance(results, dict) else {}
-
-
 def export_run(
     source: Path,
     run_dir: Path,
@@ -113,7 +76,7 @@ def export_run(
     origin = provenance.build(
         config=config.to_dict(),
         data=data,
-        metrics={key: run.get(key) for key in METRICS},
+        metrics={key: run.get(key) for key in provenance.METRICS},
         source=str(source.resolve()),
     )
     written = [export_checkpoint(source, run_dir / "model.pt", config.export, origin)]

@@ -33,7 +33,6 @@ import torch
 from ufsemulator.config import Config, ConfigError, ExportConfig
 from ufsemulator.errors import CheckpointError
 from ufsemulator.export import provenance, signature
-from ufsemulator.model.emulator import EmulatorMLP, ModelConfig
 from ufsemulator.export.names import (
     OCEAN_INPUTS,
     check_distinct,
@@ -41,6 +40,7 @@ from ufsemulator.export.names import (
     exported_names,
     exported_units,
 )
+from ufsemulator.model.emulator import EmulatorMLP, ModelConfig
 from ufsemulator.variables import UNITS, conversion
 
 # Prefixes a wrapped model adds to its state_dict keys (DDP, torch.compile).
@@ -290,15 +290,13 @@ def export_checkpoint(
     """Export the model of a training checkpoint as TorchScript at ``out``; ``options``
     default to the ``export`` section of the config the checkpoint was trained with,
     ``origin`` to a provenance record with that config, the checkpoint's path, and the
-    data and metrics of its run (:func:`runrecord.checkpoint_origin`)."""
+    data and metrics of its run (:func:`provenance.checkpoint_origin`)."""
     path = Path(checkpoint)
     state = _read_checkpoint(path)
     chosen = options if options is not None else _export_config_of(state, path)
     if origin is None:
-        from ufsemulator.export.runrecord import checkpoint_origin
-
         config = state.get("config")
-        origin = checkpoint_origin(path, config if isinstance(config, Mapping) else None)
+        origin = provenance.checkpoint_origin(path, config if isinstance(config, Mapping) else None)
     return export_model(_model_of(state, path), out, chosen, origin)
 
 

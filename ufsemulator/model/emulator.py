@@ -408,10 +408,12 @@ class EmulatorMLP(nn.Module):
         jac = w_out.expand(lead + list(w_out.shape))
         for i in range(last - 1, -1, -1):
             scaled = jac * self._act_grad(pre[i]).unsqueeze(-2)
-            flat = scaled.reshape(lead[:-1] + [rows * n_out, scaled.shape[-1]])
-            jac = _product(flat, weights[i]).reshape(lead + [n_out, weights[i].shape[1]])
+            # Lists joined with +: TorchScript has no starred list displays.
+            flat = scaled.reshape(lead[:-1] + [rows * n_out, scaled.shape[-1]])  # noqa: RUF005
+            sizes = lead + [n_out, weights[i].shape[1]]  # noqa: RUF005
+            jac = _product(flat, weights[i]).reshape(sizes)
         # Explicit sizes, no -1: torch.export would have to rule out an empty block.
-        return h, jac.reshape(lead[:-1] + [rows * n_out, jac.shape[-1]])
+        return h, jac.reshape(lead[:-1] + [rows * n_out, jac.shape[-1]])  # noqa: RUF005
 
     def _prepare(self, inputs: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """Normalised inputs in the compute dtype, and which rows hold real values.

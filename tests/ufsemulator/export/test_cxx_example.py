@@ -304,7 +304,10 @@ def test_the_package_refuses_bad_inputs_itself_and_both_loaders_agree(
         check=True, capture_output=True, text=True, timeout=120,
     )  # fmt: skip
     cxx = json.loads(out.stdout)["probe"]
-    checked, raw = load(case["aoti"], "jac_physical"), load_package(str(case["aoti"]), "jac_physical")
+    checked, raw = (
+        load(case["aoti"], "jac_physical"),
+        load_package(str(case["aoti"]), "jac_physical"),
+    )
     x, m = case["x"][:8], case["mask"][:8]
     python = {
         name: {

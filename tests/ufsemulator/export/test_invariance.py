@@ -51,7 +51,9 @@ def methods(module: Any, dtype: torch.dtype) -> dict[str, Callable[[slice], torc
 
 @pytest.mark.parametrize("threads", [1, 2], indirect=True)
 @pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
-def test_a_rows_bits_do_not_depend_on_its_batch(module: Any, dtype: torch.dtype, threads: int) -> None:
+def test_a_rows_bits_do_not_depend_on_its_batch(
+    module: Any, dtype: torch.dtype, threads: int
+) -> None:
     for name, call in methods(module, dtype).items():
         batch = call(slice(0, ROWS))
         for row in PROBED:
@@ -66,7 +68,9 @@ def test_the_bits_do_not_depend_on_the_threads(module: Any) -> None:
     try:
         for count in (1, 2):
             torch.set_num_threads(count)
-            answers.append({k: c(slice(0, 20_000)) for k, c in methods(module, torch.float32).items()})
+            answers.append(
+                {k: c(slice(0, 20_000)) for k, c in methods(module, torch.float32).items()}
+            )
     finally:
         torch.set_num_threads(before)
     assert all(torch.equal(answers[0][k], answers[1][k]) for k in answers[0])
@@ -76,4 +80,7 @@ def test_zero_rows_give_empty_answers(module: Any, tmp_path: Path) -> None:
     x = torch.zeros(0, 14)
     assert module.predict(x).shape == (0, 1) and module.row_flags(x).shape == (0,)
     assert module.jac_physical(x, torch.zeros(0, 1)).shape == (0, 1, 14)
-    assert module.tlm(x, x).shape == (0, 1) and module.adjoint(x, torch.zeros(0, 1)).shape == (0, 14)
+    assert module.tlm(x, x).shape == (0, 1) and module.adjoint(x, torch.zeros(0, 1)).shape == (
+        0,
+        14,
+    )
