@@ -17,9 +17,11 @@ before calling, with a clearer message, and make a contiguous copy of a strided 
 (cheap next to the call) instead of refusing it.
 
 The package's metadata (``get_metadata()`` in C++) holds the same ``signature.json``,
-``provenance.json`` and ``format_version`` as ``model.pt``, and ``cpu_isa``: the vector
-instruction set the code was compiled for (that of the machine that compiled it, e.g.
-``avx512``); a CPU without it cannot run the package. Load it in C++ with
+``provenance.json`` and ``format_version`` as ``model.pt``, and what CPU it needs:
+``cpu_isa`` (the vector instruction set, e.g. ``avx512``), ``cpu_march`` (``native``: every
+extension of ``compiled_on_cpu``, the machine that compiled it, unless
+TORCHINDUCTOR_CPP_MARCH named a target such as ``x86-64-v3``); a CPU without them stops
+with an illegal instruction. Load it in C++ with
 ``torch::inductor::AOTIModelPackageLoader(path, "jac_physical")`` or in Python with
 :func:`load`. Compiling takes about a minute per program on a loaded 2-core machine.
 """
@@ -124,7 +126,7 @@ def package_model(model: nn.Module, out: str | Path, metadata: dict[str, str]) -
     from torch._inductor.package import package_aoti
 
     out = Path(out)
-    metadata = {**metadata, "cpu_isa": str(pick_vec_isa()) or "none"}
+    metadata = {**metadata, **_target(str(pick_vec_isa()))}
     options = {
         "aot_inductor.package": True,
         "aot_inductor.metadata": metadata,
@@ -146,6 +148,25 @@ def package_model(model: nn.Module, out: str | Path, metadata: dict[str, str]) -
     finally:
         Path(tmp_name).unlink(missing_ok=True)
     return out
+
+
+def _target(vec_isa: str) -> dict[str, str]:
+    """What CPU the compiled code needs: torch compiles for -march=native (the compiling
+    machine's every extension) unless TORCHINDUCTOR_CPP_MARCH names a target such as
+    x86-64-v3, and vectorises for ``vec_isa`` unless ATEN_CPU_CAPABILITY says otherwise."""
+    from torch._inductor import config
+
+    model = "unknown"
+    with contextlib.suppress(OSError):
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                model = line.split(":", 1)[1].strip()
+                break
+    return {
+        "cpu_isa": vec_isa or "none",
+        "cpu_march": config.cpp.march or "native",
+        "compiled_on_cpu": model,
+    }
 
 
 def _export(wrapper: nn.Module, args: tuple[torch.Tensor, ...], shapes: Any) -> Any:
