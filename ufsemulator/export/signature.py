@@ -18,7 +18,8 @@ from typing import Any
 JEDI_REFERENCE = (
     "ocean names and sea_ice_area_fraction: SOCA GetValues names (JCSDA-internal/soca "
     "test/Data/fields_metadata.yml, commit 0b255b4); the others: CF standard names; "
-    "units: K and kg/kg as a JEDI atmospheric background holds them"
+    "units: each name's own (ufsemulator.export.names): SOCA's degC for the ocean "
+    "temperature, K and kg/kg as a JEDI atmospheric background holds them"
 )
 
 

@@ -90,7 +90,7 @@ def _re_export_keeps_the_provenance(
         digest, path = line.split(maxsplit=1)
         assert f"    {digest}  {Path(path).resolve()}" in described
     assert "    training: epochs 1, batch_size 100" in described
-    assert "    export: names \"jedi\"" in described and "epochs_run 1" in described
+    assert '    export: names "jedi"' in described and "epochs_run 1" in described
 
 
 def test_a_bad_export_setting_fails_before_any_data_is_read(
