@@ -98,7 +98,8 @@ def check_distinct(inputs: list[str], outputs: list[str]) -> None:
     if clash:
         raise ValueError(
             f"export name {clash[0]!r} names an input and an output; SABER reads the output "
-            "from the background by its name"
+            "from the background by its name: leave that variable out of data.inputs or "
+            "predict another data.target"
         )
 
 

@@ -117,6 +117,12 @@ def describe(extra: Mapping[str, str], path: str) -> str:
         + " (row_flags), jac_physical, tlm and adjoint 0",
         "forward: NORMALISED in and out (training), not the prediction: call predict",
     ]
+    if extra.get("cpu_isa"):  # an AOTInductor package: compiled code for one kind of CPU
+        lines.append(
+            f"compiled for: vector ISA {extra['cpu_isa']}, -march={extra.get('cpu_march')} "
+            f"on {extra.get('compiled_on_cpu')}; a CPU without these stops on an illegal "
+            "instruction"
+        )
     return "\n".join(lines + provenance_lines(origin))
 
 

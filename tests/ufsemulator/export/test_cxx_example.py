@@ -265,6 +265,7 @@ def test_describe_reads_the_aoti_package_too(
     assert main(["export", "--describe", str(case["aoti"])]) == 0
     out = capsys.readouterr().out
     assert "(format 2)" in out and re.search(r"sea_water_potential_temperature +degC +level 0", out)
+    assert "compiled for: vector ISA " in out and "-march=native on " in out
 
 
 # The bad inputs and small batches of the C++ example's --aoti-probe, as Python makes them.
