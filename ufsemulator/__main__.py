@@ -130,8 +130,8 @@ def _add_export(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> Non
     export.add_argument(
         "--units",
         choices=["native", "jedi"],
-        help="units the module takes (default: the checkpoint's export.units, else those "
-        "of the names: K and kg/kg for jedi)",
+        help="units to check the names' units against (default: the checkpoint's "
+        "export.units; names carry their units)",
     )
 
 
@@ -272,17 +272,21 @@ def _export(args: argparse.Namespace) -> int:
     }
     options = dataclasses.replace(options, **overrides)
     path = export_checkpoint(args.checkpoint, args.out, options)
+    units = options.units or "those of the names"
     print(
         f"Exported {args.checkpoint} to {path} (TorchScript: predict, row_flags, "
         f"jac_physical, tlm, adjoint in physical units; forward normalised, not the "
-        f"prediction; names {options.names}, units {options.chosen_units}); model card "
+        f"prediction; names {options.names}, units {units}); model card "
         f"{path.with_suffix('.md')}"
     )
     if args.aoti is not None:
         from ufsemulator.export.aoti import package_export
 
         package = package_export(path, args.aoti)
-        print(f"Packaged {path} for AOTInductor at {package} (predict, jac_physical; float32)")
+        print(
+            f"Packaged {path} for AOTInductor at {package} (predict, jac_physical, tlm, "
+            "adjoint; float32, inputs checked)"
+        )
     return 0
 
 

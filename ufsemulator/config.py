@@ -75,14 +75,17 @@ class ExportConfig:
     """What the export tells its caller (a DA system looks names up, never units)."""
 
     names: str | dict[str, str] = "short"  # short | jedi | {our name: exported name}
-    # None: the units that go with the names (jedi names: JEDI's K and kg/kg; others:
-    # native), so JEDI names never come over degC unless a user writes units: native.
+    # A name carries its unit (ufsemulator.export.names): None takes those units; native,
+    # jedi or {name: unit} are checked against them, so a name never comes in a foreign unit.
     units: str | dict[str, str] | None = None  # native | jedi | {name: unit}
     input_levels: tuple[int, ...] | None = None  # None: the model's (0, the surface)
     output_levels: tuple[int, ...] | None = None
     # predict's answer for a row with a NaN, infinite or fill input (never a plausible 0);
     # None: NaN (not written as NaN here, so that two configs compare equal).
     fill_value: float | None = None
+    # Land stored as a number (SOCA: 0.0) or a finite sentinel: a row whose ocean inputs
+    # (sst, sss, uocn, vocn) all hold it is missing, like a NaN row. None: no such value.
+    land_value: float | None = None
     # An input further than this fraction of its training range outside that range is
     # out of range: flagged by out_of_range(); with out_of_range: fill, predict answers
     # fill_value there too.
@@ -98,13 +101,6 @@ class ExportConfig:
                 raise ConfigError(
                     f"'export.{key}' must be {' or '.join(words)} or a mapping, got {value!r}"
                 )
-
-    @property
-    def chosen_units(self) -> str | dict[str, str]:
-        """The units the export takes: as written, else those that go with the names."""
-        if self.units is not None:
-            return self.units
-        return "jedi" if self.names == "jedi" else "native"
 
 
 @dataclass(frozen=True)
@@ -216,7 +212,7 @@ _POSITIVE = {
 
 
 # Integers that may be negative (a record counted from the end).
-_SIGNED = {"data.time", "export.fill_value"}
+_SIGNED = {"data.time", "export.fill_value", "export.land_value"}
 _KIND_WORDS = {str: "a string", int: "an integer", tuple: "a list", dict: "a mapping"}
 
 

@@ -31,6 +31,20 @@ from typing import Any
 FORMAT_VERSION = 2
 _CHUNK = 8 << 20
 
+# The final numbers a model card and provenance.json carry (from RunSummary.to_json()).
+METRICS = (
+    "status",
+    "epochs_run",
+    "best_epoch",
+    "best_val_loss",
+    "best_val_r2",
+    "final_train_loss",
+    "final_val_loss",
+    "final_val_r2",
+    "n_train",
+    "n_val",
+)
+
 
 def package_version() -> str:
     try:
@@ -171,3 +185,25 @@ def finite(value: Any) -> Any:
     if isinstance(value, (list, tuple)):
         return [finite(v) for v in value]
     return value
+
+
+def checkpoint_origin(checkpoint: Path, config: Mapping[str, Any] | None) -> dict[str, Any]:
+    """The provenance of an export made later from a run's checkpoint: the checkpoint's
+    config, and the data and metrics its run recorded in ``training_results.json`` beside
+    it (null where the checkpoint was moved away from its run folder)."""
+    results = _run_results(checkpoint.parent / "training_results.json")
+    data = results.get("data")
+    return build(
+        config=config,
+        data=data if isinstance(data, Mapping) else None,
+        metrics={key: results.get(key) for key in METRICS} if results else None,
+        source=str(checkpoint.resolve()),
+    )
+
+
+def _run_results(path: Path) -> dict[str, Any]:
+    try:
+        results = json.loads(path.read_text())
+    except (OSError, ValueError):
+        return {}
+    return results if isinstance(results, dict) else {}

@@ -17,20 +17,6 @@ from ufsemulator.config import Config
 from ufsemulator.data.sources import PathSpec, expand_paths
 from ufsemulator.export import provenance
 
-# The final numbers a model card and provenance.json carry (from RunSummary.to_json()).
-METRICS = (
-    "status",
-    "epochs_run",
-    "best_epoch",
-    "best_val_loss",
-    "best_val_r2",
-    "final_train_loss",
-    "final_val_loss",
-    "final_val_r2",
-    "n_train",
-    "n_val",
-)
-
 
 def _absolute(spec: PathSpec | None, what: str = "data file") -> list[str] | None:
     if spec is None:
@@ -59,7 +45,9 @@ def data_record(config: Config, data_path: PathSpec) -> dict[str, Any]:
     if config.data.atmosphere is not None:
         atmosphere = expand_paths(config.data.atmosphere, "atmosphere file")
         record["atmosphere_paths"] = [str(p.resolve()) for p in atmosphere]
-        record["atmosphere_sha256"] = provenance.content_sha256(atmosphere)
+        digests = provenance.files_sha256(atmosphere)
+        record["atmosphere_sha256"] = provenance.content_sha256(atmosphere, digests)
+        record["atmosphere_files_sha256"] = digests
     record["synthetic"] = config.data.path is None
     return record
 
@@ -88,7 +76,7 @@ def export_run(
     origin = provenance.build(
         config=config.to_dict(),
         data=data,
-        metrics={key: run.get(key) for key in METRICS},
+        metrics={key: run.get(key) for key in provenance.METRICS},
         source=str(source.resolve()),
     )
     written = [export_checkpoint(source, run_dir / "model.pt", config.export, origin)]

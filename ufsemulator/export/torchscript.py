@@ -8,9 +8,9 @@ NORMALISED units (what training calls, not the prediction). It carries ``input_n
 ``activation`` as attributes, and ``signature.json`` and ``provenance.json`` as extra
 files (read them back with :func:`read_extra_files`). The ``export`` section of the config
 (:class:`ExportConfig`) chooses the names (``short``, ``jedi`` or a complete mapping), the
-levels, and the units the module takes: names and units go together (JEDI names take K
-and kg/kg, as a JEDI background holds them, unless ``units`` says otherwise), and the
-normalisation is rewritten so the module takes those units.
+levels, and so the units the module takes: every name carries its unit from one table
+(:mod:`ufsemulator.export.names`; ``units`` may only confirm it), and the normalisation
+is rewritten so the module takes those units.
 Parameters are frozen (``requires_grad`` off): a C++ caller may run it in grad mode and
 then under ``InferenceMode``. Load it in C++ with ``torch::jit::load`` or in Python with
 ``torch.jit.load``.
@@ -33,8 +33,15 @@ import torch
 from ufsemulator.config import Config, ConfigError, ExportConfig
 from ufsemulator.errors import CheckpointError
 from ufsemulator.export import provenance, signature
+from ufsemulator.export.names import (
+    OCEAN_INPUTS,
+    check_distinct,
+    check_unit_keys,
+    exported_names,
+    exported_units,
+)
 from ufsemulator.model.emulator import EmulatorMLP, ModelConfig
-from ufsemulator.variables import UNITS, conversion, exported_names, exported_units
+from ufsemulator.variables import UNITS, conversion
 
 # Prefixes a wrapped model adds to its state_dict keys (DDP, torch.compile).
 _WRAPPER_PREFIXES = ("module.", "_orig_mod.")
@@ -101,14 +108,17 @@ def prepare_export(model: EmulatorMLP, options: ExportConfig) -> EmulatorMLP:
     for param in model.parameters():
         param.requires_grad_(False)
     config = model.config
+    ins, outs = config.input_names, config.output_names
     try:
-        ins, outs = config.input_names, config.output_names
+        check_unit_keys(options.units, (*ins, *outs))
         model.input_names = exported_names(ins, options.names, outs)
         model.output_names = exported_names(outs, options.names, ins)
-        input_units = exported_units(ins, options.chosen_units, outs)
-        output_units = exported_units(outs, options.chosen_units, ins)
+        check_distinct(model.input_names, model.output_names)
+        input_units = exported_units(ins, model.input_names, options.units)
+        output_units = exported_units(outs, model.output_names, options.units)
     except ValueError as exc:
         raise ConfigError(str(exc)) from None
+    _set_land(model, ins, options.land_value)
     if not options.range_margin >= 0.0:
         raise ConfigError(f"export.range_margin must be >= 0, got {options.range_margin}")
     model.fill_value = math.nan if options.fill_value is None else float(options.fill_value)
@@ -130,6 +140,21 @@ def prepare_export(model: EmulatorMLP, options: ExportConfig) -> EmulatorMLP:
     _convert_units(model, config.input_names, input_units, config.output_names, output_units)
     model.input_units, model.output_units = input_units, output_units
     return model
+
+
+def _set_land(model: EmulatorMLP, inputs: tuple[str, ...], value: float | None) -> None:
+    """Land stored as a number: a row whose ocean inputs all hold ``value`` is missing."""
+    if value is None:
+        return
+    columns = [k for k, name in enumerate(inputs) if name in OCEAN_INPUTS]
+    if not math.isfinite(value) or not columns:
+        raise ConfigError(
+            f"export.land_value must be a finite number and the model must have an ocean "
+            f"input ({', '.join(OCEAN_INPUTS)}) to find land by; got {value} with inputs "
+            f"{', '.join(inputs)}"
+        )
+    model.land_value = float(value)
+    model.land_columns = columns
 
 
 def _convert_units(
@@ -264,15 +289,14 @@ def export_checkpoint(
 ) -> Path:
     """Export the model of a training checkpoint as TorchScript at ``out``; ``options``
     default to the ``export`` section of the config the checkpoint was trained with,
-    ``origin`` to a provenance record with that config and the checkpoint's path."""
+    ``origin`` to a provenance record with that config, the checkpoint's path, and the
+    data and metrics of its run (:func:`provenance.checkpoint_origin`)."""
     path = Path(checkpoint)
     state = _read_checkpoint(path)
     chosen = options if options is not None else _export_config_of(state, path)
     if origin is None:
         config = state.get("config")
-        origin = provenance.build(
-            config=config if isinstance(config, Mapping) else None, source=str(path.resolve())
-        )
+        origin = provenance.checkpoint_origin(path, config if isinstance(config, Mapping) else None)
     return export_model(_model_of(state, path), out, chosen, origin)
 
 
