@@ -34,7 +34,7 @@ from typing import Any
 import torch
 import torch.distributed as dist
 
-from bench import collectives, refloops
+from bench import collectives, exchanges, refloops
 from bench.launch import NO_MULTICAST
 from bench.socketbytes import tcp_bytes_sent
 from bench.synthdata import load_arrays
@@ -67,6 +67,7 @@ def main(argv: list[str] | None = None) -> int:
             "throughput": throughput,
             "ttt": time_to_target,
             "collectives": collectives.measure,
+            "exchanges": exchanges.measure,
         }
         runners[job["kind"]](ctx, job, result)
         _write(ctx, job, result)
