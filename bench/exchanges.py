@@ -210,6 +210,9 @@ def _run_worlds(args: argparse.Namespace, job: dict[str, Any]) -> tuple[dict[int
                 results[world] = run_ranks(
                     job, world, args.threads_per_rank, args.timeout, bind=args.bind_cores, nets=nets
                 )
+            for key, us in results[world]["us"].items():  # as it comes: a later world may hang
+                sent = results[world]["bytes_per_call"][key] / (4 * int(key.split("/")[1]))
+                print(f"  {world} ranks, {key}: {us:.1f} us, sent {sent:.2f}x", flush=True)
         except (LaunchError, RuntimeError) as exc:
             print(f"{world} ranks failed: {exc}", flush=True)
             failed = True

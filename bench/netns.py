@@ -120,7 +120,7 @@ def _build(bridge: str, nets: list[RankNet], shaping: Shaping | None) -> None:
 def _shape(ns: Any, index: int, shaping: Shaping) -> None:
     options: dict[str, Any] = {"delay": int(shaping.delay_us)}
     if shaping.rate_gbit is not None:
-        options["rate"] = f"{shaping.rate_gbit}gbit"
+        options["rate"] = f"{round(1000 * shaping.rate_gbit)}mbit"  # pyroute2 reads integers
     try:
         ns.tc("add", "netem", index=index, handle="1:", **options)
     except Exception as exc:

@@ -258,7 +258,7 @@ def main(argv: list[str] | None = None) -> int:
         log = args.log or Path(tmp) / "ranks.log"
         runs: dict[str, list[dict[str, Any]]] = {m: [] for m in (*MODES, *STORE_MODES)}
         for repeat in range(args.repeats):
-            order = MODES if repeat % 2 == 0 else MODES[::-1]
+            order = MODES[::-1] if repeat % 2 == 0 else MODES  # torch's first
             for mode in order:
                 runs[mode].append(run_once(mode, args.ranks, args.timeout, secret, log))
                 print(f"  {mode}, {args.ranks} ranks: {_show(runs[mode][-1])}", flush=True)

@@ -20,7 +20,7 @@ from ufsemulator.training.halvingreduce import halving_allreduce
 from ufsemulator.training.meshreduce import MAX_BYTES as DIRECT_MAX_BYTES
 from ufsemulator.training.meshreduce import mesh_allreduce
 
-DIRECT_MAX_RANKS = 4
+DIRECT_MAX_RANKS = 8
 MAX_BYTES = 64 * 2**20  # beyond, gloo's threads move large buffers as fast and overlap
 
 MAKERS = {"direct": mesh_allreduce, "halving": halving_allreduce}
