@@ -7,7 +7,7 @@ One process imports torch once and forks every rank from it, so what is timed is
 joining alone (no import, no step): the ranks are released together and each notes when
 its first all-reduce (of one float) has returned. In the same run, alternately:
 
-- ``hpcdist``: ``setup_distributed()`` with a job secret, as a job's ranks call it: the
+- ``hpcdist``: ``setup_distributed(backend="gloo")`` with a job secret, as a job's ranks call it: the
   store (rank 0 serves, every other rank first polls its port), the gloo group, and the
   secret check of every rank (``hpcdist.distributed.jobsecret``);
 - ``torch``: ``init_process_group("gloo", init_method="env://")``, torch's own rendezvous
@@ -51,7 +51,7 @@ def _join_hpcdist(rank: int, world: int, timeout_s: float) -> Any:
 
     from hpcdist.distributed import setup_distributed
 
-    setup_distributed(timeout_s=timeout_s)
+    setup_distributed(timeout_s=timeout_s, backend="gloo")  # CPU ranks on a GPU host too
     dist.all_reduce(torch.ones(1))
     return None
 

@@ -294,12 +294,8 @@ def _wait_for_master(addr: str, port: int, deadline: float) -> None:
 
     TCPStore's own client retries with a backoff that overshoots its timeout (a 10 s
     timeout against a closed port took 13-26 s with torch 2.13); this keeps the promise.
-    The pause between tries starts short and doubles up to 0.25 s: the master's store is
-    usually up within tens of milliseconds of the other ranks, and a first pause of 0.25 s
-    was most of a 256-rank rendezvous's time on one host (bench/rendezvous.py).
     """
     last: OSError | None = None
-    pause = 0.005
     while (remaining := deadline - time.monotonic()) > 0:
         try:
             with socket.create_connection((addr, port), timeout=min(remaining, 5.0)):
@@ -308,8 +304,7 @@ def _wait_for_master(addr: str, port: int, deadline: float) -> None:
             raise OSError(f"cannot resolve master address {addr!r}: {exc}") from exc
         except OSError as exc:
             last = exc
-        time.sleep(min(pause, max(deadline - time.monotonic(), 0.0)))
-        pause = min(2 * pause, 0.25)
+        time.sleep(min(0.25, max(deadline - time.monotonic(), 0.0)))
     raise TimeoutError(f"nothing accepted a connection at {addr}:{port} ({last})")
 
 
