@@ -7,9 +7,9 @@ One process imports torch once and forks every rank from it, so what is timed is
 joining alone (no import, no step): the ranks are released together and each notes when
 its first all-reduce (of one float) has returned. In the same run, alternately:
 
-- ``hpcdist``: ``setup_distributed(backend="gloo")`` with a job secret, as a job's ranks call it: the
-  store (rank 0 serves, every other rank first polls its port), the gloo group, and the
-  secret check of every rank (``hpcdist.distributed.jobsecret``);
+- ``hpcdist``: ``setup_distributed(backend="gloo")`` with a job secret, as a job's ranks
+  call it: the store (rank 0 serves, every other rank first polls its port), the gloo
+  group, and the secret check of every rank (``hpcdist.distributed.jobsecret``);
 - ``torch``: ``init_process_group("gloo", init_method="env://")``, torch's own rendezvous
   with no authentication.
 
@@ -110,7 +110,20 @@ def run_once(mode: str, world: int, timeout_s: float, secret: Path, log: Path) -
     done_r, done_w = os.pipe()
     children = []
     for rank in range(world):
-        pid = os.fork()
+        try:
+            pid = os.fork()
+        except OSError as exc:  # the host's process limit: the started ranks read no start
+            for fd in (start_r, start_w, done_r, done_w):
+                os.close(fd)
+            for child in children:
+                os.waitpid(child, 0)
+            return {
+                "ranks": world,
+                "ok": 0,
+                "last_s": None,
+                "median_s": None,
+                "error": f"fork of rank {rank}: {exc}",
+            }
         if pid == 0:  # the rank: never returns
             os.close(start_w)
             os.close(done_r)
@@ -330,7 +343,7 @@ def _summary(args: argparse.Namespace, runs: dict[str, list[dict[str, Any]]]) ->
 
 def _show(run: dict[str, Any]) -> str:
     if run["last_s"] is None:
-        return f"{run['ok']} of {run['ranks']} ranks joined"
+        return f"{run['ok']} of {run['ranks']} ranks joined {run.get('error', '')}".strip()
     return f"last rank {run['last_s']:.2f} s, median {run['median_s']:.2f} s"
 
 

@@ -172,7 +172,8 @@ def test_the_reference_sums_adjacent_pairs_first() -> None:
         ("auto", crossnode.DIRECT_MAX_RANKS, 37_380, "direct"),
         ("auto", crossnode.DIRECT_MAX_RANKS + 1, 37_380, "halving"),
         ("auto", 64, 37_380, "halving"),
-        ("auto", 2, 2 * 2**20, "halving"),  # too large for N - 1 copies
+        ("auto", 2, crossnode.AUTO_DIRECT_MAX_BYTES + 1, "halving"),  # too large for N - 1
+        ("auto", 8, 4 * 262_144, "halving"),
         ("auto", 64, crossnode.MAX_BYTES + 1, "backend"),
         ("direct", 64, 37_380, "direct"),
         ("halving", 2, 37_380, "halving"),
