@@ -27,6 +27,7 @@ import argparse
 import statistics
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -53,6 +54,7 @@ def measure(ctx: Any, job: dict[str, Any], result: dict[str, Any]) -> None:
         for name in job["exchanges"]:
             key = f"{name}/{numel}"
             grads = torch.ones(numel)
+            run: Callable[[torch.Tensor], Any]
             try:
                 if name == "gloo":
                     run = dist.all_reduce

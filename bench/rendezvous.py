@@ -108,7 +108,7 @@ def run_once(mode: str, world: int, timeout_s: float, secret: Path, log: Path) -
     port = free_port()
     start_r, start_w = os.pipe()
     done_r, done_w = os.pipe()
-    children = []
+    children: list[int] = []
     for rank in range(world):
         try:
             pid = os.fork()

@@ -20,15 +20,21 @@ beyond, the backend. The limit to the backend is not measured: halving was timed
 
 from __future__ import annotations
 
-from ufsemulator.training.halvingreduce import halving_allreduce
+from collections.abc import Callable
+
+from hpcdist.distributed import DistContext
+from ufsemulator.training.halvingreduce import HalvingAllReduce, halving_allreduce
 from ufsemulator.training.meshreduce import MAX_BYTES as DIRECT_MAX_BYTES
-from ufsemulator.training.meshreduce import mesh_allreduce
+from ufsemulator.training.meshreduce import MeshAllReduce, mesh_allreduce
 
 DIRECT_MAX_RANKS = 8
 AUTO_DIRECT_MAX_BYTES = 64 * 2**10
 MAX_BYTES = 64 * 2**20  # beyond, gloo's threads move large buffers as fast and overlap
 
-MAKERS = {"direct": mesh_allreduce, "halving": halving_allreduce}
+MAKERS: dict[str, Callable[[int, DistContext], HalvingAllReduce | MeshAllReduce]] = {
+    "direct": mesh_allreduce,
+    "halving": halving_allreduce,
+}
 
 
 def choose(mode: str, world: int, nbytes: int) -> tuple[str, str]:
