@@ -21,6 +21,10 @@ one OpenMP thread per core and nothing else), in the same run and on the same ro
   (``grad_allreduce: halving``);
 - ``gloo``: the same through gloo's all-reduce (``grad_allreduce: backend``).
 
+With ``--netns`` every rank of an exchange runs in a network namespace of its own with its
+own address, joined to the others through a bridge (``bench.netns``): the ranks then talk
+as separate hosts do (``LOCAL_WORLD_SIZE`` 1, ``GLOO_SOCKET_IFNAME`` its interface).
+
 The table gives each step time, the N-rank steps against the slowest copy (1.00x: the
 physical limit), the efficiency against one rank alone (its step / the N-rank step) and
 the bytes the busiest rank sent per step over TCP as a multiple of the gradients' size,
@@ -125,6 +129,12 @@ def _parser() -> argparse.ArgumentParser:
         help="shm (shared memory, one host), direct (TCP, every rank to every rank), "
         "halving (TCP, recursive halving/doubling), gloo (gloo's all-reduce) (default all)",
     )
+    p.add_argument(
+        "--netns",
+        action="store_true",
+        help="each rank of an exchange a host of its own: a network namespace behind a bridge "
+        "(bench.netns; root and pyroute2); shm is then not possible",
+    )
     p.add_argument("--batch", type=int, default=1000, help="rows per rank and step (1000)")
     p.add_argument("--steps", type=int, default=200, help="steps per epoch and rank (200)")
     p.add_argument("--epochs", type=int, default=2, help="timed epochs (2)")
@@ -161,6 +171,9 @@ def main(argv: list[str] | None = None) -> int:
             f"error: --exchanges {args.exchanges!r}: expected some of {', '.join(EXCHANGES)}",
             file=sys.stderr,
         )
+        return 2
+    if args.netns and "shm" in exchanges:
+        print("error: --netns puts every rank on a host of its own: no shm", file=sys.stderr)
         return 2
     builtin = builtin_layouts(args.cpus_per_rank, args.ranks)
     layouts: list[Layout] = []
@@ -256,7 +269,7 @@ def _measure(
                 results = run_copies({**label, "ours": {}}, args.ranks, **common)
             else:
                 ours = {"grad_allreduce": allreduce}
-                results = [run_ranks({**label, "ours": ours}, args.ranks, bind=True, **common)]
+                results = [_exchange(args, {**label, "ours": ours}, common)]
         except LaunchError as exc:
             errors[what] = str(exc)
             print(f"  {what}: failed: {exc}", flush=True)
@@ -277,6 +290,16 @@ def _measure(
             f"  {what}: {shown} ms a step{note} ({time.perf_counter() - start:.0f} s)", flush=True
         )
     return measured, sent, errors
+
+
+def _exchange(args: argparse.Namespace, job: dict[str, Any], common: dict[str, Any]) -> Any:
+    """The N-rank training, with ``--netns`` each rank a host of its own."""
+    if not args.netns:
+        return run_ranks(job, args.ranks, bind=True, **common)
+    from bench.netns import namespaces
+
+    with namespaces(args.ranks) as nets:
+        return run_ranks(job, args.ranks, bind=True, nets=nets, **common)
 
 
 def _step_ms(result: dict[str, Any]) -> float:

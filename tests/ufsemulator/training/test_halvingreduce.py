@@ -219,3 +219,33 @@ def test_the_listener_admits_the_ranks_while_strangers_hang_on() -> None:
     assert wrong.recv(1) == b""  # the wrong token was closed
     for sock in (silent, slow, wrong, listener, *ranks, *got.values()):
         sock.close()
+
+
+def test_a_connection_that_proves_nothing_is_closed_after_the_hello_timeout() -> None:
+    # A clock that runs 0.4 s a look: the silent stranger is due for closing after a few
+    # looks; rank 1 connects only once the stranger has seen its connection closed, so the
+    # listener returns only if it closed it (else it reaches its deadline and raises).
+    ticks = itertools.count()
+    listener = socket.socket()
+    listener.bind(("127.0.0.1", 0))
+    listener.listen(16)
+    address = listener.getsockname()
+    stranger = socket.create_connection(address)
+    rank: list[socket.socket] = []
+
+    def rank_after_stranger() -> None:
+        stranger.settimeout(30)
+        assert stranger.recv(1) == b""  # closed by the listener
+        sock = socket.create_connection(address)
+        sock.sendall(peerlinks.HELLO.pack(1, b"t" * 32))
+        rank.append(sock)
+
+    thread = threading.Thread(target=rank_after_stranger)
+    thread.start()
+    got = peerlinks.accept_ranks(
+        listener, b"t" * 32, {1}, deadline=10_000.0, clock=lambda: 0.4 * next(ticks)
+    )
+    thread.join(timeout=30)
+    assert sorted(got) == [1]
+    for sock in (stranger, listener, *rank, *got.values()):
+        sock.close()
