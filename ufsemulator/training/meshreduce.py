@@ -10,11 +10,9 @@ other rank and reads theirs, on TCP connections made once at start-up, sleeping 
 so every rank gets the same bits (as the shared-memory all-reduce of ``gradreduce``).
 
 One round costs N - 1 copies of the gradients out of each rank, so it is for small
-gradients only (``MAX_BYTES``); larger ones keep the backend's bandwidth-optimal ring.
-
-The connections admit only the job's ranks, and strangers cost the job no wait
-(``peerlinks``). Each rank sends N - 1 copies of the gradients a step, so ``auto`` takes
-this exchange only for few ranks; ``halvingreduce`` sends about 2 copies at any N.
+gradients only (``MAX_BYTES``), and ``auto`` takes it only for few ranks
+(``crossnode``); ``halvingreduce`` sends about 2 copies at any N. The connections admit
+only the job's ranks, and strangers cost the job no wait (``peerlinks``).
 """
 
 from __future__ import annotations
