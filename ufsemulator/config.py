@@ -136,12 +136,14 @@ class TrainingConfig:
     # on the CPU and symmetric-memory one-shot on GPUs where available, else the
     # backend's; auto: as local, but on GPUs only for runs long enough to pay for the
     # symmetric memory's set-up (gradreduce.SYMMETRIC_MIN_STEPS), and for CPU ranks on
-    # several hosts the direct exchange; direct: CPU ranks send their gradients to every
-    # rank over TCP, one round (meshreduce); backend: always the backend's).
+    # several hosts the exchange training.crossnode picks from N and the gradients' size;
+    # direct: CPU ranks send their gradients to every rank over TCP, one round
+    # (meshreduce); halving: CPU ranks over TCP by recursive halving and doubling, about 2
+    # copies a rank at any N (halvingreduce); backend: always the backend's).
     ddp_bucket_cap_mb: float | None = None
     compile: bool = False
     cuda_graph: bool = True
-    grad_allreduce: Literal["auto", "local", "direct", "backend"] = "auto"
+    grad_allreduce: Literal["auto", "local", "direct", "halving", "backend"] = "auto"
     # Stop (completed) at the first epoch whose validation loss is at or below this
     # (normalised units); None: train the epochs (or until early stopping).
     target_val_loss: float | None = None
