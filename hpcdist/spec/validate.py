@@ -13,6 +13,7 @@ from hpcdist.errors import SpecError
 from hpcdist.slurm.timelimit import time_limit_seconds
 from hpcdist.spec.jobspec import AUTO, JOB_OPTIONS, LAUNCHERS, JobSpec
 from hpcdist.spec.loginpaths import check_login_paths
+from hpcdist.state.workfolder import check_working_folder
 from hpcdist.spec.profiles import Profile
 from hpcdist.spec.siteopts import check_site
 from hpcdist.spec.sweep import check_sweep
@@ -87,7 +88,12 @@ def validate(spec: JobSpec, profile: Profile) -> None:
         )
     check_site(spec, profile)
     # Last: the only check that looks at this machine's folders.
-    check_login_paths(spec, _current_folder(), lambda folder: Path(folder).is_dir())
+    check_login_paths(
+        spec,
+        _current_folder(),
+        lambda folder: Path(folder).is_dir(),
+        lambda folder: check_working_folder(Path(folder), "the folder"),
+    )
 
 
 def _current_folder() -> Path:
