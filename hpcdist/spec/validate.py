@@ -13,10 +13,10 @@ from hpcdist.errors import SpecError
 from hpcdist.slurm.timelimit import time_limit_seconds
 from hpcdist.spec.jobspec import AUTO, JOB_OPTIONS, LAUNCHERS, JobSpec
 from hpcdist.spec.loginpaths import check_login_paths
-from hpcdist.state.workfolder import check_working_folder
 from hpcdist.spec.profiles import Profile
 from hpcdist.spec.siteopts import check_site
 from hpcdist.spec.sweep import check_sweep
+from hpcdist.state.workfolder import check_working_folder
 
 # The flag that sets each JobSpec field (the profile's name comes from --profile).
 _FLAG_NAMES = {o.name: o.flag.partition("/")[0] for o in JOB_OPTIONS} | {

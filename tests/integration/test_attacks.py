@@ -229,8 +229,8 @@ def test_planted_checkpoint_in_a_run_folder_of_another_user_fails_the_job(
     assert attacker.run("write", str(run_dir / "checkpoint.pt"), "planted").returncode == 0
     assert _release_and_wait(job_id) == "FAILED"
     log = _log(home, "victim", job_id)
-    # runs/ itself is the attacker's (made with runs/<job id>): the first folder refused.
-    assert f"run folder '{run_dir.parent}' is owned by uid {attacker.uid}" in log, log
+    # The run folder is the attacker's (made with runs/): refused before anything is read.
+    assert f"run folder '{run_dir}' is owned by uid {attacker.uid}" in log, log
     assert "refusing to write or resume there" in log
     assert "Training completed" not in log
 
@@ -440,6 +440,7 @@ def test_checkpoint_swapped_between_check_and_load_is_not_loaded_and_not_written
     (home / "two.yaml").write_text(RESUME_CONFIG % 2)
     (home / "four.yaml").write_text(RESUME_CONFIG % 4)
     run_dir = project / "runs" / "r"
+    run_dir.parent.mkdir(mode=0o755)
     first = f"python3 -m ufsemulator train --config two.yaml --run-dir {run_dir}"
     job = sbatch(_script(home, "first", "threads", first), cwd=home, timeout=240)
     assert job.returncode == 0, _log(home, "first", job.job_id)
@@ -466,7 +467,7 @@ def test_checkpoint_swapped_between_check_and_load_is_not_loaded_and_not_written
     assert f"Resuming from {run_dir}/checkpoint.pt (epoch 2, restart 0)" in log, log
     # ...and its next checkpoint went nowhere near the attacker's folder: one line, failed.
     assert state == "FAILED", log
-    said = f"'{project / 'runs'}' is owned by uid {attacker.uid} ({attacker.name})"
+    said = f"'{run_dir}' is owned by uid {attacker.uid} ({attacker.name})"
     errors = [line for line in log.splitlines() if said in line]
     assert len(errors) == 1 and "error: checkpoint folder" in errors[0], log
     assert (project / "runs" / "r" / "checkpoint.pt").read_bytes() == b"planted"

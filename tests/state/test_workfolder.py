@@ -75,7 +75,11 @@ def test_runner_of_an_old_python_imports_nothing_from_its_folder(tmp_path: Path)
     env = {k: v for k, v in os.environ.items() if k != "PYTHONSAFEPATH"}
     env["PYTHONPATH"] = f":relative:{repo}"  # an empty entry is the working folder too
     out = subprocess.run(
-        ["bash", "-c", f'{main}\n{sys.executable} -c "$hpcdist_main" hpcdist.distributed.jobstep -h'],
+        [
+            "bash",
+            "-c",
+            f'{main}\n{sys.executable} -c "$hpcdist_main" hpcdist.distributed.jobstep -h',
+        ],
         cwd=tmp_path,
         env=env,
         capture_output=True,

@@ -83,6 +83,7 @@ def export_run(
 ) -> list[Path]:
     """model.pt (and model.pt2 with ``export.aoti``) of the run's best checkpoint, with
     its provenance; the files written."""
+    from hpcdist.state.outputs import book_for, read_output
     from ufsemulator.export.torchscript import export_checkpoint
 
     origin = provenance.build(
@@ -91,7 +92,12 @@ def export_run(
         metrics={key: run.get(key) for key in METRICS},
         source=str(source.resolve()),
     )
-    written = [export_checkpoint(source, run_dir / "model.pt", config.export, origin)]
+    # The checkpoint as this run wrote it (its digest is in the private state), not
+    # whatever its name holds now.
+    book = book_for()
+    checked = read_output(source, book, "checkpoint").data
+    out = run_dir / "model.pt"
+    written = [export_checkpoint(source, out, config.export, origin, data=checked, book=book)]
     if config.export.aoti:
         from ufsemulator.export.aoti import package_export
 

@@ -25,7 +25,7 @@ import torch.distributed as dist
 from hpcdist.distributed import DistContext
 from hpcdist.distributed.protocol import RUN_DIR_VAR
 from hpcdist.state.digests import default_book
-from hpcdist.state.fileutil import write_atomic
+from hpcdist.state.outputs import book_for, write_output
 from hpcdist.state.private import PrivacyError
 from hpcdist.state.trustedfile import Refused, TrustedBytes, folder_fd, read_at
 from ufsemulator.config import Config
@@ -212,7 +212,10 @@ def ensure_data(ctx: DistContext, config: Config, data_path: PathSpec | None) ->
 
 
 def write_results(path: Path, results: Mapping[str, Any]) -> None:
-    write_atomic(path, json.dumps(results, indent=2, sort_keys=False) + "\n")
+    """``training_results.json``: not writable by others, its digest in the private state
+    (``hpcdist report`` shows only what the training wrote)."""
+    text = json.dumps(results, indent=2, sort_keys=False) + "\n"
+    write_output(path, text.encode("utf-8"), book_for())
 
 
 def plot_loss_curves(
@@ -223,4 +226,5 @@ def plot_loss_curves(
     title: str,
 ) -> None:
     """Train and validation loss per epoch (log scale), written atomically as an SVG."""
-    write_atomic(path, loss_curves_svg(train_loss, val_loss, best_epoch, title))
+    svg = loss_curves_svg(train_loss, val_loss, best_epoch, title)
+    write_output(path, svg.encode("utf-8"), book_for())
