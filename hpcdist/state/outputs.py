@@ -70,7 +70,8 @@ def read_output(path: Path, book: DigestBook, what: str = "run file") -> Trusted
         with folder_fd(path.parent, anchor_of(path), "run folder", check_root=False) as fd:
             found = read_at(fd, path, what)
     except Refused as exc:
-        raise OutputRefused(f"refusing {what} {str(path)!r}: {exc.path} {exc.problem}") from exc
+        where = "it" if exc.path == path else f"run folder {str(exc.path)!r}"
+        raise OutputRefused(f"refusing {what} {str(path)!r}: {where} {exc.problem}") from exc
     problem = book.problem(path, found.sha256)
     if problem:
         raise OutputRefused(f"refusing {what} {str(path)!r}: {problem}")
