@@ -90,13 +90,13 @@ def validate(spec: JobSpec, profile: Profile) -> None:
     # Last: the only check that looks at this machine's folders.
     check_login_paths(
         spec,
-        _current_folder(),
+        current_folder(),
         lambda folder: Path(folder).is_dir(),
         lambda folder: check_working_folder(Path(folder), "the folder"),
     )
 
 
-def _current_folder() -> Path:
+def current_folder() -> Path:
     """The folder relative paths start from; "." where it was removed under us (then no
     relative folder exists, and a message names the path as given)."""
     try:

@@ -373,5 +373,7 @@ def test_results_not_as_the_training_wrote_them_are_refused(
     monkeypatch.setattr("hpcdist.jobs.report.job_state", lambda record: "COMPLETED")
     [row] = collect("45", project)
     assert row.best_val_loss is None and row.reason is not None
-    assert row.reason.startswith(f"refusing training results {str(path)!r}: ") and said in row.reason
+    assert (
+        row.reason.startswith(f"refusing training results {str(path)!r}: ") and said in row.reason
+    )
     assert "\n" not in row.reason
