@@ -22,6 +22,9 @@ set -euo pipefail
 # PYTHONPATH entry, the same folder) before importing anything, refuses a working folder
 # that others can write, and starts the ranks with neither.
 export PYTHONSAFEPATH=1
+# Nothing this job writes may be changed by group or others, whatever the umask it was
+# submitted with (the log, opened before this line, is narrowed by hpcdist's runner).
+umask go-w
 hpcdist_main='import os, sys; cwd = {os.path.abspath(p) for p in os.environ.get("PYTHONPATH", "").split(":") if p[:1] != "/"}; sys.path[:] = [p for p in sys.path if p[:1] == "/" and p not in cwd]; del sys.argv[0]; import runpy; runpy._run_module_as_main(sys.argv[0])'
 # A preemption sends TERM to this shell as well as to the ranks: trapped and noted until
 # hpcdist's runner takes this shell's place (below), it ends nothing before the ranks have

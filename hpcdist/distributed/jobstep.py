@@ -20,6 +20,7 @@ import os
 import shlex
 import signal
 import socket
+import stat
 import subprocess
 import sys
 from collections.abc import Mapping
@@ -120,6 +121,7 @@ def run(args: argparse.Namespace) -> int:
         nonlocal terminated
         terminated = True
 
+    narrow_logs()
     if args.requeue:
         # A preemption sends TERM here as well as to the ranks: caught, this process outlives
         # srun, whose ranks checkpoint on it, and can requeue the job.
@@ -141,6 +143,19 @@ def run(args: argparse.Namespace) -> int:
         marker.unlink(missing_ok=True)
     requeued = requeue_job(os.environ, args.max_restarts, terminated, resubmit=args.script)
     return 0 if requeued else status
+
+
+def narrow_logs(fds: tuple[int, ...] = (1, 2)) -> None:
+    """The job's logs (this process's stdout and stderr, opened by SLURM under the umask
+    the job was submitted with) made writable by nobody else."""
+    for fd in fds:
+        try:
+            info = os.fstat(fd)
+        except OSError:
+            continue
+        mine = stat.S_ISREG(info.st_mode) and info.st_uid == os.geteuid()
+        if mine and info.st_mode & 0o022:
+            os.fchmod(fd, stat.S_IMODE(info.st_mode) & ~0o022)
 
 
 def safe_python_env(env: Mapping[str, str]) -> dict[str, str]:

@@ -15,18 +15,20 @@ from pathlib import Path
 
 import pytest
 
+from tests.integration import test_attacks as attacks
 from tests.integration.conftest import SlurmCluster, run_slurm
-from tests.integration.test_attacks import (  # noqa: F401 (fixtures)
+from tests.integration.test_attacks import (
     Attacker,
     _held,
     _log,
     _release_and_wait,
     _script,
-    attacker,
     hpcdist,
     one_line,
-    project,
 )
+
+# The attack module's fixtures: the unprivileged user, the shared project folder.
+attacker, project = attacks.attacker, attacks.project
 
 RAN = "/tmp/hpcdist-planted-ran"
 PLANT = f"open({RAN!r}, 'a').write(__name__ + '\\n')\n"
@@ -44,7 +46,7 @@ def test_module_planted_in_the_shared_working_folder_never_runs(
     assert attacker.run("write", str(project / planted), PLANT).returncode == 0
     state = _release_and_wait(job_id)
     log = _log(project, "victim", job_id)
-    assert not os.path.exists(RAN), open(RAN).read()
+    assert not os.path.exists(RAN), Path(RAN).read_text()
     assert state == "FAILED", log
     refusals = [line for line in log.splitlines() if "the job's working folder" in line]
     assert len(refusals) == 1, log
@@ -66,7 +68,7 @@ def test_private_folder_renamed_away_while_queued_is_refused(
     assert attacker.run("exchange", str(mine), str(evil)).returncode == 0
     state = _release_and_wait(job_id)
     log = _log(mine, "victim", job_id)  # the attacker's folder now: SLURM wrote the log there
-    assert not os.path.exists(RAN), open(RAN).read()
+    assert not os.path.exists(RAN), Path(RAN).read_text()
     assert state == "FAILED", log
     said = f"the job's working folder '{mine}' is owned by {attacker.name} (uid {attacker.uid})"
     assert said in log, log
