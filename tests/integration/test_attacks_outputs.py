@@ -65,7 +65,7 @@ def trained(
         capture_output=True,
         text=True,
         timeout=600,
-        preexec_fn=lambda: os.umask(0o002),  # noqa: PLW1509 (the victim's loose umask)
+        preexec_fn=lambda: os.umask(0o002),  # the victim's loose umask
     )
     job_id = int(proc.stdout.strip().split(";")[0])
     log = home / f"outputs-{job_id}.out"
@@ -105,6 +105,7 @@ def test_report_refuses_results_rewritten_in_place(trained: Trained, attacker: A
     text = re.sub(rb'"best_val_loss": [^,]+', b'"best_val_loss": 1e-06', original)
     assert attacker.run("write", str(forged), text.decode()).returncode == 0
     assert attacker.run("overwrite", str(results), str(forged)).returncode == 0
+    results.chmod(0o644)  # the mode fixed; the bytes are still hers
     proc = hpcdist("report", str(trained.job_id), cwd=trained.home)
     shown = proc.stdout + proc.stderr
     assert "1e-06" not in shown and "1.0e-06" not in shown, shown
