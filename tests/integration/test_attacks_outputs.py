@@ -12,7 +12,9 @@ from __future__ import annotations
 
 import os
 import re
+import shutil
 import subprocess
+import tempfile
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -43,16 +45,19 @@ class Trained:
 
 
 @pytest.fixture(scope="module")
-def trained(
-    slurm_cluster: SlurmCluster, tmp_path_factory: pytest.TempPathFactory
-) -> Iterator[Trained]:
-    home = tmp_path_factory.mktemp("victim")
-    home.chmod(0o755)
-    for folder in home.parents:  # others may look in (pytest's base folders are 0700)
-        if str(folder).startswith("/tmp/pytest-of-"):
-            folder.chmod(0o755)
-    project = tmp_path_factory.mktemp("shared")
+def trained(slurm_cluster: SlurmCluster) -> Iterator[Trained]:
+    home = Path(tempfile.mkdtemp(prefix="hpcdist-victim-", dir="/tmp"))
+    home.chmod(0o755)  # others may look in, not write
+    project = Path(tempfile.mkdtemp(prefix="hpcdist-shared-", dir="/tmp"))
     project.chmod(0o777)
+    try:
+        yield _train(home, project)
+    finally:
+        shutil.rmtree(home, ignore_errors=True)
+        shutil.rmtree(project, ignore_errors=True)
+
+
+def _train(home: Path, project: Path) -> Trained:
     (project / "runs").mkdir(mode=0o755)
     (home / "cfg.yaml").write_text(CONFIG)
     train = "python3 -m ufsemulator train --config cfg.yaml"
@@ -70,7 +75,7 @@ def trained(
     job_id = int(proc.stdout.strip().split(";")[0])
     log = home / f"outputs-{job_id}.out"
     assert proc.returncode == 0, log.read_text(errors="replace") if log.exists() else proc.stderr
-    yield Trained(home, project, job_id, log)
+    return Trained(home, project, job_id, log)
 
 
 OUTPUTS = (
