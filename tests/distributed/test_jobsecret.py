@@ -173,6 +173,15 @@ def test_two_ranks_join_only_with_the_same_secret(tmp_path: Path, same_secret: b
         assert [p.returncode for p in procs] == [0, 0], outs
         assert all("JOINED" in out for out in outs)
     else:
+        # Each registers under keys only its own secret names: neither ever meets the other.
         assert [p.returncode for p in procs] == [3, 3], outs
-        assert "rank(s) 1 did not prove that they hold this job's secret" in outs[0]
-        assert "rank(s) 0 did not prove" in outs[1]
+        assert all("REFUSED" in out and "JOINED" not in out for out in outs), outs
+
+
+def test_store_keys_are_named_by_the_secret() -> None:
+    from hpcdist.distributed.jobsecret import store_prefix
+
+    first, second = "0" * 64, "1" * 64
+    assert store_prefix(None) == "default_pg"  # torch's own, as env:// does
+    assert store_prefix(first) == store_prefix(first) != store_prefix(second)
+    assert first not in store_prefix(first) and store_prefix(first).startswith("pg-")
