@@ -283,7 +283,8 @@ ctx = setup_distributed(40)
 import torch, torch.distributed as dist
 weights = torch.full((3,), 7.0)
 dist.all_reduce(weights)
-print("EXCHANGED", weights.tolist(), f"rank {env.rank} joined in {time.monotonic() - start:.1f} s", flush=True)
+took = time.monotonic() - start
+print("EXCHANGED", weights.tolist(), f"rank {env.rank} joined in {took:.1f} s", flush=True)
 cleanup_distributed()
 """
 
