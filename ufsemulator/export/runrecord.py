@@ -52,14 +52,25 @@ def results_config(config: Config, data_path: PathSpec | None) -> dict[str, Any]
     return record
 
 
-def data_record(config: Config, data_path: PathSpec) -> dict[str, Any]:
-    """The identity of the training data: files, first and last record times, hash."""
+def data_record(
+    config: Config,
+    data_path: PathSpec,
+    read: Mapping[str, tuple[str, int]] | None = None,
+    times: tuple[str | None, str | None] | None = None,
+) -> dict[str, Any]:
+    """The identity of the training data: files, first and last record times, hash. With
+    ``read`` (resolved path -> SHA-256 and size, computed while the training read them) and
+    ``times``, of the bytes trained on, nothing read again."""
     files = expand_paths(data_path)
-    record = provenance.data_identity(files, config.data.time)
+    record = provenance.data_identity(files, config.data.time, read, times)
     if config.data.atmosphere is not None:
         atmosphere = expand_paths(config.data.atmosphere, "atmosphere file")
+        if read is not None:
+            atmosphere = [p for p in atmosphere if str(p.resolve()) in read]
         record["atmosphere_paths"] = [str(p.resolve()) for p in atmosphere]
-        record["atmosphere_sha256"] = provenance.content_sha256(atmosphere)
+        digests = None if read is None else [read[str(p.resolve())][0] for p in atmosphere]
+        sizes = None if read is None else [read[str(p.resolve())][1] for p in atmosphere]
+        record["atmosphere_sha256"] = provenance.content_sha256(atmosphere, digests, sizes)
     record["synthetic"] = config.data.path is None
     return record
 

@@ -18,7 +18,6 @@ import signal
 import threading
 import time
 from collections.abc import Callable, Iterator, Sequence
-from concurrent.futures import Future
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -37,7 +36,7 @@ from hpcdist.distributed import (
 from ufsemulator.checkpoints.checkpoint import restore_rng
 from ufsemulator.checkpoints.state import TrainingState, read_state, state_from_bytes
 from ufsemulator.config import Config
-from ufsemulator.data.read import load_dataset
+from ufsemulator.data.read import Dataset, load_dataset
 from ufsemulator.data.sources import PathSpec
 from ufsemulator.errors import CheckpointError, DataError
 from ufsemulator.model.emulator import EmulatorMLP, ModelConfig
@@ -291,17 +290,11 @@ def _train(
         shards = split_share(ctx, config, dataset, model, split_times)
     else:
         shards = split(ctx, config, dataset.inputs, dataset.targets, model)
+    trained_on = _bytes_trained_on(dataset)  # for the provenance: nothing is read again
     del dataset  # the rows live on the device now (on the CPU: in the shards)
     clock.data = time.perf_counter()
     if in_shares:
         print(split_times.describe(env.rank), flush=True)
-    pending_record = None
-    if ctx.is_main and ctx.device.type == "cuda":
-        # The data's identity for the export's provenance (a hash of every byte) on spare
-        # cores while the GPU trains; CPU ranks need their cores for the steps.
-        from ufsemulator.export.runrecord import data_record_later
-
-        pending_record = data_record_later(config, path)
     print(f"[Rank {env.rank}] Training samples: {shards.x_train.shape[0]}", flush=True)
     if ctx.is_main:
         what = f"rank 0's share {n_points}" if in_shares else f"{n_points}"
@@ -325,9 +318,7 @@ def _train(
     final = full_model(loop.model, model.config)
     wall_time = time.perf_counter() - clock.train  # this process, from train() on
     if ctx.is_main:
-        _write_outputs(
-            ctx, config, summary, run_dir, wall_time, clock, overrides, path, pending_record
-        )
+        _write_outputs(ctx, config, summary, run_dir, wall_time, clock, overrides, path, trained_on)
     # No rank leaves before rank 0 has written everything: under srun --kill-on-bad-exit
     # the first rank to exit non-zero takes the others down with it.
     if grouped():
@@ -462,6 +453,25 @@ def _model_config(config: Config, input_names: tuple[str, ...]) -> ModelConfig:
     )
 
 
+TrainedOn = tuple[dict[str, tuple[str, int]], tuple[str | None, str | None]]
+
+
+def _bytes_trained_on(dataset: Dataset) -> TrainedOn:
+    """Every rank's files as it read them (resolved path -> SHA-256 and size, hashed while
+    read) and the first and last record times, gathered from all ranks."""
+    mine = ([(p, s, n) for _, p, s, n in dataset.file_digests], dataset.record_times)
+    parts: list[Any] = [mine]
+    if grouped():
+        parts = [None] * dist.get_world_size()
+        dist.all_gather_object(parts, mine)
+    read: dict[str, tuple[str, int]] = {}
+    stamps: list[str] = []
+    for files, times in parts:
+        read.update({path: (sha, size) for path, sha, size in files})
+        stamps += [stamp for stamp in times if stamp is not None]
+    return read, ((min(stamps), max(stamps)) if stamps else (None, None))
+
+
 def _write_outputs(
     ctx: DistContext,
     config: Config,
@@ -471,7 +481,7 @@ def _write_outputs(
     clock: _Clock | None = None,
     overrides: Sequence[str] = (),
     data_path: PathSpec | None = None,
-    pending_record: Future[dict[str, Any]] | None = None,
+    trained_on: TrainedOn | None = None,
 ) -> None:
     from ufsemulator.export import runrecord
 
@@ -479,10 +489,10 @@ def _write_outputs(
     best = run_dir / "best_model.pt"
     export_started = time.perf_counter()
     used = data_path if data_path is not None else config.data.path
-    if pending_record is not None:
-        data: dict[str, Any] | None = pending_record.result()
-    else:
-        data = runrecord.data_record(config, used) if used is not None else None
+    data = None
+    if used is not None:
+        read, times = trained_on if trained_on is not None else (None, None)
+        data = runrecord.data_record(config, used, read, times)
     if status != "preempted":
         source = best if best.is_file() else run_dir / "checkpoint.pt"
         if source.is_file():
