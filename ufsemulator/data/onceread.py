@@ -17,6 +17,7 @@ import stat
 from dataclasses import dataclass
 from pathlib import Path
 
+from hpcdist.state.trustedfile import pause
 from ufsemulator.errors import DataError
 
 _CHUNK = 8 << 20
@@ -53,6 +54,7 @@ def read_file(path: Path) -> FileBytes:
         before = os.fstat(fd)
         if not stat.S_ISREG(before.st_mode):
             raise DataError(f"data file '{path}' is not a regular file")
+        pause("data-read")  # tests: another user swaps the names here
         os.set_blocking(fd, True)
         digest, chunks = hashlib.sha256(), []
         while chunk := os.read(fd, _CHUNK):

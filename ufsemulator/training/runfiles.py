@@ -29,8 +29,10 @@ from hpcdist.state.outputs import book_for, write_output
 from hpcdist.state.private import PrivacyError
 from hpcdist.state.trustedfile import Refused, TrustedBytes, folder_fd, read_at
 from ufsemulator.config import Config
+from ufsemulator.data.arraycache import folder_problem
 from ufsemulator.data.sources import PathSpec, data_dir, expand_paths
 from ufsemulator.data.synthfiles import make_synthetic
+from ufsemulator.errors import DataError
 from ufsemulator.training.losscurve import loss_curves_svg
 
 # In order of preference: one folder per job, shared by all ranks and by a requeued job.
@@ -195,6 +197,13 @@ def ensure_data(ctx: DistContext, config: Config, data_path: PathSpec | None) ->
         return given
     syn = config.data.synthetic
     path = synthetic_path(syn.ni, syn.nj, syn.seed)
+    # A synthetic file is found by its name: in a folder others can write, theirs.
+    problem = folder_problem(path.parent)
+    if problem:
+        raise DataError(
+            f"the synthetic data's folder {problem}: another user could put their data in "
+            "its place; set HPCDIST_DATA_DIR to a folder only you can write"
+        )
     # Rank 0 writes; then the first rank of each node checks again, for nodes that do not
     # share the cache directory. make_synthetic writes atomically, so racing writers on a
     # shared file system each leave a complete, identical file.
