@@ -178,29 +178,23 @@ def store_prefix(secret: str | None) -> str:
 def stranger_note(port: int, hosts: Iterable[str]) -> str:
     """On the store's host: one line naming connections to ``port`` from none of ``hosts``
     ("" if there are none). They cannot see the job's keys: said, not fatal."""
-    try:
-        check_store_peers(port, hosts)
-    except RendezvousAuthError as exc:
-        return f"Note: {exc}".replace(
-            "; stopped before any weights or gradients were exchanged",
-            ": ignored, they cannot reach this job's keys",
-        )
-    return ""
-
-
-def check_store_peers(port: int, hosts: Iterable[str]) -> None:
-    """On the store's host: every connection to ``port`` comes from one of ``hosts``."""
     hosts = list(hosts)
+    found = strangers(port, hosts)
+    if not found:
+        return ""
+    return (
+        f"Note: the rendezvous port {port} has connections from {', '.join(found)}, which "
+        f"is none of the job's nodes ({', '.join(hosts)}): ignored, they cannot reach this "
+        "job's keys"
+    )
+
+
+def strangers(port: int, hosts: Iterable[str]) -> list[str]:
+    """On the store's host: the addresses connected to ``port`` that are none of ``hosts``."""
     peers: list[str] = []
     for table in ("/proc/net/tcp", "/proc/net/tcp6"):
         try:
             peers += established_peers(Path(table).read_text(), port)
         except OSError:
             continue  # not Linux, or no IPv6: nothing to check there
-    strangers = foreign_peers(peers, node_addresses(hosts))
-    if strangers:
-        raise RendezvousAuthError(
-            f"the rendezvous port {port} has connections from {', '.join(strangers)}, "
-            f"which is none of the job's nodes ({', '.join(hosts)}); stopped before any "
-            "weights or gradients were exchanged"
-        )
+    return foreign_peers(peers, node_addresses(hosts))

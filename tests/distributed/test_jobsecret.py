@@ -185,3 +185,18 @@ def test_store_keys_are_named_by_the_secret() -> None:
     assert store_prefix(None) == "default_pg"  # torch's own, as env:// does
     assert store_prefix(first) == store_prefix(first) != store_prefix(second)
     assert first not in store_prefix(first) and store_prefix(first).startswith("pg-")
+
+
+def test_connections_from_outside_the_job_are_said_not_fatal(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    from hpcdist.distributed import jobsecret
+
+    monkeypatch.setattr(jobsecret, "strangers", lambda port, hosts: ["10.0.0.9"])
+    note = jobsecret.stranger_note(29400, ["node1", "node2"])
+    assert note == (
+        "Note: the rendezvous port 29400 has connections from 10.0.0.9, which is none of the "
+        "job's nodes (node1, node2): ignored, they cannot reach this job's keys"
+    )
+    monkeypatch.setattr(jobsecret, "strangers", lambda port, hosts: [])
+    assert jobsecret.stranger_note(29400, ["node1"]) == ""
