@@ -7,10 +7,11 @@ system's disk can be traced to the run, the data and the code that made it.
 
 The data's identity is the files' absolute paths, the times of the first and last
 records used, each file's SHA-256 (what ``sha256sum FILE`` prints) and one SHA-256 over the
-files' sizes and digests in order. Every byte is read once more: SHA-256 runs at about
-1.4 GB/s on one core, so the files are hashed side by side on several threads (hashlib
-releases the interpreter lock), and a GPU training hashes them while it trains
-(:func:`ufsemulator.export.runrecord.data_record_later`).
+files' sizes and digests in order. A training passes the digests of the bytes its ranks
+read, computed while they read them (``ufsemulator.data.onceread``): nothing is read again.
+Without them (an identity asked for files alone), every byte is read once more, hashed side
+by side on several threads (SHA-256 runs at about 1.4 GB/s on one core; hashlib releases
+the interpreter lock).
 """
 
 from __future__ import annotations
