@@ -205,7 +205,7 @@ def _rank_env(rank: int, world: int, port: int, secret: Path, mode: str) -> dict
         OMP_NUM_THREADS="1",
     )
     if mode == "hpcdist":
-        from hpcdist.distributed.protocol import SECRET_VAR
+        from hpcdist.facts.protocol import SECRET_VAR
 
         env[SECRET_VAR] = str(secret)
     return env

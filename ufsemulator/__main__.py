@@ -109,6 +109,12 @@ def _add_export(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> Non
     export.add_argument("--checkpoint", type=Path)
     export.add_argument("--out", type=Path)
     export.add_argument(
+        "--trust-checkpoint",
+        action="store_true",
+        help="export a checkpoint that this user's training did not write (by default one "
+        "that another user owns or changed, or whose digest was not recorded, is refused)",
+    )
+    export.add_argument(
         "--describe",
         type=Path,
         metavar="MODEL",
@@ -260,18 +266,26 @@ def _train(args: argparse.Namespace) -> int:
 
 
 def _export(args: argparse.Namespace) -> int:
+    from hpcdist.state import book_for, read_once, read_output
     from ufsemulator.export.torchscript import checkpoint_export_config, export_checkpoint
 
     if args.describe is not None:
         return _describe(args.describe)
     if args.checkpoint is None or args.out is None:
         raise ConfigError("export needs --checkpoint and --out (or --describe MODEL)")
-    options = checkpoint_export_config(args.checkpoint)
+    book = book_for()
+    # The checkpoint's bytes, read once: this user's, unchanged since the training wrote it
+    # (its digest in the private state), unless --trust-checkpoint vouches for a file.
+    if args.trust_checkpoint:
+        data = read_once(args.checkpoint).data
+    else:
+        data = read_output(args.checkpoint, book, "checkpoint").data
+    options = checkpoint_export_config(args.checkpoint, data)
     overrides = {
         key: value for key in ("names", "units") if (value := getattr(args, key)) is not None
     }
     options = dataclasses.replace(options, **overrides)
-    path = export_checkpoint(args.checkpoint, args.out, options)
+    path = export_checkpoint(args.checkpoint, args.out, options, data=data, book=book)
     units = options.units or "those of the names"
     print(
         f"Exported {args.checkpoint} to {path} (TorchScript: predict, row_flags, "

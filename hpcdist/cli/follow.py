@@ -20,6 +20,7 @@ import click
 from hpcdist.errors import UserError
 from hpcdist.facts.launch import rank_log_pattern
 from hpcdist.jobs.logpaths import job_logs
+from hpcdist.jobs.logread import printable, read_log_bytes, read_log_text
 from hpcdist.jobs.records import (
     FINAL_STATES,
     JobRecord,
@@ -227,17 +228,13 @@ def follow_files(
     while True:
         current = state()
         for path, to_stderr in paths:
-            if not path.is_file():
-                continue
-            with path.open("rb") as handle:
-                handle.seek(offsets[path])
-                chunk = handle.read()
+            chunk = read_log_bytes(path, offsets[path])
             offsets[path] += len(chunk)
             *whole, partial[path] = (partial[path] + chunk).split(b"\n")
             if current in _ENDED and partial[path]:
                 whole, partial[path] = [*whole, partial[path]], b""
             for raw in whole:
-                line = raw.decode(errors="replace")
+                line = printable(raw.decode(errors="replace"))
                 if keep(line):
                     click.echo(shown(line), err=to_stderr)
         if current in _ENDED:
@@ -337,7 +334,7 @@ def _slurm_logs(info: JobInfo, job_id: str, rank: int | None, follow_: bool) -> 
     printed = ""
     for path, _ in paths:  # both to stdout, as for a job of this folder
         if path.is_file():
-            text = path.read_text(errors="replace")
+            text = read_log_text(path)
             lines = text.splitlines(keepends=True)
             printed += "".join(shown(ln) for ln in lines if keep(ln))
     if not printed:  # nothing found never looks like an empty log

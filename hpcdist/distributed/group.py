@@ -41,8 +41,9 @@ from hpcdist.distributed.hangs import (
 from hpcdist.distributed.jobsecret import (
     RendezvousAuthError,
     authenticate,
-    check_store_peers,
     load_secret,
+    store_prefix,
+    stranger_note,
 )
 from hpcdist.facts.protocol import PORT_HIGH as PORT_HIGH
 from hpcdist.facts.protocol import PORT_LOW as PORT_LOW
@@ -192,7 +193,8 @@ def setup_distributed(
         _export_missing(env)
         dist.init_process_group(
             backend,
-            store=dist.PrefixStore("default_pg", store),  # as torch's env:// does
+            # Keys only the job's ranks can name: a stranger at the port is never a rank.
+            store=dist.PrefixStore(store_prefix(secret), store),
             rank=env.rank,
             world_size=env.world_size,
             timeout=timeout,
@@ -263,7 +265,9 @@ def _authenticate(
     try:
         nodes_var = next((v for v in _NODELIST_VARS if source.get(v, "").strip()), None)
         if serves and nodes_var is not None:
-            check_store_peers(env.master_port, expand_nodelist(source[nodes_var]))
+            note = stranger_note(env.master_port, expand_nodelist(source[nodes_var]))
+            if note:
+                print(note, flush=True)
         job_id = next((source[v] for v in _JOB_ID_VARS if source.get(v, "").strip()), "")
         authenticate(secret, job_id, env.rank, env.world_size, device)
     except Exception as exc:

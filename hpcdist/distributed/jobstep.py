@@ -20,6 +20,7 @@ import os
 import shlex
 import signal
 import socket
+import stat
 import subprocess
 import sys
 from collections.abc import Mapping
@@ -43,6 +44,7 @@ from hpcdist.facts.protocol import (
 from hpcdist.state.folders import jobs_root, state_dir
 from hpcdist.state.private import write_private
 from hpcdist.state.statehome import shared_reason
+from hpcdist.state.workfolder import check_working_folder
 
 
 def prepare(
@@ -52,6 +54,10 @@ def prepare(
     job = env.get("SLURM_JOB_ID", "")
     if not job:
         raise UserError("SLURM_JOB_ID is not set; expected to run inside a SLURM job")
+    # First of all: the ranks start in this folder, and Python imports from it.
+    refused = check_working_folder(Path.cwd())
+    if refused:
+        raise UserError(refused)
     # The submit folder's .hpcdist, as `hpcdist submit` and `logs` run there would find it:
     # $HPCDIST_HOME's if set, else, for a folder others can write or own, the user's own.
     submit_dir = Path(env.get("SLURM_SUBMIT_DIR") or os.getcwd())
@@ -121,6 +127,7 @@ def run(args: argparse.Namespace) -> int:
         nonlocal terminated
         terminated = True
 
+    narrow_logs()
     if args.requeue:
         # A preemption sends TERM here as well as to the ranks: caught, this process outlives
         # srun, whose ranks checkpoint on it, and can requeue the job.
@@ -128,7 +135,7 @@ def run(args: argparse.Namespace) -> int:
     relay = None
     if args.warning:
         relay = SignalRelay(signal.Signals[f"SIG{args.warning}"]).install()
-    child = subprocess.Popen(args.command)
+    child = subprocess.Popen(args.command, env=safe_python_env(os.environ))
     if relay is not None:
         relay.attach(child.pid, pending=args.warned == 1)
     code = child.wait()
@@ -142,6 +149,33 @@ def run(args: argparse.Namespace) -> int:
         marker.unlink(missing_ok=True)
     requeued = requeue_job(os.environ, args.max_restarts, terminated, resubmit=args.script)
     return 0 if requeued else status
+
+
+def narrow_logs(fds: tuple[int, ...] = (1, 2)) -> None:
+    """The job's logs (this process's stdout and stderr, opened by SLURM under the umask
+    the job was submitted with) made writable by nobody else."""
+    for fd in fds:
+        try:
+            info = os.fstat(fd)
+        except OSError:
+            continue
+        mine = stat.S_ISREG(info.st_mode) and info.st_uid == os.geteuid()
+        if mine and info.st_mode & 0o022:
+            os.fchmod(fd, stat.S_IMODE(info.st_mode) & ~0o022)
+
+
+def safe_python_env(env: Mapping[str, str]) -> dict[str, str]:
+    """``env`` for the ranks: no Python import path entry that names the working folder
+    (an empty or relative ``PYTHONPATH`` entry, as ``export PYTHONPATH=$PYTHONPATH:/x``
+    leaves), and the working folder itself kept off (``PYTHONSAFEPATH``, Python 3.11+)."""
+    safe = dict(env)
+    entries = [p for p in env.get("PYTHONPATH", "").split(os.pathsep) if p.startswith("/")]
+    if entries:
+        safe["PYTHONPATH"] = os.pathsep.join(entries)
+    else:
+        safe.pop("PYTHONPATH", None)
+    safe["PYTHONSAFEPATH"] = "1"
+    return safe
 
 
 def _parser() -> argparse.ArgumentParser:

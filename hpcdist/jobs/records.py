@@ -16,6 +16,7 @@ from typing import Any
 from hpcdist.errors import UserError
 from hpcdist.facts.protocol import LOCAL_BATCH_EXIT
 from hpcdist.jobs.localjob import ProcessIdentity, stop_tree
+from hpcdist.jobs.logread import read_log_text
 from hpcdist.slurm.cluster import scancel
 from hpcdist.slurm.query import slurm_job_state
 from hpcdist.state.fileutil import write_atomic
@@ -267,9 +268,7 @@ def cancel(record: JobRecord) -> str:
 def read_log(record: JobRecord, rank: int) -> str:
     parts = []
     for stream in ("out", "err"):
-        path = record.log_path(rank, stream)
-        if path.is_file():
-            parts.append(path.read_text(errors="replace"))
+        parts.append(read_log_text(record.log_path(rank, stream)))
     return "".join(parts)
 
 

@@ -23,7 +23,9 @@ from hpcdist.jobs.logpaths import job_logs
 from hpcdist.jobs.records import JobRecord, find_record, job_state, load_record
 from hpcdist.slurm.arrays import task_states
 from hpcdist.slurm.query import JobInfo, query_jobs
+from hpcdist.state.digests import DigestBook
 from hpcdist.state.folders import project_base
+from hpcdist.state.outputs import OutputRefused, book_for, read_output
 
 # The lines a failing training leaves in its log, most telling first: ufsemulator's one-line
 # user errors, then the last line of a Python traceback.
@@ -70,6 +72,7 @@ def collect(job_id: str, project_dir: Path | None = None) -> list[Row]:
     if record is None:
         return mark_best(_rows_from_slurm(job_id))
     runs = job_folder(record, project_dir) / RUNS_DIR
+    book = book_for(runs.parent)  # the digests the training there recorded
     ids = task_ids(record)
     states = _states(record, [task for task, _ in ids])
     folders = [project_base(project_dir), runs.parent]
@@ -85,7 +88,7 @@ def collect(job_id: str, project_dir: Path | None = None) -> list[Row]:
         return logs
 
     rows = [
-        _row(task, overrides, states.get(task, "UNKNOWN"), runs / task, logs_of(task))
+        _row(task, overrides, states.get(task, "UNKNOWN"), runs / task, logs_of(task), book)
         for task, overrides in ids
     ]
     return mark_best(rows)
@@ -128,10 +131,19 @@ def _states(record: JobRecord, tasks: list[str]) -> dict[str, str]:
 
 
 def _row(
-    task: str, overrides: list[str], state: str, run_dir: Path, logs: Callable[[], list[Path]]
+    task: str,
+    overrides: list[str],
+    state: str,
+    run_dir: Path,
+    logs: Callable[[], list[Path]],
+    book: DigestBook,
 ) -> Row:
     path = run_dir / RESULTS_FILE
-    results = read_results(path)
+    refused = ""
+    try:
+        results = read_results(path, book)
+    except OutputRefused as exc:  # its numbers are not shown: they may be anyone's
+        results, refused = {}, str(exc)
     history = results.get("history") if isinstance(results.get("history"), dict) else {}
     curve = tuple(float(v) for v in (history or {}).get("val_loss", []) if _is_number(v))
     reason = None
@@ -143,6 +155,7 @@ def _row(
         # A row of dashes says where it looked: a job run elsewhere (--chdir) or a command
         # that writes no results is told apart from a training that lost them.
         reason = _no_results(path)
+    reason = refused or reason
     return Row(
         job_id=task,
         overrides=list(overrides),
@@ -164,14 +177,18 @@ def _rows_from_slurm(job_id: str) -> list[Row]:
     rows = []
     for info in sorted(infos, key=lambda i: _task_number(i.job_id)):
         run_dir = Path(info.workdir or ".") / RUNS_DIR / info.job_id
-        recorded = read_results(run_dir / RESULTS_FILE).get("overrides")
+        book = book_for(run_dir.parent.parent)
+        try:
+            recorded = read_results(run_dir / RESULTS_FILE, book).get("overrides")
+        except OutputRefused:
+            recorded = None  # _row says why
         overrides = (
             [f"{key}={json.dumps(value)}" for key, value in recorded.items()]
             if isinstance(recorded, dict)
             else []
         )
         logs = [Path(p) for p in (info.stdout, info.stderr) if p]
-        rows.append(_row(info.job_id, overrides, info.state, run_dir, _given(logs)))
+        rows.append(_row(info.job_id, overrides, info.state, run_dir, _given(logs), book))
     return rows
 
 
@@ -181,10 +198,13 @@ def _no_results(path: Path) -> str:
     return f"no {path.name} in {str(path.parent)!r}"
 
 
-def read_results(path: Path) -> dict[str, Any]:
-    """A run's training_results.json, {} where there is none (yet) or it cannot be read."""
+def read_results(path: Path, book: DigestBook) -> dict[str, Any]:
+    """A run's training_results.json, {} where there is none (yet) or it cannot be read;
+    OutputRefused (one line) where it is another user's or not as the training wrote it."""
     try:
-        data = json.loads(path.read_text(encoding="utf-8"))
+        data = json.loads(read_output(path, book, "training results").data)
+    except OutputRefused:
+        raise
     except (OSError, ValueError):
         return {}
     return data if isinstance(data, dict) else {}

@@ -40,6 +40,7 @@ from hpcdist.state.folders import jobs_root, project_base, state_dir
 from hpcdist.state.private import replaceable_by_others, write_private
 from hpcdist.state.snapshot import FolderSnapshot
 from hpcdist.state.statehome import shared_reason
+from hpcdist.state.workfolder import check_working_folder
 
 EXECUTORS = ("auto", "slurm", "local")
 CHECK_DEPENDENCIES = "the controller knows every --after job (squeue)"
@@ -118,6 +119,11 @@ def plan_submission(
     """The plan of submitting ``spec``: refuses what submit cannot do, asks SLURM nothing."""
     kind = choose_executor(executor)
     require_slurm_for_arrays(spec, kind)
+    workdir = job_workdir(spec)
+    # The job's runner would refuse it when it starts: said now, before anything is queued.
+    refused = check_working_folder(Path(workdir))
+    if refused:
+        raise SpecError(refused)
     checks: list[str] = []
     if kind == "slurm" and spec.after:
         checks.append(CHECK_DEPENDENCIES)
@@ -129,7 +135,7 @@ def plan_submission(
         script=render(spec),
         checks=tuple(checks),
         tasks=spec.world_size or spec.nodes,
-        workdir=job_workdir(spec),
+        workdir=workdir,
     )
 
 

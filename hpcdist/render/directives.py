@@ -15,6 +15,7 @@ from hpcdist.facts.launch import ignoring, rank_log_pattern, torchrun_command, t
 from hpcdist.render.container import container_prefix, container_srun_options
 from hpcdist.spec.dependency import dependency_value
 from hpcdist.spec.jobspec import JOB_OPTIONS, Count, JobSpec
+from hpcdist.spec.logfolder import NOTE, moved_log
 from hpcdist.spec.sweep import array_range, task_command
 
 # Shell variables the nccl script sets when it counts the GPUs at run time (spec.gpus_auto).
@@ -60,7 +61,8 @@ def sbatch_directives(spec: JobSpec) -> list[Directive]:
             if not any(row.option == option.sbatch for row in rows):
                 rows.append(Directive(option.sbatch))
             continue
-        rows.append(Directive(option.sbatch, value))
+        moved = option.sbatch in ("output", "error") and moved_log(str(value))
+        rows.append(Directive(option.sbatch, value, NOTE if moved else ""))
     rows += gpu_directives(spec)
     if spec.signal is not None:
         rows.append(Directive("signal", spec.signal))

@@ -16,6 +16,7 @@ from hpcdist.spec.loginpaths import check_login_paths
 from hpcdist.spec.profiles import Profile
 from hpcdist.spec.siteopts import check_site
 from hpcdist.spec.sweep import check_sweep
+from hpcdist.state.workfolder import check_working_folder
 
 # The flag that sets each JobSpec field (the profile's name comes from --profile).
 _FLAG_NAMES = {o.name: o.flag.partition("/")[0] for o in JOB_OPTIONS} | {
@@ -48,7 +49,12 @@ def validate(spec: JobSpec, profile: Profile) -> None:
         )
     check_site(spec, profile)
     # Last: the only check that looks at this machine's folders.
-    check_login_paths(spec, _current_folder(), lambda folder: Path(folder).is_dir())
+    check_login_paths(
+        spec,
+        current_folder(),
+        lambda folder: Path(folder).is_dir(),
+        lambda folder: check_working_folder(Path(folder), "the folder"),
+    )
 
 
 def _check_node_count(spec: JobSpec, profile: Profile) -> None:
@@ -105,7 +111,7 @@ def _check_job_environment(spec: JobSpec) -> None:
         raise SpecError("--job-name must not be empty")
 
 
-def _current_folder() -> Path:
+def current_folder() -> Path:
     """The folder relative paths start from; "." where it was removed under us (then no
     relative folder exists, and a message names the path as given)."""
     try:

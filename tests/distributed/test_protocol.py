@@ -84,7 +84,7 @@ def test_rendered_script_uses_the_protocol_values(tmp_path: Path) -> None:
     )
     assert f"export {protocol.SIGNAL_VAR}=USR1\n" in script
     # The state, the secret, the marker and the port come from the protocol's own code.
-    assert "python3 -m hpcdist.distributed.jobstep prepare " in script
+    assert "hpcdist.distributed.jobstep prepare " in script
     assert " --marker --torchrun-port)" in script
     assert "jobstep run --requeue " in script
     assert "SLURM_JOB_ID} * " not in script  # never the public job id

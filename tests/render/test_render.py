@@ -164,7 +164,10 @@ def test_nccl_without_a_gpu_count_asks_for_whole_nodes() -> None:
         assert not any(d.startswith(f"#SBATCH {option}") for d in directives), directives
     # SLURM's count, else the driver's list: hpcdist.distributed.gpus, run by the script
     # (test_auto_script_launches_one_task_per_counted_gpu runs both).
-    assert 'counted_gpus="$(python3 -m hpcdist.distributed.jobstep gpus)"\n' in script
+    assert (
+        'counted_gpus="$(python3 -c "${hpcdist_main}" hpcdist.distributed.jobstep gpus)"\n'
+        in script
+    )
     assert (
         'srun --nodes=2 --ntasks-per-node="$gpus" --cpus-per-task="$cpus" '
         '${gpu_request:+"$gpu_request"} --kill-on-bad-exit=1 --label \\\n'

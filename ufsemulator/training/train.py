@@ -18,7 +18,6 @@ import signal
 import threading
 import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
-from concurrent.futures import Future
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -257,17 +256,11 @@ def _train(ctx: DistContext, inputs: _TrainInputs, clock: _Clock) -> TrainResult
     model = EmulatorMLP(_model_config(config, read.dataset.input_names))
     data_text = _data_text(config, read.dataset, read.in_shares)
     shards, split_times = _split_rows(ctx, config, read, model)
+    trained_on = _bytes_trained_on(read.dataset)  # for the provenance: nothing is read again
     del read  # the rows live on the device now (on the CPU: in the shards)
     clock.data = time.perf_counter()
     if split_times is not None:
         print(split_times.describe(env.rank), flush=True)
-    pending_record = None
-    if ctx.is_main and ctx.device.type == "cuda":
-        # The data's identity for the export's provenance (a hash of every byte) on spare
-        # cores while the GPU trains; CPU ranks need their cores for the steps.
-        from ufsemulator.export.runrecord import data_record_later
-
-        pending_record = data_record_later(config, path)
     print(f"[Rank {env.rank}] Training samples: {shards.x_train.shape[0]}", flush=True)
     if ctx.is_main:
         print(
@@ -281,7 +274,7 @@ def _train(ctx: DistContext, inputs: _TrainInputs, clock: _Clock) -> TrainResult
     final = full_model(loop.model, model.config)
     wall_time = time.perf_counter() - clock.train  # this process, from train() on
     if ctx.is_main:
-        outcome = _Outcome(summary, run_dir, wall_time, clock, path, pending_record)
+        outcome = _Outcome(summary, run_dir, wall_time, clock, path, trained_on)
         _write_outputs(ctx, config, inputs.overrides, outcome)
     # No rank leaves before rank 0 has written everything: under srun --kill-on-bad-exit
     # the first rank to exit non-zero takes the others down with it.
@@ -532,6 +525,25 @@ def _model_config(config: Config, input_names: tuple[str, ...]) -> ModelConfig:
     )
 
 
+TrainedOn = tuple[dict[str, tuple[str, int]], tuple[str | None, str | None]]
+
+
+def _bytes_trained_on(dataset: Dataset) -> TrainedOn:
+    """Every rank's files as it read them (resolved path -> SHA-256 and size, hashed while
+    read) and the first and last record times, gathered from all ranks."""
+    mine = ([(p, s, n) for _, p, s, n in dataset.file_digests], dataset.record_times)
+    parts: list[Any] = [mine]
+    if grouped():
+        parts = [None] * dist.get_world_size()
+        dist.all_gather_object(parts, mine)
+    read: dict[str, tuple[str, int]] = {}
+    stamps: list[str] = []
+    for files, times in parts:
+        read.update({path: (sha, size) for path, sha, size in files})
+        stamps += [stamp for stamp in times if stamp is not None]
+    return read, ((min(stamps), max(stamps)) if stamps else (None, None))
+
+
 @dataclass(frozen=True)
 class _Outcome:
     """A finished loop, as rank 0 writes it to the run folder."""
@@ -541,7 +553,7 @@ class _Outcome:
     wall_time: float  # this process, from train() on
     clock: _Clock
     data_path: PathSpec | None = None  # the files trained on (else config.data.path)
-    pending_record: Future[dict[str, Any]] | None = None  # their record, being hashed
+    trained_on: TrainedOn | None = None  # their bytes' digests, taken while they were read
 
 
 def _write_outputs(
@@ -582,10 +594,10 @@ def _export(config: Config, outcome: _Outcome, used: PathSpec | None) -> dict[st
     from ufsemulator.export import runrecord
 
     run_dir = outcome.run_dir
-    if outcome.pending_record is not None:
-        data: dict[str, Any] | None = outcome.pending_record.result()
-    else:
-        data = runrecord.data_record(config, used) if used is not None else None
+    data = None
+    if used is not None:
+        read, times = outcome.trained_on if outcome.trained_on is not None else (None, None)
+        data = runrecord.data_record(config, used, read, times)
     if outcome.summary.status != "preempted":
         best = run_dir / "best_model.pt"
         source = best if best.is_file() else run_dir / "checkpoint.pt"

@@ -204,6 +204,7 @@ def test_export_cli_packages_for_aoti_when_asked(
     monkeypatch.setattr(ufsemulator.export.aoti, "package_export", package)
     torch.save(_checkpoint(aice_model()), tmp_path / "ckpt.pt")
     argv = ["export", "--checkpoint", str(tmp_path / "ckpt.pt"), "--out", str(tmp_path / "m.pt")]
+    argv.append("--trust-checkpoint")  # written by torch.save, not by a training of this user
     assert main([*argv, "--names", "jedi", "--aoti", str(tmp_path / "m.pt2")]) == 0
     assert calls == [(tmp_path / "m.pt", tmp_path / "m.pt2")]
     out = capsys.readouterr().out
