@@ -169,7 +169,7 @@ def test_submit_counts_gpus_in_the_job_as_render_does(
     spec = spec_from_options({"profile": None, "mode": "nccl", "nodes": 2})
     script = describe(spec, executor)["script"]
     assert script == render(spec)
-    assert "python3 -m hpcdist.distributed.jobstep gpus" in script
+    assert "hpcdist.distributed.jobstep gpus" in script
 
 
 def test_dry_run_prints_parameters_and_submits_nothing(tmp_path: Path) -> None:
