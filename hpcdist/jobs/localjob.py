@@ -59,15 +59,6 @@ def identify(pid: int) -> ProcessIdentity | None:
     return ProcessIdentity(pid, stat.start_ticks)
 
 
-def process_exited(pid: int) -> bool:
-    """Whether a process is gone or a zombie nobody has reaped yet (finished, not alive).
-
-    Read from /proc rather than Popen.poll: the caller may not own the process, or may be a
-    signal handler that interrupted Popen.wait, which holds the lock poll needs."""
-    stat = _stat(pid)
-    return stat is None or stat.finished
-
-
 def process_tree(root: ProcessIdentity) -> list[ProcessIdentity]:
     """The root and every live descendant, parents before children; empty if the root is
     not running any more."""

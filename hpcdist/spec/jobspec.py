@@ -13,7 +13,6 @@ from dataclasses import dataclass
 from typing import Any, Literal
 
 from hpcdist.facts.cpulayout import WAIT_POLICIES, CpuLayout, cpu_layout
-from hpcdist.slurm.timelimit import time_limit_seconds
 from hpcdist.spec.joboption import DERIVED, JobOption, job_field, job_options
 
 Mode = Literal["threads", "gloo", "nccl", "test"]
@@ -346,10 +345,6 @@ class JobSpec:
     def warns_batch_shell(self) -> bool:
         """``--signal=B:...``: SLURM signals the batch shell alone, which passes it on."""
         return self.signal is not None and self.signal.startswith("B:")
-
-    @property
-    def time_seconds(self) -> int:
-        return time_limit_seconds(self.time)
 
 
 JOB_OPTIONS: tuple[JobOption, ...] = tuple(job_options(JobSpec))

@@ -14,7 +14,6 @@ from __future__ import annotations
 import contextlib
 import os
 import stat
-from collections.abc import Iterator
 from pathlib import Path
 
 from hpcdist.errors import UserError
@@ -134,17 +133,6 @@ def create_exclusive(path: Path, text: str) -> None:
         ) from exc
     with os.fdopen(fd, "w", encoding="utf-8") as handle:
         handle.write(text)
-
-
-@contextlib.contextmanager
-def strict_umask() -> Iterator[None]:
-    """Files and folders created inside (by us or by a library such as submitit) get no
-    group or other bits at all."""
-    previous = os.umask(0o077)
-    try:
-        yield
-    finally:
-        os.umask(previous)
 
 
 def fix_hint(path: Path, problem: str) -> str:
