@@ -15,11 +15,22 @@ one OpenMP thread per core and nothing else), in the same run and on the same ro
   slowest copy's step is the most N data-parallel ranks can reach on this host;
 - ``shm``: N ranks of one data-parallel training, the gradients averaged through shared
   memory (``grad_allreduce: auto`` on one host);
-- ``gloo``: the same through gloo's all-reduce (``grad_allreduce: backend``, the path
-  across nodes).
+- ``direct``: the same through the TCP exchange of every rank to every rank
+  (``grad_allreduce: direct``);
+- ``halving``: the same through the recursive halving/doubling TCP exchange
+  (``grad_allreduce: halving``);
+- ``gloo``: the same through gloo's all-reduce (``grad_allreduce: backend``).
+
+With ``--netns`` every rank of an exchange runs in a network namespace of its own with its
+own address, joined to the others through a bridge (``bench.netns``): the ranks then talk
+as separate hosts do (``LOCAL_WORLD_SIZE`` 1, ``GLOO_SOCKET_IFNAME`` its interface).
 
 The table gives each step time, the N-rank steps against the slowest copy (1.00x: the
-physical limit) and the efficiency against one rank alone (its step / the N-rank step).
+physical limit), the efficiency against one rank alone (its step / the N-rank step) and
+the bytes the busiest rank sent per step over TCP as a multiple of the gradients' size,
+counted by the kernel on the rank's sockets (``bench.socketbytes``); ``--json`` holds
+each exchange's ``bytes_per_rank_step`` (the busiest rank's, and every rank's) beside
+its ``step_ms``.
 """
 
 from __future__ import annotations
@@ -33,12 +44,14 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from bench.collectives import NUMEL
 from bench.launch import LaunchError, run_copies, run_ranks
 from bench.report import machine, table, write_json
 from bench.synthdata import Grid, cached_arrays
-from hpcdist.distributed.cpulayout import cpu_layout
+from hpcdist.facts.cpulayout import cpu_layout
 
-EXCHANGES = {"shm": "auto", "gloo": "backend", "direct": "direct"}
+EXCHANGES = {"shm": "auto", "direct": "direct", "halving": "halving", "gloo": "backend"}
+GRADIENT_BYTES = 4 * NUMEL  # the emulator's gradients, float32
 
 
 @dataclass(frozen=True)
@@ -112,9 +125,15 @@ def _parser() -> argparse.ArgumentParser:
     )
     p.add_argument(
         "--exchanges",
-        default="shm,direct,gloo",
-        help="shm (shared memory, one host), direct (our TCP exchange, any hosts), gloo "
-        "(gloo's all-reduce) (default all three)",
+        default="shm,direct,halving,gloo",
+        help="shm (shared memory, one host), direct (TCP, every rank to every rank), "
+        "halving (TCP, recursive halving/doubling), gloo (gloo's all-reduce) (default all)",
+    )
+    p.add_argument(
+        "--netns",
+        action="store_true",
+        help="each rank of an exchange a host of its own: a network namespace behind a bridge "
+        "(bench.netns; root and pyroute2); shm is then not possible",
     )
     p.add_argument("--batch", type=int, default=1000, help="rows per rank and step (1000)")
     p.add_argument("--steps", type=int, default=200, help="steps per epoch and rank (200)")
@@ -153,6 +172,9 @@ def main(argv: list[str] | None = None) -> int:
             file=sys.stderr,
         )
         return 2
+    if args.netns and "shm" in exchanges:
+        print("error: --netns puts every rank on a host of its own: no shm", file=sys.stderr)
+        return 2
     builtin = builtin_layouts(args.cpus_per_rank, args.ranks)
     layouts: list[Layout] = []
     for name in (n.strip() for n in args.layouts.split(",") if n.strip()):
@@ -188,17 +210,20 @@ def main(argv: list[str] | None = None) -> int:
         rows = []
         for layout in layouts:
             print(f"Layout {layout.name}: {layout.describe()}", flush=True)
-            measured, errors = _measure(args, job, layout, exchanges)
+            measured, sent, errors = _measure(args, job, layout, exchanges)
             failed |= bool(errors)
             report["layouts"][layout.name] = {
                 "threads": layout.threads,
                 "env": layout.env,
                 "step_ms": measured,
+                "bytes_per_rank_step": {k: max(v) for k, v in sent.items()},
+                "bytes_per_rank_step_each": sent,
+                "gradient_bytes": GRADIENT_BYTES,
                 "errors": errors,
             }
             if args.json is not None:
                 write_json(args.json, report)
-            rows.append(_row(layout, measured, exchanges))
+            rows.append(_row(layout, measured, sent, exchanges))
     print(
         f"\nCPU data parallelism: {args.ranks} ranks x {args.cpus_per_rank} cores, batch "
         f"{args.batch} per rank, {args.steps} steps x {args.epochs} epochs timed, "
@@ -206,17 +231,22 @@ def main(argv: list[str] | None = None) -> int:
     )
     headers = ["layout", "alone ms", "copies ms (slowest)"]
     for name in exchanges:
-        headers += [f"{name} ms", f"{name}/copies", f"{name} eff."]
+        headers += [f"{name} ms", f"{name}/copies", f"{name} eff.", f"{name} sent"]
     print(table(headers, rows))
     print("\nx/copies: the N-rank step over the slowest independent copy's (1.00x: the limit)")
     print("eff.: one rank alone's step over the N-rank step")
+    print(
+        f"sent: TCP bytes the busiest rank sent per step, counted on its sockets, over the "
+        f"gradients' {GRADIENT_BYTES:,} bytes"
+    )
     return 1 if failed else 0
 
 
 def _measure(
     args: argparse.Namespace, job: dict[str, Any], layout: Layout, exchanges: list[str]
-) -> tuple[dict[str, Any], dict[str, str]]:
-    """Step ms of alone, each copy, and each exchange for one layout."""
+) -> tuple[dict[str, Any], dict[str, list[float]], dict[str, str]]:
+    """Step ms of alone, each copy, and each exchange for one layout; each exchange's
+    TCP bytes sent per step by each rank."""
     common = {
         "threads": layout.threads,
         "timeout_s": args.timeout,
@@ -225,6 +255,7 @@ def _measure(
         "env": layout.env,
     }
     measured: dict[str, Any] = {}
+    sent: dict[str, list[float]] = {}
     errors: dict[str, str] = {}
     steps: list[tuple[str, Any]] = [("alone", None), ("copies", None)]
     steps += [(name, EXCHANGES[name]) for name in exchanges]
@@ -238,14 +269,17 @@ def _measure(
                 results = run_copies({**label, "ours": {}}, args.ranks, **common)
             else:
                 ours = {"grad_allreduce": allreduce}
-                results = [run_ranks({**label, "ours": ours}, args.ranks, bind=True, **common)]
+                results = [_exchange(args, {**label, "ours": ours}, common)]
         except LaunchError as exc:
             errors[what] = str(exc)
             print(f"  {what}: failed: {exc}", flush=True)
             continue
         per = [_step_ms(r) for r in results]
         measured[what] = per if what == "copies" else per[0]
-        waits = results[0].get("runs", {}).get("ours", [{}])[-1].get("wait_ms")
+        last = results[0].get("runs", {}).get("ours", [{}])[-1]
+        if what in exchanges:
+            sent[what] = [b for b in last.get("bytes_sent_per_step") or [] if b is not None]
+        waits = last.get("wait_ms")
         shown = ", ".join(f"{ms:.3f}" for ms in per)
         note = (
             f" (waits {', '.join(f'{w:.2f}' for w in waits if w is not None)} ms)"
@@ -255,7 +289,17 @@ def _measure(
         print(
             f"  {what}: {shown} ms a step{note} ({time.perf_counter() - start:.0f} s)", flush=True
         )
-    return measured, errors
+    return measured, sent, errors
+
+
+def _exchange(args: argparse.Namespace, job: dict[str, Any], common: dict[str, Any]) -> Any:
+    """The N-rank training, with ``--netns`` each rank a host of its own."""
+    if not args.netns:
+        return run_ranks(job, args.ranks, bind=True, **common)
+    from bench.netns import namespaces
+
+    with namespaces(args.ranks) as nets:
+        return run_ranks(job, args.ranks, bind=True, nets=nets, **common)
 
 
 def _step_ms(result: dict[str, Any]) -> float:
@@ -263,7 +307,9 @@ def _step_ms(result: dict[str, Any]) -> float:
     return sorted(1e3 * r["seconds"] / r["steps"] for r in runs)[len(runs) // 2]
 
 
-def _row(layout: Layout, measured: dict[str, Any], exchanges: list[str]) -> list[str]:
+def _row(
+    layout: Layout, measured: dict[str, Any], sent: dict[str, list[float]], exchanges: list[str]
+) -> list[str]:
     def ms(value: float | None) -> str:
         return "-" if value is None else f"{value:.3f}"
 
@@ -276,6 +322,8 @@ def _row(layout: Layout, measured: dict[str, Any], exchanges: list[str]) -> list
         row.append(ms(step))
         row.append("-" if step is None or slowest is None else f"{step / slowest:.2f}x")
         row.append("-" if step is None or alone is None else f"{100 * alone / step:.0f}%")
+        most = max(sent.get(name) or [-1.0])
+        row.append("-" if most < 0 else f"{most / GRADIENT_BYTES:.2f}x")
     return row
 
 

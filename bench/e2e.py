@@ -36,7 +36,7 @@ from pathlib import Path
 from typing import Any
 
 from bench.launch import NO_MULTICAST, REPO, without_launcher
-from hpcdist.distributed.cpulayout import cpu_layout
+from hpcdist.facts.cpulayout import cpu_layout
 
 
 def _ints(text: str) -> list[int]:

@@ -46,13 +46,10 @@ def build_example(build: Path) -> Path:
     return build / "emulator_jacobian"
 
 
-def make_models(folder: Path, hidden: tuple[int, ...]) -> tuple[Path, Path]:
-    """A seeded model of ``hidden`` widths with realistic normalisation, both exports."""
+def seeded_model(hidden: tuple[int, ...]) -> Any:
+    """A seeded model of ``hidden`` widths with realistic normalisation and ranges."""
     import torch
 
-    from ufsemulator.config import ExportConfig
-    from ufsemulator.export.aoti import package_export
-    from ufsemulator.export.torchscript import export_model
     from ufsemulator.model.emulator import EmulatorMLP, ModelConfig
     from ufsemulator.model.normalization import Stats
 
@@ -65,7 +62,16 @@ def make_models(folder: Path, hidden: tuple[int, ...]) -> tuple[Path, Path]:
     )
     low = [m - 4 * s for m, s in zip(mean, std, strict=True)]
     model.set_input_range(low, [m + 4 * s for m, s in zip(mean, std, strict=True)])
-    pt = export_model(model.eval(), folder / "model.pt", ExportConfig(names="jedi"))
+    return model.eval()
+
+
+def make_models(folder: Path, hidden: tuple[int, ...]) -> tuple[Path, Path]:
+    """A seeded model of ``hidden`` widths with realistic normalisation, both exports."""
+    from ufsemulator.config import ExportConfig
+    from ufsemulator.export.aoti import package_export
+    from ufsemulator.export.torchscript import export_model
+
+    pt = export_model(seeded_model(hidden), folder / "model.pt", ExportConfig(names="jedi"))
     return pt, package_export(pt, folder / "model.pt2")
 
 

@@ -18,7 +18,10 @@ import tempfile
 import time
 from collections.abc import Callable, Mapping
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from bench.netns import RankNet
 
 REPO = Path(__file__).resolve().parents[1]
 NO_MULTICAST = {
@@ -126,14 +129,16 @@ def run_ranks(
     bind: bool = False,
     cpus_per_rank: int | None = None,
     env: Mapping[str, str] | None = None,
+    nets: list[RankNet] | None = None,
 ) -> dict[str, Any]:
     """Run ``job`` on ``world`` ranks; return what rank 0 wrote (its result dict).
     ``bind``: each rank on ``cpus_per_rank`` (default ``threads``) cores of its own
-    (``core_sets``); ``env``: more variables for every rank (a thread layout)."""
+    (``core_sets``); ``env``: more variables for every rank (a thread layout); ``nets``:
+    each rank a host of its own (``bench.netns``), rank 0's address the master's."""
     cores: list[set[int] | None] = [None] * world
     if bind:
         cores = list(core_sets(world, cpus_per_rank or threads))
-    results = _launch(job, [(world, cores)], threads, timeout_s, log, env)
+    results = _launch(job, [(world, cores)], threads, timeout_s, log, env, nets)
     return results[0]
 
 
@@ -162,6 +167,7 @@ def _launch(
     timeout_s: float,
     log: Path | None,
     env: Mapping[str, str] | None,
+    nets: list[RankNet] | None = None,
 ) -> list[dict[str, Any]]:
     """Start every group (a process group of ``world`` ranks, each with its CPU set or
     None) at once; each rank waits at a start line until every process of every group
@@ -191,16 +197,18 @@ def _launch(
             for rank in range(world):
                 output = folder / f"group{index}-rank{rank}.log"
                 outputs.append(output)
-                cpu_set = cores[rank]
+                variables = rank_env(os.environ, rank, world, port, threads, env)
+                if nets is not None:
+                    variables.update(host_env(nets, rank))
                 with output.open("wb") as out:
                     procs.append(
                         subprocess.Popen(
                             [sys.executable, "-m", "bench.worker", str(job_file)],
-                            env=rank_env(os.environ, rank, world, port, threads, env),
+                            env=variables,
                             cwd=REPO,
                             stdout=out,
                             stderr=subprocess.STDOUT,
-                            preexec_fn=None if cpu_set is None else _bind_to(cpu_set),
+                            preexec_fn=_prepare(cores[rank], nets[rank] if nets else None),
                         )
                     )
         deadline = time.monotonic() + timeout_s
@@ -233,8 +241,30 @@ def _launch(
         return [r for r in results if r is not None]
 
 
-def _bind_to(cpus: set[int]) -> Callable[[], None]:
-    def bind() -> None:  # in the child, before it execs: its threads inherit the mask
-        os.sched_setaffinity(0, cpus)
+def host_env(nets: list[RankNet], rank: int) -> dict[str, str]:
+    """The variables of rank ``rank`` as the only rank of its host ``nets[rank]``."""
+    return {
+        "MASTER_ADDR": nets[0].address,
+        "LOCAL_RANK": "0",
+        "LOCAL_WORLD_SIZE": "1",
+        "GROUP_RANK": str(rank),
+        "GLOO_SOCKET_IFNAME": nets[rank].ifname,
+    }
 
-    return bind
+
+def _prepare(cpus: set[int] | None, net: RankNet | None) -> Callable[[], None] | None:
+    """In the child, before it execs: its CPUs (its threads inherit the mask) and its
+    network namespace."""
+    if cpus is None and net is None:
+        return None
+    from bench.netns import enter
+
+    move = enter(net) if net is not None else None
+
+    def prepare() -> None:
+        if cpus is not None:
+            os.sched_setaffinity(0, cpus)
+        if move is not None:
+            move()
+
+    return prepare

@@ -34,8 +34,9 @@ from typing import Any
 import torch
 import torch.distributed as dist
 
-from bench import collectives, refloops
+from bench import collectives, exchanges, refloops
 from bench.launch import NO_MULTICAST
+from bench.socketbytes import tcp_bytes_sent
 from bench.synthdata import load_arrays
 from hpcdist.distributed import DistContext, distributed
 from ufsemulator.checkpoints.state import RunProgress
@@ -66,6 +67,7 @@ def main(argv: list[str] | None = None) -> int:
             "throughput": throughput,
             "ttt": time_to_target,
             "collectives": collectives.measure,
+            "exchanges": exchanges.measure,
         }
         runners[job["kind"]](ctx, job, result)
         _write(ctx, job, result)
@@ -207,10 +209,21 @@ def _ours(
     warmup: int,
     hooks: LoopHooks,
 ) -> refloops.Timing:
+    sent_at: list[int] = []  # this process's TCP bytes when the timed epochs begin
+
+    def mark(progress: RunProgress) -> bool:
+        if progress.epoch == warmup:
+            sent_at.append(tcp_bytes_sent())
+        return bool(hooks.after_epoch(progress)) if hooks.after_epoch else False
+
     with tempfile.TemporaryDirectory(prefix="bench-run-") as run_dir:
-        loop = Loop(ctx, config, make_model(), shards, Path(run_dir), StopFlag(), hooks)
+        watched = dataclasses.replace(hooks, after_epoch=mark)
+        loop = Loop(ctx, config, make_model(), shards, Path(run_dir), StopFlag(), watched)
         refloops.settle(ctx)
+        if warmup == 0:
+            sent_at.append(tcp_bytes_sent())
         summary = loop.run()
+        sent = tcp_bytes_sent() - sent_at[0] if sent_at else None
     history = summary.progress.history
     steps_per_epoch = -(-shards.x_train.shape[0] // config.training.batch_size)
     timed = range(warmup, len(history["train_time_s"]))
@@ -223,8 +236,13 @@ def _ours(
     waits: list[Any] = [None] * ctx.env.world_size
     steps = max(summary.progress.step, 1)
     dist.all_gather_object(waits, None if waited is None else 1e3 * waited / steps)
+    # Each rank's TCP bytes sent per timed step, counted by the kernel (bench.socketbytes).
+    sent_per_step: list[Any] = [None] * ctx.env.world_size
+    timed_steps = steps_per_epoch * len(timed)
+    dist.all_gather_object(sent_per_step, None if sent is None else sent / max(timed_steps, 1))
     extra = {
         "wait_ms": waits,
+        "bytes_sent_per_step": sent_per_step,
         "cuda_graph": summary.cuda_graph,
         "grad_allreduce": summary.grad_allreduce,
         "train_loss": history["train_loss"][-1],

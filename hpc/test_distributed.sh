@@ -12,6 +12,17 @@
 #SBATCH --no-requeue
 
 set -euo pipefail
+# Python puts the folder it starts in first on its import path, where another user may have
+# put a module of the same name (a torch.py, an hpcdist/): PYTHONSAFEPATH=1 keeps it off for
+# every Python this job starts (3.11 and later). Older Pythons ignore it: hpcdist's runner is
+# started as python3 -c "${hpcdist_main}", which drops that entry (and an empty or relative
+# PYTHONPATH entry, the same folder) before importing anything, refuses a working folder
+# that others can write, and starts the ranks with neither.
+export PYTHONSAFEPATH=1
+# Nothing this job writes may be changed by group or others, whatever the umask it was
+# submitted with (the log, opened before this line, is narrowed by hpcdist's runner).
+umask go-w
+hpcdist_main='import os, sys; cwd = {os.path.abspath(p) for p in os.environ.get("PYTHONPATH", "").split(":") if p[:1] != "/"}; sys.path[:] = [p for p in sys.path if p[:1] == "/" and p not in cwd]; del sys.argv[0]; import runpy; runpy._run_module_as_main(sys.argv[0])'
 
 
 # >>> environment
@@ -29,7 +40,7 @@ export GLOO_SOCKET_IFNAME=lo
 # folders of this user's alone: below the submit folder, or in the user's own state folder
 # where others can write or own that one; a folder another user owns or can write is
 # refused, never used. The ranks prove they hold the secret before they exchange anything.
-prepared="$(python3 -m hpcdist.distributed.jobstep prepare --log-record '{"output":"%x-%j.out","error":null,"name":"hpcdist-commcheck","rank_logs":"label"}')"
+prepared="$(python3 -c "${hpcdist_main}" hpcdist.distributed.jobstep prepare --log-record '{"output":"%x-%j.out","error":null,"name":"hpcdist-commcheck","rank_logs":"label"}')"
 eval "${prepared}"
 echo "hpcdist: job ${SLURM_JOB_ID} on ${SLURM_JOB_NODELIST}, restart ${SLURM_RESTART_COUNT:-0}"
 # srun in SLURM >= 22.05 no longer inherits --cpus-per-task from sbatch: pass it explicitly.

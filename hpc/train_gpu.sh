@@ -17,6 +17,17 @@
 #SBATCH --open-mode="append"
 
 set -euo pipefail
+# Python puts the folder it starts in first on its import path, where another user may have
+# put a module of the same name (a torch.py, an hpcdist/): PYTHONSAFEPATH=1 keeps it off for
+# every Python this job starts (3.11 and later). Older Pythons ignore it: hpcdist's runner is
+# started as python3 -c "${hpcdist_main}", which drops that entry (and an empty or relative
+# PYTHONPATH entry, the same folder) before importing anything, refuses a working folder
+# that others can write, and starts the ranks with neither.
+export PYTHONSAFEPATH=1
+# Nothing this job writes may be changed by group or others, whatever the umask it was
+# submitted with (the log, opened before this line, is narrowed by hpcdist's runner).
+umask go-w
+hpcdist_main='import os, sys; cwd = {os.path.abspath(p) for p in os.environ.get("PYTHONPATH", "").split(":") if p[:1] != "/"}; sys.path[:] = [p for p in sys.path if p[:1] == "/" and p not in cwd]; del sys.argv[0]; import runpy; runpy._run_module_as_main(sys.argv[0])'
 # A preemption sends TERM to this shell as well as to the ranks: trapped and noted until
 # hpcdist's runner takes this shell's place (below), it ends nothing before the ranks have
 # checkpointed.
@@ -46,7 +57,7 @@ export NVSHMEM_DISABLE_NVLS=1
 # folders of this user's alone: below the submit folder, or in the user's own state folder
 # where others can write or own that one; a folder another user owns or can write is
 # refused, never used. The ranks prove they hold the secret before they exchange anything.
-prepared="$(python3 -m hpcdist.distributed.jobstep prepare --log-record '{"output":"%x-%j.out","error":null,"name":"ufsemulator-nccl","rank_logs":"label"}' --marker)"
+prepared="$(python3 -c "${hpcdist_main}" hpcdist.distributed.jobstep prepare --log-record '{"output":"%x-%j.out","error":null,"name":"ufsemulator-nccl","rank_logs":"label"}' --marker)"
 eval "${prepared}"
 echo "hpcdist: job ${SLURM_JOB_ID} on ${SLURM_JOB_NODELIST}, restart ${SLURM_RESTART_COUNT:-0}"
 # Rank 0 checkpoints on the warning signal, then asks for a requeue: it exits 85 and leaves
@@ -60,6 +71,6 @@ echo "hpcdist: job ${SLURM_JOB_ID} on ${SLURM_JOB_NODELIST}, restart ${SLURM_RES
 trap '' TERM
 # srun in SLURM >= 22.05 no longer inherits --cpus-per-task from sbatch: pass it explicitly.
 # --kill-on-bad-exit ends every rank when one dies, instead of leaving the rest in a collective.
-exec python3 -m hpcdist.distributed.jobstep run --requeue --terminated="${terminated}" --max-restarts=3 --script="${BASH_SOURCE[0]}" -- \
+exec python3 -c "${hpcdist_main}" hpcdist.distributed.jobstep run --requeue --terminated="${terminated}" --max-restarts=3 --script="${BASH_SOURCE[0]}" -- \
   srun --nodes=1 --ntasks-per-node=4 --cpus-per-task=16 --kill-on-bad-exit=1 --label \
   python3 -m ufsemulator train

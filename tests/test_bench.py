@@ -236,10 +236,19 @@ def test_cpu_scaling_runs_every_exchange_beside_independent_copies(tmp_path: Pat
     assert layouts["passive"]["env"] == {"OMP_WAIT_POLICY": "PASSIVE"}
     for layout in layouts.values():
         steps = layout["step_ms"]
-        assert set(steps) == {"alone", "copies", "shm", "direct", "gloo"}, layout["errors"]
+        exchanges = {"shm", "direct", "halving", "gloo"}
+        assert set(steps) == {"alone", "copies", *exchanges}, layout["errors"]
         assert len(steps["copies"]) == 2 and min(steps["copies"]) > 0
-        assert all(steps[name] > 0 for name in ("alone", "shm", "direct", "gloo"))
+        assert all(steps[name] > 0 for name in ("alone", *exchanges))
+        # Counted on the sockets: the TCP exchanges send about the gradients (2 ranks),
+        # shared memory next to nothing.
+        sent = layout["bytes_per_rank_step"]
+        assert set(sent) == exchanges and len(layout["bytes_per_rank_step_each"]["gloo"]) == 2
+        grads = layout["gradient_bytes"]
+        assert all(0.9 * grads < sent[name] < 1.5 * grads for name in ("direct", "halving", "gloo"))
+        assert sent["shm"] < 0.1 * grads
     assert "| hpcdist (1 threads" in proc.stdout and "direct/copies" in proc.stdout
+    assert "halving sent" in proc.stdout
 
 
 def test_cpu_scaling_refuses_more_cpus_than_it_may_use() -> None:

@@ -279,3 +279,19 @@ def test_read_scaling_sets_shares_beside_one_reader(tmp_path: Path) -> None:
     assert [r["rank"] for r in together] == [0, 1]
     assert sum(r["rows"] for r in together) == whole["rows"] > 0
     assert report["speedup"] == whole["seconds"] / max(r["seconds"] for r in together)
+
+
+def test_batch_invariance_bench_measures_the_cost_and_finds_no_differing_row(
+    tmp_path: Path,
+) -> None:
+    out = tmp_path / "invariance.json"
+    argv = [sys.executable, "-m", "bench.batch_invariance", "--short", "--json", str(out)]
+    proc = _run(argv, timeout=300)
+    assert proc.returncode == 0, proc.stderr
+    results = json.loads(out.read_text())
+    exported = [r for r in results if r["path"] == "torchscript"]
+    assert sorted(r["method"] for r in exported) == ["adjoint", "jac_physical", "predict", "tlm"]
+    assert all(r["differing_rows"] == 0 and r["rows"] == 2000 and r["ms"] > 0 for r in exported)
+    assert "| torchscript | jac_physical | 1 | 2000 |" in proc.stdout and "cost" in proc.stdout
+    bad = _run([*argv[:3], "--rows", "2"], timeout=120)
+    assert bad.returncode == 2 and bad.stderr.startswith("error: --rows must be >= 4")

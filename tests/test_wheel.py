@@ -3,6 +3,7 @@ dependencies and without torch, renders, dry-runs a submission and follows a job
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
@@ -59,7 +60,7 @@ def test_base_install_without_torch_renders_submits_and_follows(tmp_path: Path) 
 
     dry = _run([hpcdist, "submit", "--nodes", "3", "--executor", "local", "--dry-run"], elsewhere)
     assert dry.returncode == 0, dry.stderr
-    assert '"tasks": 3' in dry.stdout
+    assert "srun --nodes=3 --ntasks-per-node=1" in json.loads(dry.stdout)["script"]
     assert not (elsewhere / ".hpcdist").exists()
 
     # A job that needs no torch, run by the local executor, then followed.

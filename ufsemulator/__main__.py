@@ -2,7 +2,7 @@
 
 User mistakes (a bad config, a missing or broken file) end with one line on stderr and
 exit code 2; a training stopped by the preemption signal exits with 85
-(hpcdist.distributed.protocol.REQUEUE_EXIT_CODE) after its checkpoint is written, so a job script
+(hpcdist.facts.protocol.REQUEUE_EXIT_CODE) after its checkpoint is written, so a job script
 can requeue it.
 """
 
@@ -14,10 +14,9 @@ import os
 import sys
 from pathlib import Path
 
-from hpcdist.distributed import DistEnvError, DistributedInitError
-from hpcdist.distributed.protocol import MARKER_VAR, REQUEUE_EXIT_CODE
+from hpcdist.distributed import MARKER_VAR, REQUEUE_EXIT_CODE, DistEnvError, DistributedInitError
 from hpcdist.errors import UserError
-from hpcdist.state.private import create_exclusive, private_dir
+from hpcdist.state import create_exclusive, private_dir
 from ufsemulator.config import ConfigError
 from ufsemulator.data.makedays import parse_grid
 from ufsemulator.errors import CheckpointError, DataError
@@ -33,6 +32,13 @@ def _parser() -> argparse.ArgumentParser:
     )
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
 
+    _add_make_data(sub)
+    _add_train(sub)
+    _add_export(sub)
+    return parser
+
+
+def _add_make_data(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     data = sub.add_parser("make-data", help="write synthetic CICE-style data in any layout")
     data.add_argument(
         "--out", type=Path, required=True, help="netCDF file to write (with --days: a folder)"
@@ -65,6 +71,8 @@ def _parser() -> argparse.ArgumentParser:
         help="files of a time series, OUT.0001.nc, ... (1: just OUT)",
     )
 
+
+def _add_train(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     train = sub.add_parser("train", help="train (under torchrun, srun or alone)")
     train.add_argument("--config", type=Path, help="YAML merged over the default config")
     train.add_argument(
@@ -93,11 +101,19 @@ def _parser() -> argparse.ArgumentParser:
         "(a YAML value); repeatable, applied after --config and --epochs",
     )
 
+
+def _add_export(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     export = sub.add_parser(
         "export", help="TorchScript (and AOTInductor) export of a checkpoint, or --describe one"
     )
     export.add_argument("--checkpoint", type=Path)
     export.add_argument("--out", type=Path)
+    export.add_argument(
+        "--trust-checkpoint",
+        action="store_true",
+        help="export a checkpoint that this user's training did not write (by default one "
+        "that another user owns or changed, or whose digest was not recorded, is refused)",
+    )
     export.add_argument(
         "--describe",
         type=Path,
@@ -120,10 +136,9 @@ def _parser() -> argparse.ArgumentParser:
     export.add_argument(
         "--units",
         choices=["native", "jedi"],
-        help="units the module takes (default: the checkpoint's export.units, else those "
-        "of the names: K and kg/kg for jedi)",
+        help="units to check the names' units against (default: the checkpoint's "
+        "export.units; names carry their units)",
     )
-    return parser
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -251,29 +266,41 @@ def _train(args: argparse.Namespace) -> int:
 
 
 def _export(args: argparse.Namespace) -> int:
+    from hpcdist.state import book_for, read_once, read_output
     from ufsemulator.export.torchscript import checkpoint_export_config, export_checkpoint
 
     if args.describe is not None:
         return _describe(args.describe)
     if args.checkpoint is None or args.out is None:
         raise ConfigError("export needs --checkpoint and --out (or --describe MODEL)")
-    options = checkpoint_export_config(args.checkpoint)
+    book = book_for()
+    # The checkpoint's bytes, read once: this user's, unchanged since the training wrote it
+    # (its digest in the private state), unless --trust-checkpoint vouches for a file.
+    if args.trust_checkpoint:
+        data = read_once(args.checkpoint).data
+    else:
+        data = read_output(args.checkpoint, book, "checkpoint").data
+    options = checkpoint_export_config(args.checkpoint, data)
     overrides = {
         key: value for key in ("names", "units") if (value := getattr(args, key)) is not None
     }
     options = dataclasses.replace(options, **overrides)
-    path = export_checkpoint(args.checkpoint, args.out, options)
+    path = export_checkpoint(args.checkpoint, args.out, options, data=data, book=book)
+    units = options.units or "those of the names"
     print(
         f"Exported {args.checkpoint} to {path} (TorchScript: predict, row_flags, "
         f"jac_physical, tlm, adjoint in physical units; forward normalised, not the "
-        f"prediction; names {options.names}, units {options.chosen_units}); model card "
+        f"prediction; names {options.names}, units {units}); model card "
         f"{path.with_suffix('.md')}"
     )
     if args.aoti is not None:
         from ufsemulator.export.aoti import package_export
 
         package = package_export(path, args.aoti)
-        print(f"Packaged {path} for AOTInductor at {package} (predict, jac_physical; float32)")
+        print(
+            f"Packaged {path} for AOTInductor at {package} (predict, jac_physical, tlm, "
+            "adjoint; float32, inputs checked)"
+        )
     return 0
 
 

@@ -1,8 +1,14 @@
 """Training configuration: YAML loaded into frozen dataclasses.
 
-A user file is merged over the packaged ``configs/default.yaml``; every key is checked
-against the dataclass fields, so a typo is an error that names the key and the allowed
-ones instead of a silently ignored setting.
+The dataclass defaults below are the one source of the defaults: ``Config()`` is exactly
+what a job gets with no config file. They are the source, not the YAML, because they cannot
+be dropped: a section written before a key existed (an older checkpoint's config, an export
+section) is completed from them, and ``ExportConfig()`` is built directly. A user file is
+merged over ``Config().to_dict()``; every key is checked against the dataclass fields, so a
+typo is an error that names the key and the allowed ones instead of a silently ignored
+setting. The packaged ``configs/default.yaml`` is the annotated copy a user starts from
+(why each default is what it is, measured); it is not read to make a config, and a test
+(tests/ufsemulator/test_config.py) keeps its keys and values equal to ``Config()``.
 """
 
 from __future__ import annotations
@@ -69,14 +75,17 @@ class ExportConfig:
     """What the export tells its caller (a DA system looks names up, never units)."""
 
     names: str | dict[str, str] = "short"  # short | jedi | {our name: exported name}
-    # None: the units that go with the names (jedi names: JEDI's K and kg/kg; others:
-    # native), so JEDI names never come over degC unless a user writes units: native.
+    # A name carries its unit (ufsemulator.export.names): None takes those units; native,
+    # jedi or {name: unit} are checked against them, so a name never comes in a foreign unit.
     units: str | dict[str, str] | None = None  # native | jedi | {name: unit}
     input_levels: tuple[int, ...] | None = None  # None: the model's (0, the surface)
     output_levels: tuple[int, ...] | None = None
     # predict's answer for a row with a NaN, infinite or fill input (never a plausible 0);
     # None: NaN (not written as NaN here, so that two configs compare equal).
     fill_value: float | None = None
+    # Land stored as a number (SOCA: 0.0) or a finite sentinel: a row whose ocean inputs
+    # (sst, sss, uocn, vocn) all hold it is missing, like a NaN row. None: no such value.
+    land_value: float | None = None
     # An input further than this fraction of its training range outside that range is
     # out of range: flagged by out_of_range(); with out_of_range: fill, predict answers
     # fill_value there too.
@@ -93,13 +102,6 @@ class ExportConfig:
                     f"'export.{key}' must be {' or '.join(words)} or a mapping, got {value!r}"
                 )
 
-    @property
-    def chosen_units(self) -> str | dict[str, str]:
-        """The units the export takes: as written, else those that go with the names."""
-        if self.units is not None:
-            return self.units
-        return "jedi" if self.names == "jedi" else "native"
-
 
 @dataclass(frozen=True)
 class ModelSection:
@@ -109,14 +111,15 @@ class ModelSection:
 
 @dataclass(frozen=True)
 class TrainingConfig:
-    epochs: int = 100
+    epochs: int = 150
     batch_size: int = 1000  # per rank
     lr: float = 2e-4
     weight_decay: float = 1e-4
     loss: Literal["mse", "mae", "huber"] = "mse"
     huber_delta: float = 1.0
     grad_accum_steps: int = 1
-    scale_lr_with_world_size: bool = False
+    # lr x ranks: batch_size is per rank, so N ranks take 1/N of the steps of an epoch.
+    scale_lr_with_world_size: bool = True
     # With the rate scaled: it rises linearly from lr to lr x ranks over this many epochs
     # of optimiser steps (Goyal et al. 2017; training.warmup); 0: scaled from the first step.
     lr_warmup_epochs: float = 0.0
@@ -133,12 +136,14 @@ class TrainingConfig:
     # on the CPU and symmetric-memory one-shot on GPUs where available, else the
     # backend's; auto: as local, but on GPUs only for runs long enough to pay for the
     # symmetric memory's set-up (gradreduce.SYMMETRIC_MIN_STEPS), and for CPU ranks on
-    # several hosts the direct exchange; direct: CPU ranks send their gradients to every
-    # rank over TCP, one round (meshreduce); backend: always the backend's).
+    # several hosts the exchange training.crossnode picks from N and the gradients' size;
+    # direct: CPU ranks send their gradients to every rank over TCP, one round
+    # (meshreduce); halving: CPU ranks over TCP by recursive halving and doubling, about 2
+    # copies a rank at any N (halvingreduce); backend: always the backend's).
     ddp_bucket_cap_mb: float | None = None
     compile: bool = False
     cuda_graph: bool = True
-    grad_allreduce: Literal["auto", "local", "direct", "backend"] = "auto"
+    grad_allreduce: Literal["auto", "local", "direct", "halving", "backend"] = "auto"
     # Stop (completed) at the first epoch whose validation loss is at or below this
     # (normalised units); None: train the epochs (or until early stopping).
     target_val_loss: float | None = None
@@ -209,17 +214,18 @@ _POSITIVE = {
 
 
 # Integers that may be negative (a record counted from the end).
-_SIGNED = {"data.time", "export.fill_value"}
+_SIGNED = {"data.time", "export.fill_value", "export.land_value"}
 _KIND_WORDS = {str: "a string", int: "an integer", tuple: "a list", dict: "a mapping"}
 
 
 def default_config_path() -> Path:
+    """The annotated copy of the defaults (``Config()``), shipped for users to start from."""
     return Path(str(importlib.resources.files("ufsemulator") / "configs" / "default.yaml"))
 
 
 def load_config(path: str | Path | None = None) -> Config:
-    """The packaged default config, with the YAML file at ``path`` merged over it."""
-    merged = _read_yaml(default_config_path())
+    """The default config (``Config()``), with the YAML file at ``path`` merged over it."""
+    merged = Config().to_dict()
     if path is not None:
         merged = _merge(merged, _read_yaml(Path(path)), "")
     return Config.from_dict(merged)
@@ -278,22 +284,13 @@ def _build(cls: type[_T], data: Mapping[str, Any], prefix: str) -> _T:
 
 
 def _convert(hint: Any, value: Any, name: str) -> Any:
+    """``value`` checked against the field type ``hint`` (and made a tuple where it is one)."""
     origin = typing.get_origin(hint)
     args = typing.get_args(hint)
     if dataclasses.is_dataclass(hint):
         return _build(hint, value if value is not None else {}, f"{name}.")  # type: ignore[arg-type]
     if origin in (Union, types.UnionType):
-        if value is None and type(None) in args:
-            return None
-        inner = [a for a in args if a is not type(None)]
-        if len(inner) == 1:
-            return _convert(inner[0], value, name)
-        # Several kinds (a file or a list of files): the first that takes the value.
-        for kind in inner:
-            with contextlib.suppress(ConfigError):
-                return _convert(kind, value, name)
-        kinds = " or ".join(_KIND_WORDS.get(typing.get_origin(k) or k, str(k)) for k in inner)
-        raise ConfigError(f"'{name}' must be {kinds}, got {value!r}")
+        return _convert_union(args, value, name)
     if origin is dict:
         if not isinstance(value, Mapping) or not all(
             isinstance(k, str) and isinstance(v, str) for k, v in value.items()
@@ -306,12 +303,34 @@ def _convert(hint: Any, value: Any, name: str) -> Any:
             raise ConfigError(f"'{name}' must be one of {allowed}, got {value!r}")
         return value
     if origin is tuple:
-        if not isinstance(value, (list, tuple)) or not value:
-            raise ConfigError(f"'{name}' must be a non-empty list, got {value!r}")
-        items = tuple(_convert(args[0], v, f"{name}[{i}]") for i, v in enumerate(value))
-        if name in _POSITIVE and any(v < 1 for v in items):
-            raise ConfigError(f"'{name}' entries must be >= 1, got {list(items)!r}")
-        return items
+        return _convert_tuple(args[0], value, name)
+    return _convert_scalar(hint, value, name)
+
+
+def _convert_union(args: tuple[Any, ...], value: Any, name: str) -> Any:
+    if value is None and type(None) in args:
+        return None
+    inner = [a for a in args if a is not type(None)]
+    if len(inner) == 1:
+        return _convert(inner[0], value, name)
+    # Several kinds (a file or a list of files): the first that takes the value.
+    for kind in inner:
+        with contextlib.suppress(ConfigError):
+            return _convert(kind, value, name)
+    kinds = " or ".join(_KIND_WORDS.get(typing.get_origin(k) or k, str(k)) for k in inner)
+    raise ConfigError(f"'{name}' must be {kinds}, got {value!r}")
+
+
+def _convert_tuple(item: Any, value: Any, name: str) -> tuple[Any, ...]:
+    if not isinstance(value, (list, tuple)) or not value:
+        raise ConfigError(f"'{name}' must be a non-empty list, got {value!r}")
+    items = tuple(_convert(item, v, f"{name}[{i}]") for i, v in enumerate(value))
+    if name in _POSITIVE and any(v < 1 for v in items):
+        raise ConfigError(f"'{name}' entries must be >= 1, got {list(items)!r}")
+    return items
+
+
+def _convert_scalar(hint: Any, value: Any, name: str) -> Any:
     if hint is bool:
         if not isinstance(value, bool):
             raise ConfigError(f"'{name}' must be true or false, got {value!r}")

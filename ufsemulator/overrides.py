@@ -16,7 +16,7 @@ from typing import Any
 
 import yaml
 
-from ufsemulator.config import Config, ConfigError, _read_yaml, default_config_path
+from ufsemulator.config import Config, ConfigError
 
 _KEY = re.compile(r"[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)*")
 
@@ -78,15 +78,15 @@ def _copy(data: Mapping[str, Any]) -> dict[str, Any]:
 
 
 def config_with(base: Mapping[str, Any], texts: Iterable[str], flag: str = "--set") -> Config:
-    """The config ``base`` (a mapping, e.g. the default YAML) with ``KEY=VALUE`` texts applied,
-    validated against the schema (unknown key or wrong type: ConfigError)."""
+    """The config ``base`` (a mapping, e.g. ``Config().to_dict()``) with ``KEY=VALUE`` texts
+    applied, validated against the schema (unknown key or wrong type: ConfigError)."""
     parsed = [parse_override(text, flag) for text in texts]
     return Config.from_dict(apply_overrides(base, parsed))
 
 
 def check_overrides(texts: Iterable[str], flag: str = "--set") -> Config:
-    """Validate overrides against the packaged default config; the resulting Config."""
-    return config_with(_read_yaml(default_config_path()), texts, flag)
+    """Validate overrides against the default config (``Config()``); the resulting Config."""
+    return config_with(Config().to_dict(), texts, flag)
 
 
 def apply_to(config: Config, texts: Iterable[str], flag: str = "--set") -> Config:

@@ -7,13 +7,12 @@ without pulling in the file reader.
 - ``CICE_NAMES``: the field name in a CICE history file, before the stream suffix.
 - ``CF_NAMES``: CF standard names (and JEDI's names) a CF-named file may use, by input.
 - ``JEDI_NAMES``: the name a JEDI background gives the field; what SABER looks up.
-- ``UNITS``: the units the emulator is trained in (CICE's); ``JEDI_UNITS`` where a JEDI
-  background differs (temperatures in K, humidity in kg/kg).
+- ``UNITS``: the units the emulator is trained in (CICE's). The unit each exported name
+  carries: :mod:`ufsemulator.export.names`.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping
 from typing import Any
 
 INPUT_NAMES: tuple[str, ...] = (
@@ -124,7 +123,6 @@ UNITS: dict[str, str] = {
     "flwdn": "W/m2",
     "fswdn": "W/m2",
 }
-JEDI_UNITS: dict[str, str] = {"sst": "K", "tair": "K", "tsfc": "K", "qref": "kg/kg"}
 
 # Physical bounds of an output, in UNITS (an export's optional clamp); others unbounded.
 OUTPUT_BOUNDS: dict[str, tuple[float, float]] = {"aice": (0.0, 1.0)}
@@ -200,51 +198,3 @@ def conversion(source: str, target: str) -> tuple[float, float] | None:
     if src == dst:
         return (1.0, 0.0)
     return CONVERSIONS.get((src, dst))
-
-
-def exported_names(
-    names: tuple[str, ...], choice: str | Mapping[str, str], known: tuple[str, ...] = ()
-) -> list[str]:
-    """Names to put in an export: ``short`` (ours), ``jedi``, or a mapping from ours.
-
-    A mapping must name every input and output (a half-renamed model would mix two
-    naming schemes), and nothing else: a name it lists that is neither in ``names`` nor
-    in ``known`` (the model's other names) is an error, so a typo does not go unnoticed."""
-    if isinstance(choice, Mapping):
-        unknown = [key for key in choice if key not in (*names, *known)]
-        if unknown:
-            raise ValueError(
-                f"export name mapping names {unknown[0]!r}, which the model does not have; "
-                f"its variables: {', '.join((*names, *known))}"
-            )
-        missing = [name for name in (*names, *known) if name not in choice]
-        if missing:
-            raise ValueError(
-                f"export name mapping lacks {', '.join(map(repr, missing))}: give every "
-                "input and output a name, or use names: short or jedi"
-            )
-        return [str(choice[name]) for name in names]
-    if choice == "short":
-        return list(names)
-    if choice == "jedi":
-        return [JEDI_NAMES.get(name, name) for name in names]
-    raise ValueError(f"export names must be 'short', 'jedi' or a mapping, got {choice!r}")
-
-
-def exported_units(
-    names: tuple[str, ...], choice: str | Mapping[str, str], known: tuple[str, ...] = ()
-) -> list[str]:
-    """Units the export takes and gives: ``native`` (as trained), ``jedi``, or a mapping."""
-    if isinstance(choice, Mapping):
-        unknown = [key for key in choice if key not in (*names, *known)]
-        if unknown:
-            raise ValueError(
-                f"export unit mapping names {unknown[0]!r}, which the model does not have; "
-                f"its variables: {', '.join((*names, *known))}"
-            )
-        return [str(choice.get(name, UNITS.get(name, ""))) for name in names]
-    if choice == "native":
-        return [UNITS.get(name, "") for name in names]
-    if choice == "jedi":
-        return [JEDI_UNITS.get(name, UNITS.get(name, "")) for name in names]
-    raise ValueError(f"export units must be 'native', 'jedi' or a mapping, got {choice!r}")

@@ -8,6 +8,13 @@
 //                     [--input-units U1,U2,...] [--rows N] [--threads T] [--repeat R]
 //                     [--jacobian-out FILE] [--predict-out FILE]
 //                     [--aoti-jacobian-out FILE] [--aoti-predict-out FILE]
+//                     [--aoti-probe] [--invariance]
+//
+// --aoti-probe: call the package with bad inputs (float64, 13 columns, a transposed view,
+// a short mask) and with 0, 1 and 7 rows, through the checked call (aoti_checked.h) and
+// straight through the loader; report which of the two refused each ("probe").
+// --invariance: each method (TorchScript and, with --aoti, the package) on all rows, then
+// on a few rows alone; report how many of those rows differ in any bit ("invariance").
 //
 // --input-units: the units the caller's background holds, one per input in the module's
 // order; any that differs from the module's input_units is an error (exit 2), never a
@@ -23,6 +30,8 @@
 #include <c10/core/InferenceMode.h>
 #include <torch/csrc/inductor/aoti_package/model_package_loader.h>
 #include <torch/script.h>
+
+#include "aoti_checked.h"
 
 #include <algorithm>
 #include <chrono>
@@ -51,6 +60,8 @@ struct Options {
   int64_t rows = 1000;
   int threads = 1;
   int repeat = 20;
+  bool probe = false;
+  bool invariance = false;
 };
 
 Options parse(int argc, char** argv) {
@@ -64,6 +75,11 @@ Options parse(int argc, char** argv) {
   opt.model = argv[1];
   for (int i = 2; i < argc; i += 2) {
     const std::string key = argv[i];
+    if (key == "--aoti-probe" || key == "--invariance") {
+      (key == "--aoti-probe" ? opt.probe : opt.invariance) = true;
+      --i;  // a flag without a value
+      continue;
+    }
     if (i + 1 >= argc) throw std::invalid_argument(key + " needs a value");
     const std::string value = argv[i + 1];
     if (key == "--inputs") opt.inputs = value;
@@ -202,6 +218,87 @@ double max_abs_diff(const torch::Tensor& a, const torch::Tensor& b) {
   return (a.to(torch::kFloat64) - b.to(torch::kFloat64)).abs().max().item<double>();
 }
 
+// Whether a call throws: "ok" or "refused".
+template <typename F>
+std::string outcome(F&& call) {
+  try {
+    call();
+    return "ok";
+  } catch (const std::exception&) {
+    return "refused";
+  }
+}
+
+// Bad inputs and small batches, through the checked call and straight through the loader.
+std::string probe(checked::Program& program, const at::Tensor& inputs, const at::Tensor& mask) {
+  const auto x = inputs.narrow(0, 0, 8).contiguous();
+  const auto m = mask.narrow(0, 0, 8).contiguous();
+  const std::vector<std::pair<std::string, std::vector<at::Tensor>>> cases = {
+      {"float64", {x.to(at::kDouble), m}},
+      {"13 columns", {x.narrow(1, 0, x.size(1) - 1).contiguous(), m}},
+      {"transposed", {x.t().contiguous().t(), m}},
+      {"short mask", {x, m.narrow(0, 0, 5)}},
+      {"rows 0", {x.narrow(0, 0, 0), m.narrow(0, 0, 0)}},
+      {"rows 1", {x.narrow(0, 0, 1), m.narrow(0, 0, 1)}},
+      {"rows 7", {x.narrow(0, 0, 7), m.narrow(0, 0, 7)}},
+  };
+  std::ostringstream out;
+  out << "{";
+  for (size_t i = 0; i < cases.size(); ++i) {
+    const auto& [name, args] = cases[i];
+    out << (i ? ", " : "") << quoted(name) << ": {\"checked\": "
+        << quoted(outcome([&] { program.run(args); }))
+        << ", \"raw\": " << quoted(outcome([&] { program.run_raw(args); })) << "}";
+  }
+  return out.str() + "}";
+}
+
+// Rows whose bits differ between a call on all rows and a call on that row alone.
+template <typename F>
+int64_t differing_rows(F&& call, int64_t rows) {
+  const auto all = call(0, rows);
+  int64_t differ = 0;
+  for (const int64_t row : {int64_t{0}, int64_t{1}, rows / 2, rows - 1}) {
+    if (row < 0 || row >= rows) continue;
+    if (!torch::equal(call(row, 1), all.narrow(0, row, 1))) ++differ;
+  }
+  return differ;
+}
+
+std::string invariance(torch::jit::Module& module, const Options& opt, const at::Tensor& x,
+                       int64_t n_out) {
+  c10::InferenceMode guard;
+  const int64_t rows = x.size(0), n_in = x.size(1);
+  const auto dx = torch::cos(torch::arange(rows * n_in, torch::kFloat32)).reshape({rows, n_in});
+  const auto dy = torch::sin(torch::arange(rows * n_out, torch::kFloat32)).reshape({rows, n_out});
+  const auto mask = torch::ones({rows, 1}, torch::kFloat32);
+  std::ostringstream out;
+  out << "{";
+  const char* methods[] = {"predict", "jac_physical", "tlm", "adjoint"};
+  for (int k = 0; k < 4; ++k) {
+    const std::string name = methods[k];
+    auto method = module.get_method(name);
+    auto script = [&](int64_t start, int64_t count) {
+      std::vector<c10::IValue> args{x.narrow(0, start, count)};
+      if (name == "tlm") args.push_back(dx.narrow(0, start, count));
+      if (name == "adjoint") args.push_back(dy.narrow(0, start, count));
+      return method(args).toTensor();
+    };
+    out << (k ? ", " : "") << quoted("torchscript " + name) << ": " << differing_rows(script, rows);
+    if (opt.aoti.empty()) continue;
+    checked::Program program(opt.aoti, name, n_in, n_out);
+    auto compiled = [&](int64_t start, int64_t count) {
+      std::vector<at::Tensor> args{x.narrow(0, start, count)};
+      if (name == "tlm") args.push_back(dx.narrow(0, start, count));
+      if (name == "adjoint") args.push_back(dy.narrow(0, start, count));
+      if (name != "predict") args.push_back(mask.narrow(0, start, count));
+      return program.run(args).at(0);
+    };
+    out << ", " << quoted("aoti " + name) << ": " << differing_rows(compiled, rows);
+  }
+  return out.str() + "}";
+}
+
 int run(const Options& opt) {
   // One intra-op thread per MPI task is what a DA system running many tasks per node
   // wants; LibTorch would otherwise start one per core in every task.
@@ -271,10 +368,10 @@ int run(const Options& opt) {
   if (!opt.aoti.empty()) {
     c10::InferenceMode guard;
     const auto started = std::chrono::steady_clock::now();
-    torch::inductor::AOTIModelPackageLoader aoti_jac(opt.aoti, "jac_physical");
-    torch::inductor::AOTIModelPackageLoader aoti_predict(opt.aoti, "predict");
+    checked::Program aoti_jac(opt.aoti, "jac_physical", n_in, n_out);
+    checked::Program aoti_predict(opt.aoti, "predict", n_in, n_out);
     const double load_ms = ms_since(started);
-    const auto meta = aoti_jac.get_metadata();
+    const auto meta = aoti_jac.metadata();
     const bool has_signature = meta.count("signature.json") > 0;
     std::vector<at::Tensor> jac_out;
     const double first_jac = once_ms([&] { jac_out = aoti_jac.run({inputs, mask}); });
@@ -292,8 +389,11 @@ int run(const Options& opt) {
               << ", \"jacobian_max_diff\": " << max_abs_diff(ajac, jac)
               << ", \"predict_outputs\": " << pred_out.size()
               << ", \"flagged_rows\": " << (flags != 0).sum().item<int64_t>()
+              << ", \"cpu_isa\": " << quoted(meta.count("cpu_isa") ? meta.at("cpu_isa") : "")
               << ", \"metadata_has_signature\": " << (has_signature ? "true" : "false") << "}";
+    if (opt.probe) aoti_json << ", \"probe\": " << probe(aoti_jac, inputs, mask);
   }
+  if (opt.invariance) aoti_json << ", \"invariance\": " << invariance(module, opt, inputs, n_out);
 
   std::cout << std::setprecision(10) << "{\"input_names\": " << json_list(input_names)
             << ", \"input_levels\": " << json_list(input_levels)

@@ -124,34 +124,7 @@ def simulate_allocation(
     gpus_per_node: int,
 ) -> list[dict[str, Any]]:
     """One row per rank, each computed by DistEnv.from_environ from what srun would set."""
-    try:
-        hosts = expand_nodelist(nodelist, "--nodelist")
-    except NodeListError as exc:
-        raise click.BadParameter(str(exc), param_hint="--nodelist") from None
-    try:
-        layout = expand_tasks_per_node(tasks_per_node, "--tasks-per-node")
-    except DistEnvError as exc:
-        raise click.BadParameter(str(exc), param_hint="--tasks-per-node") from None
-    if len(layout) == 1:
-        layout *= len(hosts)
-        tasks_per_node = f"{layout[0]}(x{len(hosts)})"
-    if len(layout) != len(hosts):
-        raise click.BadParameter(
-            f"{tasks_per_node!r} describes {len(layout)} nodes but {nodelist!r} has "
-            f"{len(hosts)}; give one count for all nodes or one per node",
-            param_hint="--tasks-per-node",
-        )
-    if min(layout) < 1:
-        raise click.BadParameter(
-            f"{tasks_per_node!r} leaves a node without tasks; srun starts >= 1 on each",
-            param_hint="--tasks-per-node",
-        )
-    if 0 < gpus_per_node < max(layout):
-        raise click.BadParameter(
-            f"{gpus_per_node} GPUs per node cannot serve {max(layout)} tasks on a node "
-            "(nccl needs one GPU per task); use --gpus-per-node 0 for CPU tasks",
-            param_hint="--gpus-per-node",
-        )
+    hosts, layout, tasks_per_node = _allocation(nodelist, tasks_per_node, gpus_per_node)
     common = {
         "SLURM_JOB_ID": str(job_id),
         "SLURM_STEP_ID": str(step_id),
@@ -180,6 +153,42 @@ def simulate_allocation(
             rows.append({**dataclasses.asdict(env), "device": device})
             rank += 1
     return rows
+
+
+def _allocation(
+    nodelist: str, tasks_per_node: str, gpus_per_node: int
+) -> tuple[list[str], list[int], str]:
+    """The hosts, the tasks on each, and SLURM_STEP_TASKS_PER_NODE as srun writes it (one
+    count for all nodes: ``N(xM)``); a flag that cannot describe an allocation is refused."""
+    try:
+        hosts = expand_nodelist(nodelist, "--nodelist")
+    except NodeListError as exc:
+        raise click.BadParameter(str(exc), param_hint="--nodelist") from None
+    try:
+        layout = expand_tasks_per_node(tasks_per_node, "--tasks-per-node")
+    except DistEnvError as exc:
+        raise click.BadParameter(str(exc), param_hint="--tasks-per-node") from None
+    if len(layout) == 1:
+        layout *= len(hosts)
+        tasks_per_node = f"{layout[0]}(x{len(hosts)})"
+    if len(layout) != len(hosts):
+        raise click.BadParameter(
+            f"{tasks_per_node!r} describes {len(layout)} nodes but {nodelist!r} has "
+            f"{len(hosts)}; give one count for all nodes or one per node",
+            param_hint="--tasks-per-node",
+        )
+    if min(layout) < 1:
+        raise click.BadParameter(
+            f"{tasks_per_node!r} leaves a node without tasks; srun starts >= 1 on each",
+            param_hint="--tasks-per-node",
+        )
+    if 0 < gpus_per_node < max(layout):
+        raise click.BadParameter(
+            f"{gpus_per_node} GPUs per node cannot serve {max(layout)} tasks on a node "
+            "(nccl needs one GPU per task); use --gpus-per-node 0 for CPU tasks",
+            param_hint="--gpus-per-node",
+        )
+    return hosts, layout, tasks_per_node
 
 
 def _print_table(rows: list[dict[str, Any]]) -> None:

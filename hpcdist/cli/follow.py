@@ -18,7 +18,9 @@ from typing import Any
 import click
 
 from hpcdist.errors import UserError
+from hpcdist.facts.launch import rank_log_pattern
 from hpcdist.jobs.logpaths import job_logs
+from hpcdist.jobs.logread import printable, read_log_bytes, read_log_text
 from hpcdist.jobs.records import (
     FINAL_STATES,
     JobRecord,
@@ -30,7 +32,6 @@ from hpcdist.jobs.records import (
     read_log,
     scan_records,
 )
-from hpcdist.render.directives import rank_log_pattern
 from hpcdist.slurm.parse import format_duration
 from hpcdist.slurm.query import JobInfo, query_job, query_jobs
 
@@ -178,13 +179,39 @@ def _unlabel(rank: int | None) -> Callable[[str], str]:
 
 
 def follow(record: JobRecord, rank: int, poll_s: float = 1.0) -> str:
-    """Print a rank's log as it grows until the job reaches a final state; return it."""
-    return follow_files(
-        [(record.log_path(rank, "out"), False), (record.log_path(rank, "err"), True)],
-        lambda: job_state(record),
-        lambda line: True,
-        poll_s,
-    )
+    """Print rank ``rank``'s log as it grows until the job reaches a final state; return
+    it. A SLURM job's log is the one its script names: the rank's labelled lines (label
+    removed) and the batch shell's own lines, which carry no label."""
+    if record.executor == "local":
+        paths = [(record.log_path(rank, "out"), False), (record.log_path(rank, "err"), True)]
+        return follow_files(paths, lambda: job_state(record), lambda line: True, poll_s)
+    info = query_job(record.job_id)
+    if info is None:
+        raise unknown_job(record.job_id)
+    paths, keep, shown = _slurm_view(info, rank)
+    label = _LABEL
+
+    def rank_or_batch(line: str) -> bool:
+        return keep(line) or (label.match(line) is None and not line.startswith("[Rank "))
+
+    return follow_files(paths, lambda: job_state(record), rank_or_batch, poll_s, shown)
+
+
+def record_log_names(record: JobRecord) -> list[tuple[str, str]]:
+    """(what, path) of the logs a user follows for a job of this folder."""
+    if record.executor == "local":
+        return [
+            ("rank 0 log", str(record.log_path(0))),
+            ("rank 0 err", str(record.log_path(0, "err"))),
+        ]
+    info = query_job(record.job_id)
+    found = job_logs(info, None, [Path.cwd()]) if info is not None else None
+    if found is None or found.stdout is None:
+        return [("log", "unknown (SLURM does not name it yet)")]
+    names = [("log", str(found.stdout))]
+    if found.stderr is not None and found.stderr != found.stdout:
+        names.append(("err", str(found.stderr)))
+    return names
 
 
 def follow_files(
@@ -201,17 +228,13 @@ def follow_files(
     while True:
         current = state()
         for path, to_stderr in paths:
-            if not path.is_file():
-                continue
-            with path.open("rb") as handle:
-                handle.seek(offsets[path])
-                chunk = handle.read()
+            chunk = read_log_bytes(path, offsets[path])
             offsets[path] += len(chunk)
             *whole, partial[path] = (partial[path] + chunk).split(b"\n")
             if current in _ENDED and partial[path]:
                 whole, partial[path] = [*whole, partial[path]], b""
             for raw in whole:
-                line = raw.decode(errors="replace")
+                line = printable(raw.decode(errors="replace"))
                 if keep(line):
                     click.echo(shown(line), err=to_stderr)
         if current in _ENDED:
@@ -259,45 +282,44 @@ def logs(job_id: str, rank: int | None, follow_: bool) -> int:
     """Print a job's log (stdout, then stderr): any SLURM job, or one of this folder."""
     record = find_record(job_id)
     info = None
-    if record is None:
+    if record is None or record.executor == "slurm":
         info = query_job(job_id)
         # A job of `hpcdist submit` from another folder: its record is in the folder it ran in.
-        if info is not None and info.workdir:
+        if record is None and info is not None and info.workdir:
             record = _record_in(Path(info.workdir), job_id)
-    if record is not None:
-        rank = 0 if rank is None else rank
-        if not 0 <= rank < record.tasks:
-            raise click.BadParameter(
-                f"{rank} is not a rank of job {job_id}; expected 0..{record.tasks - 1}",
-                param_hint="--rank",
-            )
-        if follow_:
-            follow(record, rank)
-            return 0
-        text = read_log(record, rank)
-        if not text:  # nothing found never looks like an empty log
-            where = record.log_path(rank)
-            said = "is empty so far" if where.is_file() else "does not exist yet"
-            raise UserError(
-                f"rank {rank} of job {job_id} ({job_state(record)}): its log {where} {said}"
-            )
-        click.echo(text, nl=False)
-        return 0
+    if record is not None and rank is not None and not 0 <= rank < record.tasks:
+        raise click.BadParameter(
+            f"{rank} is not a rank of job {job_id}; expected 0..{record.tasks - 1}",
+            param_hint="--rank",
+        )
+    if record is not None and record.executor == "local":
+        return _local_logs(record, job_id, 0 if rank is None else rank, follow_)
     if info is None:
         if query_jobs(job_id):
             raise UserError(f"job {job_id} is an array; expected one task, e.g. {job_id}_0")
         raise unknown_job(job_id)
-    found = job_logs(info, rank, [Path.cwd()])
-    if found.stdout is None:
+    return _slurm_logs(info, job_id, rank, follow_)
+
+
+def _local_logs(record: JobRecord, job_id: str, rank: int, follow_: bool) -> int:
+    """A job of this folder's local executor: its rank's log file."""
+    if follow_:
+        follow(record, rank)
+        return 0
+    text = read_log(record, rank)
+    if not text:  # nothing found never looks like an empty log
+        where = record.log_path(rank)
+        said = "is empty so far" if where.is_file() else "does not exist yet"
         raise UserError(
-            f"no log of job {job_id} ({info.state}) found; looked in: {'; '.join(found.looked)}"
+            f"rank {rank} of job {job_id} ({job_state(record)}): its log {where} {said}"
         )
-    paths = found.files()
-    keep, shown = _rank_filter(rank), _unlabel(rank)
-    if found.per_rank:  # the job's --rank-logs split files of this rank
-        keep = _rank_filter(None)
-    elif split := _split_logs(paths, rank):  # a job without a log record: its split files
-        paths, keep = split, _rank_filter(None)
+    click.echo(text, nl=False)
+    return 0
+
+
+def _slurm_logs(info: JobInfo, job_id: str, rank: int | None, follow_: bool) -> int:
+    """A SLURM job: its log files, rank ``rank``'s lines of them (all: None)."""
+    paths, keep, shown = _slurm_view(info, rank)
     if follow_:
 
         def current() -> str:
@@ -312,7 +334,7 @@ def logs(job_id: str, rank: int | None, follow_: bool) -> int:
     printed = ""
     for path, _ in paths:  # both to stdout, as for a job of this folder
         if path.is_file():
-            text = path.read_text(errors="replace")
+            text = read_log_text(path)
             lines = text.splitlines(keepends=True)
             printed += "".join(shown(ln) for ln in lines if keep(ln))
     if not printed:  # nothing found never looks like an empty log
@@ -321,6 +343,25 @@ def logs(job_id: str, rank: int | None, follow_: bool) -> int:
         raise UserError(f"nothing for {whose} ({info.state}) in {looked}")
     click.echo(printed, nl=False)
     return 0
+
+
+def _slurm_view(
+    info: JobInfo, rank: int | None
+) -> tuple[list[tuple[Path, bool]], Callable[[str], bool], Callable[[str], str]]:
+    """A SLURM job's log files, and which of their lines are rank ``rank``'s (all: None)."""
+    found = job_logs(info, rank, [Path.cwd()])
+    if found.stdout is None:
+        raise UserError(
+            f"no log of job {info.job_id} ({info.state}) found; looked in: "
+            f"{'; '.join(found.looked)}"
+        )
+    paths = found.files()
+    keep, shown = _rank_filter(rank), _unlabel(rank)
+    if found.per_rank:  # the job's --rank-logs split files of this rank
+        keep = _rank_filter(None)
+    elif split := _split_logs(paths, rank):  # a job without a log record: its split files
+        paths, keep = split, _rank_filter(None)
+    return paths, keep, shown
 
 
 @click.command(name="list")

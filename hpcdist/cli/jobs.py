@@ -7,8 +7,7 @@ from typing import Any
 
 import click
 
-from hpcdist.cli.follow import follow, unknown_job
-from hpcdist.errors import UserError
+from hpcdist.cli.follow import follow, record_log_names, unknown_job
 from hpcdist.jobs.records import (
     FINAL_STATES,
     JobRecord,
@@ -33,16 +32,10 @@ from hpcdist.spec.options import job_options, spec_from_options
 @click.option("--wait", is_flag=True, help="Follow rank 0's log; exit 0 only if COMPLETED.")
 @click.option("--no-preflight", is_flag=True, help="Skip `sbatch --test-only`.")
 def submit(executor: str, dry_run: bool, wait: bool, no_preflight: bool, **options: Any) -> int:
-    """Submit a job through submitit and print its id, state and log paths."""
+    """Queue the script `render` prints through submitit; print its id, state and logs."""
     from hpcdist.jobs import submit as submission
 
     spec = spec_from_options(options)
-    if spec.gpus_auto and submission.choose_executor(executor) == "slurm":
-        # No GPU count anywhere: the partition's, from the controller (submitit needs it).
-        from hpcdist.jobs.gpudetect import fill_gpu_count
-
-        spec, found = fill_gpu_count(options, spec)
-        click.echo(found, err=True)
     # One plan: --dry-run prints it, a submission carries it out.
     plan = submission.plan_submission(spec, executor, preflight_check=not no_preflight)
     if dry_run:
@@ -50,16 +43,17 @@ def submit(executor: str, dry_run: bool, wait: bool, no_preflight: bool, **optio
         return 0
     result = submission.carry_out(plan)
     record = result.record
+    per_node = spec.tasks_per_node
+    tasks = f"{per_node} tasks" if isinstance(per_node, int) else "one task per GPU"
     click.echo(
         f"Submitted job {record.job_id} ({result.executor}, {spec.mode}, "
-        f"{spec.nodes} nodes x {spec.tasks_per_node} tasks)"
+        f"{spec.nodes} nodes x {tasks})"
     )
     if record.points is not None and "_" not in record.job_id and len(record.points) > 1:
         return _submitted_array(record, spec.max_parallel, wait)
     click.echo(f"  state: {job_state(record)}")
-    click.echo(f"  rank 0 log: {record.log_path(0)}")
-    if spec.error is not None or result.executor == "local":
-        click.echo(f"  rank 0 err: {record.log_path(0, 'err')}")
+    for label, path in record_log_names(record):
+        click.echo(f"  {label}: {path}")
     if not wait:
         return 0
     try:
@@ -89,7 +83,8 @@ def _submitted_array(record: JobRecord, max_parallel: int | None, wait: bool) ->
     click.echo(f"  array: {len(points)} tasks{at_once}")
     for index, point in enumerate(points):
         task = load_record(f"{record.job_id}_{index}")
-        click.echo(f"  {task.job_id}: {' '.join(point)}; rank 0 log: {task.log_path(0)}")
+        log = record_log_names(task)[0][1]
+        click.echo(f"  {task.job_id}: {' '.join(point)}; log: {log}")
     if not wait:
         return 0
     try:
@@ -126,15 +121,13 @@ def _cancel_slurm_job(job_id: str) -> str:
     another folder's): SLURM's own, cancelled there; SLURM refuses other users' jobs."""
     import shutil
 
+    from hpcdist.slurm.cluster import scancel
     from hpcdist.slurm.query import query_job
-    from hpcdist.slurm.tools import slurm_tool
 
     info = query_job(job_id) if shutil.which("scontrol") or shutil.which("sacct") else None
     if info is None:
         raise unknown_job(job_id)
     if info.state in FINAL_STATES:
         return info.state
-    proc = slurm_tool(["scancel", job_id])
-    if proc.returncode != 0:
-        raise UserError(f"scancel {job_id} failed: {proc.stderr.strip()}")
+    scancel(job_id)
     return info.state

@@ -18,6 +18,7 @@ import click
 
 from hpcdist.distributed.distenv import expand_tasks_per_node
 from hpcdist.errors import UserError
+from hpcdist.facts.cpulayout import cpus_per_task
 from hpcdist.spec.options import job_options, spec_from_options
 
 # Step ids SLURM gives its special steps (slurm.h): pending, batch, extern and the
@@ -61,7 +62,7 @@ def run_options(options: Mapping[str, Any], allocation: Allocation) -> dict[str,
     mode = out.get("mode") or out.get("backend")
     if out.get("cpus_per_task") is None and mode != "nccl":
         tasks = out.get("tasks_per_node") or out.get("gpus_per_node") or 1
-        out["cpus_per_task"] = max(1, allocation.cpus_per_node // int(tasks))
+        out["cpus_per_task"] = cpus_per_task(allocation.cpus_per_node, int(tasks))
     if out.get("requeue") is None:
         out["requeue"] = False
     return out

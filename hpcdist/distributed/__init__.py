@@ -9,7 +9,7 @@ nothing above.
 
 ``from hpcdist.distributed import setup_distributed, cleanup_distributed, DistEnv`` is the
 public API (the README's): everything of ``hpcdist.distributed.group`` is re-exported here,
-loaded on first use, so that ``hpcdist.distributed.protocol`` or ``.hangs`` (which the CLI
+loaded on first use, so that ``hpcdist.facts.protocol`` or ``.hangs`` (which the CLI
 needs) do not load the process-group code with them.
 """
 
@@ -19,12 +19,21 @@ from typing import TYPE_CHECKING, Any
 if TYPE_CHECKING:
     # The names of __all__, for type checkers; at run time __getattr__ loads them.
     from hpcdist.distributed.group import *  # noqa: F403
+    from hpcdist.facts.protocol import MARKER_VAR, REQUEUE_EXIT_CODE, RUN_DIR_VAR, SIGNAL_VAR
+    from hpcdist.facts.runs import RESULTS_FILE, RUNS_DIR, run_name
 
-# The public API, listed here once: hpcdist.distributed.group defines or re-exports each.
+# The public API, listed here once: hpcdist.distributed.group defines or re-exports each,
+# but for the job protocol's names and the run naming (``_FACTS``).
 __all__ = [
     "COLLECTIVE_TIMEOUT_ENV",
+    "MARKER_VAR",
     "PORT_HIGH",
     "PORT_LOW",
+    "REQUEUE_EXIT_CODE",
+    "RESULTS_FILE",
+    "RUNS_DIR",
+    "RUN_DIR_VAR",
+    "SIGNAL_VAR",
     "DistContext",
     "DistEnv",
     "DistEnvError",
@@ -41,15 +50,30 @@ __all__ = [
     "flight_recorder_files",
     "network_hint",
     "resolve_env",
+    "run_name",
     "select_device",
     "setup_distributed",
     "single_process",
     "task_device",
 ]
+# Where the names of __all__ that are not the process group's come from.
+_FACTS = {
+    "MARKER_VAR": "hpcdist.facts.protocol",
+    "REQUEUE_EXIT_CODE": "hpcdist.facts.protocol",
+    "RUN_DIR_VAR": "hpcdist.facts.protocol",
+    "SIGNAL_VAR": "hpcdist.facts.protocol",
+    "RESULTS_FILE": "hpcdist.facts.runs",
+    "RUNS_DIR": "hpcdist.facts.runs",
+    "run_name": "hpcdist.facts.runs",
+}
 
 
 def __getattr__(name: str) -> Any:
     """``from hpcdist.distributed import X``: X from the group module, loaded on first use."""
+    if name in _FACTS:
+        import importlib
+
+        return getattr(importlib.import_module(_FACTS[name]), name)
     if name in __all__:
         from hpcdist.distributed import group
 

@@ -120,7 +120,8 @@ def _check(ctx: DistContext, timeout_s: float, watchdog: _Watchdog) -> dict[str,
     return timings
 
 
-def main(argv: list[str] | None = None) -> int:
+def _timeout_s(argv: list[str] | None) -> float:
+    """--timeout, else the job's collective timeout, else 60 (a bad one: exit 2)."""
     parser = argparse.ArgumentParser(
         prog="python -m hpcdist.distributed.commcheck",
         description="all_reduce + broadcast + barrier across all ranks, with a verdict",
@@ -141,7 +142,11 @@ def main(argv: list[str] | None = None) -> int:
             parser.error(str(exc))
     if args.timeout <= 0:
         parser.error(f"--timeout must be > 0, got {args.timeout:g}")
+    return float(args.timeout)
 
+
+def main(argv: list[str] | None = None) -> int:
+    timeout = _timeout_s(argv)
     # torch logs every TCPStore retry with a C++ stack trace; the FAIL line says it once
     os.environ.setdefault("TORCH_CPP_LOG_LEVEL", "ERROR")
     try:
@@ -160,11 +165,11 @@ def main(argv: list[str] | None = None) -> int:
     watchdog = _Watchdog(describe)
     try:
         start = time.perf_counter()
-        with watchdog.step("init_process_group", args.timeout + _INIT_GRACE_S):
-            ctx = setup_distributed(args.timeout)
+        with watchdog.step("init_process_group", timeout + _INIT_GRACE_S):
+            ctx = setup_distributed(timeout)
         init_s = time.perf_counter() - start
         env, backend = ctx.env, ctx.backend
-        timings = _check(ctx, args.timeout, watchdog)
+        timings = _check(ctx, timeout, watchdog)
     except DistributedInitError as exc:
         print(f"FAIL: init_process_group: {exc}", flush=True)
         return EXIT_FAIL
@@ -176,7 +181,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"FAIL: {type(exc).__name__}: {reason} ({describe()}); {_hint()}", flush=True)
         return EXIT_FAIL
     finally:
-        with watchdog.step("cleanup", args.timeout):
+        with watchdog.step("cleanup", timeout):
             cleanup_distributed()
         watchdog.stop()
 

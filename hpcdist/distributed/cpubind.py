@@ -24,7 +24,7 @@ import os
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 
-from hpcdist.distributed.cpulayout import CPUS_VAR
+from hpcdist.facts.cpulayout import CPUS_VAR
 
 CoreOf = Callable[[int], tuple[int, int]]
 

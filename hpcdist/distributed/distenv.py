@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from itertools import accumulate
 from typing import Literal
 
-from hpcdist.distributed.protocol import derive_port, port_seed
+from hpcdist.facts.protocol import derive_port, port_seed
 from hpcdist.slurm.nodelist import MAX_HOSTS, hosts_cached
 
 Source = Literal["torchrun", "slurm", "submitit-local", "single"]
@@ -157,7 +157,7 @@ def _from_slurm(env: Mapping[str, str], secret: str | None = None) -> DistEnv:
         master_addr=env.get("MASTER_ADDR") or hosts[_place(layout, 0)[0]],
         master_port=port,
         # The script's CPU layout (OMP_NUM_THREADS) first: it may keep some of the task's
-        # CPUs free for the gradient exchange (hpcdist.distributed.cpulayout).
+        # CPUs free for the gradient exchange (hpcdist.facts.cpulayout).
         num_threads=_threads(env, ("OMP_NUM_THREADS", "SLURM_CPUS_PER_TASK")),
         source="slurm",
         hostname=env.get("SLURMD_NODENAME") or hosts[node_rank],

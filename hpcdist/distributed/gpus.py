@@ -2,9 +2,8 @@
 
 A rank asks for its own (``hpcdist.distributed.group`` picks its device with the count), and
 the batch script of an nccl job without a GPU count asks for its node's
-(``hpcdist.distributed.jobstep gpus``) to start one task per GPU. ``hpcdist submit``
-asks the controller before the job exists (``hpcdist.jobs.gpudetect``); that is a
-partition's declaration, not a count. Standard library only.
+(``hpcdist.distributed.jobstep gpus``) to start one task per GPU, whether ``render`` or
+``submit`` made the script. Standard library only.
 """
 
 from __future__ import annotations

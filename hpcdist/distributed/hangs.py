@@ -9,10 +9,9 @@ from __future__ import annotations
 import os
 from collections.abc import Mapping
 
-from hpcdist.distributed.protocol import RUN_DIR_VAR
+from hpcdist.facts.protocol import COLLECTIVE_TIMEOUT_ENV, RUN_DIR_VAR
+from hpcdist.facts.runs import RUNS_DIR, run_name
 
-# The job's --collective-timeout, carried into every rank by the script (or submitit).
-COLLECTIVE_TIMEOUT_ENV = "HPCDIST_COLLECTIVE_TIMEOUT"
 DEFAULT_TIMEOUT_S = 120.0
 # What decides where ranks meet: named, with the values this rank sees, in failure messages.
 NETWORK_VARS = ("GLOO_SOCKET_IFNAME", "NCCL_SOCKET_IFNAME", "MASTER_ADDR")
@@ -59,7 +58,7 @@ def flight_recorder_files(env: Mapping[str, str]) -> dict[str, str]:
         return {}
     # The folder the training writes to (ufsemulator's runs/<job id>), or the one named.
     run_dir = env.get(RUN_DIR_VAR, "").strip() or os.path.join(
-        "runs", env.get("SLURM_JOB_ID") or env.get("TORCHELASTIC_RUN_ID") or "local"
+        RUNS_DIR, run_name(env) or env.get("TORCHELASTIC_RUN_ID") or "local"
     )
     prefix = os.path.join(os.path.abspath(run_dir), "nccl_trace_rank_")
     return dict.fromkeys(_TRACE_FILE_ENVS, prefix)

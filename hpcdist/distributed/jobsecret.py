@@ -11,8 +11,11 @@ before anything else crosses the group each rank proves that it holds the secret
 2. every rank all-gathers HMAC-SHA256(secret, job id | rank | all nonces);
 3. every rank checks every proof; one wrong proof stops the job with one line.
 
-And where the store runs, rank 0 checks that every connection to it comes from one of the
-job's nodes (``foreign_peers``).
+Before all that, the ranks meet in the store under keys derived from the secret
+(``store_prefix``): a stranger who reaches the port (it can be scanned for) registers under
+keys no rank reads, is never part of the group, and waits alone until its own timeout; the
+job goes on as if it had not come. Where the store runs, rank 0 says in one line which
+connections came from outside the job's nodes (``stranger_note``).
 """
 
 from __future__ import annotations
@@ -28,8 +31,8 @@ from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
-from hpcdist.distributed.protocol import SECRET_HEX_DIGITS, SECRET_VAR
 from hpcdist.errors import UserError
+from hpcdist.facts.protocol import SECRET_HEX_DIGITS, SECRET_VAR
 from hpcdist.state.private import create_exclusive
 from hpcdist.state.trustedfile import read_private
 
@@ -163,19 +166,35 @@ def node_addresses(hosts: Iterable[str]) -> set[str]:
     return found
 
 
-def check_store_peers(port: int, hosts: Iterable[str]) -> None:
-    """On the store's host: every connection to ``port`` comes from one of ``hosts``."""
+def store_prefix(secret: str | None) -> str:
+    """The prefix of every key the ranks write to the rendezvous store: derived from the
+    job's secret (torch's own, ``default_pg``, without one)."""
+    if secret is None:
+        return "default_pg"
+    mac = hmac.new(secret.encode(), b"hpcdist rendezvous keys", hashlib.sha256)
+    return f"pg-{mac.hexdigest()[:32]}"
+
+
+def stranger_note(port: int, hosts: Iterable[str]) -> str:
+    """On the store's host: one line naming connections to ``port`` from none of ``hosts``
+    ("" if there are none). They cannot see the job's keys: said, not fatal."""
     hosts = list(hosts)
+    found = strangers(port, hosts)
+    if not found:
+        return ""
+    return (
+        f"Note: the rendezvous port {port} has connections from {', '.join(found)}, which "
+        f"is none of the job's nodes ({', '.join(hosts)}): ignored, they cannot reach this "
+        "job's keys"
+    )
+
+
+def strangers(port: int, hosts: Iterable[str]) -> list[str]:
+    """On the store's host: the addresses connected to ``port`` that are none of ``hosts``."""
     peers: list[str] = []
     for table in ("/proc/net/tcp", "/proc/net/tcp6"):
         try:
             peers += established_peers(Path(table).read_text(), port)
         except OSError:
             continue  # not Linux, or no IPv6: nothing to check there
-    strangers = foreign_peers(peers, node_addresses(hosts))
-    if strangers:
-        raise RendezvousAuthError(
-            f"the rendezvous port {port} has connections from {', '.join(strangers)}, "
-            f"which is none of the job's nodes ({', '.join(hosts)}); stopped before any "
-            "weights or gradients were exchanged"
-        )
+    return foreign_peers(peers, node_addresses(hosts))

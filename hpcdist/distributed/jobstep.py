@@ -9,8 +9,8 @@
               ``B:`` warning reach it: runs srun, passes the warning on to it, waits, then
               requeues the job if rank 0 asked for it (``hpcdist.distributed.requeue``)
 
-The same code serves ``hpcdist submit``'s jobs, so a script and a submitit task cannot
-disagree. Standard library only: it runs before anything else of the job.
+``hpcdist submit`` queues the same script, so there is one job protocol, run here.
+Standard library only: it runs before anything else of the job.
 """
 
 from __future__ import annotations
@@ -20,6 +20,7 @@ import os
 import shlex
 import signal
 import socket
+import stat
 import subprocess
 import sys
 from collections.abc import Mapping
@@ -28,7 +29,10 @@ from typing import Any
 
 from hpcdist.distributed.gpus import count_gpus, listed_gpus
 from hpcdist.distributed.jobsecret import create_secret_file
-from hpcdist.distributed.protocol import (
+from hpcdist.distributed.requeue import SignalRelay, checkpointed, requeue_job
+from hpcdist.errors import UserError
+from hpcdist.facts.cpulayout import cpus_per_task
+from hpcdist.facts.protocol import (
     LOG_DIR,
     MARKER_DIR,
     MARKER_VAR,
@@ -37,11 +41,10 @@ from hpcdist.distributed.protocol import (
     derive_port,
     port_seed,
 )
-from hpcdist.distributed.requeue import SignalRelay, checkpointed, requeue_job
-from hpcdist.errors import UserError
 from hpcdist.state.folders import jobs_root, state_dir
 from hpcdist.state.private import write_private
 from hpcdist.state.statehome import shared_reason
+from hpcdist.state.workfolder import check_working_folder
 
 
 def prepare(
@@ -51,6 +54,10 @@ def prepare(
     job = env.get("SLURM_JOB_ID", "")
     if not job:
         raise UserError("SLURM_JOB_ID is not set; expected to run inside a SLURM job")
+    # First of all: the ranks start in this folder, and Python imports from it.
+    refused = check_working_folder(Path.cwd())
+    if refused:
+        raise UserError(refused)
     # The submit folder's .hpcdist, as `hpcdist submit` and `logs` run there would find it:
     # $HPCDIST_HOME's if set, else, for a folder others can write or own, the user's own.
     submit_dir = Path(env.get("SLURM_SUBMIT_DIR") or os.getcwd())
@@ -84,8 +91,9 @@ def prepare(
     return lines
 
 
-def node_gpus(env: Mapping[str, str], listed: int) -> list[str]:
-    """Shell lines naming this node's GPUs (``gpus``, ``counted``, srun's ``gpu_request``);
+def node_gpus(env: Mapping[str, str], listed: int, cpus: int | None = None) -> list[str]:
+    """Shell lines naming this node's GPUs (``gpus``, ``counted``, srun's ``gpu_request``)
+    and each task's CPUs (``cpus``: the given count, else the node's shared by its GPUs);
     UserError, in one line, where it has none."""
     found = count_gpus(env, listed, whole_node=True)
     if found.count < 1:
@@ -98,7 +106,11 @@ def node_gpus(env: Mapping[str, str], listed: int) -> list[str]:
     # tasks get no CUDA_VISIBLE_DEVICES. GPUs SLURM does not hand out (no gres/gpu) it would
     # refuse to give.
     request = f"--gpus-per-node={found.count}" if found.granted else ""
-    lines = [f"gpus={found.count}", f"counted={shlex.quote(found.seen)}"]
+    if cpus is None:
+        on_node = env.get("SLURM_CPUS_ON_NODE", "").strip()
+        cores = int(on_node) if on_node.isdigit() else (os.cpu_count() or 1)
+        cpus = cpus_per_task(cores, found.count)
+    lines = [f"gpus={found.count}", f"cpus={cpus}", f"counted={shlex.quote(found.seen)}"]
     lines.append(f"gpu_request={shlex.quote(request)}")
     if not found.granted and "CUDA_VISIBLE_DEVICES" not in env:
         # Nothing else tells the tasks that the node's GPUs are theirs: say it as SLURM would.
@@ -115,6 +127,7 @@ def run(args: argparse.Namespace) -> int:
         nonlocal terminated
         terminated = True
 
+    narrow_logs()
     if args.requeue:
         # A preemption sends TERM here as well as to the ranks: caught, this process outlives
         # srun, whose ranks checkpoint on it, and can requeue the job.
@@ -122,7 +135,7 @@ def run(args: argparse.Namespace) -> int:
     relay = None
     if args.warning:
         relay = SignalRelay(signal.Signals[f"SIG{args.warning}"]).install()
-    child = subprocess.Popen(args.command)
+    child = subprocess.Popen(args.command, env=safe_python_env(os.environ))
     if relay is not None:
         relay.attach(child.pid, pending=args.warned == 1)
     code = child.wait()
@@ -138,6 +151,33 @@ def run(args: argparse.Namespace) -> int:
     return 0 if requeued else status
 
 
+def narrow_logs(fds: tuple[int, ...] = (1, 2)) -> None:
+    """The job's logs (this process's stdout and stderr, opened by SLURM under the umask
+    the job was submitted with) made writable by nobody else."""
+    for fd in fds:
+        try:
+            info = os.fstat(fd)
+        except OSError:
+            continue
+        mine = stat.S_ISREG(info.st_mode) and info.st_uid == os.geteuid()
+        if mine and info.st_mode & 0o022:
+            os.fchmod(fd, stat.S_IMODE(info.st_mode) & ~0o022)
+
+
+def safe_python_env(env: Mapping[str, str]) -> dict[str, str]:
+    """``env`` for the ranks: no Python import path entry that names the working folder
+    (an empty or relative ``PYTHONPATH`` entry, as ``export PYTHONPATH=$PYTHONPATH:/x``
+    leaves), and the working folder itself kept off (``PYTHONSAFEPATH``, Python 3.11+)."""
+    safe = dict(env)
+    entries = [p for p in env.get("PYTHONPATH", "").split(os.pathsep) if p.startswith("/")]
+    if entries:
+        safe["PYTHONPATH"] = os.pathsep.join(entries)
+    else:
+        safe.pop("PYTHONPATH", None)
+    safe["PYTHONSAFEPATH"] = "1"
+    return safe
+
+
 def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="python3 -m hpcdist.distributed.jobstep")
     steps = parser.add_subparsers(dest="step", required=True)
@@ -145,7 +185,8 @@ def _parser() -> argparse.ArgumentParser:
     ready.add_argument("--log-record", required=True, help="the job's log patterns, JSON")
     ready.add_argument("--marker", action="store_true", help="the job may ask for a requeue")
     ready.add_argument("--torchrun-port", action="store_true", help="print MASTER_PORT")
-    steps.add_parser("gpus", help="count this node's GPUs")
+    count = steps.add_parser("gpus", help="count this node's GPUs")
+    count.add_argument("--cpus-per-task", type=int, help="each task's CPUs (default: shared)")
     launch = steps.add_parser("run", help="run srun, pass the warning on, requeue")
     launch.add_argument("--warning", help="the signal to pass on to srun (B:), e.g. USR1")
     launch.add_argument(
@@ -167,7 +208,7 @@ def main(argv: list[str] | None = None) -> int:
         if args.step == "prepare":
             lines = prepare(os.environ, args.log_record, args.marker, args.torchrun_port)
         elif args.step == "gpus":
-            lines = node_gpus(os.environ, listed_gpus())
+            lines = node_gpus(os.environ, listed_gpus(), args.cpus_per_task)
         else:
             if args.command[:1] == ["--"]:
                 args.command = args.command[1:]

@@ -1,14 +1,14 @@
-"""Step 3 of the requeue protocol (``hpcdist.distributed.protocol``), once for every job.
+"""Step 3 of the requeue protocol (``hpcdist.facts.protocol``), once for every job.
 
-The rendered script's runner (``hpcdist.distributed.jobstep run``) and hpcdist's submitit
-task (``hpcdist.jobs.command_job``) both end here once the training has checkpointed:
+The script's runner (``hpcdist.distributed.jobstep run``) ends here once the training has
+checkpointed, whether the script was queued by ``hpcdist submit`` or by ``sbatch``:
 
 - ``refusal`` is the decision, pure: a job ended by TERM is requeued only if SLURM picked it
   for preemption (never the user's scancel or the time limit), and only while it has
   restarts left;
 - ``requeue_job`` carries it out: ``scontrol requeue`` (an array task alone), else, where
   scontrol is missing or the site refuses, the script submitted again with ``sbatch``
-  without this job's ``SLURM_*`` variables;
+  without this job's ``SLURM_*`` variables (the SLURM calls: ``hpcdist.slurm.control``);
 - ``SignalRelay`` passes a warning signal on to the process that runs the ranks.
 
 Standard library only: the batch script runs it before anything else of the job.
@@ -18,26 +18,22 @@ from __future__ import annotations
 
 import contextlib
 import os
-import re
-import shutil
 import signal
-import subprocess
 import sys
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from hpcdist.distributed.protocol import (
+from hpcdist.facts.protocol import (
+    LOCAL_FOLDER_VAR,
     REQUEUE_EXIT_CODE,
     RESTARTS_VAR,
     RUN_DIR_VAR,
     is_inherited,
 )
-
-SCONTROL_TIMEOUT_S = 30.0
-# A job SLURM picked for preemption shows when (``scontrol show job``); others show None.
-_PREEMPTED = re.compile(r"PreemptTime=[0-9]")
+from hpcdist.facts.runs import RUNS_DIR, run_name
+from hpcdist.slurm import control
 
 
 def checkpointed(status: int, marker: Path | None) -> bool:
@@ -75,24 +71,9 @@ def resubmit_env(env: Mapping[str, str], restarts: int) -> dict[str, str]:
     ``SLURM_*`` variables (the new job would believe it runs in this allocation), this job's
     run folder to resume from, and one resubmission more."""
     kept = {name: value for name, value in env.items() if not is_inherited(name)}
-    task = array_task(env)
-    kept[RUN_DIR_VAR] = env.get(RUN_DIR_VAR) or f"runs/{task or env.get('SLURM_JOB_ID', '')}"
+    kept[RUN_DIR_VAR] = env.get(RUN_DIR_VAR) or f"{RUNS_DIR}/{run_name(env) or ''}"
     kept[RESTARTS_VAR] = str(restarts + 1)
     return kept
-
-
-def is_preempted(job: str) -> bool:
-    """Whether SLURM picked ``job`` for preemption (False where scontrol cannot say)."""
-    try:
-        shown = subprocess.run(
-            ["scontrol", "show", "job", job],
-            capture_output=True,
-            text=True,
-            timeout=SCONTROL_TIMEOUT_S,
-        ).stdout
-    except (OSError, subprocess.SubprocessError):
-        return False
-    return _PREEMPTED.search(shown) is not None
 
 
 def requeue_job(
@@ -104,19 +85,25 @@ def requeue_job(
     """Requeue this job (or submit ``resubmit``, its script, again); whether it was done.
 
     ``terminated``: the job got SIGTERM (requeued only if preempted). Without ``resubmit``
-    (hpcdist's submitit task) a refused ``scontrol requeue`` leaves the job to SLURM."""
+    a refused ``scontrol requeue`` leaves the job to SLURM."""
     job = env.get("SLURM_JOB_ID", "")
     if not job:
         return False
+    if env.get(LOCAL_FOLDER_VAR):
+        # A job of this machine (``--executor local``): no queue to go back to. Its
+        # checkpoint stays; `submit --resume` starts from it.
+        _say("a local job is not requeued; its checkpoint is kept for --resume")
+        return False
     restarts = restarts_so_far(env)
-    why = refusal(job, restarts, max_restarts, terminated, terminated and is_preempted(job))
+    preempted = terminated and control.is_preempted(job)
+    why = refusal(job, restarts, max_restarts, terminated, preempted)
     if why:
         _say(f"not requeueing: {why}")
         return False
     task = array_task(env)
-    if shutil.which("scontrol") is not None:
+    if control.has_scontrol():
         _say(f"checkpoint written, requeueing {f'array task {task}' if task else f'job {job}'}")
-        if _requeued(task or job):
+        if control.requeue(task or job):
             return True
     if resubmit is None:
         return False
@@ -125,29 +112,10 @@ def requeue_job(
     # the same task id, so the same point of a sweep.
     _say(f"no requeue (scontrol missing or refused), resubmitting {resubmit} with sbatch")
     task_id = env.get("SLURM_ARRAY_TASK_ID", "").strip()
-    argv = ["sbatch", *([f"--array={task_id}"] if task_id else []), resubmit]
-    try:
-        return subprocess.run(argv, env=resubmit_env(env, restarts)).returncode == 0
-    except OSError as exc:
-        _say(f"cannot resubmit: {exc}")
-        return False
-
-
-def _requeued(target: str) -> bool:
-    try:
-        argv = ["scontrol", "requeue", target]
-        return subprocess.run(argv, timeout=SCONTROL_TIMEOUT_S).returncode == 0
-    except (OSError, subprocess.SubprocessError):
-        return False
-
-
-def ignoring(signals: Sequence[str], argv: Sequence[str]) -> list[str]:
-    """``argv`` started by a shell that first ignores ``signals`` (``USR2``): torchrun's
-    agent, which SLURM signals with the rest of the step and which would die of the warning
-    its ranks catch to checkpoint (they install their own handler). A shell, not Python:
-    it runs inside the job's container too."""
-    script = f'trap "" {" ".join(signals)} && exec "$@"'
-    return ["bash", "-c", script, argv[0], *argv]
+    why_not = control.resubmit(resubmit, task_id, resubmit_env(env, restarts))
+    if why_not:
+        _say(f"cannot resubmit: {why_not}")
+    return not why_not
 
 
 class SignalRelay:

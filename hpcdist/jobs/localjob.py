@@ -6,9 +6,9 @@ process. So the record also keeps the controller's start time (clock ticks since
 ``/proc/<pid>/stat``), and a process is the job only while both match. Nothing is signalled
 unless they do.
 
-Cancelling stops the whole tree: the controller, the submitit task of every rank (which
-ignore SIGTERM by design) and the commands they started. Every process gets SIGTERM first,
-then SIGKILL after a grace period.
+Cancelling stops the whole tree: the controller, the batch shell it runs
+(``hpcdist.distributed.localstep``) and the ranks and commands they started. Every
+process gets SIGTERM first, then SIGKILL after a grace period.
 """
 
 from __future__ import annotations
@@ -57,15 +57,6 @@ def identify(pid: int) -> ProcessIdentity | None:
     if stat is None or stat.finished:
         return None
     return ProcessIdentity(pid, stat.start_ticks)
-
-
-def process_exited(pid: int) -> bool:
-    """Whether a process is gone or a zombie nobody has reaped yet (finished, not alive).
-
-    Read from /proc rather than Popen.poll: the caller may not own the process, or may be a
-    signal handler that interrupted Popen.wait, which holds the lock poll needs."""
-    stat = _stat(pid)
-    return stat is None or stat.finished
 
 
 def process_tree(root: ProcessIdentity) -> list[ProcessIdentity]:

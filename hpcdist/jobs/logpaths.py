@@ -19,8 +19,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from hpcdist.distributed.protocol import LOG_DIR
-from hpcdist.render.directives import rank_log_pattern
+from hpcdist.facts.launch import rank_log_pattern
+from hpcdist.facts.protocol import LOG_DIR
 from hpcdist.slurm.query import JobInfo
 from hpcdist.state.folders import jobs_root
 from hpcdist.state.private import PrivacyError

@@ -14,8 +14,11 @@ from pathlib import Path
 from typing import Any
 
 from hpcdist.errors import UserError
+from hpcdist.facts.protocol import LOCAL_BATCH_EXIT
 from hpcdist.jobs.localjob import ProcessIdentity, stop_tree
-from hpcdist.slurm.tools import slurm_tool
+from hpcdist.jobs.logread import read_log_text
+from hpcdist.slurm.cluster import scancel
+from hpcdist.slurm.query import slurm_job_state
 from hpcdist.state.fileutil import write_atomic
 from hpcdist.state.folders import jobs_root, state_dir
 from hpcdist.state.private import (
@@ -68,6 +71,8 @@ class JobRecord:
         return ProcessIdentity(int(self.job_id), self.start_ticks)
 
     def log_path(self, rank: int, stream: str = "out") -> Path:
+        """A local job's rank log (``hpcdist.distributed.localstep``); a SLURM job's logs
+        are where its script says (``hpcdist.jobs.logpaths``)."""
         return Path(self.folder) / f"{self.job_id}_{rank}_log.{stream}"
 
 
@@ -193,22 +198,8 @@ def list_records(project_dir: Path | None = None) -> list[JobRecord]:
 
 def job_state(record: JobRecord) -> str:
     if record.executor == "slurm":
-        return _slurm_state(record.job_id)
+        return slurm_job_state(record.job_id)
     return _local_state(record)
-
-
-def _slurm_state(job_id: str) -> str:
-    """The controller's view first: sacct lags it and, while a job is being requeued, can
-    briefly report the ending attempt as FAILED. sacct answers once the controller has
-    forgotten the job (MinJobAge after it ended)."""
-    queue = slurm_tool(["squeue", "-t", "all", "-h", "-j", job_id, "-o", "%T"])
-    live = queue.stdout.strip().upper()
-    if queue.returncode == 0 and live:
-        return live
-    proc = slurm_tool(["sacct", "-j", job_id, "-X", "-n", "-P", "-o", "State"])
-    states = [line.split()[0] for line in proc.stdout.splitlines() if line.strip()]
-    # "CANCELLED by 0" -> CANCELLED; a requeued job lists its latest attempt last.
-    return states[-1].upper() if states else "UNKNOWN"
 
 
 def _local_state(record: JobRecord) -> str:
@@ -219,6 +210,8 @@ def _local_state(record: JobRecord) -> str:
     # Only the controller that was started for this job counts, never a reused pid.
     if process is not None and process.is_running():
         return "RUNNING"
+    if _exit_code(folder / LOCAL_BATCH_EXIT) not in (None, 0):
+        return "FAILED"  # the batch script failed, before or after its ranks
     codes = []
     for rank in range(record.tasks):
         exit_file = folder / f"exit_{rank}.json"
@@ -229,6 +222,13 @@ def _local_state(record: JobRecord) -> str:
     if len(codes) == record.tasks and all(code == 0 for code in codes):
         return "COMPLETED"
     return "FAILED"
+
+
+def _exit_code(path: Path) -> int | None:
+    try:
+        return int(json.loads(path.read_text())["returncode"])
+    except (OSError, ValueError, KeyError, TypeError):
+        return None
 
 
 def local_elapsed(record: JobRecord) -> float | None:
@@ -254,15 +254,13 @@ def cancel(record: JobRecord) -> str:
     if state in FINAL_STATES:
         return state
     if record.executor == "slurm":
-        proc = slurm_tool(["scancel", record.job_id])
-        if proc.returncode != 0:
-            raise UserError(f"scancel {record.job_id} failed: {proc.stderr.strip()}")
+        scancel(record.job_id)
         return state
     process = record.local_process
     if process is None or not process.is_running():
         return job_state(record)
     write_atomic(Path(record.folder) / "cancelled", f"{time.time()}\n")
-    # The controller, each rank's submitit task (which ignores SIGTERM) and its command.
+    # The controller, the batch shell, each rank and its command.
     stop_tree(process)
     return state
 
@@ -270,9 +268,7 @@ def cancel(record: JobRecord) -> str:
 def read_log(record: JobRecord, rank: int) -> str:
     parts = []
     for stream in ("out", "err"):
-        path = record.log_path(rank, stream)
-        if path.is_file():
-            parts.append(path.read_text(errors="replace"))
+        parts.append(read_log_text(record.log_path(rank, stream)))
     return "".join(parts)
 
 

@@ -13,21 +13,25 @@ from __future__ import annotations
 import json
 import math
 import re
-from collections.abc import Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
-from hpcdist.jobs.arrays import task_states
+from hpcdist.facts.runs import RESULTS_FILE, RUNS_DIR
+from hpcdist.jobs.logpaths import job_logs
 from hpcdist.jobs.records import JobRecord, find_record, job_state, load_record
-from hpcdist.slurm.query import query_jobs
+from hpcdist.slurm.arrays import task_states
+from hpcdist.slurm.query import JobInfo, query_jobs
+from hpcdist.state.digests import DigestBook
 from hpcdist.state.folders import project_base
+from hpcdist.state.outputs import OutputRefused, book_for, read_output
 
 # The lines a failing training leaves in its log, most telling first: ufsemulator's one-line
 # user errors, then the last line of a Python traceback.
 _ERROR_LINES = (re.compile(r"^error: (?P<why>.+)$"), re.compile(r"^(?P<why>\w*Error: .+)$"))
 _REASON_CHARS = 300
-RESULTS_FILE = "training_results.json"
+_LABEL = re.compile(r"^[0-9]+: ")
 # States in which no results are expected yet.
 _UNFINISHED = ("RUNNING", "PENDING", "REQUEUED")
 
@@ -67,16 +71,44 @@ def collect(job_id: str, project_dir: Path | None = None) -> list[Row]:
     record = find_record(job_id, project_dir)
     if record is None:
         return mark_best(_rows_from_slurm(job_id))
-    runs = job_folder(record, project_dir) / "runs"
+    runs = job_folder(record, project_dir) / RUNS_DIR
+    book = book_for(runs.parent)  # the digests the training there recorded
     ids = task_ids(record)
     states = _states(record, [task for task, _ in ids])
-    rows = []
-    for task, overrides in ids:
-        task_record = find_record(task, project_dir) or record
-        state = states.get(task, "UNKNOWN")
-        logs = [task_record.log_path(0, stream) for stream in ("out", "err")]
-        rows.append(_row(task, overrides, state, runs / task, logs))
+    folders = [project_base(project_dir), runs.parent]
+    infos: dict[str, JobInfo] | None = None
+
+    def logs_of(task: str) -> Callable[[], list[Path]]:
+        def logs() -> list[Path]:
+            nonlocal infos
+            if infos is None and record.executor == "slurm":  # asked only for a failed task
+                infos = {info.job_id: info for info in query_jobs(job_id)}
+            return _task_logs(record, task, infos or {}, folders, project_dir)
+
+        return logs
+
+    rows = [
+        _row(task, overrides, states.get(task, "UNKNOWN"), runs / task, logs_of(task), book)
+        for task, overrides in ids
+    ]
     return mark_best(rows)
+
+
+def _task_logs(
+    record: JobRecord,
+    task: str,
+    infos: Mapping[str, JobInfo],
+    folders: Sequence[Path],
+    project_dir: Path | None,
+) -> list[Path]:
+    """Where a task's log is: the script's own log, as SLURM (or the job's log record)
+    names it; a local job's rank 0 files."""
+    if record.executor == "slurm":
+        info = infos.get(task)
+        found = job_logs(info, None, folders) if info is not None else None
+        return [path for path, _ in found.files()] if found is not None else []
+    local = find_record(task, project_dir) or record
+    return [local.log_path(0, stream) for stream in ("out", "err")]
 
 
 def job_folder(record: JobRecord, project_dir: Path | None = None) -> Path:
@@ -98,20 +130,32 @@ def _states(record: JobRecord, tasks: list[str]) -> dict[str, str]:
     return {tasks[0]: job_state(record)}
 
 
-def _row(task: str, overrides: list[str], state: str, run_dir: Path, logs: list[Path]) -> Row:
+def _row(
+    task: str,
+    overrides: list[str],
+    state: str,
+    run_dir: Path,
+    logs: Callable[[], list[Path]],
+    book: DigestBook,
+) -> Row:
     path = run_dir / RESULTS_FILE
-    results = read_results(path)
+    refused = ""
+    try:
+        results = read_results(path, book)
+    except OutputRefused as exc:  # its numbers are not shown: they may be anyone's
+        results, refused = {}, str(exc)
     history = results.get("history") if isinstance(results.get("history"), dict) else {}
     curve = tuple(float(v) for v in (history or {}).get("val_loss", []) if _is_number(v))
     reason = None
     if state not in ("COMPLETED", *_UNFINISHED, "UNKNOWN"):
-        reason = failure_reason(logs)
+        reason = failure_reason(logs())
         if reason is None:
             reason = f"ended {state}" + ("" if results else f"; {_no_results(path)}")
     elif not results and state not in _UNFINISHED:
         # A row of dashes says where it looked: a job run elsewhere (--chdir) or a command
         # that writes no results is told apart from a training that lost them.
         reason = _no_results(path)
+    reason = refused or reason
     return Row(
         job_id=task,
         overrides=list(overrides),
@@ -132,15 +176,19 @@ def _rows_from_slurm(job_id: str) -> list[Row]:
         load_record(job_id)  # the one-line error of an id nobody knows
     rows = []
     for info in sorted(infos, key=lambda i: _task_number(i.job_id)):
-        run_dir = Path(info.workdir or ".") / "runs" / info.job_id
-        recorded = read_results(run_dir / RESULTS_FILE).get("overrides")
+        run_dir = Path(info.workdir or ".") / RUNS_DIR / info.job_id
+        book = book_for(run_dir.parent.parent)
+        try:
+            recorded = read_results(run_dir / RESULTS_FILE, book).get("overrides")
+        except OutputRefused:
+            recorded = None  # _row says why
         overrides = (
             [f"{key}={json.dumps(value)}" for key, value in recorded.items()]
             if isinstance(recorded, dict)
             else []
         )
         logs = [Path(p) for p in (info.stdout, info.stderr) if p]
-        rows.append(_row(info.job_id, overrides, info.state, run_dir, logs))
+        rows.append(_row(info.job_id, overrides, info.state, run_dir, _given(logs), book))
     return rows
 
 
@@ -150,13 +198,20 @@ def _no_results(path: Path) -> str:
     return f"no {path.name} in {str(path.parent)!r}"
 
 
-def read_results(path: Path) -> dict[str, Any]:
-    """A run's training_results.json, {} where there is none (yet) or it cannot be read."""
+def read_results(path: Path, book: DigestBook) -> dict[str, Any]:
+    """A run's training_results.json, {} where there is none (yet) or it cannot be read;
+    OutputRefused (one line) where it is another user's or not as the training wrote it."""
     try:
-        data = json.loads(path.read_text(encoding="utf-8"))
+        data = json.loads(read_output(path, book, "training results").data)
+    except OutputRefused:
+        raise
     except (OSError, ValueError):
         return {}
     return data if isinstance(data, dict) else {}
+
+
+def _given(logs: list[Path]) -> Callable[[], list[Path]]:
+    return lambda: logs
 
 
 def failure_reason(logs: Sequence[Path]) -> str | None:
@@ -165,7 +220,8 @@ def failure_reason(logs: Sequence[Path]) -> str | None:
     for path in dict.fromkeys(logs):
         if path.is_file():
             text += path.read_text(errors="replace")
-    lines = [line.strip() for line in text.splitlines()]
+    # srun --label puts the rank before each of its lines (``0: error: ...``).
+    lines = [_LABEL.sub("", line.strip(), count=1) for line in text.splitlines()]
     for pattern in _ERROR_LINES:
         found = [m["why"] for line in lines if (m := pattern.match(line))]
         if found:

@@ -1,9 +1,8 @@
 """A JobSpec's SLURM request, built once: the ``#SBATCH`` directives in order, srun's options
 and the command each srun task runs.
 
-The template loops over ``sbatch_directives`` and ``srun_options``; ``hpcdist submit`` hands
-the same rows to submitit (``submit.slurm_parameters``). A new sbatch option is one row here,
-and ``render`` and ``submit`` cannot disagree about it.
+The template loops over ``sbatch_directives`` and ``srun_options``; ``hpcdist submit``
+queues the rendered script itself. A new sbatch option is one row here.
 """
 
 from __future__ import annotations
@@ -11,11 +10,12 @@ from __future__ import annotations
 import shlex
 from dataclasses import dataclass
 
-from hpcdist.distributed.requeue import ignoring
 from hpcdist.errors import SpecError
+from hpcdist.facts.launch import ignoring, rank_log_pattern, torchrun_command, torchrun_flags
 from hpcdist.render.container import container_prefix, container_srun_options
 from hpcdist.spec.dependency import dependency_value
 from hpcdist.spec.jobspec import JOB_OPTIONS, Count, JobSpec
+from hpcdist.spec.logfolder import NOTE, moved_log
 from hpcdist.spec.sweep import array_range, task_command
 
 # Shell variables the nccl script sets when it counts the GPUs at run time (spec.gpus_auto).
@@ -61,7 +61,8 @@ def sbatch_directives(spec: JobSpec) -> list[Directive]:
             if not any(row.option == option.sbatch for row in rows):
                 rows.append(Directive(option.sbatch))
             continue
-        rows.append(Directive(option.sbatch, value))
+        moved = option.sbatch in ("output", "error") and moved_log(str(value))
+        rows.append(Directive(option.sbatch, value, NOTE if moved else ""))
     rows += gpu_directives(spec)
     if spec.signal is not None:
         rows.append(Directive("signal", spec.signal))
@@ -100,8 +101,8 @@ def gpu_directives(spec: JobSpec) -> list[Directive]:
     if not isinstance(gpus, int):
         if spec.gpu_type is not None:
             raise SpecError(
-                f"--gpu-type {spec.gpu_type!r} needs a GPU count in a rendered script: pass "
-                "--gpus-per-node N (submit reads it from the partition)"
+                f"--gpu-type {spec.gpu_type!r} needs a GPU count: pass --gpus-per-node N (a "
+                "script that counts the GPUs when it starts asks for whole nodes, not a type)"
             )
         return []
     if gpus <= 0:
@@ -155,7 +156,7 @@ def srun_options(spec: JobSpec) -> list[str]:
     # in a collective.
     words.append("--kill-on-bad-exit=1")
     # The site's: binding, a pyxis container, then the profile's srun_args and --srun-arg.
-    # These are plain values (the script quotes them, submitit quotes its own).
+    # These are plain values (the script quotes them).
     words += [f"--{name}={value}" for name, value in _binding(spec)]
     words += container_srun_options(spec)
     words += spec.srun_args
@@ -174,7 +175,7 @@ def _binding(spec: JobSpec) -> list[tuple[str, str]]:
 
 def rank_log_options(spec: JobSpec) -> list[str]:
     """srun's options for the ranks' output in a rendered script (``--rank-logs``): each line
-    labelled with its rank, or one file per rank. submitit writes one file per rank itself."""
+    labelled with its rank, or one file per rank."""
     if spec.rank_logs == "label":
         return ["--label"]
     if spec.rank_logs == "split":
@@ -183,43 +184,6 @@ def rank_log_options(spec: JobSpec) -> list[str]:
             words.append(f"--error={rank_log_pattern(spec.error)}")
         return words
     return []
-
-
-def rank_log_pattern(log: str, rank: str = "%t") -> str:
-    """The per-rank file beside the job's log: ``%x-%j.out`` -> ``%x-%j.rank%t.out``; with
-    ``rank`` a number, the name of that rank's file beside an expanded log path."""
-    folder, slash, name = log.rpartition("/")
-    stem, dot, suffix = name.rpartition(".")
-    named = f"{stem}.rank{rank}.{suffix}" if dot and stem else f"{name}.rank{rank}"
-    return f"{folder}{slash}{named}"
-
-
-def torchrun_flags(
-    nnodes: str, nproc: str, node_rank: str, endpoint: str, rdzv_id: str
-) -> list[str]:
-    """torchrun's flags for one agent per node meeting at ``endpoint`` (c10d rendezvous);
-    the values are words for the script (shell expressions) or for argv (plain values)."""
-    return [
-        f"--nnodes={nnodes}",
-        f"--nproc-per-node={nproc}",
-        f"--node-rank={node_rank}",
-        "--rdzv-backend=c10d",
-        f"--rdzv-endpoint={endpoint}",
-        f"--rdzv-id={rdzv_id}",
-    ]
-
-
-def torchrun_command(torchrun: list[str], command: list[str]) -> list[str]:
-    """``torchrun FLAGS`` followed by the job's command."""
-    if (
-        command[0] in ("python", "python3")
-        and len(command) > 1
-        and (command[1] == "-m" or not command[1].startswith("-"))
-    ):
-        # torchrun is itself the Python interpreter: hand it the module or script directly
-        # (it knows no other interpreter option, such as -c).
-        return torchrun + command[1:]
-    return [*torchrun, "--no-python", *command]
 
 
 def launch_argv(spec: JobSpec) -> list[str]:

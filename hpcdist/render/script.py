@@ -8,7 +8,7 @@ from pathlib import Path
 
 import jinja2
 
-from hpcdist.distributed import protocol
+from hpcdist.facts import protocol
 from hpcdist.render.directives import (
     CPUS_VAR,
     ShellWord,

@@ -311,3 +311,24 @@ def recent_jobs(since: str = "now-1days") -> list[JobSummary]:
         _summaries(live.stdout) if live is not None and live.returncode == 0 else [],
         _summaries(accounted.stdout) if accounted is not None and accounted.returncode == 0 else [],
     )
+
+
+def slurm_job_state(job_id: str) -> str:
+    """The one answer to "what state is job X" for a job of SLURM's. The controller's view
+    first: sacct lags it and, while a job is being requeued, can briefly report the ending
+    attempt as FAILED. sacct answers once the controller has forgotten the job (MinJobAge
+    after it ended)."""
+    queue = slurm_tool(["squeue", "-t", "all", "-h", "-j", job_id, "-o", "%T"])
+    live = queue.stdout.strip().upper()
+    if queue.returncode == 0 and live:
+        return live
+    proc = slurm_tool(["sacct", "-j", job_id, "-X", "-n", "-P", "-o", "State"])
+    states = [line.split()[0] for line in proc.stdout.splitlines() if line.strip()]
+    # "CANCELLED by 0" -> CANCELLED; a requeued job lists its latest attempt last.
+    return states[-1].upper() if states else "UNKNOWN"
+
+
+def controller_knows(job: str) -> bool:
+    """Whether the controller knows ``job`` (queued, running or recently ended: squeue)."""
+    proc = slurm_tool(["squeue", "-t", "all", "-h", "-j", job, "-o", "%i"])
+    return proc.returncode == 0 and bool(proc.stdout.strip())

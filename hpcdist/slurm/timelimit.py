@@ -48,5 +48,5 @@ def _check_field_ranges(value: str, parts: dict[str, int], leading: str) -> None
 
 
 def time_limit_minutes(value: str) -> int:
-    """Whole minutes, rounded up, as submitit's ``timeout_min`` wants them."""
+    """Whole minutes, rounded up, as submitit's local executor's ``timeout_min`` wants them."""
     return -(-time_limit_seconds(value) // 60)

@@ -10,8 +10,9 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from hpcdist.distributed.hangs import COLLECTIVE_TIMEOUT_ENV
 from hpcdist.errors import SpecError
+from hpcdist.facts.cpulayout import cpus_per_task
+from hpcdist.facts.protocol import COLLECTIVE_TIMEOUT_ENV
 from hpcdist.spec.joboption import JobOption
 from hpcdist.spec.jobspec import (
     _NCCL_ENV,
@@ -34,60 +35,22 @@ from hpcdist.spec.validate import validate
 def build_spec(profile: Profile, flags: Mapping[str, Any]) -> JobSpec:
     """Merge defaults < profile < flags (flags that are None are unset) and validate."""
     _refuse_empty(profile, flags)
-    merged: dict[str, Any] = dict(DEFAULTS)
-    merged.update(profile.defaults)
-    site = {"partition": profile.partition, "account": profile.account, "qos": profile.qos}
-    merged.update({k: v for k, v in site.items() if v is not None})
-    merged.update({k: v for k, v in flags.items() if v is not None and v != ()})
-
+    merged = _merged(profile, flags)
     mode = str(merged["mode"])
     if mode not in MODES:
         raise SpecError(f"--mode {mode!r} is not a mode; expected one of {', '.join(MODES)}")
     gpus = _gpus(mode, merged["gpus_per_node"], profile, flags.get("gpus_per_node"))
     on_gpus = runs_on_gpus(mode, gpus)
-    tasks = merged.get("tasks_per_node")
-    if tasks is None:
-        tasks = gpus if on_gpus else 1
-    elif not isinstance(tasks, int):
-        raise SpecError(f"--tasks-per-node {tasks!r}; expected a number of tasks per node")
-    cpus = merged.get("cpus_per_task")
-    if cpus is None:
-        cpus = _fair_cpus(profile, tasks) if isinstance(tasks, int) else AUTO
-
-    env = dict(profile.env)
-    if on_gpus:
-        env.update(profile.nccl_env)
-        for key, value in _NCCL_ENV.items():
-            env.setdefault(key, value)
-    else:
-        env.update(profile.gloo_env)
-    env.update(dict(merged["env"]))  # built-in default ()
-    timeout = merged.get("collective_timeout")
-    if timeout is not None:
-        env[COLLECTIVE_TIMEOUT_ENV] = str(int(timeout))
-    if mode == "test":
-        # A smoke test has nothing to checkpoint: no warning signal, no requeue.
-        merged["signal"], merged["requeue"] = None, False
-    if flags.get("mem_per_gpu") is not None and flags.get("memory") is None:
-        merged["memory"] = None  # --mem-per-gpu replaces the profile's --mem
-    if not on_gpus:
-        # A profile's GPU defaults are for its GPU jobs; only a flag is an error on CPUs.
-        for key in ("gpu_type", "mem_per_gpu"):
-            if flags.get(key) is None:
-                merged[key] = None
-    command = tuple(merged.get("command") or ())
-    if not command:
-        command = COMMCHECK_COMMAND if mode == "test" else TRAIN_COMMAND
-        if mode == "test" and timeout is not None:
-            command = (*COMMCHECK_COMMAND[:-1], str(int(timeout)))
-
+    tasks, cpus = _tasks_and_cpus(merged, profile, gpus, on_gpus)
+    env = _environment(profile, merged, on_gpus)
+    _drop_what_does_not_apply(merged, flags, mode, on_gpus)
     derived = {
         "mode": mode,
         "tasks_per_node": tasks,
         "cpus_per_task": cpus,
         "gpus_per_node": gpus,
         "job_name": str(merged.get("job_name") or default_job_name(mode)),
-        "command": command,
+        "command": _command(merged, mode),
         # The profile's setup (module loads, the environment's activation) comes first, then
         # the flag's lines: --setup adds to the site's setup as --env adds to its variables.
         "setup": (*profile.setup, *merged.get("setup", ())),
@@ -110,6 +73,75 @@ def build_spec(profile: Profile, flags: Mapping[str, Any]) -> JobSpec:
     except SpecError as exc:
         raise SpecError(_named_where_it_came_from(str(exc), profile, flags)) from None
     return spec
+
+
+def _merged(profile: Profile, flags: Mapping[str, Any]) -> dict[str, Any]:
+    """defaults < the profile's defaults and site < the flags that are set."""
+    merged: dict[str, Any] = dict(DEFAULTS)
+    merged.update(profile.defaults)
+    site = {"partition": profile.partition, "account": profile.account, "qos": profile.qos}
+    merged.update({k: v for k, v in site.items() if v is not None})
+    merged.update({k: v for k, v in flags.items() if v is not None and v != ()})
+    return merged
+
+
+def _tasks_and_cpus(
+    merged: Mapping[str, Any], profile: Profile, gpus: Count, on_gpus: bool
+) -> tuple[Any, Any]:
+    """Tasks per node (one per GPU, else one) and CPUs per task, where not given."""
+    tasks = merged.get("tasks_per_node")
+    if tasks is None:
+        tasks = gpus if on_gpus else 1
+    elif not isinstance(tasks, int):
+        raise SpecError(f"--tasks-per-node {tasks!r}; expected a number of tasks per node")
+    cpus = merged.get("cpus_per_task")
+    if cpus is None:
+        cpus = _fair_cpus(profile, tasks) if isinstance(tasks, int) else AUTO
+    return tasks, cpus
+
+
+def _environment(profile: Profile, merged: Mapping[str, Any], on_gpus: bool) -> dict[str, str]:
+    """The profile's variables, its NCCL or gloo ones, then --env and the collective timeout."""
+    env = dict(profile.env)
+    if on_gpus:
+        env.update(profile.nccl_env)
+        for key, value in _NCCL_ENV.items():
+            env.setdefault(key, value)
+    else:
+        env.update(profile.gloo_env)
+    env.update(dict(merged["env"]))  # built-in default ()
+    timeout = merged.get("collective_timeout")
+    if timeout is not None:
+        env[COLLECTIVE_TIMEOUT_ENV] = str(int(timeout))
+    return env
+
+
+def _drop_what_does_not_apply(
+    merged: dict[str, Any], flags: Mapping[str, Any], mode: str, on_gpus: bool
+) -> None:
+    """Unset the merged values that the job's mode, or its running on CPUs, rules out."""
+    if mode == "test":
+        # A smoke test has nothing to checkpoint: no warning signal, no requeue.
+        merged["signal"], merged["requeue"] = None, False
+    if flags.get("mem_per_gpu") is not None and flags.get("memory") is None:
+        merged["memory"] = None  # --mem-per-gpu replaces the profile's --mem
+    if not on_gpus:
+        # A profile's GPU defaults are for its GPU jobs; only a flag is an error on CPUs.
+        for key in ("gpu_type", "mem_per_gpu"):
+            if flags.get(key) is None:
+                merged[key] = None
+
+
+def _command(merged: Mapping[str, Any], mode: str) -> tuple[str, ...]:
+    """The command given, else the mode's: training, or the smoke test's communication check
+    (with the collective timeout, where one is set)."""
+    command = tuple(merged.get("command") or ())
+    if command:
+        return command
+    timeout = merged.get("collective_timeout")
+    if mode == "test" and timeout is not None:
+        return (*COMMCHECK_COMMAND[:-1], str(int(timeout)))
+    return COMMCHECK_COMMAND if mode == "test" else TRAIN_COMMAND
 
 
 # Profile keys whose values reach a field other than the one of the same name.
@@ -184,8 +216,7 @@ def _gpus(mode: str, value: Count, profile: Profile, flag: object) -> Count:
 
 def _fair_cpus(profile: Profile, tasks_per_node: int) -> int:
     """All of a node's cores, shared evenly by the tasks on it."""
-    cores = profile.cores_per_node or 1
-    return max(1, cores // max(1, tasks_per_node))
+    return cpus_per_task(profile.cores_per_node or 1, tasks_per_node)
 
 
 def _as_declared(option: JobOption, value: Any) -> Any:

@@ -13,7 +13,7 @@ import re
 from collections.abc import Sequence
 
 from hpcdist.errors import SpecError, UserError
-from hpcdist.slurm.tools import slurm_tool
+from hpcdist.slurm.query import controller_knows
 
 AFTER_FLAG = "--after"
 # The word after the job id -> sbatch's dependency type.
@@ -51,8 +51,7 @@ def dependency_value(after: After) -> str | None:
 def check_known(after: After) -> None:
     """Refuse a job id the SLURM controller does not know (one line)."""
     for job, _ in after:
-        proc = slurm_tool(["squeue", "-t", "all", "-h", "-j", job, "-o", "%i"])
-        if proc.returncode != 0 or not proc.stdout.strip():
+        if not controller_knows(job):
             # A job that ended a while ago is gone from the controller but still in sacct:
             # sbatch would still refuse to wait for it.
             raise UserError(

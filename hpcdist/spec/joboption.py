@@ -6,7 +6,7 @@ the profile's ``defaults:`` keys are derived rather than listed again.
 
 declares ``--nodes/-N`` (an integer option), the default 1, and the profile key
 ``defaults.nodes``. With ``sbatch="mem"`` a set value is also passed to sbatch as it is
-(``#SBATCH --mem=VALUE``, and the same to submitit): a new sbatch option is one field.
+(``#SBATCH --mem=VALUE``): a new sbatch option is one field.
 ``owns=("nodes",)`` names the sbatch options hpcdist works out from the field itself, which
 ``--sbatch`` may therefore not set.
 A field with ``default=DERIVED`` has no fixed default: ``build_spec`` computes it from the
@@ -65,7 +65,9 @@ class JobOption:
         return ((self.sbatch,) if self.sbatch else ()) + self.owns
 
 
-def job_field(
+# One keyword per JobOption attribute, as dataclasses.field takes its own: a declaration
+# reads as the option it declares, and a bundle would only move these names into it.
+def job_field(  # noqa: PLR0913
     default: Any,
     help: str,
     *,

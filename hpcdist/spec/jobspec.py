@@ -12,8 +12,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Literal
 
-from hpcdist.distributed.cpulayout import WAIT_POLICIES, CpuLayout, cpu_layout
-from hpcdist.slurm.timelimit import time_limit_seconds
+from hpcdist.facts.cpulayout import WAIT_POLICIES, CpuLayout, cpu_layout
 from hpcdist.spec.joboption import DERIVED, JobOption, job_field, job_options
 
 Mode = Literal["threads", "gloo", "nccl", "test"]
@@ -327,17 +326,12 @@ class JobSpec:
     @property
     def cpu_layout(self) -> CpuLayout | None:
         """How each rank of a CPU job uses its CPUs (None: a GPU job, or CPUs counted at
-        run time)."""
-        return self.cpu_layout_for(self.cpus_per_task)
-
-    def cpu_layout_for(self, cpus: Count) -> CpuLayout | None:
-        """The layout for ranks of ``cpus`` CPUs each (local ranks share this machine's);
-        the user's --threads-per-task is kept within them."""
-        ranks = self.world_size
+        run time). The user's --threads-per-task was checked against --cpus-per-task where
+        it entered (``validate``): it is taken as it is, never clamped here."""
+        cpus, ranks = self.cpus_per_task, self.world_size
         if self.on_gpus or not isinstance(cpus, int) or ranks is None:
             return None
-        threads = None if self.threads_per_task is None else min(self.threads_per_task, cpus)
-        return cpu_layout(cpus, ranks, threads, self.omp_wait_policy)
+        return cpu_layout(cpus, ranks, self.threads_per_task, self.omp_wait_policy)
 
     @property
     def warning_signal(self) -> str | None:
@@ -351,10 +345,6 @@ class JobSpec:
     def warns_batch_shell(self) -> bool:
         """``--signal=B:...``: SLURM signals the batch shell alone, which passes it on."""
         return self.signal is not None and self.signal.startswith("B:")
-
-    @property
-    def time_seconds(self) -> int:
-        return time_limit_seconds(self.time)
 
 
 JOB_OPTIONS: tuple[JobOption, ...] = tuple(job_options(JobSpec))

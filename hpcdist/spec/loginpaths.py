@@ -17,10 +17,15 @@ from hpcdist.errors import SpecError
 from hpcdist.spec.jobspec import JobSpec
 
 IsDir = Callable[[PurePath], bool]
+Refusal = Callable[[PurePath], str]
 
 
-def check_login_paths(spec: JobSpec, cwd: PurePath, is_dir: IsDir) -> None:
-    """Raise SpecError for a ``--chdir`` or log folder that ``is_dir`` does not find."""
+def check_login_paths(
+    spec: JobSpec, cwd: PurePath, is_dir: IsDir, refusal: Refusal = lambda folder: ""
+) -> None:
+    """Raise SpecError for a ``--chdir`` or log folder that ``is_dir`` does not find, and
+    for a ``--chdir`` folder that ``refusal`` refuses (the job would refuse it when it
+    starts: one that others can write)."""
     base = cwd
     if spec.workdir is not None:
         base = cwd / spec.workdir
@@ -29,6 +34,9 @@ def check_login_paths(spec: JobSpec, cwd: PurePath, is_dir: IsDir) -> None:
                 f"--chdir {spec.workdir!r}: folder {str(base)!r} does not exist; expected an "
                 "existing folder (sbatch would queue the job and it would fail at launch)"
             )
+        refused = refusal(base)
+        if refused:
+            raise SpecError(f"--chdir {spec.workdir!r}: {refused}")
     for flag, value in (("--output", spec.output), ("--error", spec.error)):
         folder = log_folder(base, value)
         if folder is not None and not is_dir(folder):

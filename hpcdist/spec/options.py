@@ -19,9 +19,11 @@ from hpcdist.spec.build import build_spec
 from hpcdist.spec.dependency import parse_after
 from hpcdist.spec.joboption import JobOption
 from hpcdist.spec.jobspec import AUTO, JOB_OPTIONS, JobSpec
+from hpcdist.spec.logfolder import private_logs
 from hpcdist.spec.profiles import DEFAULT_PROFILE, Profile, load_profile
 from hpcdist.spec.siteopts import parse_sbatch_option
 from hpcdist.spec.sweep import parse_sets, parse_sweeps
+from hpcdist.spec.validate import current_folder
 
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -113,7 +115,7 @@ def spec_from_options(options: dict[str, Any]) -> JobSpec:
                 f"--command {command!r} is empty; expected the command each rank "
                 "runs (leave the flag out for the emulator training)"
             )
-    return build_spec(profile, flags)
+    return private_logs(build_spec(profile, flags), current_folder())
 
 
 def options_profile(options: dict[str, Any]) -> Profile:

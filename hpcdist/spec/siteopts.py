@@ -3,7 +3,7 @@ node choice, GPU shape and type, binding, containers) and the pass-through ones
 (``--sbatch KEY[=VALUE]``, ``--srun-arg``), merged built-in < profile < flags and checked.
 
 A pass-through option must not say what hpcdist already says: an option hpcdist owns is
-refused with the first-class flag to use instead, so the rendered script and submitit can
+refused with the first-class flag to use instead, so that the rendered script and the user can
 never ask SLURM for two different things.
 """
 
@@ -32,7 +32,7 @@ from hpcdist.spec.profiles import Profile
 OWNED_SBATCH: dict[str, str] = {
     **{name: option.flag_for(name) for option in JOB_OPTIONS for name in option.sbatch_options()},
     "gpus-per-task": "--gpus-per-node with --gpu-request gpus-per-task",
-    # submitit writes its own (append), so a rendered script keeps it too: one log per job.
+    # A requeued job appends to its log: one log per job.
     "open-mode": "hpcdist's own --open-mode=append (a requeued job keeps its log)",
 }
 # gres is the GPUs' when hpcdist asks for GPUs; otherwise (gres=nvme:1) it passes through.
@@ -139,6 +139,15 @@ def check_site(spec: JobSpec, profile: Profile) -> None:
     for arg in spec.srun_args:
         _check_srun_arg("--srun-arg", arg)
     _check_gpu_shape(spec, profile)
+    _check_binding(spec)
+    _check_mem_per_gpu(spec)
+    _check_mail(spec)
+    _check_nodes(spec)
+    _check_constraint(spec.constraint, profile)
+    _check_container(spec)
+
+
+def _check_binding(spec: JobSpec) -> None:
     for flag, value in (("--cpu-bind", spec.cpu_bind), ("--gpu-bind", spec.gpu_bind)):
         if value is not None and not _BIND.fullmatch(value):
             raise SpecError(
@@ -146,18 +155,23 @@ def check_site(spec: JobSpec, profile: Profile) -> None:
             )
     if spec.gpu_bind is not None and not uses_gpus(spec):
         raise SpecError(f"--gpu-bind {spec.gpu_bind!r} needs GPUs; the job asks for none")
-    if spec.mem_per_gpu is not None:
-        if not _MEMORY.fullmatch(spec.mem_per_gpu):
-            raise SpecError(
-                f"--mem-per-gpu {spec.mem_per_gpu!r}; expected a size such as 40G or 8000M"
-            )
-        if spec.memory is not None:
-            raise SpecError(
-                f"--mem {spec.memory!r} and --mem-per-gpu {spec.mem_per_gpu!r}; expected "
-                "one of them (sbatch takes only one memory request)"
-            )
-        if not uses_gpus(spec):
-            raise SpecError(f"--mem-per-gpu {spec.mem_per_gpu!r} needs GPUs; the job asks for none")
+
+
+def _check_mem_per_gpu(spec: JobSpec) -> None:
+    if spec.mem_per_gpu is None:
+        return
+    if not _MEMORY.fullmatch(spec.mem_per_gpu):
+        raise SpecError(f"--mem-per-gpu {spec.mem_per_gpu!r}; expected a size such as 40G or 8000M")
+    if spec.memory is not None:
+        raise SpecError(
+            f"--mem {spec.memory!r} and --mem-per-gpu {spec.mem_per_gpu!r}; expected "
+            "one of them (sbatch takes only one memory request)"
+        )
+    if not uses_gpus(spec):
+        raise SpecError(f"--mem-per-gpu {spec.mem_per_gpu!r} needs GPUs; the job asks for none")
+
+
+def _check_mail(spec: JobSpec) -> None:
     if spec.mail_type is not None:
         for kind in spec.mail_type.split(","):
             if kind not in MAIL_TYPES:
@@ -167,14 +181,15 @@ def check_site(spec: JobSpec, profile: Profile) -> None:
                 )
     if spec.mail_user is not None and not _MAIL_USER.fullmatch(spec.mail_user):
         raise SpecError(f"--mail-user {spec.mail_user!r}; expected one address or user name")
+
+
+def _check_nodes(spec: JobSpec) -> None:
     for flag, nodes in (("--nodelist", spec.nodelist), ("--exclude", spec.exclude)):
         if nodes is not None and "/" not in nodes:  # with a slash: a file of node names
             try:
                 expand_nodelist(nodes, flag)
             except NodeListError as exc:
                 raise SpecError(str(exc)) from exc
-    _check_constraint(spec.constraint, profile)
-    _check_container(spec)
 
 
 def _check_choice(flag: str, value: str, choices: tuple[str, ...]) -> None:

@@ -6,7 +6,7 @@ before anything is queued, and turned into the words each array task adds to its
 A sweep is the cartesian product of its ``--sweep KEY=V1,V2,...`` values, in the order the
 flags were given (the last flag varies fastest); point ``i`` is array task ``i``. The rendered
 script carries the points readably (a ``case`` on ``SLURM_ARRAY_TASK_ID``); ``hpcdist submit``
-gives each submitit task the same words.
+queues that script.
 """
 
 from __future__ import annotations

@@ -16,6 +16,7 @@ from hpcdist.spec.loginpaths import check_login_paths
 from hpcdist.spec.profiles import Profile
 from hpcdist.spec.siteopts import check_site
 from hpcdist.spec.sweep import check_sweep
+from hpcdist.state.workfolder import check_working_folder
 
 # The flag that sets each JobSpec field (the profile's name comes from --profile).
 _FLAG_NAMES = {o.name: o.flag.partition("/")[0] for o in JOB_OPTIONS} | {
@@ -35,6 +36,28 @@ def validate(spec: JobSpec, profile: Profile) -> None:
     """Raise SpecError naming the first bad value and what was expected."""
     _check_text_values(spec)
     _check_lengths(spec)
+    _check_node_count(spec, profile)
+    _check_gpus(spec, profile)
+    _check_cpus(spec, profile)
+    _check_time_and_limits(spec, profile)
+    _check_job_environment(spec)
+    check_sweep(spec)
+    if spec.output.endswith(".sh"):
+        raise SpecError(
+            f"--output {spec.output!r} names the job's log, as in sbatch; expected "
+            "a log name such as %x-%j.out (render writes the script with --script)"
+        )
+    check_site(spec, profile)
+    # Last: the only check that looks at this machine's folders.
+    check_login_paths(
+        spec,
+        current_folder(),
+        lambda folder: Path(folder).is_dir(),
+        lambda folder: check_working_folder(Path(folder), "the folder"),
+    )
+
+
+def _check_node_count(spec: JobSpec, profile: Profile) -> None:
     if spec.nodes < 1:
         raise SpecError(f"--nodes must be >= 1, got {spec.nodes}")
     if profile.max_nodes is not None and spec.nodes > profile.max_nodes:
@@ -46,8 +69,11 @@ def validate(spec: JobSpec, profile: Profile) -> None:
         raise SpecError(f"--mode threads runs on exactly 1 node, got --nodes {spec.nodes}")
     if spec.mode == "threads" and spec.tasks_per_node != 1:
         raise SpecError(f"--mode threads runs 1 task, got --tasks-per-node {spec.tasks_per_node}")
-    _check_gpus(spec, profile)
-    _check_cpus(spec, profile)
+
+
+def _check_time_and_limits(spec: JobSpec, profile: Profile) -> None:
+    """--time and the warning signal that must fit in it, the partition, launcher, memory,
+    collective timeout and restarts."""
     seconds = time_limit_seconds(spec.time)
     if profile.max_time is not None and seconds > _profile_time(profile):
         raise SpecError(
@@ -70,6 +96,10 @@ def validate(spec: JobSpec, profile: Profile) -> None:
         raise SpecError(f"--collective-timeout must be >= 1 second, got {spec.collective_timeout}")
     if spec.max_restarts < 0:
         raise SpecError(f"--max-restarts must be >= 0, got {spec.max_restarts}")
+
+
+def _check_job_environment(spec: JobSpec) -> None:
+    """--setup lines, --env names and the job's name."""
     for line in spec.setup:
         _check_setup_line(line)
     for key, _ in spec.env:
@@ -79,18 +109,9 @@ def validate(spec: JobSpec, profile: Profile) -> None:
             )
     if not spec.job_name.strip():
         raise SpecError("--job-name must not be empty")
-    check_sweep(spec)
-    if spec.output.endswith(".sh"):
-        raise SpecError(
-            f"--output {spec.output!r} names the job's log, as in sbatch; expected "
-            "a log name such as %x-%j.out (render writes the script with --script)"
-        )
-    check_site(spec, profile)
-    # Last: the only check that looks at this machine's folders.
-    check_login_paths(spec, _current_folder(), lambda folder: Path(folder).is_dir())
 
 
-def _current_folder() -> Path:
+def current_folder() -> Path:
     """The folder relative paths start from; "." where it was removed under us (then no
     relative folder exists, and a message names the path as given)."""
     try:

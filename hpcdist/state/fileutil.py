@@ -20,17 +20,19 @@ def umask_mode(executable: bool = False) -> int:
     return (0o777 if executable else 0o666) & ~current_umask()
 
 
-def write_atomic(path: Path, text: str, mode: int | None = None) -> None:
-    """Write text to a temporary file beside ``path``, fsync it, then rename it into place.
+def write_atomic(path: Path, text: str | bytes, mode: int | None = None) -> None:
+    """Write text (or bytes) to a temporary file beside ``path``, fsync it, then rename it
+    into place.
 
     ``mode`` None: what the user's umask gives a new file (never a forced 0644)."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     final_mode = umask_mode() if mode is None else mode
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    data = text.encode("utf-8") if isinstance(text, str) else text
     try:
-        with os.fdopen(fd, "w", encoding="utf-8") as handle:
-            handle.write(text)
+        with os.fdopen(fd, "wb") as handle:
+            handle.write(data)
             handle.flush()
             os.fsync(handle.fileno())
         os.chmod(tmp, final_mode)

@@ -1,6 +1,6 @@
 """Private state: folders and files that only their owner may write.
 
-Job records, submitit's folders and pickles, requeue markers, per-job secrets and
+Job records, submitit's folders and the scripts it queued, requeue markers, per-job secrets and
 checkpoint digests decide what runs as the user and what a job trusts. Another user who
 can write any of them can run code as the user (a replaced pickle) or change the model
 (a planted checkpoint). So they live in folders created 0700 and files created 0600, and
@@ -14,7 +14,6 @@ from __future__ import annotations
 import contextlib
 import os
 import stat
-from collections.abc import Iterator
 from pathlib import Path
 
 from hpcdist.errors import UserError
@@ -134,17 +133,6 @@ def create_exclusive(path: Path, text: str) -> None:
         ) from exc
     with os.fdopen(fd, "w", encoding="utf-8") as handle:
         handle.write(text)
-
-
-@contextlib.contextmanager
-def strict_umask() -> Iterator[None]:
-    """Files and folders created inside (by us or by a library such as submitit) get no
-    group or other bits at all."""
-    previous = os.umask(0o077)
-    try:
-        yield
-    finally:
-        os.umask(previous)
 
 
 def fix_hint(path: Path, problem: str) -> str:

@@ -1,11 +1,11 @@
 """Where the private state lives when the working folder is shared.
 
-Job records, submitit's pickles, job secrets and checkpoint digests decide what runs as
+Job records, queued scripts, job secrets and checkpoint digests decide what runs as
 the user. In a folder that others can write (group- or other-writable without the sticky
 bit, anywhere above it), or that another user owns, they could rename ``.hpcdist`` away
-and put their own in its place between submission and the job's start, and submitit
-loads its pickle by path. So, unless ``HPCDIST_HOME`` says otherwise, the state of such a
-folder lives in the user's own state folder, keyed by the project folder:
+and put their own in its place between submission and the job's start (the job reads
+its secret and markers from there by path). So, unless ``HPCDIST_HOME`` says otherwise,
+the state of such a folder lives in the user's own state folder, keyed by the project folder:
 
     ${XDG_STATE_HOME:-~/.local/state}/hpcdist/projects/<name>-<12 hex digits>
 

@@ -271,16 +271,6 @@ def write_at(dir_fd: int, name: str, data: bytes, mode: int) -> None:
         os.fsync(dir_fd)
 
 
-def same_folder(dir_fd: int, path: Path) -> bool:
-    """Whether ``path`` still names the folder open as ``dir_fd``."""
-    try:
-        now = os.lstat(path)
-    except OSError:
-        return False
-    held = os.fstat(dir_fd)
-    return (now.st_dev, now.st_ino) == (held.st_dev, held.st_ino)
-
-
 def read_private(path: Path, what: str, root: Path | None = None) -> str:
     """The text of a file that must be this user's alone (a secret, a digest record): opened
     once, checked by its descriptor, its folders checked from ``root`` (default: the home

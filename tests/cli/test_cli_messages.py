@@ -142,8 +142,8 @@ def test_cancel_reaches_a_slurm_job_this_folder_has_no_record_of(
     # `hpcdist list` shows this user's SLURM jobs too (sbatch hpc/train.sh): cancel them.
     import subprocess
 
+    from hpcdist.slurm import cluster
     from hpcdist.slurm import query as slurmquery
-    from hpcdist.slurm import tools
 
     asked: list[list[str]] = []
     monkeypatch.setattr(cli_jobs, "find_record", lambda job_id: None)
@@ -155,7 +155,7 @@ def test_cancel_reaches_a_slurm_job_this_folder_has_no_record_of(
         asked.append(argv)
         return subprocess.CompletedProcess(argv, 0, "", "")
 
-    monkeypatch.setattr(tools, "slurm_tool", scancel)
+    monkeypatch.setattr(cluster, "slurm_tool", scancel)
     assert main(["cancel", "7"]) == 0
     assert capsys.readouterr().out == "Cancelled job 7 (was RUNNING)\n"
     assert asked == [["scancel", "7"]]

@@ -12,8 +12,25 @@ from hpcdist.distributed import group
 
 
 @pytest.mark.parametrize("name", api.__all__)
-def test_every_public_name_is_the_group_modules(name: str) -> None:
-    assert getattr(api, name) is getattr(group, name)
+def test_every_public_name_is_the_group_modules_or_a_shared_fact(name: str) -> None:
+    facts = {"MARKER_VAR", "REQUEUE_EXIT_CODE", "RESULTS_FILE", "RUNS_DIR", "RUN_DIR_VAR"}
+    facts |= {"SIGNAL_VAR", "run_name"}
+    if name in facts:
+        from hpcdist.facts import protocol, runs
+
+        assert getattr(api, name) is getattr(protocol, name, getattr(runs, name, None))
+    else:
+        assert getattr(api, name) is getattr(group, name)
+
+
+def test_the_protocol_names_do_not_load_the_group_module() -> None:
+    code = (
+        "import sys\n"
+        "from hpcdist.distributed import SIGNAL_VAR, run_name\n"
+        "print(SIGNAL_VAR, 'hpcdist.distributed.group' in sys.modules)\n"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "HPCDIST_SIGNAL False"
 
 
 def test_an_unknown_name_says_so() -> None:
@@ -24,7 +41,7 @@ def test_an_unknown_name_says_so() -> None:
 def test_the_protocol_and_the_job_step_do_not_load_the_group_module() -> None:
     code = (
         "import sys\n"
-        "from hpcdist.distributed import protocol\n"
+        "from hpcdist.facts import protocol\n"
         "import hpcdist.distributed.jobstep\n"
         "print('hpcdist.distributed.group' in sys.modules)\n"
     )

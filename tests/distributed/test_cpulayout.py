@@ -9,9 +9,8 @@ from typing import Any
 import pytest
 
 from hpcdist.distributed.cpubind import cpus_per_rank, rank_cpus
-from hpcdist.distributed.cpulayout import CPUS_VAR, CpuLayout, cpu_layout
 from hpcdist.errors import SpecError
-from hpcdist.jobs.submit import layout_env
+from hpcdist.facts.cpulayout import CPUS_VAR, CpuLayout, cpu_layout, cpus_per_task
 from hpcdist.render.script import render
 from hpcdist.spec.options import spec_from_options
 
@@ -132,22 +131,37 @@ def test_impossible_thread_counts_are_refused_before_rendering(
     assert str(caught.value) == message
 
 
-def test_submit_gives_the_ranks_the_rendered_layout() -> None:
+def test_the_rendered_script_gives_the_ranks_the_layout() -> None:
     spec = spec_from_options({"profile": "cpu-cluster", "mode": "gloo", "nodes": 4})
     script = render(spec)
-    env = layout_env(spec, spec.cpus_per_task)
-    for key, value in env.items():
+    layout = spec.cpu_layout
+    assert layout is not None
+    for key, value in layout.env().items():
         assert f"export {key}={value}\n" in script
-    assert env["OMP_NUM_THREADS"] == "30"
+    assert layout.env()["OMP_NUM_THREADS"] == "30"
 
 
-def test_submit_on_this_machine_fits_the_layout_to_the_cores_it_shares() -> None:
-    spec = spec_from_options(
-        {"profile": "cpu-cluster", "mode": "gloo", "nodes": 2, "threads_per_task": 40}
-    )
-    assert layout_env(spec, 3)["OMP_NUM_THREADS"] == "3"  # never more threads than CPUs
-    gpu = spec_from_options({"profile": "gpu-cluster", "mode": "nccl", "nodes": 1})
-    assert layout_env(gpu, 8) == {}
+@pytest.mark.parametrize(
+    ("cores", "tasks", "cpus"), [(40, 1, 40), (40, 4, 10), (40, 3, 13), (2, 4, 1), (0, 1, 1)]
+)
+def test_cpus_per_task_shares_the_cores_evenly_at_least_one(
+    cores: int, tasks: int, cpus: int
+) -> None:
+    assert cpus_per_task(cores, tasks) == cpus
+
+
+def test_a_local_rank_fits_the_layout_to_the_cores_it_shares() -> None:
+    from hpcdist.distributed.localstep import Step, task_environ
+
+    script_env = {"OMP_NUM_THREADS": "30", "HPCDIST_CPUS_PER_TASK": "40", "SLURM_JOB_ID": "7"}
+    step = Step(tasks=2, cpus=40, command=("true",), kill_on_bad_exit=True)
+    env = task_environ(script_env, step, rank=1, cores=6)
+    # 6 cores for 2 ranks: 3 CPUs each, one kept for the exchange.
+    assert (env["HPCDIST_CPUS_PER_TASK"], env["OMP_NUM_THREADS"]) == ("3", "2")
+    assert (env["SUBMITIT_LOCAL_GLOBALID"], env["SUBMITIT_LOCAL_NTASKS"]) == ("1", "2")
+    assert "SLURM_JOB_ID" not in env
+    gpu = task_environ({"SLURM_JOB_ID": "7"}, step, rank=0, cores=6)
+    assert "OMP_NUM_THREADS" not in gpu  # a GPU job's script sets no layout
 
 
 @pytest.mark.parametrize(

@@ -20,8 +20,8 @@ from hpcdist.distributed.jobsecret import (
     parse_secret,
     proof,
 )
-from hpcdist.distributed.protocol import SECRET_VAR
 from hpcdist.errors import UserError
+from hpcdist.facts.protocol import SECRET_VAR
 from hpcdist.state.private import PrivacyError
 
 SECRET = "ab" * 32
@@ -173,6 +173,30 @@ def test_two_ranks_join_only_with_the_same_secret(tmp_path: Path, same_secret: b
         assert [p.returncode for p in procs] == [0, 0], outs
         assert all("JOINED" in out for out in outs)
     else:
+        # Each registers under keys only its own secret names: neither ever meets the other.
         assert [p.returncode for p in procs] == [3, 3], outs
-        assert "rank(s) 1 did not prove that they hold this job's secret" in outs[0]
-        assert "rank(s) 0 did not prove" in outs[1]
+        assert all("REFUSED" in out and "JOINED" not in out for out in outs), outs
+
+
+def test_store_keys_are_named_by_the_secret() -> None:
+    from hpcdist.distributed.jobsecret import store_prefix
+
+    first, second = "0" * 64, "1" * 64
+    assert store_prefix(None) == "default_pg"  # torch's own, as env:// does
+    assert store_prefix(first) == store_prefix(first) != store_prefix(second)
+    assert first not in store_prefix(first) and store_prefix(first).startswith("pg-")
+
+
+def test_connections_from_outside_the_job_are_said_not_fatal(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    from hpcdist.distributed import jobsecret
+
+    monkeypatch.setattr(jobsecret, "strangers", lambda port, hosts: ["10.0.0.9"])
+    note = jobsecret.stranger_note(29400, ["node1", "node2"])
+    assert note == (
+        "Note: the rendezvous port 29400 has connections from 10.0.0.9, which is none of the "
+        "job's nodes (node1, node2): ignored, they cannot reach this job's keys"
+    )
+    monkeypatch.setattr(jobsecret, "strangers", lambda port, hosts: [])
+    assert jobsecret.stranger_note(29400, ["node1"]) == ""

@@ -24,16 +24,22 @@ def _gpu_lines(env: dict[str, str], listed: int) -> dict[str, str]:
     [
         # SLURM's count wins over the driver's list, and srun asks for the GPUs again.
         (
-            {"SLURM_GPUS_ON_NODE": "8"},
+            {"SLURM_GPUS_ON_NODE": "8", "SLURM_CPUS_ON_NODE": "64"},
             2,
-            {"gpus": "8", "counted": "SLURM_GPUS_ON_NODE=8", "gpu_request": "--gpus-per-node=8"},
+            {
+                "gpus": "8",
+                "cpus": "8",
+                "counted": "SLURM_GPUS_ON_NODE=8",
+                "gpu_request": "--gpus-per-node=8",
+            },
         ),
         # No gres/gpu: the driver's list, no request, and the tasks are told their GPUs.
         (
-            {"SLURM_JOB_ID": "77"},
+            {"SLURM_JOB_ID": "77", "SLURM_CPUS_ON_NODE": "6"},
             4,
             {
                 "gpus": "4",
+                "cpus": "1",
                 "counted": "'SLURM_GPUS_ON_NODE unset, nvidia-smi -L lists 4'",
                 "gpu_request": "''",
                 "export CUDA_VISIBLE_DEVICES": "0,1,2,3",
@@ -41,10 +47,11 @@ def _gpu_lines(env: dict[str, str], listed: int) -> dict[str, str]:
         ),
         # A CUDA_VISIBLE_DEVICES the job was given is kept.
         (
-            {"CUDA_VISIBLE_DEVICES": "5,6"},
+            {"CUDA_VISIBLE_DEVICES": "5,6", "SLURM_CPUS_ON_NODE": "5"},
             2,
             {
                 "gpus": "2",
+                "cpus": "2",
                 "counted": "'SLURM_GPUS_ON_NODE unset, nvidia-smi -L lists 2'",
                 "gpu_request": "''",
             },
@@ -55,6 +62,11 @@ def test_node_gpus_are_counted_for_the_script(
     env: dict[str, str], listed: int, expected: dict[str, str]
 ) -> None:
     assert _gpu_lines(env, listed) == expected
+
+
+def test_node_gpus_keep_the_cpus_per_task_given() -> None:
+    lines = node_gpus({"SLURM_GPUS_ON_NODE": "4", "SLURM_CPUS_ON_NODE": "64"}, 4, cpus=3)
+    assert "cpus=3" in lines
 
 
 @pytest.mark.parametrize(

@@ -1,4 +1,4 @@
-"""The requeue protocol is defined once (hpcdist/distributed/protocol.py): nothing else
+"""The requeue protocol is defined once (hpcdist/facts/protocol.py): nothing else
 spells its names or numbers, and the rendered scripts carry the same values the training reads."""
 
 from __future__ import annotations
@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from hpcdist.distributed import protocol
+from hpcdist.facts import protocol
 from hpcdist.render.script import render
 from hpcdist.spec.options import spec_from_options
 
@@ -32,7 +32,6 @@ SOURCES = [
         protocol.MARKER_DIR,
         protocol.SECRET_VAR,
         protocol.SECRET_DIR,
-        "requeue-marker",
         f"= {protocol.REQUEUE_EXIT_CODE}",
         f"{protocol.PORT_LOW}",
         f"{protocol.PORT_HIGH}",
@@ -44,7 +43,7 @@ def test_each_protocol_constant_is_spelled_in_one_place(literal: str) -> None:
         for p in SOURCES
         if re.search(rf"(?<![\w$]){re.escape(literal)}(?!\w)", _code(p))
     ]
-    assert spelled == ["hpcdist/distributed/protocol.py"]
+    assert spelled == ["hpcdist/facts/protocol.py"]
 
 
 def _code(path: Path) -> str:
@@ -85,7 +84,7 @@ def test_rendered_script_uses_the_protocol_values(tmp_path: Path) -> None:
     )
     assert f"export {protocol.SIGNAL_VAR}=USR1\n" in script
     # The state, the secret, the marker and the port come from the protocol's own code.
-    assert "python3 -m hpcdist.distributed.jobstep prepare " in script
+    assert "hpcdist.distributed.jobstep prepare " in script
     assert " --marker --torchrun-port)" in script
     assert "jobstep run --requeue " in script
     assert "SLURM_JOB_ID} * " not in script  # never the public job id

@@ -12,17 +12,17 @@ from pathlib import Path
 
 import pytest
 
-from hpcdist.distributed.protocol import REQUEUE_EXIT_CODE
 from hpcdist.distributed.requeue import (
     SignalRelay,
     array_task,
     checkpointed,
-    ignoring,
     refusal,
     requeue_job,
     restarts_so_far,
     resubmit_env,
 )
+from hpcdist.facts.launch import ignoring
+from hpcdist.facts.protocol import REQUEUE_EXIT_CODE
 from hpcdist.render.script import quote
 
 

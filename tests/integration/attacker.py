@@ -52,6 +52,14 @@ def _overwrite(path: str, source: str) -> None:
         handle.write(data)
 
 
+def _copy(source: str, path: str) -> None:
+    """A new file of the attacker's with another's readable bytes (a model she copies)."""
+    with open(source, "rb") as handle:
+        data = handle.read()
+    with open(path, "wb") as handle:
+        handle.write(data)
+
+
 def _read(path: str) -> None:
     with open(path, "rb") as handle:
         handle.read()
@@ -110,6 +118,7 @@ ACTIONS = {
     "mkdir": _mkdir,
     "write": _write,
     "overwrite": _overwrite,
+    "copy": _copy,
     "read": _read,
     "symlink": _symlink,
     "exchange": _exchange,

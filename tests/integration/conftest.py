@@ -145,6 +145,13 @@ def submit_waiting(argv: list[str], cwd: Path) -> tuple[subprocess.Popen[str], i
     return waiter, int(found[0])
 
 
+def job_log(folder: Path, name: str, job_id: int | str) -> str:
+    """A job's log as its script names it (``--output``'s default ``%x-%j.out``): every
+    rank's labelled lines and the batch shell's, every run appended; "" before it exists."""
+    path = folder / f"{name}-{job_id}.out"
+    return path.read_text(errors="replace") if path.is_file() else ""
+
+
 def finish_waiting(waiter: subprocess.Popen[str], job_id: int, timeout: float) -> str:
     """Let `submit --wait` run to its end, releasing requeue holds; assert it exited 0 and
     return what it printed."""

@@ -23,6 +23,7 @@ from tests.integration.conftest import (
     FINAL_STATES,
     SlurmCluster,
     finish_waiting,
+    job_log,
     release_requeue_hold,
     run_slurm,
     sbatch,
@@ -242,7 +243,7 @@ def test_two_trainings_on_the_same_nodes_both_finish_apart(
     assert len(ports) == 2, f"both jobs used the same master port: {ports}"
 
 
-def test_submitit_job_checkpoints_requeues_and_completes_through_its_time_limit(
+def test_submitted_job_checkpoints_requeues_and_completes_through_its_time_limit(
     slurm_cluster: SlurmCluster, tmp_path: Path, epoch_seconds: float
 ) -> None:
     config = tmp_path / "submitit.yaml"
@@ -264,7 +265,7 @@ def test_submitit_job_checkpoints_requeues_and_completes_through_its_time_limit(
     )
     out = finish_waiting(waiter, job_id, timeout=600)
     assert f"Job {job_id} ended COMPLETED" in out
-    log = (tmp_path / ".hpcdist" / "submitit" / str(job_id) / f"{job_id}_0_log.out").read_text()
+    log = job_log(tmp_path, "submitit-preempt", job_id)
     resumes = re.findall(r"Resuming from \S+ \(epoch \d+, restart (\d+)\)", log)
     assert resumes, log
-    print(f"measured: submitit job requeued {len(resumes)} times, then COMPLETED")
+    print(f"measured: submitted job requeued {len(resumes)} times, then COMPLETED")

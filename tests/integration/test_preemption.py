@@ -27,6 +27,7 @@ from hpcdist.slurm.probe import parse_version
 from tests.integration.conftest import (
     SlurmCluster,
     finish_waiting,
+    job_log,
     run_slurm,
     sbatch,
     submit_waiting,
@@ -150,11 +151,9 @@ def test_a_preempted_submit_job_gives_its_nodes_back_at_once_and_resumes(
             ],
             tmp_path,
         )
-        folder = tmp_path / ".hpcdist" / "submitit" / str(job_id)
 
-        def log() -> str:  # rank 0's task: stdout and stderr, every run appended
-            path = folder / f"{job_id}_0_log.out"
-            return path.read_text(errors="replace") if path.exists() else ""
+        def log() -> str:  # the job's log: every rank and the batch shell, every run
+            return job_log(tmp_path, "submitted", job_id)
 
         _wait_for(lambda: "Epoch 3/" in log(), 180, "the submitted training")
         high = sbatch(HIGH_JOB, "-p", "high", "-N", "2", "--exclusive", cwd=tmp_path, wait=False)
@@ -162,12 +161,10 @@ def test_a_preempted_submit_job_gives_its_nodes_back_at_once_and_resumes(
         out = finish_waiting(waiter, job_id, timeout=400)
     assert preemptor["JobState"] == "COMPLETED", preemptor
     # The preemptor is submitted before the training is told to stop, so its wait from
-    # submission to start bounds how long the nodes were held after the checkpoint. Before,
-    # the submitit task slept until SLURM killed it at the end of the grace time.
+    # submission to start bounds how long the nodes were held after the checkpoint.
     waited = _seconds_between(preemptor["SubmitTime"], preemptor["StartTime"])
     assert waited <= 10, (preemptor, log())
-    said = "checkpoint written after SIGTERM; job requeued, giving the nodes back now"
-    assert said in log(), log()
+    assert "hpcdist: checkpoint written, requeueing job" in log(), log()
     assert f"Job {job_id} ended COMPLETED" in out, out
     assert re.search(r"Resuming from \S+ \(epoch \d+, restart 1\)", log()), log()
     _assert_same_weights(tmp_path / "runs" / str(job_id), reference)

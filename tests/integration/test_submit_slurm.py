@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import re
 import shlex
 import subprocess
@@ -109,8 +110,11 @@ def test_preflight_rejection_is_one_line(slurm_cluster: SlurmCluster, tmp_path: 
 def test_dry_run_submits_nothing(slurm_cluster: SlurmCluster, tmp_path: Path) -> None:
     run = hpcdist("submit", "--nodes=2", "--backend=gloo", "--dry-run", cwd=tmp_path)
     assert run.returncode == 0
-    assert '"executor": "slurm"' in run.stdout
-    assert '"--kill-on-bad-exit=1"' in run.stdout
+    shown = json.loads(run.stdout)
+    assert shown["executor"] == "slurm"
+    assert "--nodes=2 --ntasks-per-node=1 --cpus-per-task=2 --kill-on-bad-exit=1" in shown["script"]
+    rendered = hpcdist("render", "--nodes=2", "--backend=gloo", cwd=tmp_path)
+    assert shown["script"] == rendered.stdout  # what would be queued is what render prints
     assert not (tmp_path / ".hpcdist" / "jobs").exists()
 
 

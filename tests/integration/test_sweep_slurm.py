@@ -66,8 +66,9 @@ def _sacct_tasks(job_id: str, count: int, timeout: float = 60.0) -> dict[str, tu
 
 
 def _log(folder: Path, task: str) -> str:
-    path = folder / ".hpcdist" / "submitit" / task / f"{task}_0_log.out"
-    return path.read_text(errors="replace") if path.is_file() else ""
+    """An array task's log, where SLURM says it is (``hpcdist logs``); "" before it exists."""
+    shown = _hpcdist("logs", task, cwd=folder)
+    return shown.stdout if shown.returncode == 0 else ""
 
 
 def _most_at_once(intervals: list[tuple[datetime, datetime]]) -> int:

@@ -16,6 +16,7 @@ import pytest
 from tests.integration.conftest import (
     SlurmCluster,
     finish_waiting,
+    job_log,
     run_slurm,
     sbatch,
     submit_waiting,
@@ -91,13 +92,9 @@ def test_submit_with_torchrun_runs_every_rank_and_resumes_after_the_warning(
         ],
         tmp_path,
     )
-    folder = tmp_path / ".hpcdist" / "submitit" / str(job_id)
 
-    def logs() -> str:
-        # torchrun's c10d rendezvous numbers the nodes in the order they join: rank 0
-        # prints into either task's log.
-        paths = [folder / f"{job_id}_{task}_log.out" for task in (0, 1)]
-        return "".join(path.read_text(errors="replace") for path in paths if path.is_file())
+    def logs() -> str:  # the job's log: both nodes' torchruns and their ranks
+        return job_log(tmp_path, "submit-torchrun", job_id)
 
     def trained() -> bool:
         return "Epoch 3/" in logs()
@@ -119,8 +116,8 @@ def test_submit_with_torchrun_runs_every_rank_and_resumes_after_the_warning(
 def test_submit_warned_with_usr1_checkpoints_requeues_and_resumes(
     slurm_cluster: SlurmCluster, tmp_path: Path, launcher: str
 ) -> None:
-    # submitit's own handler answers USR2 only: a job submitted with --signal USR1@60 is
-    # warned with USR1 (the script's #SBATCH line says so) and its tasks answer it.
+    # A job submitted with --signal USR1@60 is warned with USR1 (the script's #SBATCH line
+    # says so) and its ranks answer it.
     config = tmp_path / "usr1.yaml"
     config.write_text(CONFIG.format(epochs=EPOCHS))
     waiter, job_id = submit_waiting(
@@ -139,16 +136,15 @@ def test_submit_warned_with_usr1_checkpoints_requeues_and_resumes(
         tmp_path,
     )
     folder = tmp_path / ".hpcdist" / "submitit" / str(job_id)
-    assert "#SBATCH --signal=USR1@60" in (folder / f"{job_id}_submission.sh").read_text()
+    assert '#SBATCH --signal="USR1@60"' in (folder / f"{job_id}_submission.sh").read_text()
 
     def logs() -> str:
-        paths = [folder / f"{job_id}_{task}_log.out" for task in (0, 1)]
-        return "".join(path.read_text(errors="replace") for path in paths if path.is_file())
+        return job_log(tmp_path, "submit-usr1", job_id)
 
     _wait_for(lambda: "Epoch 3/" in logs(), 180, "the submitted job to train 3 epochs")
     run_slurm("scancel", "--signal=USR1", str(job_id))
     finish_waiting(waiter, job_id, timeout=300)
     text = logs()
-    assert "hpcdist: checkpoint written after SIGUSR1; job requeued" in text, text
+    assert "hpcdist: checkpoint written, requeueing job" in text, text
     assert re.search(r"Resuming from \S+ \(epoch \d+, restart 1\)", text), text
     assert f"Epoch {EPOCHS}/{EPOCHS}" in text, text

@@ -61,20 +61,26 @@ def _record(tmp_path: Path, **changes: object) -> JobRecord:
 def test_cancel_of_a_local_job_leaves_no_process_of_it_within_10_s(tmp_path: Path) -> None:
     record = _sleeper(tmp_path)
     assert record.local_process is not None
-    # Both ranks' commands (python ... sleep) are running under the controller.
+    # Both ranks' commands (python -c ... sleep) are running under the controller, beside
+    # the batch shell, its runner and the srun stand-in (whose arguments name the command).
     deadline = time.monotonic() + 30
     while time.monotonic() < deadline:
         tree = process_tree(record.local_process)
-        if sum("time.sleep(300)" in _cmdline(p.pid) for p in tree) == 2:
+        if sum(_is_rank(p.pid) for p in tree) == 2:
             break
         time.sleep(0.2)
-    assert sum("time.sleep(300)" in _cmdline(p.pid) for p in tree) == 2
+    assert sum(_is_rank(p.pid) for p in tree) == 2
+    assert len(tree) > 2
     started = time.monotonic()
     assert cancel(record) == "RUNNING"
     while any(p.is_running() for p in tree) and time.monotonic() - started < 10:
         time.sleep(0.1)
     assert [p for p in tree if p.is_running()] == []
     assert job_state(record) == "CANCELLED"
+
+
+def _is_rank(pid: int) -> bool:
+    return _cmdline(pid).startswith(f"{sys.executable} -c import time; time.sleep(300)")
 
 
 def _cmdline(pid: int) -> str:

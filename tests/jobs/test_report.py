@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
+import os
 import subprocess
 import sys
 import time
@@ -13,10 +15,11 @@ import pytest
 from click.testing import CliRunner
 
 from hpcdist.cli.main import cli
-from hpcdist.jobs.arrays import expand_task_ids, parse_task_states
 from hpcdist.jobs.records import JobRecord, save_record
 from hpcdist.jobs.report import Row, collect, failure_reason, mark_best, plot, table, task_ids
+from hpcdist.slurm.arrays import expand_task_ids, parse_task_states
 from hpcdist.slurm.query import JobInfo
+from hpcdist.state.outputs import book_for, write_output
 from ufsemulator.config import Config, ConfigError
 from ufsemulator.overrides import apply_to, overrides_record
 from ufsemulator.training.runfiles import default_run_dir
@@ -106,7 +109,7 @@ def test_no_row_is_best_when_no_training_finished_an_epoch() -> None:
     ("log", "reason"),
     [
         (
-            "Epoch 1/3\nerror: data file '/x.nc' does not exist\nTraceback\nCommandFailed: x\n",
+            "Epoch 1/3\nerror: data file '/x.nc' does not exist\nTraceback\nValueError: x\n",
             "data file '/x.nc' does not exist",
         ),
         (
@@ -114,6 +117,12 @@ def test_no_row_is_best_when_no_training_finished_an_epoch() -> None:
             "RuntimeError: gloo timed out",
         ),
         ("Epoch 1/3\nkilled\n", None),
+        # srun --label's rank before each line of the job's log
+        (
+            "0: Epoch 1/3\n0: error: data file '/x.nc' does not exist\nsrun: error: node1\n",
+            "data file '/x.nc' does not exist",
+        ),
+        ("1: Traceback (most recent call last):\n1: OSError: disk full\n", "OSError: disk full"),
     ],
 )
 def test_a_failed_task_is_explained_by_the_last_error_of_its_rank_0_log(
@@ -160,11 +169,13 @@ def test_an_array_record_reads_each_task_its_run_folder_and_results(
     results = {"best_val_loss": 0.05, "best_val_r2": 0.95, "epochs_run": 20, "wall_time_s": 6.0}
     run = tmp_path / "runs" / "40_1"
     run.mkdir(parents=True)
-    (run / "training_results.json").write_text(
-        json.dumps({**results, "history": {"val_loss": [0.5, 0.05]}})
+    _written(run / "training_results.json", {**results, "history": {"val_loss": [0.5, 0.05]}})
+    # The job's log, where SLURM says (srun's labels before the ranks' lines).
+    (tmp_path / "emu-41.out").write_text("0: error: no such file\nsrun: error: node1\n")
+    info = dataclasses.replace(
+        _slurm_info("40_0", str(tmp_path)), stdout=str(tmp_path / "emu-41.out")
     )
-    (tmp_path / "40_0_0_log.out").write_text("error: no such file\n")
-    monkeypatch.setattr("hpcdist.jobs.report.query_jobs", lambda job: [])  # SLURM forgot it
+    monkeypatch.setattr("hpcdist.jobs.report.query_jobs", lambda job: [info])
     monkeypatch.setattr(
         "hpcdist.jobs.report.task_states",
         lambda job, count: {"40_0": "FAILED", "40_1": "COMPLETED"},
@@ -182,9 +193,16 @@ def test_an_array_record_reads_each_task_its_run_folder_and_results(
 _RESULTS = {"best_val_loss": 0.25, "best_val_r2": 0.75, "epochs_run": 3, "wall_time_s": 2.0}
 
 
+def _written(path: Path, results: object) -> None:
+    """A results file as a training in the folder above ``runs/`` writes it: its digest in
+    that folder's private state."""
+    text = results if isinstance(results, str) else json.dumps(results)
+    write_output(path, text.encode(), book_for(path.parent.parent.parent))
+
+
 def _results(run: Path) -> None:
     run.mkdir(parents=True)
-    (run / "training_results.json").write_text(json.dumps(_RESULTS))
+    _written(run / "training_results.json", _RESULTS)
 
 
 def _slurm_info(job: str, workdir: str | None) -> JobInfo:
@@ -277,7 +295,7 @@ def test_an_unreadable_results_file_is_named_as_such(
 ) -> None:
     project = tmp_path / "project"
     (project / "runs" / "44").mkdir(parents=True)
-    (project / "runs" / "44" / "training_results.json").write_text("{not json")
+    _written(project / "runs" / "44" / "training_results.json", "{not json")
     save_record(_record("44", project, workdir=project), project)
     monkeypatch.setattr("hpcdist.jobs.report.job_state", lambda record: "COMPLETED")
     [row] = collect("44", project)
@@ -343,3 +361,30 @@ def test_ufsemulator_train_set_refuses_a_bad_override_in_one_line(
     assert proc.returncode == 2
     assert proc.stderr.startswith(message) and proc.stderr.count("\n") == 1, proc.stderr
     assert list(tmp_path.iterdir()) == []
+
+
+@pytest.mark.parametrize("change", ["rewritten", "foreign", "unrecorded"])
+def test_results_not_as_the_training_wrote_them_are_refused(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, change: str
+) -> None:
+    project = tmp_path / "project"
+    path = project / "runs" / "45" / "training_results.json"
+    path.parent.mkdir(parents=True)
+    _written(path, _RESULTS)
+    if change == "rewritten":  # in place, as a group-writable file allowed
+        path.write_text(json.dumps({**_RESULTS, "best_val_loss": 1e-06}))
+        said = "its SHA-256"
+    elif change == "foreign":
+        os.chown(path, 4242, -1)
+        said = "is owned by uid 4242"
+    else:
+        book_for(project).record_path(path).unlink()  # as a file the user never wrote
+        said = "no digest of it was recorded"
+    save_record(_record("45", project, workdir=project), project)
+    monkeypatch.setattr("hpcdist.jobs.report.job_state", lambda record: "COMPLETED")
+    [row] = collect("45", project)
+    assert row.best_val_loss is None and row.reason is not None
+    assert (
+        row.reason.startswith(f"refusing training results {str(path)!r}: ") and said in row.reason
+    )
+    assert "\n" not in row.reason

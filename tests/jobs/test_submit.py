@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import shlex
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -14,19 +16,14 @@ import pytest
 from click.testing import CliRunner
 
 from hpcdist.cli.main import cli
-from hpcdist.errors import SpecError
 from hpcdist.jobs.records import load_record, wait_for_final_state
 from hpcdist.jobs.submit import (
-    AUTO_GPUS_REFUSED,
-    SUBMITIT_OWNS,
     clean_slurm_environment,
     describe,
-    slurm_parameters,
     submit,
 )
 from hpcdist.render.directives import srun_options
 from hpcdist.render.script import render
-from hpcdist.slurm.timelimit import time_limit_seconds
 from hpcdist.spec.joboption import JobOption
 from hpcdist.spec.jobspec import JOB_OPTIONS, JobSpec
 from hpcdist.spec.options import spec_from_options
@@ -60,22 +57,9 @@ def _sbatch_value(text: str) -> str:
     return "".join(out)
 
 
-def _normalise(directives: dict[str, str]) -> dict[str, str]:
-    """Every directive but those submitit writes itself (its logs, append mode, wckey)."""
-    out = {k: v for k, v in directives.items() if k not in (*SUBMITIT_OWNS, "wckey")}
-    if "time" in out:
-        out["time"] = str(time_limit_seconds(out["time"]))
-    return out
-
-
-def _submitit_script(spec: JobSpec, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> str:
-    import submitit
-
-    # The executor only checks that srun exists; the script text needs no cluster.
-    monkeypatch.setattr(submitit.SlurmExecutor, "affinity", classmethod(lambda cls: 2))
-    executor: Any = submitit.SlurmExecutor(folder=tmp_path)
-    executor.update_parameters(**slurm_parameters(spec))
-    return str(executor._make_submission_file_text("true", "uid"))
+def _planned(spec: JobSpec) -> str:
+    """The script a SLURM submit would check and queue (no cluster needed to plan it)."""
+    return describe(spec, "slurm")["script"]
 
 
 @pytest.mark.parametrize(
@@ -125,17 +109,17 @@ def _submitit_script(spec: JobSpec, tmp_path: Path, monkeypatch: pytest.MonkeyPa
         },
     ],
 )
-def test_render_and_submit_ask_slurm_for_the_same_resources(
+def test_submit_queues_the_script_render_prints_with_the_values_given(
     flags: dict[str, Any], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.chdir(tmp_path)
+    monkeypatch.setattr(shutil, "which", lambda tool: f"/usr/bin/{tool}")  # sbatch "exists"
     if "workdir" in flags:  # --chdir must name an existing folder (relative: from the cwd)
         (tmp_path / flags["workdir"]).mkdir(parents=True)
     spec = spec_from_options({"profile": None, **flags})
-    rendered = _normalise(_directives(render(spec)))
-    submitted = _normalise(_directives(_submitit_script(spec, tmp_path, monkeypatch)))
-    assert rendered == submitted
-    # Not only equal to each other: each holds the values the user gave.
+    script = _planned(spec)
+    assert script == render(spec)  # one artefact: byte for byte
+    submitted = _directives(script)
     given = {
         "nodes": "nodes",
         "job_name": "job-name",
@@ -145,30 +129,25 @@ def test_render_and_submit_ask_slurm_for_the_same_resources(
         "workdir": "chdir",
         "output": "output",
         "error": "error",
+        "constraint": "constraint",
+        "reservation": "reservation",
+        "mail_type": "mail-type",
+        "mail_user": "mail-user",
+        "nodelist": "nodelist",
+        "exclude": "exclude",
     }
-    given.update(
-        {
-            "constraint": "constraint",
-            "reservation": "reservation",
-            "mail_type": "mail-type",
-            "mail_user": "mail-user",
-            "nodelist": "nodelist",
-            "exclude": "exclude",
-        }
-    )
     for flag, directive in given.items():
         if flag in flags:
             assert submitted[directive] == str(flags[flag])
     for key, _, value in (item.partition("=") for item in flags.get("sbatch_options", ())):
-        assert rendered[key] == submitted[key] == value
+        assert submitted[key] == value
     if flags.get("gpu_type"):
-        assert rendered["gres"] == submitted["gres"] == f"gpu:{flags['gpu_type']}:2"
+        assert submitted["gres"] == f"gpu:{flags['gpu_type']}:2"
     if flags.get("exclusive"):
-        assert rendered["exclusive"] == submitted["exclusive"] == ""
+        assert submitted["exclusive"] == ""
     assert ("no-requeue" in submitted) == (flags.get("requeue") is False or spec.mode == "test")
     assert ("requeue" in submitted) == spec.requeue
-    srun = _srun_line(_submitit_script(spec, tmp_path, monkeypatch))
-    words = shlex.split(srun)
+    words = shlex.split(_srun_line(script))
     for option in srun_options(spec):
         assert option in words
     for arg in flags.get("srun_args", ()):
@@ -176,58 +155,21 @@ def test_render_and_submit_ask_slurm_for_the_same_resources(
 
 
 def _srun_line(script: str) -> str:
-    return next(line for line in script.splitlines() if line.startswith("srun "))
+    """srun's options as one line: the script continues them over several."""
+    joined = script.replace("\\\n", " ")
+    line = next(line for line in joined.splitlines() if "srun --" in line)
+    return line[line.index("srun --") :]
 
 
-AUTO_MESSAGE = (
-    "--mode nccl with no GPU count is supported by render/sbatch only; "
-    "pass --gpus-per-node N for submit"
-)
-
-
-# With SLURM, submit asks the partition for its GPUs instead (tests/jobs/test_gpudetect.py).
-@pytest.mark.parametrize("executor", ["local", "auto"])
-@pytest.mark.parametrize("dry_run", [True, False])
-def test_submit_refuses_gpus_counted_at_run_time_in_one_line(
-    executor: str, dry_run: bool, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+@pytest.mark.parametrize("executor", ["local", "slurm"])
+def test_submit_counts_gpus_in_the_job_as_render_does(
+    executor: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    import hpcdist.jobs.submit
-
-    monkeypatch.setattr(hpcdist.jobs.submit, "slurm_config", lambda: None)  # auto: no cluster here
-    monkeypatch.chdir(tmp_path)
-    monkeypatch.setenv("HPCDIST_HOME", str(tmp_path))
-    args = ["submit", "--mode", "nccl", "--nodes", "2", "--executor", executor]
-    result = CliRunner().invoke(cli, args + (["--dry-run"] if dry_run else []))
-    assert result.exit_code == 2, result.output
-    assert result.stderr.strip().splitlines() == [f"hpcdist: error: {AUTO_MESSAGE}"]
-    assert "Traceback" not in result.output
-    assert not (tmp_path / ".hpcdist").exists()  # nothing was submitted or recorded
-
-
-def test_submit_functions_refuse_auto_before_anything_else(tmp_path: Path) -> None:
-    spec = spec_from_options({"profile": None, "mode": "nccl"})
-    assert AUTO_GPUS_REFUSED == AUTO_MESSAGE
-    for call in (
-        lambda: slurm_parameters(spec),
-        lambda: describe(spec, "local"),
-        lambda: submit(spec, "local", project_dir=tmp_path),
-    ):
-        with pytest.raises(SpecError) as info:
-            call()
-        assert str(info.value) == AUTO_MESSAGE
-    assert not (tmp_path / ".hpcdist").exists()
-
-
-def test_submit_takes_the_gpu_count_when_given() -> None:
-    spec = spec_from_options(
-        {"profile": None, "mode": "nccl", "gpus_per_node": 2, "cpus_per_task": 1}
-    )
-    params = slurm_parameters(spec)["additional_parameters"]
-    assert (params["ntasks_per_node"], params["gpus_per_node"], params["cpus_per_task"]) == (
-        2,
-        2,
-        1,
-    )
+    monkeypatch.setattr(shutil, "which", lambda tool: f"/usr/bin/{tool}")
+    spec = spec_from_options({"profile": None, "mode": "nccl", "nodes": 2})
+    script = describe(spec, executor)["script"]
+    assert script == render(spec)
+    assert "hpcdist.distributed.jobstep gpus" in script
 
 
 def test_dry_run_prints_parameters_and_submits_nothing(tmp_path: Path) -> None:
@@ -235,8 +177,11 @@ def test_dry_run_prints_parameters_and_submits_nothing(tmp_path: Path) -> None:
         cli, ["submit", "--nodes", "2", "--backend", "gloo", "--executor", "local", "--dry-run"]
     )
     assert result.exit_code == 0, result.output
-    assert '"executor": "local"' in result.stdout
-    assert '"tasks": 2' in result.stdout
+    shown = json.loads(result.stdout)
+    assert shown["executor"] == "local"
+    spec = spec_from_options({"profile": None, "nodes": 2, "backend": "gloo"})
+    assert shown["script"] == render(spec)
+    assert "--nodes=2 --ntasks-per-node=1" in shown["script"]
     assert not (tmp_path / ".hpcdist").exists()
 
 
@@ -369,7 +314,8 @@ def test_every_pass_through_option_reaches_render_and_submit_with_its_value(
     spec = spec_from_options({**base, option.name: value})
     shown = "" if value is True else value  # a flag: --exclusive, no value
     assert _directives(render(spec))[option.sbatch] == shown
-    assert _directives(_submitit_script(spec, tmp_path, monkeypatch))[option.sbatch] == shown
+    monkeypatch.setattr(shutil, "which", lambda tool: f"/usr/bin/{tool}")
+    assert _directives(_planned(spec))[option.sbatch] == shown
     unset = spec_from_options({"profile": None, "mode": "gloo"})
     # Unset: no directive, unless a default or the profile (its partition) gives a value.
     assert (option.sbatch in _directives(render(unset))) == (

@@ -13,6 +13,7 @@ import pytest
 from hpcdist.errors import UserError
 from hpcdist.jobs.records import load_record
 from hpcdist.jobs.submit import job_workdir, submit
+from hpcdist.render.script import render
 from hpcdist.spec.options import spec_from_options
 from hpcdist.state.snapshot import FolderSnapshot
 
@@ -81,8 +82,11 @@ def test_an_accepted_submit_keeps_its_folders(
     record = submit(spec, "slurm", project_dir=project, preflight_check=False).record
     assert record.job_id == "4242"
     made = _tree(project)
-    assert ".hpcdist/secrets" in made and ".hpcdist/jobs/4242.json" in made
-    assert any(p.startswith(".hpcdist/submitit/4242/") for p in made), made
+    assert ".hpcdist/jobs/4242.json" in made
+    # submitit keeps the very script it queued (the job makes its own secret when it starts).
+    queued = project / ".hpcdist/submitit/4242/4242_submission.sh"
+    assert queued.read_text() == render(spec)
+    assert ".hpcdist/secrets" not in made
 
 
 @pytest.mark.parametrize(
@@ -103,14 +107,14 @@ def test_an_accepted_submit_records_the_folder_the_job_runs_in(
     record = submit(spec, "slurm", project_dir=project, preflight_check=False).record
     assert record.workdir == str(tmp_path / ran_in)
     assert load_record(record.job_id, project).workdir == record.workdir
-    assert job_workdir(spec, "local") == record.workdir  # local ranks start there too
+    assert job_workdir(spec) == record.workdir  # local ranks start there too
 
 
-def test_a_refused_cli_submit_from_a_shared_folder_leaves_no_state_folder(
+def test_a_cli_submit_from_a_shared_folder_is_refused_before_anything_is_made(
     tmp_path: Path,
 ) -> None:
-    """A working folder others can write keeps its state in the user's own state folder
-    (hpcdist.state.statehome): the refusal removes the folders made there too."""
+    """A working folder others can write is refused in one line (its job's runner would
+    refuse it when it starts): no state folder, here or in the user's own."""
     bindir = _fake_slurm(tmp_path / "bin")
     work = tmp_path / "home" / "shared-work"
     work.mkdir(parents=True)
@@ -131,12 +135,14 @@ def test_a_refused_cli_submit_from_a_shared_folder_leaves_no_state_folder(
         timeout=120,
     )
     assert proc.returncode == 2, proc.stdout + proc.stderr
-    last = proc.stderr.strip().splitlines()[-1]
-    assert last.startswith("hpcdist: error: the slurm executor could not submit the job"), last
-    assert "invalid partition" in last
+    (line,) = proc.stderr.strip().splitlines()
+    assert line.startswith(f"hpcdist: error: the job's working folder '{work}' can be written")
     assert "Traceback" not in proc.stderr
     assert _tree(work) == []
-    assert not (tmp_path / "home" / "state").exists(), _tree(tmp_path / "home")
+    # At most the empty folder its log would have gone to (a log in a shared folder goes to
+    # the user's own, made when the job is described): no file anywhere.
+    state = tmp_path / "home" / "state"
+    assert [p for p in state.rglob("*") if not p.is_dir()] == []
 
 
 def test_the_snapshot_removes_only_what_was_made_after_it(tmp_path: Path) -> None:

@@ -10,7 +10,7 @@ import pytest
 from click.testing import CliRunner
 
 from hpcdist.cli.main import cli
-from hpcdist.render.directives import rank_log_pattern
+from hpcdist.facts.launch import rank_log_pattern
 from hpcdist.render.script import render
 from hpcdist.spec.options import spec_from_options
 

@@ -18,7 +18,8 @@ from click.testing import CliRunner
 
 import hpcdist.render.script as render_module
 from hpcdist.cli.main import cli
-from hpcdist.render.directives import launch_argv, sbatch_directives, torchrun_command
+from hpcdist.facts.launch import torchrun_command
+from hpcdist.render.directives import launch_argv, sbatch_directives
 from hpcdist.render.hpcscripts import HPC_SCRIPTS, render_hpc_script
 from hpcdist.render.script import quote, render, template_dir
 from hpcdist.spec.jobspec import AUTO
@@ -163,7 +164,10 @@ def test_nccl_without_a_gpu_count_asks_for_whole_nodes() -> None:
         assert not any(d.startswith(f"#SBATCH {option}") for d in directives), directives
     # SLURM's count, else the driver's list: hpcdist.distributed.gpus, run by the script
     # (test_auto_script_launches_one_task_per_counted_gpu runs both).
-    assert 'counted_gpus="$(python3 -m hpcdist.distributed.jobstep gpus)"\n' in script
+    assert (
+        'counted_gpus="$(python3 -c "${hpcdist_main}" hpcdist.distributed.jobstep gpus)"\n'
+        in script
+    )
     assert (
         'srun --nodes=2 --ntasks-per-node="$gpus" --cpus-per-task="$cpus" '
         '${gpu_request:+"$gpu_request"} --kill-on-bad-exit=1 --label \\\n'
@@ -753,13 +757,19 @@ def test_array_directive_says_what_it_does(max_parallel: int | None, lines: str)
     assert lines in render(spec_from_options(flags))
 
 
-def test_a_gpu_type_without_a_count_cannot_be_rendered() -> None:
-    result = CliRunner().invoke(cli, ["render", "--mode", "nccl", "--gpu-type", "a100"])
+@pytest.mark.parametrize("command", [["render"], ["submit", "--executor", "slurm"]])
+def test_a_gpu_type_without_a_count_is_refused_by_render_and_submit(
+    command: list[str], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setattr("shutil.which", lambda name: f"/usr/bin/{name}")  # a login node
+    result = CliRunner().invoke(cli, [*command, "--mode", "nccl", "--gpu-type", "a100"])
     assert result.exit_code == 2
     assert result.stderr == (
-        "hpcdist: error: --gpu-type 'a100' needs a GPU count in a rendered script: pass "
-        "--gpus-per-node N (submit reads it from the partition)\n"
+        "hpcdist: error: --gpu-type 'a100' needs a GPU count: pass --gpus-per-node N (a "
+        "script that counts the GPUs when it starts asks for whole nodes, not a type)\n"
     )
+    assert list(tmp_path.iterdir()) == []
 
 
 def test_a_users_srun_words_are_quoted_and_the_scripts_counts_are_not() -> None:

@@ -291,10 +291,10 @@ def test_site_values_never_execute(field: str, payload: str, tmp_path: Path) -> 
         assert line in script.splitlines()
 
 
-def test_render_and_submitit_get_the_site_options_with_their_values(
+def test_submit_queues_the_site_options_render_writes_with_their_values(
     site: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from tests.jobs.test_submit import _normalise, _submitit_script
+    from tests.jobs.test_submit import _planned, _srun_line
 
     spec = spec_from_options(
         {
@@ -313,10 +313,10 @@ def test_render_and_submitit_get_the_site_options_with_their_values(
             "srun_args": ("--export=ALL,X=a b",),
         }
     )
-    submitted_text = _submitit_script(spec, tmp_path, monkeypatch)
-    rendered = _normalise(_directives(render(spec)))
-    submitted = _normalise(_directives(submitted_text))
-    assert rendered == submitted
+    monkeypatch.setattr("shutil.which", lambda name: f"/usr/bin/{name}")
+    submitted_text = _planned(spec)
+    assert submitted_text == render(spec)
+    submitted = _directives(submitted_text)
     for option, value in {
         "gres": "gpu:a100:2",
         "constraint": "a100&ib",
@@ -329,7 +329,7 @@ def test_render_and_submitit_get_the_site_options_with_their_values(
         "hint": "",
     }.items():
         assert submitted[option] == value, option
-    srun = next(ln for ln in submitted_text.splitlines() if ln.startswith("srun "))
+    srun = _srun_line(submitted_text)
     words = shlex.split(srun)
     for word in ("--cpu-bind=cores", "--distribution=block", "--export=ALL,X=a b"):
         assert word in words

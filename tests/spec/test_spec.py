@@ -11,8 +11,8 @@ from click.testing import CliRunner
 
 import hpcdist.spec.validate as validate_module
 from hpcdist.cli.main import cli
-from hpcdist.distributed.hangs import COLLECTIVE_TIMEOUT_ENV
 from hpcdist.errors import ProfileError, SpecError
+from hpcdist.facts.protocol import COLLECTIVE_TIMEOUT_ENV
 from hpcdist.slurm.timelimit import time_limit_minutes, time_limit_seconds
 from hpcdist.spec.build import build_spec
 from hpcdist.spec.jobspec import (

@@ -6,14 +6,13 @@ from __future__ import annotations
 import subprocess
 import sys
 from pathlib import Path
-from typing import Any
 
 import pytest
 from click.testing import CliRunner
 
 from hpcdist.cli.main import cli
 from hpcdist.errors import SpecError
-from hpcdist.jobs.submit import describe, require_slurm_for_arrays, slurm_parameters
+from hpcdist.jobs.submit import describe, require_slurm_for_arrays
 from hpcdist.render.script import render
 from hpcdist.spec.dependency import dependency_value, parse_after
 from hpcdist.spec.options import spec_from_options
@@ -162,21 +161,13 @@ def test_after_becomes_one_dependency_directive(after: tuple[str, ...], value: s
     assert f'#SBATCH --dependency="{value}"' in render(spec)
 
 
-def test_submitit_sends_the_array_and_dependency_the_script_renders(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+def test_submit_plans_the_array_and_dependency_the_script_renders(
+    monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    import submitit
-
     spec = spec_from_options({**SWEEP, "after": ("123:any",)})
-    monkeypatch.setattr(submitit.SlurmExecutor, "affinity", classmethod(lambda cls: 2))
-    executor: Any = submitit.SlurmExecutor(folder=tmp_path)
-    executor.update_parameters(**slurm_parameters(spec))
-    # What submitit writes for a batch of 4 submissions (its own --array first).
-    executor.parameters["map_count"] = 4
-    text = executor._make_submission_file_text("true", "uid")
-    assert "#SBATCH --array=0-3%2" in text.splitlines()
-    assert "#SBATCH --dependency=afterany:123" in text.splitlines()
-    script = render(spec)
+    monkeypatch.setattr("shutil.which", lambda name: f"/usr/bin/{name}")
+    script = describe(spec, "slurm")["script"]
+    assert script == render(spec)
     assert '#SBATCH --array="0-3%2"' in script and '#SBATCH --dependency="afterany:123"' in script
 
 

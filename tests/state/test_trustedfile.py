@@ -436,6 +436,7 @@ def test_rendered_script_keys_the_state_folder_as_python_does(
     script = render(spec_from_options({"profile": "local", "mode": "threads", "nodes": 1}))
     # The script's own lines that make its state (jobstep prepare), then where it put it.
     block = script[script.index('prepared="') : script.index('eval "${prepared}"\n') + 19]
+    block = script[script.index("hpcdist_main=") :].split("\n", 1)[0] + "\n" + block
     show = 'dirname "$(dirname "${HPCDIST_SECRET_FILE}")"'
     env = {
         **os.environ,

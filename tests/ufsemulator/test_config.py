@@ -1,8 +1,10 @@
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 import pytest
+import yaml
 
 from ufsemulator.config import Config, ConfigError, default_config_path, load_config
 
@@ -19,6 +21,23 @@ def test_default_config_loads_and_matches_the_packaged_file() -> None:
     assert config.training.batch_size == 1000
     assert config.training.strategy == "ddp"
     assert config.data.target == "aice"
+
+
+def test_config_defaults_equal_the_packaged_annotated_defaults() -> None:
+    # Config() is what a job gets with no config file; default.yaml is its annotated copy.
+    packaged = yaml.safe_load(default_config_path().read_text())
+    assert Config.from_dict(packaged) == Config() == load_config(None)
+    assert _keys(packaged) == _keys(Config().to_dict())  # every default written there
+
+
+def _keys(data: dict[str, Any], prefix: str = "") -> set[str]:
+    keys = set()
+    for key, value in data.items():
+        if isinstance(value, dict):
+            keys |= _keys(value, f"{prefix}{key}.")
+        else:
+            keys.add(f"{prefix}{key}")
+    return keys
 
 
 def test_user_file_is_merged_over_the_defaults(tmp_path: Path) -> None:

@@ -21,10 +21,17 @@ from typing import Any
 import numpy as np
 import torch
 
-from hpcdist.state.digests import DigestBook, sha256_bytes
-from hpcdist.state.fileutil import umask_mode
-from hpcdist.state.private import PrivacyError
-from hpcdist.state.trustedfile import Refused, open_folder, pause, read_once, write_at
+from hpcdist.state import (
+    DigestBook,
+    PrivacyError,
+    Refused,
+    open_folder,
+    pause,
+    read_once,
+    sha256_bytes,
+    umask_mode,
+    write_at,
+)
 from ufsemulator.errors import CheckpointError
 
 REQUIRED_KEYS = ("model", "model_config", "epoch", "config")

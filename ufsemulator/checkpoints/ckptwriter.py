@@ -17,7 +17,7 @@ from typing import Any
 
 import torch
 
-from hpcdist.state.digests import DigestBook
+from hpcdist.state import DigestBook
 from ufsemulator.checkpoints.checkpoint import (
     checkpoint_bytes,
     write_bytes,

@@ -1,4 +1,5 @@
 """The emulator's data: finding and reading CICE/CF netCDF files, synthetic files and seasons.
 
-Imports ``config``, ``variables`` and ``errors`` of the package; never training or the model.
+Imports ``variables`` and ``errors`` of the package; never the config, training or the model
+(the config imports this room, not the other way round).
 """

@@ -47,6 +47,7 @@ from ufsemulator.data.ncvalues import (
     raw_record,
     raw_variable,
 )
+from ufsemulator.data.onceread import FileBytes, read_file
 from ufsemulator.errors import DataError
 from ufsemulator.variables import (
     CF_NAMES,
@@ -116,12 +117,12 @@ class GroupReader:
         self.notes: list[str] = []
         self._stack = contextlib.ExitStack()
         self._nc: list[Any] = []
+        # What is read (grid=True) is each file's bytes read once and hashed on the way
+        # (ufsemulator.data.onceread), parsed from memory; counting records reads no values.
+        self.read: list[FileBytes] = []
         try:
             for path in self.files:
-                try:
-                    self._nc.append(self._stack.enter_context(netCDF4.Dataset(path, "r")))
-                except OSError as exc:
-                    raise DataError(f"cannot open '{path}' as netCDF: {exc}") from exc
+                self._nc.append(self._stack.enter_context(self._open(path, grid)))
             self.found = self._resolve()
             for found in self.found.values():
                 no_chunk_cache(self._nc[found.file].variables[found.variable])
@@ -133,6 +134,16 @@ class GroupReader:
         except BaseException:
             self._stack.close()
             raise
+
+    def _open(self, path: Path, whole: bool) -> Any:
+        try:
+            if not whole:
+                return netCDF4.Dataset(path, "r")
+            found = read_file(path)
+            self.read.append(found)
+            return netCDF4.Dataset(str(path), "r", memory=found.data)
+        except OSError as exc:
+            raise DataError(f"cannot open '{path}' as netCDF: {exc}") from exc
 
     def __enter__(self) -> GroupReader:
         return self

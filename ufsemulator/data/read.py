@@ -28,18 +28,23 @@ is named the same whichever rank read it.
 Consecutive files on the same grid (the same coordinate and mask variables, attributes
 and values, compared raw) share one converted grid (``ufsemulator.data.ncread.Grid``).
 
+Every file is read once, through one descriptor, and hashed on the way
+(``ufsemulator.data.onceread``): ``Dataset.file_digests`` are the SHA-256 of the bytes the
+arrays were made from, which the provenance records (nothing is read again for it).
+
 With ``cache_dir`` set, the selected arrays are kept in an ``.npz`` named by a hash of
-every source file (resolved path, size, mtime, in order) and the options, so a rerun
-skips netCDF.
+every source file (resolved path, device, inode, size, mtime and ctime, in order) and the
+options, so a rerun skips netCDF. The cache names the digests of the data bytes it was made
+from, lives only where the user alone can write and is used only as written
+(``ufsemulator.data.arraycache``).
 """
 
 from __future__ import annotations
 
 import dataclasses
 import hashlib
+import io
 import json
-import os
-import uuid
 import zipfile
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -49,7 +54,9 @@ import numpy as np
 import numpy.typing as npt
 
 from ufsemulator.data import background
+from ufsemulator.data.arraycache import load_bytes, save_bytes
 from ufsemulator.data.heap import heap_kept
+from ufsemulator.data.onceread import Identity, identity
 from ufsemulator.data.select import select_points, select_record
 from ufsemulator.data.shares import file_blocks
 from ufsemulator.data.sources import PathSpec, TimeSelection, expand_paths, pair_groups, parse_time
@@ -85,7 +92,7 @@ VARIABLE_NAMES: dict[str, tuple[str, ...]] = {
     name: tuple(base + s for s in CICE_SUFFIXES) + OTHER_NAMES.get(name, ())
     for name, base in CICE_NAMES.items()
 }
-_CACHE_VERSION = 4  # 4: record within its file, file, files_read
+_CACHE_VERSION = 5  # 4: record within its file, file, files_read; 5: file digests
 
 FloatArray = npt.NDArray[np.float64]
 
@@ -153,6 +160,9 @@ class Dataset:
     record_times: tuple[str | None, str | None] = (None, None)
     files_read: tuple[int, int] = (0, 1)
     n_records: int = 1
+    # (file number, resolved path, SHA-256, size) of every file read, in order: the bytes
+    # the arrays were made from, hashed while they were read.
+    file_digests: tuple[tuple[int, str, str, int], ...] = ()
 
     def __len__(self) -> int:
         return int(self.inputs.shape[0])
@@ -198,13 +208,18 @@ def load_dataset(
     source = first if len(groups) == 1 else f"{first} .. {last} ({len(groups)} files)"
     if share is not None and not 0 <= share[0] < share[1]:
         raise ValueError(f"share must be (rank, world) with 0 <= rank < world, got {share}")
-    cache_file = _cache_path(groups, options, share) if options.cache_dir is not None else None
-    if cache_file is not None:
+    cache_file, seen = None, {}
+    if options.cache_dir is not None:
+        seen = _identities(groups)
+        cache_file = _cache_path(groups, options, seen, share)
         cached = _load_cache(cache_file)
         if cached is not None:
-            return dataclasses.replace(cached, source=source, bytes_read=cache_file.stat().st_size)
+            return dataclasses.replace(cached, source=source)
+    read: dict[str, Identity] = {}
     with heap_kept():
-        dataset = dataclasses.replace(_read(groups, options, share), source=source)
+        dataset = dataclasses.replace(_read(groups, options, share, read), source=source)
+    if any(seen.get(name) != ident for name, ident in read.items()):
+        cache_file = None  # a file changed between the look-up and the read: not cached
     if cache_file is not None and cache_in_background:
         background.start(f"array cache {cache_file}", lambda: _save_cache(cache_file, dataset))
     elif cache_file is not None:
@@ -213,8 +228,12 @@ def load_dataset(
 
 
 def _read(
-    groups: list[tuple[Path, ...]], options: DataOptions, share: tuple[int, int] | None = None
+    groups: list[tuple[Path, ...]],
+    options: DataOptions,
+    share: tuple[int, int] | None = None,
+    read: dict[str, Identity] | None = None,
 ) -> Dataset:
+    """The arrays of the plan's files; ``read`` gets the identity of every file read."""
     names = list(dict.fromkeys((*options.inputs, "aice", options.target)))
     selection = parse_time(options.time)
     plan: list[tuple[int, tuple[Path, ...], list[int] | None]]  # file, group, its records
@@ -230,8 +249,14 @@ def _read(
     times: list[str | None] = []
     parts: list[dict[str, npt.NDArray[Any]]] = []
     grid: Grid | None = None
+    digests: list[tuple[int, str, str, int]] = []
     for number, group, wanted in plan:
         with _reader(group, names, known=grid) as reader:
+            for found in reader.read:
+                resolved = str(found.path.resolve())
+                digests.append((number, resolved, found.sha256, len(found.data)))
+                if read is not None:
+                    read[resolved] = found.identity
             for note in dict.fromkeys(reader.notes):
                 notes[note] = notes.get(note, 0) + 1
             if grid is not None and reader.grid.lat.shape != grid.lat.shape:
@@ -279,6 +304,7 @@ def _read(
         record_times=(times[0], times[-1]),
         files_read=(plan[0][0], plan[-1][0] + 1),
         n_records=n_records,
+        file_digests=tuple(digests),
     )
 
 
@@ -336,18 +362,26 @@ def _reader(group: Any, names: Any, grid: bool = True, known: Grid | None = None
     return GroupReader(group, names, grid, known)
 
 
-def _cache_path(
-    groups: list[tuple[Path, ...]], options: DataOptions, share: tuple[int, int] | None = None
-) -> Path:
-    assert options.cache_dir is not None
-    files = []
+def _identities(groups: list[tuple[Path, ...]]) -> dict[str, Identity]:
+    """Each file's identity now, by resolved path (``ufsemulator.data.onceread.identity``)."""
+    found = {}
     for group in groups:
         for path in group:
             try:
-                stat = path.stat()
+                found[str(path.resolve())] = identity(path.stat())
             except OSError as exc:
                 raise DataError(f"cannot read data file '{path}': {exc.strerror}") from exc
-            files.append([str(path.resolve()), stat.st_size, stat.st_mtime_ns])
+    return found
+
+
+def _cache_path(
+    groups: list[tuple[Path, ...]],
+    options: DataOptions,
+    seen: dict[str, Identity],
+    share: tuple[int, int] | None = None,
+) -> Path:
+    assert options.cache_dir is not None
+    files = [[name, *ident] for name, ident in seen.items()]
     key = {
         "version": _CACHE_VERSION,
         "files": files,
@@ -363,10 +397,11 @@ _ARRAYS = ("inputs", "targets", "lat", "lon", "index", "record", "file")
 
 
 def _load_cache(path: Path) -> Dataset | None:
-    if not path.is_file():
+    data = load_bytes(path)
+    if data is None:
         return None
     try:
-        with np.load(path, allow_pickle=False) as z:
+        with np.load(io.BytesIO(data), allow_pickle=False) as z:
             meta = json.loads(str(z["meta"]))
             arrays = {name: z[f"array_{name}"] for name in _ARRAYS}
             return Dataset(
@@ -380,6 +415,8 @@ def _load_cache(path: Path) -> Dataset | None:
                 record_times=tuple(meta["record_times"]),
                 files_read=tuple(meta["files_read"]),
                 n_records=int(meta["n_records"]),
+                file_digests=tuple(tuple(d) for d in meta["file_digests"]),
+                bytes_read=len(data),
             )
     except (OSError, ValueError, KeyError, zipfile.BadZipFile):
         return None  # a damaged cache is rebuilt, not fatal
@@ -396,18 +433,13 @@ def _save_cache(path: Path, dataset: Dataset) -> None:
         "record_times": list(dataset.record_times),
         "files_read": list(dataset.files_read),
         "n_records": dataset.n_records,
+        "file_digests": [list(d) for d in dataset.file_digests],
     }
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp_name = path.with_name(f".{path.name}.{os.getpid()}.{uuid.uuid4().hex[:8]}.tmp")
-    try:
-        with open(tmp_name, "xb") as out:
-            np.savez(
-                out,
-                meta=np.array(json.dumps(meta)),
-                # Prefixed: np.savez's own first parameter is called "file".
-                **{f"array_{name}": getattr(dataset, name) for name in _ARRAYS},
-            )
-        os.replace(tmp_name, path)
-    except BaseException:
-        Path(tmp_name).unlink(missing_ok=True)
-        raise
+    out = io.BytesIO()
+    np.savez(
+        out,
+        meta=np.array(json.dumps(meta)),
+        # Prefixed: np.savez's own first parameter is called "file".
+        **{f"array_{name}": getattr(dataset, name) for name in _ARRAYS},
+    )
+    save_bytes(path, out.getvalue())

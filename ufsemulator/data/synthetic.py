@@ -21,6 +21,8 @@ the fields in each file layout the reader understands (CICE streams, the CF-name
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import numpy as np
 import numpy.typing as npt
 
@@ -106,15 +108,43 @@ def synthetic_fields(
     toward July's; day 0 gives exactly the January fields."""
     rng = np.random.default_rng(seed)
     lat, lon, xyz = _coordinates(ni, nj)
-    phi = np.deg2rad(lat)
 
     def smooth(scale: float) -> FloatArray:
         return _smooth_field(rng, xyz, scale)
 
-    s = np.abs(np.sin(phi))
-    north = lat >= 0.0
     ocean = _ocean(rng, xyz, lat)
+    # Each stage draws from ``rng`` in turn: their order is the data of a seed.
+    sss, tf, sst, tair = _surface(smooth, lat, day_of_year)
+    ice = _ice(rng, smooth, north=lat >= 0.0, sst=sst, tf=tf, tair=tair)
+    qref, flwdn, fswdn = _radiation(smooth, lat, tair, day_of_year)
+    uatm, vatm, uocn, vocn = _winds(smooth, lat)
+    fields = {
+        "aice_h": ice["aice"],
+        "hi_h": ice["hi"],
+        "hs_h": ice["hs"],
+        "Tsfc_h": ice["tsfc"],
+        "sst_h": sst,
+        "sss_h": sss,
+        "sice_h": ice["sice"],
+        "Tair_h": tair,
+        "Qref_h": qref,
+        "flwdn_h": flwdn,
+        "fswdn_h": fswdn,
+        "uocn_h": uocn,
+        "vocn_h": vocn,
+        "uatm_h": uatm,
+        "vatm_h": vatm,
+    }
+    return fields, lat, lon, ocean
 
+
+_Smooth = Callable[[float], FloatArray]  # a smooth random field of the given scale
+
+
+def _climatologies(lat: FloatArray, day_of_year: float) -> tuple[FloatArray, ...]:
+    """sst, tair and sss of the season, before the weather."""
+    s = np.abs(np.sin(np.deg2rad(lat)))
+    north = lat >= 0.0
     # winter: 1 in the north's January (day 0), 0 in its July; the south in antiphase.
     winter = 0.5 * (1.0 + np.cos(2.0 * np.pi * (day_of_year - DAY_OF_YEAR) / 365.0))
     sst_north = winter * (29.0 - 36.0 * s**2) + (1.0 - winter) * (29.0 - 31.0 * s**2)
@@ -125,16 +155,34 @@ def synthetic_fields(
     tair_clim = np.where(north, tair_north, tair_south)
     sss_clim = 33.0 + 2.8 * np.exp(-(((np.abs(lat) - 25.0) / 18.0) ** 2))
     sss_clim -= 1.5 * np.clip((lat - 60.0) / 25.0, 0.0, 1.0)  # fresh Arctic surface
+    return sst_clim, tair_clim, sss_clim
 
+
+def _surface(smooth: _Smooth, lat: FloatArray, day_of_year: float) -> tuple[FloatArray, ...]:
+    """sss, its freezing point tf, sst and tair: the climatologies plus weather."""
+    sst_clim, tair_clim, sss_clim = _climatologies(lat, day_of_year)
+    s = np.abs(np.sin(np.deg2rad(lat)))
     sss = np.clip(sss_clim + 0.5 * smooth(3.0), 30.0, 37.0)
     tf = -0.054 * sss
     sst_raw = sst_clim + 1.5 * smooth(2.5)
     # A smooth rectifier: sst stays above freezing and tends to it where sst_raw < Tf.
     sst = tf + 0.25 * np.logaddexp(0.0, (sst_raw - tf) / 0.25)
     tair = tair_clim + 2.5 * (0.5 + s) * smooth(3.0)
+    return sss, tf, sst, tair
 
+
+def _ice(
+    rng: np.random.Generator,
+    smooth: _Smooth,
+    *,
+    north: npt.NDArray[np.bool_],
+    sst: FloatArray,
+    tf: FloatArray,
+    tair: FloatArray,
+) -> dict[str, FloatArray]:
+    """aice, hi, hs, sice and tsfc, where the ocean is near freezing and the air cold."""
     aice = 1.04 * _sigmoid((0.8 - (sst - tf)) / 0.25) * _sigmoid((-tair - 1.0) / 3.0) - 0.04
-    aice += 0.015 * smooth(4.0) + 0.01 * rng.standard_normal(lat.shape)
+    aice += 0.015 * smooth(4.0) + 0.01 * rng.standard_normal(tair.shape)
     aice = np.clip(aice, 0.0, 1.0)
     ice = aice > 0.0
 
@@ -148,7 +196,13 @@ def synthetic_fields(
     # Snow and ice insulate: the surface sits between the air and the freezing ocean.
     t_ice = tair + (tf - tair) * 0.5 / (1.0 + 2.0 * h_ice + 6.0 * h_snow)
     tsfc = np.where(ice, np.minimum(t_ice, 0.0), sst)
+    return {"aice": aice, "hi": hi, "hs": hs, "sice": sice, "tsfc": tsfc}
 
+
+def _radiation(
+    smooth: _Smooth, lat: FloatArray, tair: FloatArray, day_of_year: float
+) -> tuple[FloatArray, FloatArray, FloatArray]:
+    """qref (g/kg), flwdn and fswdn (W/m2) under a random cloud cover."""
     rh = np.clip(0.8 + 0.05 * smooth(3.0), 0.6, 1.0)
     e_sat = 6.112 * np.exp(17.67 * tair / (tair + 243.5))  # hPa
     e = rh * e_sat
@@ -159,7 +213,11 @@ def synthetic_fields(
     emissivity = emissivity * (1.0 - cloud) + 0.98 * cloud
     flwdn = emissivity * 5.670374419e-8 * t_k**4
     fswdn = daily_insolation(lat, solar_declination(day_of_year)) * (0.75 - 0.45 * cloud)
+    return qref, flwdn, fswdn
 
+
+def _winds(smooth: _Smooth, lat: FloatArray) -> tuple[FloatArray, ...]:
+    """uatm, vatm (trades, westerlies, polar easterlies) and the ocean's uocn, vocn."""
     u_clim = (
         -6.0 * np.exp(-((lat / 15.0) ** 2))
         + 10.0 * np.exp(-(((np.abs(lat) - 47.0) / 12.0) ** 2))
@@ -169,25 +227,7 @@ def synthetic_fields(
     vatm = 3.0 * smooth(3.0)
     uocn = 0.02 * uatm + 0.08 * smooth(4.0)
     vocn = 0.02 * vatm + 0.08 * smooth(4.0)
-
-    fields = {
-        "aice_h": aice,
-        "hi_h": hi,
-        "hs_h": hs,
-        "Tsfc_h": tsfc,
-        "sst_h": sst,
-        "sss_h": sss,
-        "sice_h": sice,
-        "Tair_h": tair,
-        "Qref_h": qref,
-        "flwdn_h": flwdn,
-        "fswdn_h": fswdn,
-        "uocn_h": uocn,
-        "vocn_h": vocn,
-        "uatm_h": uatm,
-        "vatm_h": vatm,
-    }
-    return fields, lat, lon, ocean
+    return uatm, vatm, uocn, vocn
 
 
 def _sigmoid(x: FloatArray) -> FloatArray:

@@ -139,7 +139,7 @@ def write_layout(
     return written
 
 
-def write_cice(
+def write_cice(  # noqa: PLR0913 - keyword defaults of a file generator, called positionally
     path: str | Path,
     ni: int = 384,
     nj: int = 320,
@@ -167,45 +167,59 @@ def write_cice(
         ds.createDimension("nj", nj)
         ds.createDimension("ni", ni)
         _time_axis(ds, layout, records, first_record)
-        u_lat, u_lon, u_ocean = _u_grid(lat, lon, ocean)
-        for name, values, long_name, units in (
-            ("TLAT", lat, "T grid center latitude", "degrees_north"),
-            ("TLON", lon, "T grid center longitude", "degrees_east"),
-            ("ULAT", u_lat, "U grid center latitude", "degrees_north"),
-            ("ULON", u_lon, "U grid center longitude", "degrees_east"),
-        ):
-            var = ds.createVariable(name, "f4", ("nj", "ni"))
-            var.long_name, var.units = long_name, units
-            var[:] = values.astype(np.float32)
-        for name, mask, where in (("tmask", ocean, "T"), ("umask", u_ocean, "U")):
-            var = ds.createVariable(name, "f4", ("nj", "ni"))
-            var.long_name = f"ocean grid mask for {where} points"
-            var.coordinates = f"{where}LON {where}LAT"
-            var.comment = "0 = land, 1 = ocean"
-            var[:] = mask.astype(np.float32)
-        tarea = ds.createVariable("tarea", "f4", ("nj", "ni"))
-        tarea.long_name, tarea.units = "area of T grid cells", "m^2"
-        dlat, dlon = np.deg2rad(170.0 / nj), np.deg2rad(360.0 / ni)
-        tarea[:] = (EARTH_RADIUS**2 * np.cos(np.deg2rad(lat)) * dlat * dlon).astype(np.float32)
-        for key, (long_name, units, standard_name) in VARIABLES.items():
-            base = key.removesuffix("_h")
-            var = ds.createVariable(
-                base + suffix, "f4", ("time", "nj", "ni"), fill_value=FILL_VALUE
-            )
-            var.units, var.long_name = units, long_name
-            if standard_name is not None:
-                var.standard_name = standard_name
-            # CICE keeps velocities on U points, the scalars on T points.
-            var.coordinates = "ULON ULAT" if base.lower() in _VELOCITIES else "TLON TLAT"
-            var.cell_measures = "area: tarea"
-            var.cell_methods = "time: mean"
-            var.time_rep = "instantaneous" if suffix == "_h" else "averaged"
-            var.missing_value = FILL_VALUE
-            for r, fields in enumerate(series):
-                data = fields[key].astype(np.float32)
-                var[r, :, :] = np.ma.masked_array(data, mask=~ocean)
+        _cice_grid(ds, lat, lon, ocean)
+        _cice_fields(ds, series, ocean, suffix)
 
     return _atomic(Path(path), write)
+
+
+def _cice_grid(
+    ds: netCDF4.Dataset, lat: FloatArray, lon: FloatArray, ocean: npt.NDArray[np.bool_]
+) -> None:
+    """CICE's grid variables: T and U points' coordinates and masks, the cell areas."""
+    nj, ni = lat.shape
+    u_lat, u_lon, u_ocean = _u_grid(lat, lon, ocean)
+    for name, values, long_name, units in (
+        ("TLAT", lat, "T grid center latitude", "degrees_north"),
+        ("TLON", lon, "T grid center longitude", "degrees_east"),
+        ("ULAT", u_lat, "U grid center latitude", "degrees_north"),
+        ("ULON", u_lon, "U grid center longitude", "degrees_east"),
+    ):
+        var = ds.createVariable(name, "f4", ("nj", "ni"))
+        var.long_name, var.units = long_name, units
+        var[:] = values.astype(np.float32)
+    for name, mask, where in (("tmask", ocean, "T"), ("umask", u_ocean, "U")):
+        var = ds.createVariable(name, "f4", ("nj", "ni"))
+        var.long_name = f"ocean grid mask for {where} points"
+        var.coordinates = f"{where}LON {where}LAT"
+        var.comment = "0 = land, 1 = ocean"
+        var[:] = mask.astype(np.float32)
+    tarea = ds.createVariable("tarea", "f4", ("nj", "ni"))
+    tarea.long_name, tarea.units = "area of T grid cells", "m^2"
+    dlat, dlon = np.deg2rad(170.0 / nj), np.deg2rad(360.0 / ni)
+    tarea[:] = (EARTH_RADIUS**2 * np.cos(np.deg2rad(lat)) * dlat * dlon).astype(np.float32)
+
+
+def _cice_fields(
+    ds: netCDF4.Dataset, series: Records, ocean: npt.NDArray[np.bool_], suffix: str
+) -> None:
+    """The history fields ``<name><suffix>``, one record per entry of ``series``, land
+    masked."""
+    for key, (long_name, units, standard_name) in VARIABLES.items():
+        base = key.removesuffix("_h")
+        var = ds.createVariable(base + suffix, "f4", ("time", "nj", "ni"), fill_value=FILL_VALUE)
+        var.units, var.long_name = units, long_name
+        if standard_name is not None:
+            var.standard_name = standard_name
+        # CICE keeps velocities on U points, the scalars on T points.
+        var.coordinates = "ULON ULAT" if base.lower() in _VELOCITIES else "TLON TLAT"
+        var.cell_measures = "area: tarea"
+        var.cell_methods = "time: mean"
+        var.time_rep = "instantaneous" if suffix == "_h" else "averaged"
+        var.missing_value = FILL_VALUE
+        for r, fields in enumerate(series):
+            data = fields[key].astype(np.float32)
+            var[r, :, :] = np.ma.masked_array(data, mask=~ocean)
 
 
 def write_cf_pair(

@@ -1,30 +1,49 @@
 """AOTInductor package of an export: the C++ path that does not need TorchScript.
 
-``torch.export`` traces two float32 programs of the exported module, each compiled ahead
+``torch.export`` traces four float32 programs of the exported module, each compiled ahead
 of time into native code and packaged together in one ``.pt2`` file:
 
 - model ``predict``: ``inputs [N, n_in]`` -> ``(prediction [N, n_out], row_flags [N] int8)``
 - model ``jac_physical``: ``(inputs [N, n_in], mask [N, 1])`` -> ``jacobian [N, n_out, n_in]``
+- model ``tlm``: ``(inputs [N, n_in], dx [N, n_in], mask [N, 1])`` -> ``[N, n_out]``
+- model ``adjoint``: ``(inputs [N, n_in], dy [N, n_out], mask [N, 1])`` -> ``[N, n_in]``
 
-N is dynamic (1 .. 2**31 - 2 rows). Both take and give float32 only (compiled code has
-one dtype). The package's metadata (``get_metadata()`` in C++) holds the same
-``signature.json``, ``provenance.json`` and ``format_version`` as ``model.pt``. Load it in
-C++ with ``torch::inductor::AOTIModelPackageLoader(path, "jac_physical")`` or in Python
-with :func:`load`. Compiling takes about a minute per program on a loaded 2-core machine.
+N is dynamic (0 .. 2**31 - 2 rows); every input must be float32, 2-D, C-contiguous, with
+its stated column count. The package checks that itself on every call, whoever calls it
+(torch's own input checks, compiled in and switched on: torch leaves them off unless the
+caller sets ``AOTI_RUNTIME_CHECK_INPUTS=1``), and throws a ``std::runtime_error`` naming
+the input and what it expected. :func:`load` (Python) and the C++ example do the same
+before calling, with a clearer message, and make a contiguous copy of a strided input
+(cheap next to the call) instead of refusing it.
+
+The package's metadata (``get_metadata()`` in C++) holds the same ``signature.json``,
+``provenance.json`` and ``format_version`` as ``model.pt``, and what CPU it needs:
+``cpu_isa`` (the vector instruction set, e.g. ``avx512``), ``cpu_march`` (``native``: every
+extension of ``compiled_on_cpu``, the machine that compiled it, unless
+TORCHINDUCTOR_CPP_MARCH named a target such as ``x86-64-v3``); a CPU without them stops
+with an illegal instruction. Load it in C++ with
+``torch::inductor::AOTIModelPackageLoader(path, "jac_physical")`` or in Python with
+:func:`load`. Compiling takes about a minute per program on a loaded 2-core machine.
 """
 
 from __future__ import annotations
 
+import contextlib
 import os
 import uuid
 import warnings
+from collections.abc import Iterator
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import torch
 from torch import nn
 
-MODELS = ("predict", "jac_physical")
+MODELS = ("predict", "jac_physical", "tlm", "adjoint")
+# The gate torch compiles around its input checks, and what it becomes here.
+_GATE = "const static bool result = env_var_value != nullptr && env_var_value[0] != '0';"
+_ALWAYS = "const static bool result = true;"
 
 
 class _Predict(nn.Module):
@@ -33,7 +52,9 @@ class _Predict(nn.Module):
         self.module = module
 
     def forward(self, inputs: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        return self.module.predict(inputs), self.module.row_flags(inputs)
+        # All blocks at once (by_block False): torch.export cannot trace a loop over a
+        # dynamic count; each block is still its own product, so rows stay batch-invariant.
+        return self.module._predict(inputs, False), self.module.row_flags(inputs)
 
 
 class _Jacobian(nn.Module):
@@ -42,42 +63,156 @@ class _Jacobian(nn.Module):
         self.module = module
 
     def forward(self, inputs: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
-        return self.module.jac_physical(inputs, mask)
+        return self.module._jacobian(inputs, mask, False)
+
+
+class _Tlm(nn.Module):
+    def __init__(self, module: Any) -> None:
+        super().__init__()
+        self.module = module
+
+    def forward(self, inputs: torch.Tensor, dx: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+        return self.module._tlm(inputs, dx, mask, False)
+
+
+class _Adjoint(nn.Module):
+    def __init__(self, module: Any) -> None:
+        super().__init__()
+        self.module = module
+
+    def forward(self, inputs: torch.Tensor, dy: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+        return self.module._adjoint(inputs, dy, mask, False)
+
+
+@dataclass(frozen=True)
+class Argument:
+    """One input of a program: its name and its number of columns."""
+
+    name: str
+    columns: int
+
+
+def arguments(model: str, n_in: int, n_out: int) -> tuple[Argument, ...]:
+    """The inputs of one program of the package, in order."""
+    inputs, mask = Argument("inputs", n_in), Argument("mask", 1)
+    table = {
+        "predict": (inputs,),
+        "jac_physical": (inputs, mask),
+        "tlm": (inputs, Argument("dx", n_in), mask),
+        "adjoint": (inputs, Argument("dy", n_out), mask),
+    }
+    if model not in table:
+        raise ValueError(f"an AOTInductor package has programs {', '.join(MODELS)}, not {model!r}")
+    return table[model]
+
+
+def _programs(model: nn.Module) -> dict[str, tuple[nn.Module, tuple[torch.Tensor, ...], Any]]:
+    n_in, n_out = int(model.n_in), int(model.n_out)  # type: ignore[arg-type]
+    rows = torch.export.Dim("rows", min=0, max=2**31 - 2)
+    wrappers = {"predict": _Predict, "jac_physical": _Jacobian, "tlm": _Tlm, "adjoint": _Adjoint}
+    programs = {}
+    for name, wrapper in wrappers.items():
+        # Rows for three blocks: an example of one block would fix the count of blocks at 1.
+        args = tuple(torch.ones(600, a.columns) for a in arguments(name, n_in, n_out))
+        shapes = tuple({0: rows} for _ in args)
+        programs[name] = (wrapper(model).eval(), args, shapes)
+    return programs
 
 
 def package_model(model: nn.Module, out: str | Path, metadata: dict[str, str]) -> Path:
     """Compile ``model`` (an :class:`EmulatorMLP` prepared for export) into ``out``."""
     from torch._inductor import aot_compile
+    from torch._inductor.cpu_vec_isa import pick_vec_isa
     from torch._inductor.package import package_aoti
 
     out = Path(out)
-    n_in = int(model.n_in)  # type: ignore[arg-type]
-    rows = torch.export.Dim("rows", min=1, max=2**31 - 2)
-    x = torch.zeros(8, n_in)
-    programs = {
-        "predict": (_Predict(model), (x,), {"inputs": {0: rows}}),
-        "jac_physical": (
-            _Jacobian(model),
-            (x, torch.ones(8, 1)),
-            {"inputs": {0: rows}, "mask": {0: rows}},
-        ),
+    metadata = {**metadata, **_target(str(pick_vec_isa()))}
+    options = {
+        "aot_inductor.package": True,
+        "aot_inductor.metadata": metadata,
+        # Checks of 0- and 1-row inputs would refuse them (torch assumes >= 2 rows there).
+        "aot_inductor.check_lowerbound": False,
     }
-    options = {"aot_inductor.package": True, "aot_inductor.metadata": dict(metadata)}
     out.parent.mkdir(parents=True, exist_ok=True)
     tmp_name = out.with_name(f".{out.stem}.{os.getpid()}.{uuid.uuid4().hex[:8]}.tmp.pt2")
     try:
         files: dict[str, Any] = {}
-        with warnings.catch_warnings():
+        with warnings.catch_warnings(), _checks_always_on():
             warnings.simplefilter("ignore", UserWarning)
             warnings.simplefilter("ignore", FutureWarning)  # torch's own LeafSpec notice
-            for name, (wrapper, args, shapes) in programs.items():
-                program = torch.export.export(wrapper.eval(), args, dynamic_shapes=shapes)
+            for name, (wrapper, args, shapes) in _programs(model).items():
+                program = _export(wrapper, args, shapes)
                 files[name] = aot_compile(program.module(), args, options=options)
         package_aoti(str(tmp_name), files)
         os.replace(tmp_name, out)
     finally:
         Path(tmp_name).unlink(missing_ok=True)
     return out
+
+
+def _target(vec_isa: str) -> dict[str, str]:
+    """What CPU the compiled code needs: torch compiles for -march=native (the compiling
+    machine's every extension) unless TORCHINDUCTOR_CPP_MARCH names a target such as
+    x86-64-v3, and vectorises for ``vec_isa`` unless ATEN_CPU_CAPABILITY says otherwise."""
+    from torch._inductor import config
+
+    model = "unknown"
+    with contextlib.suppress(OSError):
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                model = line.split(":", 1)[1].strip()
+                break
+    return {
+        "cpu_isa": vec_isa or "none",
+        "cpu_march": config.cpp.march or "native",
+        "compiled_on_cpu": model,
+    }
+
+
+def _export(wrapper: nn.Module, args: tuple[torch.Tensor, ...], shapes: Any) -> Any:
+    """torch.export of one program for any number of rows: sizes of 0 or 1 (one block, no
+    padding) are not special cases (torch would otherwise fix them as it found them)."""
+    from torch.fx.experimental import _config
+
+    with _config.patch(backed_size_oblivious=True):  # type: ignore[attr-defined]
+        return torch.export.export(wrapper, args, dynamic_shapes=shapes)
+
+
+@contextlib.contextmanager
+def _checks_always_on() -> Iterator[None]:
+    """Compile torch's input checks (dtype, sizes, strides, device) switched on for good,
+    not only under ``AOTI_RUNTIME_CHECK_INPUTS=1``: SABER sets no such variable. Fails the
+    packaging, rather than ship an unchecked package, if torch's generated code changed."""
+    from torch._inductor.codegen.cpp_wrapper_cpu import CppWrapperCpu
+
+    original = CppWrapperCpu.generate_input_output_runtime_checks
+    seen: list[bool] = []
+
+    def generate(self: Any) -> None:
+        splice = self.prefix.splice_aot
+
+        def patched(code: Any, strip: bool = False) -> None:
+            if isinstance(code, str) and _GATE in code:
+                code = code.replace(_GATE, _ALWAYS)
+                seen.append(True)
+            splice(code, strip)
+
+        self.prefix.splice_aot = patched
+        try:
+            original(self)
+        finally:
+            del self.prefix.splice_aot
+
+    CppWrapperCpu.generate_input_output_runtime_checks = generate  # type: ignore[method-assign]
+    try:
+        yield
+    finally:
+        CppWrapperCpu.generate_input_output_runtime_checks = original  # type: ignore[method-assign]
+    if not seen:
+        raise RuntimeError(
+            f"torch {torch.__version__} no longer generates the AOTInductor input checks this "
+            "export switches on; the package would not check its inputs"
+        )
 
 
 def package_export(model_pt: str | Path, out: str | Path) -> Path:
@@ -100,6 +235,8 @@ _ATTRIBUTES = (
     "output_units",
     "fill_threshold",
     "fill_value",
+    "land_value",
+    "land_columns",
     "range_margin",
     "fill_out_of_range",
     "clamp_output",
@@ -136,8 +273,48 @@ def python_model(scripted: Any) -> nn.Module:
     return model.eval()
 
 
-def load(path: str | Path, model: str = "jac_physical") -> Any:
-    """One program of a package, callable from Python (as C++ would call it)."""
+def load(path: str | Path, model: str = "jac_physical") -> Program:
+    """One program of a package, callable from Python as C++ calls it, with its inputs
+    checked first (:class:`Program`)."""
+    import json
+
     from torch._inductor.package import load_package
 
-    return load_package(str(path), model)
+    runner = load_package(str(path), model)
+    signature = json.loads(runner.loader.get_metadata().get("signature.json") or "{}")
+    n_in, n_out = len(signature.get("inputs", [])), len(signature.get("outputs", []))
+    return Program(runner, model, arguments(model, n_in, n_out))
+
+
+class Program:
+    """A program of a package. A call checks each input (float32, 2-D, its number of
+    columns, as many rows as ``inputs``) and refuses one that does not fit with a
+    ValueError naming it and what was expected; a non-contiguous one is copied."""
+
+    def __init__(self, runner: Any, model: str, args: tuple[Argument, ...]) -> None:
+        self.runner, self.model, self.args = runner, model, args
+        self.loader = runner.loader
+
+    def __call__(self, *tensors: torch.Tensor) -> Any:
+        if len(tensors) != len(self.args):
+            names = ", ".join(a.name for a in self.args)
+            raise ValueError(f"{self.model} takes ({names}), got {len(tensors)} tensors")
+        rows = tensors[0].shape[0] if tensors[0].dim() == 2 else -1
+        checked = [
+            _checked(self.model, a, t, rows) for a, t in zip(self.args, tensors, strict=True)
+        ]
+        return self.runner(*checked)
+
+
+def _checked(model: str, arg: Argument, tensor: torch.Tensor, rows: int) -> torch.Tensor:
+    where = f"{model}: {arg.name}"
+    if tensor.dtype != torch.float32:
+        raise ValueError(f"{where} must be float32 (the package's only dtype), got {tensor.dtype}")
+    if tensor.device.type != "cpu":
+        raise ValueError(f"{where} must be on the CPU, got {tensor.device}")
+    if tensor.dim() != 2 or tensor.shape[1] != arg.columns or tensor.shape[0] != rows:
+        raise ValueError(
+            f"{where} must be [{max(rows, 0) if rows >= 0 else 'N'}, {arg.columns}], "
+            f"got {list(tensor.shape)}"
+        )
+    return tensor.contiguous()

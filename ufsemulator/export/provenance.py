@@ -7,10 +7,11 @@ system's disk can be traced to the run, the data and the code that made it.
 
 The data's identity is the files' absolute paths, the times of the first and last
 records used, each file's SHA-256 (what ``sha256sum FILE`` prints) and one SHA-256 over the
-files' sizes and digests in order. Every byte is read once more: SHA-256 runs at about
-1.4 GB/s on one core, so the files are hashed side by side on several threads (hashlib
-releases the interpreter lock), and a GPU training hashes them while it trains
-(:func:`ufsemulator.export.runrecord.data_record_later`).
+files' sizes and digests in order. A training passes the digests of the bytes its ranks
+read, computed while they read them (``ufsemulator.data.onceread``): nothing is read again.
+Without them (an identity asked for files alone), every byte is read once more, hashed side
+by side on several threads (SHA-256 runs at about 1.4 GB/s on one core; hashlib releases
+the interpreter lock).
 """
 
 from __future__ import annotations
@@ -30,6 +31,20 @@ from typing import Any
 # provenance.json extra files, input ranges, row_flags, fill_value.
 FORMAT_VERSION = 2
 _CHUNK = 8 << 20
+
+# The final numbers a model card and provenance.json carry (from RunSummary.to_json()).
+METRICS = (
+    "status",
+    "epochs_run",
+    "best_epoch",
+    "best_val_loss",
+    "best_val_r2",
+    "final_train_loss",
+    "final_val_loss",
+    "final_val_r2",
+    "n_train",
+    "n_val",
+)
 
 
 def package_version() -> str:
@@ -83,13 +98,18 @@ def files_sha256(paths: Sequence[Path], workers: int | None = None) -> list[str]
         return list(pool.map(file_sha256, paths))
 
 
-def content_sha256(paths: Sequence[Path], digests: Sequence[str] | None = None) -> str:
-    """One SHA-256 over each file's size and SHA-256, in order (``digests``: the files'
-    own, if already known), so moving bytes from one file to the next changes it."""
+def content_sha256(
+    paths: Sequence[Path],
+    digests: Sequence[str] | None = None,
+    sizes: Sequence[int] | None = None,
+) -> str:
+    """One SHA-256 over each file's size and SHA-256, in order (``digests`` and ``sizes``:
+    the files' own, if already known), so moving bytes from one file to the next changes it."""
     digests = files_sha256(paths) if digests is None else digests
+    sizes = [path.stat().st_size for path in paths] if sizes is None else sizes
     combined = hashlib.sha256()
-    for path, digest in zip(paths, digests, strict=True):
-        combined.update(f"{path.stat().st_size} {digest}\n".encode())
+    for size, digest in zip(sizes, digests, strict=True):
+        combined.update(f"{size} {digest}\n".encode())
     return combined.hexdigest()
 
 
@@ -120,16 +140,31 @@ def record_times(paths: Sequence[Path], time: int | str = "all") -> tuple[str | 
     return stamps[picked[0]], stamps[picked[-1]]
 
 
-def data_identity(paths: Sequence[Path], time: int | str = "all") -> dict[str, Any]:
+def data_identity(
+    paths: Sequence[Path],
+    time: int | str = "all",
+    read: Mapping[str, tuple[str, int]] | None = None,
+    times: tuple[str | None, str | None] | None = None,
+) -> dict[str, Any]:
+    """The data's identity. With ``read`` (resolved path -> SHA-256 and size of the bytes
+    the training read, hashed while it read them) and ``times``, nothing is read again:
+    the record names the files that were read and the bytes that were trained on."""
     absolute = [Path(p).resolve() for p in paths]
-    first, last = record_times(absolute, time)
-    digests = files_sha256(absolute)
+    if read is None:
+        first, last = record_times(absolute, time)
+        digests = files_sha256(absolute)
+        sizes = None
+    else:
+        absolute = [p for p in absolute if str(p) in read]
+        first, last = times if times is not None else (None, None)
+        digests = [read[str(p)][0] for p in absolute]
+        sizes = [read[str(p)][1] for p in absolute]
     return {
         "paths": [str(p) for p in absolute],
         "time_selection": str(time),
         "first_record_time": first,
         "last_record_time": last,
-        "sha256": content_sha256(absolute, digests),
+        "sha256": content_sha256(absolute, digests, sizes),
         "files_sha256": digests,
     }
 
@@ -171,3 +206,25 @@ def finite(value: Any) -> Any:
     if isinstance(value, (list, tuple)):
         return [finite(v) for v in value]
     return value
+
+
+def checkpoint_origin(checkpoint: Path, config: Mapping[str, Any] | None) -> dict[str, Any]:
+    """The provenance of an export made later from a run's checkpoint: the checkpoint's
+    config, and the data and metrics its run recorded in ``training_results.json`` beside
+    it (null where the checkpoint was moved away from its run folder)."""
+    results = _run_results(checkpoint.parent / "training_results.json")
+    data = results.get("data")
+    return build(
+        config=config,
+        data=data if isinstance(data, Mapping) else None,
+        metrics={key: results.get(key) for key in METRICS} if results else None,
+        source=str(checkpoint.resolve()),
+    )
+
+
+def _run_results(path: Path) -> dict[str, Any]:
+    try:
+        results = json.loads(path.read_text())
+    except (OSError, ValueError):
+        return {}
+    return results if isinstance(results, dict) else {}

@@ -17,20 +17,6 @@ from ufsemulator.config import Config
 from ufsemulator.data.sources import PathSpec, expand_paths
 from ufsemulator.export import provenance
 
-# The final numbers a model card and provenance.json carry (from RunSummary.to_json()).
-METRICS = (
-    "status",
-    "epochs_run",
-    "best_epoch",
-    "best_val_loss",
-    "best_val_r2",
-    "final_train_loss",
-    "final_val_loss",
-    "final_val_r2",
-    "n_train",
-    "n_val",
-)
-
 
 def _absolute(spec: PathSpec | None, what: str = "data file") -> list[str] | None:
     if spec is None:
@@ -52,14 +38,29 @@ def results_config(config: Config, data_path: PathSpec | None) -> dict[str, Any]
     return record
 
 
-def data_record(config: Config, data_path: PathSpec) -> dict[str, Any]:
-    """The identity of the training data: files, first and last record times, hash."""
+def data_record(
+    config: Config,
+    data_path: PathSpec,
+    read: Mapping[str, tuple[str, int]] | None = None,
+    times: tuple[str | None, str | None] | None = None,
+) -> dict[str, Any]:
+    """The identity of the training data: files, first and last record times, hash. With
+    ``read`` (resolved path -> SHA-256 and size, computed while the training read them) and
+    ``times``, of the bytes trained on, nothing read again."""
     files = expand_paths(data_path)
-    record = provenance.data_identity(files, config.data.time)
+    record = provenance.data_identity(files, config.data.time, read, times)
     if config.data.atmosphere is not None:
         atmosphere = expand_paths(config.data.atmosphere, "atmosphere file")
+        if read is not None:
+            atmosphere = [p for p in atmosphere if str(p.resolve()) in read]
         record["atmosphere_paths"] = [str(p.resolve()) for p in atmosphere]
-        record["atmosphere_sha256"] = provenance.content_sha256(atmosphere)
+        if read is not None:  # as the training read them
+            digests = [read[str(p.resolve())][0] for p in atmosphere]
+            sizes: list[int] | None = [read[str(p.resolve())][1] for p in atmosphere]
+        else:
+            digests, sizes = provenance.files_sha256(atmosphere), None
+        record["atmosphere_sha256"] = provenance.content_sha256(atmosphere, digests, sizes)
+        record["atmosphere_files_sha256"] = digests
     record["synthetic"] = config.data.path is None
     return record
 
@@ -83,15 +84,21 @@ def export_run(
 ) -> list[Path]:
     """model.pt (and model.pt2 with ``export.aoti``) of the run's best checkpoint, with
     its provenance; the files written."""
+    from hpcdist.state import book_for, read_output
     from ufsemulator.export.torchscript import export_checkpoint
 
     origin = provenance.build(
         config=config.to_dict(),
         data=data,
-        metrics={key: run.get(key) for key in METRICS},
+        metrics={key: run.get(key) for key in provenance.METRICS},
         source=str(source.resolve()),
     )
-    written = [export_checkpoint(source, run_dir / "model.pt", config.export, origin)]
+    # The checkpoint as this run wrote it (its digest is in the private state), not
+    # whatever its name holds now.
+    book = book_for()
+    checked = read_output(source, book, "checkpoint").data
+    out = run_dir / "model.pt"
+    written = [export_checkpoint(source, out, config.export, origin, data=checked, book=book)]
     if config.export.aoti:
         from ufsemulator.export.aoti import package_export
 

@@ -18,7 +18,8 @@ from typing import Any
 JEDI_REFERENCE = (
     "ocean names and sea_ice_area_fraction: SOCA GetValues names (JCSDA-internal/soca "
     "test/Data/fields_metadata.yml, commit 0b255b4); the others: CF standard names; "
-    "units: K and kg/kg as a JEDI atmospheric background holds them"
+    "units: each name's own (ufsemulator.export.names): SOCA's degC for the ocean "
+    "temperature, K and kg/kg as a JEDI atmospheric background holds them"
 )
 
 
@@ -47,13 +48,17 @@ def of(model: Any) -> dict[str, Any]:
         "dtype": "float32 or float64 (answers in the inputs' dtype)",
         "fill_threshold": float(model.fill_threshold),
         "fill_value": float(model.fill_value),
+        "land_value": float(model.land_value) if math.isfinite(model.land_value) else None,
+        "land_inputs": [model.input_names[k] for k in model.land_columns]
+        if math.isfinite(model.land_value)
+        else [],
         "range_margin": float(model.range_margin),
         "out_of_range": "fill" if model.fill_out_of_range else "flag",
         "clamp": bool(model.clamp_output),
         "activation": str(model.activation),
         "methods": {
             "predict": "[N, n_in] physical -> [N, n_out] physical",
-            "row_flags": "[N, n_in] -> [N] int8: 0 in range, 1 out of range, 2 missing",
+            "row_flags": "[N, n_in] -> [N] int8: 0 in range, 1 out of range, 2 missing or land",
             "jac_physical": "([N, n_in], mask [N] or [N, 1]) -> [N, n_out, n_in]",
             "tlm": "([N, n_in], dx [N, n_in]) -> [N, n_out]",
             "adjoint": "([N, n_in], dy [N, n_out]) -> [N, n_in]",
@@ -61,6 +66,14 @@ def of(model: Any) -> dict[str, Any]:
         },
         "jedi_names_follow": JEDI_REFERENCE,
     }
+
+
+def _land_text(sig: Mapping[str, Any]) -> str:
+    value = sig.get("land_value")
+    if value is None:
+        return "no land value (land rows must hold a fill value or NaN)"
+    inputs = ", ".join(sig.get("land_inputs", []))
+    return f"a row whose {inputs} all hold {_number(value)} is missing"
 
 
 def _number(value: Any) -> str:
@@ -97,26 +110,58 @@ def describe(extra: Mapping[str, str], path: str) -> str:
         )
     lines += [
         f"missing rows (NaN, inf, |x| >= {_number(sig['fill_threshold'])}): predict gives "
-        f"{_number(sig['fill_value'])}, jac_physical 0",
+        f"{_number(sig['fill_value'])}, jac_physical, tlm and adjoint 0",
+        "land: " + _land_text(sig),
         f"out of range (beyond the training range by {_number(sig['range_margin'])} of it): "
         + ("predict gives the fill value" if sig["out_of_range"] == "fill" else "flagged")
-        + " (row_flags)",
+        + " (row_flags), jac_physical, tlm and adjoint 0",
         "forward: NORMALISED in and out (training), not the prediction: call predict",
     ]
+    if extra.get("cpu_isa"):  # an AOTInductor package: compiled code for one kind of CPU
+        lines.append(
+            f"compiled for: vector ISA {extra['cpu_isa']}, -march={extra.get('cpu_march')} "
+            f"on {extra.get('compiled_on_cpu')}; a CPU without these stops on an illegal "
+            "instruction"
+        )
+    return "\n".join(lines + provenance_lines(origin))
+
+
+def provenance_lines(origin: Mapping[str, Any]) -> list[str]:
+    """Where the export came from: code, torch, checkpoint, each data file's SHA-256 as
+    ``sha256sum`` prints it (so ``sha256sum -c`` can check them), metrics, config."""
     data = origin.get("training_data") or {}
     metrics = origin.get("metrics") or {}
-    lines += [
+    lines = [
         "provenance:",
         f"  package {origin.get('package_version')} commit {origin.get('git_commit')}, "
         f"torch {origin.get('torch_version')}",
         f"  checkpoint {origin.get('checkpoint')}",
-        f"  data {', '.join(data.get('paths', [])) or None}",
-        f"  records {data.get('first_record_time')} .. {data.get('last_record_time')} "
-        f"(time {data.get('time_selection')}), sha256 {data.get('sha256')}",
-        "  metrics "
-        + (", ".join(f"{k} {_number(v)}" for k, v in metrics.items() if v is not None) or "none"),
     ]
-    return "\n".join(lines)
+    if data:
+        lines.append(
+            f"  records {data.get('first_record_time')} .. {data.get('last_record_time')} "
+            f"(time {data.get('time_selection')}); the files, as sha256sum prints them:"
+        )
+        for key_paths, key_digests in (
+            ("paths", "files_sha256"),
+            ("atmosphere_paths", "atmosphere_files_sha256"),
+        ):
+            pairs = zip(data.get(key_digests) or [], data.get(key_paths) or [], strict=False)
+            lines += [f"    {digest}  {path}" for digest, path in pairs]
+    else:
+        lines.append("  data not recorded (an export of a bare model or a lone checkpoint)")
+    lines.append(
+        "  metrics "
+        + (", ".join(f"{k} {_number(v)}" for k, v in metrics.items() if v is not None) or "none")
+    )
+    config = origin.get("config") or {}
+    lines.append("  config" + ("" if config else " not recorded"))
+    for section, values in config.items():
+        shown = values
+        if isinstance(values, Mapping):
+            shown = ", ".join(f"{k} {json.dumps(v)}" for k, v in values.items())
+        lines.append(f"    {section}: {shown}")
+    return lines
 
 
 def model_card(name: str, sig: Mapping[str, Any], origin: Mapping[str, Any]) -> str:

@@ -8,9 +8,9 @@ NORMALISED units (what training calls, not the prediction). It carries ``input_n
 ``activation`` as attributes, and ``signature.json`` and ``provenance.json`` as extra
 files (read them back with :func:`read_extra_files`). The ``export`` section of the config
 (:class:`ExportConfig`) chooses the names (``short``, ``jedi`` or a complete mapping), the
-levels, and the units the module takes: names and units go together (JEDI names take K
-and kg/kg, as a JEDI background holds them, unless ``units`` says otherwise), and the
-normalisation is rewritten so the module takes those units.
+levels, and so the units the module takes: every name carries its unit from one table
+(:mod:`ufsemulator.export.names`; ``units`` may only confirm it), and the normalisation
+is rewritten so the module takes those units.
 Parameters are frozen (``requires_grad`` off): a C++ caller may run it in grad mode and
 then under ``InferenceMode``. Load it in C++ with ``torch::jit::load`` or in Python with
 ``torch.jit.load``.
@@ -19,9 +19,9 @@ then under ``InferenceMode``. Load it in C++ with ``torch::jit::load`` or in Pyt
 from __future__ import annotations
 
 import copy
+import io
 import math
 import os
-import uuid
 import warnings
 from collections.abc import Mapping
 from pathlib import Path
@@ -30,11 +30,19 @@ from typing import Any
 import numpy as np
 import torch
 
+from hpcdist.state import DigestBook, output_mode, sha256_bytes, write_atomic
 from ufsemulator.config import Config, ConfigError, ExportConfig
 from ufsemulator.errors import CheckpointError
 from ufsemulator.export import provenance, signature
+from ufsemulator.export.names import (
+    OCEAN_INPUTS,
+    check_distinct,
+    check_unit_keys,
+    exported_names,
+    exported_units,
+)
 from ufsemulator.model.emulator import EmulatorMLP, ModelConfig
-from ufsemulator.variables import UNITS, conversion, exported_names, exported_units
+from ufsemulator.variables import UNITS, conversion
 
 # Prefixes a wrapped model adds to its state_dict keys (DDP, torch.compile).
 _WRAPPER_PREFIXES = ("module.", "_orig_mod.")
@@ -45,11 +53,13 @@ def export_model(
     out: str | Path,
     options: ExportConfig | None = None,
     origin: Mapping[str, Any] | None = None,
+    book: DigestBook | None = None,
 ) -> Path:
     """Script a copy of ``model`` (eval mode, on the CPU, parameters frozen, names, levels
     and units as ``options`` say) and save it atomically at ``out``, with its signature
     and ``origin`` (a :func:`provenance.build` record; a bare one if None) as extra files,
-    and a model card beside it (``out`` with suffix ``.md``)."""
+    and a model card beside it (``out`` with suffix ``.md``). Neither is writable by group
+    or others, whatever the umask; with ``book``, their digests are recorded there."""
     out = Path(out)
     model = prepare_export(model, options or ExportConfig())
     record = dict(origin) if origin is not None else provenance.build()
@@ -62,18 +72,15 @@ def export_model(
         # torch >= 2.10 marks TorchScript deprecated; libtorch's C++ loader still needs it.
         warnings.simplefilter("ignore", DeprecationWarning)
         scripted = torch.jit.script(model)
-    out.parent.mkdir(parents=True, exist_ok=True)
-    tmp_name = out.with_name(f".{out.name}.{os.getpid()}.{uuid.uuid4().hex[:8]}.tmp")
-    try:
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore", DeprecationWarning)
-            torch.jit.save(scripted, str(tmp_name), _extra_files=extra)
-        os.replace(tmp_name, out)
-    except BaseException:
-        Path(tmp_name).unlink(missing_ok=True)
-        raise
+    buffer = io.BytesIO()
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", DeprecationWarning)
+        torch.jit.save(scripted, buffer, _extra_files=extra)
     card = signature.model_card(out.name, signature.of(model), record)
-    out.with_suffix(".md").write_text(card)
+    for path, data in ((out, buffer.getvalue()), (out.with_suffix(".md"), card.encode())):
+        write_atomic(path, data, output_mode())
+        if book is not None:
+            book.settle(Path(os.path.abspath(path)), sha256_bytes(data))
     return out
 
 
@@ -101,14 +108,17 @@ def prepare_export(model: EmulatorMLP, options: ExportConfig) -> EmulatorMLP:
     for param in model.parameters():
         param.requires_grad_(False)
     config = model.config
+    ins, outs = config.input_names, config.output_names
     try:
-        ins, outs = config.input_names, config.output_names
+        check_unit_keys(options.units, (*ins, *outs))
         model.input_names = exported_names(ins, options.names, outs)
         model.output_names = exported_names(outs, options.names, ins)
-        input_units = exported_units(ins, options.chosen_units, outs)
-        output_units = exported_units(outs, options.chosen_units, ins)
+        check_distinct(model.input_names, model.output_names)
+        input_units = exported_units(ins, model.input_names, options.units)
+        output_units = exported_units(outs, model.output_names, options.units)
     except ValueError as exc:
         raise ConfigError(str(exc)) from None
+    _set_land(model, ins, options.land_value)
     if not options.range_margin >= 0.0:
         raise ConfigError(f"export.range_margin must be >= 0, got {options.range_margin}")
     model.fill_value = math.nan if options.fill_value is None else float(options.fill_value)
@@ -130,6 +140,21 @@ def prepare_export(model: EmulatorMLP, options: ExportConfig) -> EmulatorMLP:
     _convert_units(model, config.input_names, input_units, config.output_names, output_units)
     model.input_units, model.output_units = input_units, output_units
     return model
+
+
+def _set_land(model: EmulatorMLP, inputs: tuple[str, ...], value: float | None) -> None:
+    """Land stored as a number: a row whose ocean inputs all hold ``value`` is missing."""
+    if value is None:
+        return
+    columns = [k for k, name in enumerate(inputs) if name in OCEAN_INPUTS]
+    if not math.isfinite(value) or not columns:
+        raise ConfigError(
+            f"export.land_value must be a finite number and the model must have an ocean "
+            f"input ({', '.join(OCEAN_INPUTS)}) to find land by; got {value} with inputs "
+            f"{', '.join(inputs)}"
+        )
+    model.land_value = float(value)
+    model.land_columns = columns
 
 
 def _convert_units(
@@ -194,10 +219,11 @@ def load_checkpoint_model(checkpoint: str | Path) -> EmulatorMLP:
     return _model_of(_read_checkpoint(checkpoint), Path(checkpoint))
 
 
-def checkpoint_export_config(checkpoint: str | Path) -> ExportConfig:
-    """The ``export`` section of the config a checkpoint was trained with (defaults if none)."""
+def checkpoint_export_config(checkpoint: str | Path, data: bytes | None = None) -> ExportConfig:
+    """The ``export`` section of the config a checkpoint was trained with (defaults if none);
+    with ``data``, of those bytes (the checkpoint's, as checked) instead of the file's."""
     path = Path(checkpoint)
-    return _export_config_of(_read_checkpoint(path), path)
+    return _export_config_of(_read_checkpoint(path, data), path)
 
 
 def _export_config_of(state: Mapping[str, Any], path: Path) -> ExportConfig:
@@ -211,12 +237,13 @@ def _export_config_of(state: Mapping[str, Any], path: Path) -> ExportConfig:
         raise CheckpointError(f"bad 'export' section in the config of '{path}': {exc}") from exc
 
 
-def _read_checkpoint(checkpoint: str | Path) -> Mapping[str, Any]:
+def _read_checkpoint(checkpoint: str | Path, data: bytes | None = None) -> Mapping[str, Any]:
     path = Path(checkpoint)
-    if not path.is_file():
+    if data is None and not path.is_file():
         raise CheckpointError(f"checkpoint '{path}' does not exist or is not a file")
     try:
-        state = torch.load(path, map_location="cpu", weights_only=True)
+        source = path if data is None else io.BytesIO(data)
+        state = torch.load(source, map_location="cpu", weights_only=True)
     except Exception as exc:  # torch raises RuntimeError, UnpicklingError, EOFError, ...
         reason = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
         raise CheckpointError(
@@ -261,19 +288,22 @@ def export_checkpoint(
     out: str | Path,
     options: ExportConfig | None = None,
     origin: Mapping[str, Any] | None = None,
+    data: bytes | None = None,
+    book: DigestBook | None = None,
 ) -> Path:
     """Export the model of a training checkpoint as TorchScript at ``out``; ``options``
     default to the ``export`` section of the config the checkpoint was trained with,
-    ``origin`` to a provenance record with that config and the checkpoint's path."""
+    ``origin`` to a provenance record with that config, the checkpoint's path, and the
+    data and metrics of its run (:func:`provenance.checkpoint_origin`). With ``data``, the
+    checkpoint is those bytes (as checked), not the file read again; with ``book``, the
+    digests of what is written are recorded there."""
     path = Path(checkpoint)
-    state = _read_checkpoint(path)
+    state = _read_checkpoint(path, data)
     chosen = options if options is not None else _export_config_of(state, path)
     if origin is None:
         config = state.get("config")
-        origin = provenance.build(
-            config=config if isinstance(config, Mapping) else None, source=str(path.resolve())
-        )
-    return export_model(_model_of(state, path), out, chosen, origin)
+        origin = provenance.checkpoint_origin(path, config if isinstance(config, Mapping) else None)
+    return export_model(_model_of(state, path), out, chosen, origin, book)
 
 
 def _unwrap(state_dict: Any) -> Any:

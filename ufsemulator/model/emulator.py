@@ -28,6 +28,11 @@ ACTIVATIONS: tuple[str, ...] = ("relu", "tanh", "gelu", "silu")
 FILL_THRESHOLD = 1.0e20
 # row_flags codes: what a caller should make of each row's prediction.
 ROW_OK, ROW_OUT_OF_RANGE, ROW_MISSING = 0, 1, 2
+# Rows are computed in blocks of this many (the last padded): a row's bits are then the
+# same in a batch of any size (a matrix product's kernel, and so its order of additions,
+# depends on the number of rows) and on any number of threads (a block is small enough for
+# one). Measured in bench/batch_invariance.py.
+BLOCK_ROWS = 256
 
 
 @dataclass(frozen=True)
@@ -106,6 +111,9 @@ class EmulatorMLP(nn.Module):
         range_margin: float
         fill_out_of_range: bool
         clamp_output: bool
+        land_value: float
+        land_columns: list[int]
+        block_rows: int
         output_lower: list[float]
         output_upper: list[float]
         input_min: torch.Tensor
@@ -138,6 +146,11 @@ class EmulatorMLP(nn.Module):
         self.range_margin = 0.1
         self.fill_out_of_range = False
         self.clamp_output = False
+        # Land stored as a number (SOCA writes 0.0 over land): a row whose land_columns
+        # all hold land_value is missing. NaN (never equal): no land value.
+        self.land_value = math.nan
+        self.land_columns = list(range(config.n_in))
+        self.block_rows = BLOCK_ROWS
         bounds = [OUTPUT_BOUNDS.get(name, (-math.inf, math.inf)) for name in config.output_names]
         self.output_lower = [float(lo) for lo, _ in bounds]
         self.output_upper = [float(hi) for _, hi in bounds]
@@ -247,20 +260,16 @@ class EmulatorMLP(nn.Module):
     @torch.jit.export
     def predict(self, inputs: torch.Tensor) -> torch.Tensor:
         """Physical inputs ``[N, n_in]`` -> physical outputs ``[N, n_out]``, in the inputs'
-        dtype (float32 or float64). A row with a NaN or fill value (|x| >= 1e20) gives
-        ``fill_value`` (NaN unless the export chose another), as does a row out of range
-        when ``fill_out_of_range``; with ``clamp_output`` the answer is clamped to
-        ``output_lower`` .. ``output_upper``."""
+        dtype (float32 or float64). A missing row (a NaN or fill value, |x| >= 1e20, or
+        land: ``land_value`` in every ocean input) gives ``fill_value`` (NaN unless the
+        export chose another), as does a row out of range when ``fill_out_of_range``; with
+        ``clamp_output`` the answer is clamped to ``output_lower`` .. ``output_upper``."""
+        return self._predict(inputs, True)
+
+    def _predict(self, inputs: torch.Tensor, by_block: bool) -> torch.Tensor:
         x, valid = self._prepare(inputs)
-        h = x
-        weights = self._weights(x.dtype)
-        biases = self._biases(x.dtype)
-        last = len(weights) - 1
-        for i in range(len(weights)):
-            h = F.linear(h, weights[i], biases[i])
-            if i < last:
-                h = self._act(h)
-        y = h * self.output_std.to(x.dtype) + self.output_mean.to(x.dtype)
+        y = self._blocks(x, False, by_block)[0]
+        y = y * self.output_std.to(x.dtype) + self.output_mean.to(x.dtype)
         if self.clamp_output:
             low = torch.tensor(self.output_lower, dtype=y.dtype, device=y.device)
             high = torch.tensor(self.output_upper, dtype=y.dtype, device=y.device)
@@ -275,39 +284,31 @@ class EmulatorMLP(nn.Module):
         """d(physical output)/d(physical input), ``[N, n_out, n_in]``, in the inputs' dtype.
 
         Each row is multiplied by its ``mask`` value (``[N]`` or ``[N, 1]``, any dtype;
-        fractions allowed, NaN counts as 0), as SABER's reference emulators do. A row with
-        a NaN or fill value (|x| >= 1e20, e.g. CICE's 1e30 over land) is zero.
+        fractions allowed, NaN counts as 0), as SABER's reference emulators do. A row that
+        ``row_flags`` does not pass (missing, land, or out of range: beyond the training
+        range by more than ``range_margin`` of it) is zero, whatever ``out_of_range`` says:
+        a linearisation outside the training data is not one a DA system should apply.
         """
+        return self._jacobian(inputs, mask, True)
+
+    def _jacobian(
+        self, inputs: torch.Tensor, mask: torch.Tensor | None, by_block: bool
+    ) -> torch.Tensor:
         x, valid = self._prepare(inputs)
         dtype = x.dtype
-        weights = self._weights(dtype)
-        biases = self._biases(dtype)
-        pre: list[torch.Tensor] = []
-        h = x
-        last = len(weights) - 1
-        for i in range(last):
-            h = F.linear(h, weights[i], biases[i])
-            pre.append(h)
-            h = self._act(h)
-        # Back from the output: J = W_L diag(act'(z_L-1)) W_L-1 ... diag(act'(z_1)) W_1,
-        # carried as [N, n_out, width]: cheap when n_out is small, as for aice.
         n = x.shape[0]
-        w_out = weights[last]
-        jac = w_out.unsqueeze(0).expand(n, w_out.shape[0], w_out.shape[1])
-        for i in range(last - 1, -1, -1):
-            jac = torch.matmul(jac * self._act_grad(pre[i]).unsqueeze(1), weights[i])
+        jac = self._blocks(x, True, by_block)[1]
         scale = self.output_std.to(dtype).unsqueeze(1) / self.input_std.to(dtype).unsqueeze(0)
         jac = jac * scale.unsqueeze(0)
-
-        row = valid.to(dtype)
+        row = (self._flags(inputs, valid) == 0).to(dtype)
         if mask is not None:
             if mask.numel() != n:
                 raise ValueError(
                     f"mask must hold one value per input row ({n} rows), got shape {mask.shape}"
                 )
-            m = mask.reshape(-1).to(dtype)
+            m = mask.reshape(n).to(dtype)
             row = row * torch.where(torch.isfinite(m), m, torch.zeros_like(m))
-        jac = jac * row.reshape(-1, 1, 1)
+        jac = jac * row.reshape(n, 1, 1)
         return torch.where(torch.isfinite(jac), jac, torch.zeros_like(jac))
 
     @torch.jit.export
@@ -315,27 +316,112 @@ class EmulatorMLP(nn.Module):
         self, inputs: torch.Tensor, dx: torch.Tensor, mask: torch.Tensor | None = None
     ) -> torch.Tensor:
         """Tangent linear at ``inputs``: ``J dx``, ``[N, n_out]`` (same rules as jac)."""
+        return self._tlm(inputs, dx, mask, True)
+
+    def _tlm(
+        self, inputs: torch.Tensor, dx: torch.Tensor, mask: torch.Tensor | None, by_block: bool
+    ) -> torch.Tensor:
         if dx.shape != inputs.shape:
             raise ValueError(f"dx must have the shape of inputs {inputs.shape}, got {dx.shape}")
-        jac = self.jac_physical(inputs, mask)
-        return torch.bmm(jac, dx.to(jac.dtype).unsqueeze(2)).squeeze(2)
+        jac = self._jacobian(inputs, mask, by_block)
+        # A sum over n_in in a fixed order, element by element: the same bits in any batch.
+        products = jac * dx.to(jac.dtype).unsqueeze(1)
+        return _ordered_sum(products)
 
     @torch.jit.export
     def adjoint(
         self, inputs: torch.Tensor, dy: torch.Tensor, mask: torch.Tensor | None = None
     ) -> torch.Tensor:
         """Adjoint at ``inputs``: ``J^T dy``, ``[N, n_in]``, for ``dy`` ``[N, n_out]``."""
+        return self._adjoint(inputs, dy, mask, True)
+
+    def _adjoint(
+        self, inputs: torch.Tensor, dy: torch.Tensor, mask: torch.Tensor | None, by_block: bool
+    ) -> torch.Tensor:
         if dy.dim() != 2 or dy.shape[0] != inputs.shape[0] or dy.shape[1] != self.n_out:
             raise ValueError(f"dy must be [{inputs.shape[0]}, {self.n_out}], got {dy.shape}")
-        jac = self.jac_physical(inputs, mask)
-        return torch.bmm(jac.transpose(1, 2), dy.to(jac.dtype).unsqueeze(2)).squeeze(2)
+        jac = self._jacobian(inputs, mask, by_block)
+        products = jac.transpose(1, 2) * dy.to(jac.dtype).unsqueeze(1)
+        return _ordered_sum(products)
+
+    def _blocks(
+        self, x: torch.Tensor, want_jac: bool, by_block: bool
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        """The network on normalised rows ``x`` ``[N, n_in]``, in blocks of ``block_rows`` rows
+        (the last padded): every block is the same computation of the same shape, so a
+        row's bits do not depend on the batch it came in, nor on the threads. ``by_block``
+        runs them one after the other (small enough for one thread each: no split of
+        an element-wise op between threads); otherwise all at once as one batched product
+        (what torch.export traces: a loop over a dynamic count cannot be)."""
+        n, n_in = x.shape[0], x.shape[1]
+        size = self.block_rows
+        count = (n + size - 1) // size
+        # The last block is filled with copies of the last row (index_select, not a pad and
+        # a slice: torch.export cannot prove n <= count * size for a symbolic n).
+        fill = torch.arange(count * size, device=x.device).clamp(max=max(n - 1, 0))
+        blocks = x.index_select(0, fill).reshape(count, size, n_in)
+        weights = self._weights(x.dtype)
+        biases = self._biases(x.dtype)
+        if not by_block:
+            y, jac = self._network(blocks, weights, biases, want_jac)
+        else:
+            ys: list[torch.Tensor] = []
+            jacs: list[torch.Tensor] = []
+            for k in range(count):
+                y_k, jac_k = self._network(blocks[k], weights, biases, want_jac)
+                ys.append(y_k)
+                jacs.append(jac_k)
+            empty = x.new_zeros(0, size, self.n_out)
+            y = torch.cat(ys) if count > 0 else empty
+            jac = torch.cat(jacs) if count > 0 and want_jac else empty
+        kept = torch.arange(n, device=x.device)
+        y = y.reshape(count * size, self.n_out).index_select(0, kept)
+        if want_jac:
+            jac = jac.reshape(count * size, self.n_out, n_in).index_select(0, kept)
+        return y, jac
+
+    def _network(
+        self,
+        blocks: torch.Tensor,
+        weights: list[torch.Tensor],
+        biases: list[torch.Tensor],
+        want_jac: bool,
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        """Normalised outputs ``[..., R, n_out]`` of ``blocks`` ``[..., R, n_in]`` (one block
+        ``[R, n_in]`` or a batch of them ``[B, R, n_in]``), and with ``want_jac``
+        d(normalised output)/d(normalised input) as ``[..., R * n_out, n_in]``."""
+        pre: list[torch.Tensor] = []
+        h = blocks
+        last = len(weights) - 1
+        for i in range(len(weights)):
+            h = _product(h, weights[i].t()) + biases[i]
+            if i < last:
+                pre.append(h)
+                h = self._act(h)
+        if not want_jac:
+            return h, h
+        # Back from the output: J = W_L diag(act'(z_L-1)) W_L-1 ... diag(act'(z_1)) W_1,
+        # carried as [..., R, n_out, width]: cheap when n_out is small, as for aice.
+        lead = list(blocks.shape[:-1])
+        rows, n_out = blocks.shape[-2], self.n_out
+        w_out = weights[last]
+        jac = w_out.expand(lead + list(w_out.shape))
+        for i in range(last - 1, -1, -1):
+            scaled = jac * self._act_grad(pre[i]).unsqueeze(-2)
+            # Lists joined with +: TorchScript has no starred list displays.
+            flat = scaled.reshape(lead[:-1] + [rows * n_out, scaled.shape[-1]])  # noqa: RUF005
+            sizes = lead + [n_out, weights[i].shape[1]]  # noqa: RUF005
+            jac = _product(flat, weights[i]).reshape(sizes)
+        # Explicit sizes, no -1: torch.export would have to rule out an empty block.
+        return h, jac.reshape(lead[:-1] + [rows * n_out, jac.shape[-1]])  # noqa: RUF005
 
     def _prepare(self, inputs: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """Normalised inputs in the compute dtype, and which rows hold real values.
 
         float32 and float64 are computed in their own precision (the weights are cast,
-        9k numbers), any other dtype in the model's. A row with a missing value is
-        computed at the mean instead, so nothing non-finite runs through the network."""
+        9k numbers), any other dtype in the model's. A missing row (a NaN or fill value,
+        or land) is computed at the mean instead, so nothing non-finite runs through the
+        network."""
         if inputs.dim() != 2 or inputs.shape[1] != self.n_in:
             raise ValueError(
                 "inputs must be [N, {}] ({}), got shape {}".format(
@@ -347,6 +433,9 @@ class EmulatorMLP(nn.Module):
             dtype = inputs.dtype
         x = inputs.to(dtype)
         valid = (x.abs() < self.fill_threshold).all(dim=1)  # False for NaN too
+        columns = torch.tensor(self.land_columns, dtype=torch.long, device=x.device)
+        land = (x.index_select(1, columns) == self.land_value).all(dim=1)
+        valid = valid & ~land
         mean = self.input_mean.to(dtype)
         x = torch.where(valid.unsqueeze(1), x, mean.unsqueeze(0))
         return (x - mean) / self.input_std.to(dtype), valid
@@ -356,3 +445,21 @@ class EmulatorMLP(nn.Module):
 
     def _biases(self, dtype: torch.dtype) -> list[torch.Tensor]:
         return [layer.bias.to(dtype) for layer in self.layers]  # type: ignore[misc]
+
+
+def _ordered_sum(products: torch.Tensor) -> torch.Tensor:
+    """``products`` ``[N, a, b]`` summed over b, one column after the other: element-wise
+    additions in a fixed order give the same bits for a row in any batch (a reduction
+    kernel may split or vectorise its sum by the batch's size)."""
+    total = products[:, :, 0]
+    for k in range(1, products.shape[2]):
+        total = total + products[:, :, k]
+    return total
+
+
+def _product(h: torch.Tensor, w: torch.Tensor) -> torch.Tensor:
+    """``h @ w`` for one block ``[R, k]`` (a plain matrix product) or a batch of blocks
+    ``[B, R, k]`` (one product per block: matmul would fold the blocks into one matrix)."""
+    if h.dim() == 2:
+        return torch.mm(h, w)
+    return torch.bmm(h, w.unsqueeze(0).expand(h.shape[0], w.shape[0], w.shape[1]))

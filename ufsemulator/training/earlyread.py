@@ -30,7 +30,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from hpcdist.distributed.distenv import DistEnv, DistEnvError
+from hpcdist.distributed import DistEnv, DistEnvError
 from ufsemulator.config import Config
 from ufsemulator.data.read import DataOptions, Dataset, load_dataset
 from ufsemulator.data.sources import PathSpec, data_dir, expand_paths

@@ -16,7 +16,7 @@ import signal
 import threading
 from collections.abc import Mapping
 
-from hpcdist.distributed.protocol import SIGNAL_VAR
+from hpcdist.distributed import SIGNAL_VAR
 
 _received: set[int] = set()
 

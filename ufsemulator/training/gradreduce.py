@@ -34,8 +34,7 @@ import torch
 import torch.distributed as dist
 
 from hpcdist.distributed import DistContext
-from ufsemulator.training.meshreduce import MAX_BYTES as MESH_MAX_BYTES
-from ufsemulator.training.meshreduce import mesh_allreduce
+from ufsemulator.training import crossnode
 
 SHM_DIR = Path("/dev/shm")
 # A rank that is alive but never arrives (hung) must not leave the others spinning for
@@ -306,23 +305,21 @@ def gradient_allreduce(
 ) -> tuple[LocalAllReduce | None, str]:
     """The all-reduce ``training.grad_allreduce`` asks for, or None (the backend's) and why.
 
-    ``local``: the host-local one (``local_allreduce``); ``direct``: every CPU rank sends
-    to every rank (``meshreduce``), on any hosts; ``auto``: the host-local one where every
-    rank is on one host, else on CPUs the direct exchange for small gradients. Collective."""
+    ``local``: the host-local one (``local_allreduce``); ``direct`` (every rank to every
+    rank) and ``halving`` (recursive halving and doubling): CPU ranks over TCP on any
+    hosts (``crossnode``); ``auto``: the host-local one where every rank is on one host,
+    else on CPUs the exchange ``crossnode.choose`` picks from N and the gradients' size.
+    Collective."""
     if mode in ("auto", "local"):
         reducer, why = local_allreduce(numel, ctx, planned_steps if mode == "auto" else None)
         if reducer is not None or mode == "local" or why != _SEVERAL_HOSTS:
             return reducer, why
     if ctx.device.type != "cpu":
-        return None, f"the direct exchange is for CPU ranks, not {ctx.device.type}"
-    if ctx.env.world_size < 2:
-        return None, "one rank"
-    if 4 * numel > MESH_MAX_BYTES:
-        return None, (
-            f"{4 * numel / 2**20:.1f} MiB of gradients, more than the "
-            f"{MESH_MAX_BYTES // 2**20} MiB where a direct exchange pays"
-        )
-    return _tested(mesh_allreduce, numel, ctx)
+        return None, f"the {mode} exchange is for CPU ranks, not {ctx.device.type}"
+    chosen, why = crossnode.choose(mode, ctx.env.world_size, 4 * numel)
+    if chosen == "backend":
+        return None, why
+    return _tested(crossnode.MAKERS[chosen], numel, ctx)
 
 
 _SEVERAL_HOSTS = "ranks on several hosts"

@@ -31,7 +31,7 @@ import torch.distributed as dist
 from torch import nn
 
 from hpcdist.distributed import DistContext
-from hpcdist.state.digests import default_book
+from hpcdist.state import default_book
 from ufsemulator.checkpoints.checkpoint import capture_rng
 from ufsemulator.checkpoints.ckptwriter import CheckpointWriter
 from ufsemulator.checkpoints.state import EpochRecord, RunProgress, TrainingState
@@ -125,29 +125,9 @@ class Loop:
         model = model.to(ctx.device)
         if cfg.compile:
             compile_model(model, cfg.strategy, ctx)
-        self._graphs: GraphedSteps | None = None
-        self._graphs_off = "off (training.cuda_graph: false)"
-        if cfg.cuda_graph:
-            blocker = cuda_graph_blocker(cfg.strategy, cfg.compile, ctx)
-            if blocker is None:
-                self._graphs = GraphedSteps(ctx.device)
-            else:
-                self._graphs_off = f"off ({blocker})"
-                if ctx.is_main and ctx.device.type == "cuda":
-                    print(
-                        f"training.cuda_graph ignored: {blocker}; the steps run eagerly", flush=True
-                    )
-        self.grad_reducer: LocalAllReduce | None = None  # None: the backend's all-reduce
-        self.grad_allreduce_status = "backend"
-        if cfg.grad_allreduce != "backend" and cfg.strategy == "ddp":
-            numel = sum(p.numel() for p in model.parameters() if p.requires_grad)
-            planned = cfg.epochs * self._steps_per_epoch() if cfg.grad_allreduce == "auto" else None
-            reducer, why = gradient_allreduce(cfg.grad_allreduce, numel, ctx, planned)
-            if reducer is None:
-                self.grad_allreduce_status = f"backend ({why})"
-            else:
-                self.grad_reducer = reducer
-                self.grad_allreduce_status = reducer.name
+        self._graphs, self._graphs_off = self._cuda_graphs()
+        # grad_reducer None: the backend's all-reduce.
+        self.grad_reducer, self.grad_allreduce_status = self._gradient_allreduce(model)
         self.model = self._wrap(model)
         self.warmup = Warmup.for_run(
             cfg.lr,
@@ -177,6 +157,31 @@ class Loop:
         anchor = run_anchor(run_dir)
         self._writer = CheckpointWriter(default_book(), anchor) if ctx.is_main else None
         self.times = LoopTimes()
+
+    def _cuda_graphs(self) -> tuple[GraphedSteps | None, str]:
+        """The CUDA graph of the steps, or None and why they run eagerly."""
+        cfg, ctx = self.config.training, self.ctx
+        if not cfg.cuda_graph:
+            return None, "off (training.cuda_graph: false)"
+        blocker = cuda_graph_blocker(cfg.strategy, cfg.compile, ctx)
+        if blocker is None:
+            return GraphedSteps(ctx.device), "off (training.cuda_graph: false)"
+        if ctx.is_main and ctx.device.type == "cuda":
+            print(f"training.cuda_graph ignored: {blocker}; the steps run eagerly", flush=True)
+        return None, f"off ({blocker})"
+
+    def _gradient_allreduce(self, model: nn.Module) -> tuple[LocalAllReduce | None, str]:
+        """The DDP gradient all-reduce of ``training.grad_allreduce`` (None: the backend's)
+        and its status line."""
+        cfg = self.config.training
+        if cfg.grad_allreduce == "backend" or cfg.strategy != "ddp":
+            return None, "backend"
+        numel = sum(p.numel() for p in model.parameters() if p.requires_grad)
+        planned = cfg.epochs * self._steps_per_epoch() if cfg.grad_allreduce == "auto" else None
+        reducer, why = gradient_allreduce(cfg.grad_allreduce, numel, self.ctx, planned)
+        if reducer is None:
+            return None, f"backend ({why})"
+        return reducer, reducer.name
 
     def _steps_per_epoch(self) -> int:
         batches = math.ceil(self.shards.x_train.shape[0] / self.config.training.batch_size)

@@ -22,15 +22,22 @@ from typing import Any
 
 import torch.distributed as dist
 
-from hpcdist.distributed import DistContext
-from hpcdist.distributed.protocol import RUN_DIR_VAR
-from hpcdist.state.digests import default_book
-from hpcdist.state.fileutil import write_atomic
-from hpcdist.state.private import PrivacyError
-from hpcdist.state.trustedfile import Refused, TrustedBytes, folder_fd, read_at
+from hpcdist.distributed import RUN_DIR_VAR, DistContext
+from hpcdist.state import (
+    PrivacyError,
+    Refused,
+    TrustedBytes,
+    book_for,
+    default_book,
+    folder_fd,
+    read_at,
+    write_output,
+)
 from ufsemulator.config import Config
+from ufsemulator.data.arraycache import folder_problem
 from ufsemulator.data.sources import PathSpec, data_dir, expand_paths
 from ufsemulator.data.synthfiles import make_synthetic
+from ufsemulator.errors import DataError
 from ufsemulator.training.losscurve import loss_curves_svg
 
 # In order of preference: one folder per job, shared by all ranks and by a requeued job.
@@ -195,6 +202,13 @@ def ensure_data(ctx: DistContext, config: Config, data_path: PathSpec | None) ->
         return given
     syn = config.data.synthetic
     path = synthetic_path(syn.ni, syn.nj, syn.seed)
+    # A synthetic file is found by its name: in a folder others can write, theirs.
+    problem = folder_problem(path.parent)
+    if problem:
+        raise DataError(
+            f"the synthetic data's folder {problem}: another user could put their data in "
+            "its place; set HPCDIST_DATA_DIR to a folder only you can write"
+        )
     # Rank 0 writes; then the first rank of each node checks again, for nodes that do not
     # share the cache directory. make_synthetic writes atomically, so racing writers on a
     # shared file system each leave a complete, identical file.
@@ -212,7 +226,10 @@ def ensure_data(ctx: DistContext, config: Config, data_path: PathSpec | None) ->
 
 
 def write_results(path: Path, results: Mapping[str, Any]) -> None:
-    write_atomic(path, json.dumps(results, indent=2, sort_keys=False) + "\n")
+    """``training_results.json``: not writable by others, its digest in the private state
+    (``hpcdist report`` shows only what the training wrote)."""
+    text = json.dumps(results, indent=2, sort_keys=False) + "\n"
+    write_output(path, text.encode("utf-8"), book_for())
 
 
 def plot_loss_curves(
@@ -223,4 +240,5 @@ def plot_loss_curves(
     title: str,
 ) -> None:
     """Train and validation loss per epoch (log scale), written atomically as an SVG."""
-    write_atomic(path, loss_curves_svg(train_loss, val_loss, best_epoch, title))
+    svg = loss_curves_svg(train_loss, val_loss, best_epoch, title)
+    write_output(path, svg.encode("utf-8"), book_for())

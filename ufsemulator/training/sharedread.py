@@ -165,11 +165,7 @@ def split_share(
     train_counts, val_counts = listed[:world], listed[world:]
     watch.lap("wait")
     n_val = sum(val_counts)
-    if sum(train_counts) < world or n_val < 1:
-        raise DataError(
-            f"{sum(train_counts)} training and {n_val} validation rows cannot be shared by "
-            f"{world} ranks; use more data (more records, thin: 1) or fewer ranks"
-        )
+    _check_enough(sum(train_counts), n_val, world)
     send, receive, per = block_moves(train_counts, ctx.env.rank)
     local = train_rows[: sum(send)]
     del train_rows
@@ -193,6 +189,14 @@ def split_share(
     )
     watch.lap("statistics")
     return shards
+
+
+def _check_enough(n_train: int, n_val: int, world: int) -> None:
+    if n_train < world or n_val < 1:
+        raise DataError(
+            f"{n_train} training and {n_val} validation rows cannot be shared by "
+            f"{world} ranks; use more data (more records, thin: 1) or fewer ranks"
+        )
 
 
 Rows = tuple[torch.Tensor, torch.Tensor]

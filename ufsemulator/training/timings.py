@@ -13,21 +13,22 @@ import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
-from hpcdist.jobs.localjob import identify
-
 
 def process_age_s() -> float | None:
     """Seconds since this process started (Linux: ``/proc``, 10 ms resolution); None where
     it cannot be told."""
-    me = identify(os.getpid())
     try:
         uptime = float(Path("/proc/uptime").read_text().split()[0])
         ticks = os.sysconf("SC_CLK_TCK")
+        # Field 22 of /proc/self/stat, counted after the command's closing parenthesis
+        # (the command itself may hold spaces): clock ticks since boot at its start.
+        fields = Path("/proc/self/stat").read_text().rpartition(")")[2].split()
+        started = int(fields[19])
     except (OSError, ValueError, IndexError):
         return None
-    if me is None or ticks <= 0:
+    if ticks <= 0:
         return None
-    return max(0.0, uptime - me.start_ticks / ticks)
+    return max(0.0, uptime - started / ticks)
 
 
 def process_start() -> float:

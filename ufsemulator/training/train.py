@@ -17,11 +17,10 @@ import os
 import signal
 import threading
 import time
-from collections.abc import Callable, Iterator, Sequence
-from concurrent.futures import Future
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import torch
 import torch.distributed as dist
@@ -37,18 +36,21 @@ from hpcdist.distributed import (
 from ufsemulator.checkpoints.checkpoint import restore_rng
 from ufsemulator.checkpoints.state import TrainingState, read_state, state_from_bytes
 from ufsemulator.config import Config
-from ufsemulator.data.read import load_dataset
+from ufsemulator.data.read import Dataset, load_dataset
 from ufsemulator.data.sources import PathSpec
 from ufsemulator.errors import CheckpointError, DataError
 from ufsemulator.model.emulator import EmulatorMLP, ModelConfig
 from ufsemulator.model.normalization import input_range, stats_from_shard, torch_all_reduce
 from ufsemulator.overrides import overrides_record
 from ufsemulator.training import earlysignal, runfiles
-from ufsemulator.training.earlyread import EarlyRead, read_request
+from ufsemulator.training.earlyread import EarlyRead, ReadRequest, read_request
 from ufsemulator.training.loop import Loop, LoopHooks, Shards, StopFlag, full_model
 from ufsemulator.training.parallel import grouped
 from ufsemulator.training.summary import RunSummary, Status
 from ufsemulator.training.timings import Timings, process_start
+
+if TYPE_CHECKING:  # imported where a run reads in shares
+    from ufsemulator.training.sharedread import SplitTimes
 
 __all__ = ["StopFlag", "TrainResult", "split", "train"]
 
@@ -102,7 +104,7 @@ class TrainResult:
         )
 
 
-def train(
+def train(  # noqa: PLR0913 - the public entry point: callers name the keyword-only options
     config: Config,
     data_path: PathSpec | None = None,
     resume: str | Path | None = None,
@@ -128,49 +130,73 @@ def train(
     """
     started = time.perf_counter()
     clock = _Clock(process=process_start(), train=started)
-    hooks = hooks if hooks is not None else LoopHooks()
-    if step_callback is not None:
-        if hooks.after_step is not None:
-            raise ValueError("give step_callback or hooks.after_step, not both")
-        hooks = dataclasses.replace(hooks, after_step=step_callback)
+    hooks = _with_step_callback(hooks if hooks is not None else LoopHooks(), step_callback)
     flag = stop_flag if stop_flag is not None else StopFlag()
     if earlysignal.received():
         flag.set()  # the warning came while the process was still starting
-    checkpoint = read_state(resume) if resume is not None else None
+    inputs = _TrainInputs(
+        config=config,
+        data_path=data_path,
+        checkpoint=read_state(resume) if resume is not None else None,
+        resume=resume,
+        run_dir=run_dir,
+        flag=flag,
+        hooks=hooks,
+        overrides=overrides,
+        early_read=early_read,
+    )
     # setup_distributed exports MASTER_PORT, RANK, ... for the code below it; a later
     # train() in this process must not mistake them for a launcher's (stale port).
     saved_env = {var: os.environ.get(var) for var in _EXPORTED_VARS}
     failed = True
     try:
-        # SIGTERM too: scancel and `scontrol requeue` send it, KillWait seconds before SIGKILL.
-        # And the job's own warning signal, when hpcdist's script names one.
-        job_signal = earlysignal.job_signal()
-        names = (config.preemption.signal, "SIGTERM", *([job_signal.name] if job_signal else []))
-        with _stop_on_signal(names, flag):
+        with _stop_on_signal(_stop_signal_names(config), flag):
             ctx = _context(config)
             clock.group = time.perf_counter()
-            result = _train(
-                ctx,
-                config,
-                data_path,
-                checkpoint,
-                resume,
-                run_dir,
-                flag,
-                hooks,
-                clock,
-                overrides,
-                early_read,
-            )
+            result = _train(ctx, inputs, clock)
             failed = False
             return result
     finally:
         cleanup_distributed(after_error=failed)  # aborts NCCL's communicators after an error
-        for var, value in saved_env.items():
-            if value is None:
-                os.environ.pop(var, None)
-            else:
-                os.environ[var] = value
+        _restore_environ(saved_env)
+
+
+@dataclass(frozen=True)
+class _TrainInputs:
+    """What ``train`` was asked, bundled for the run it starts once the group is up."""
+
+    config: Config
+    data_path: PathSpec | None
+    checkpoint: TrainingState | None  # read from ``resume`` before the group started
+    resume: str | Path | None
+    run_dir: str | Path | None
+    flag: StopFlag
+    hooks: LoopHooks
+    overrides: Sequence[str] = ()
+    early_read: EarlyRead | None = None
+
+
+def _with_step_callback(hooks: LoopHooks, step_callback: Callable[[int], None] | None) -> LoopHooks:
+    if step_callback is None:
+        return hooks
+    if hooks.after_step is not None:
+        raise ValueError("give step_callback or hooks.after_step, not both")
+    return dataclasses.replace(hooks, after_step=step_callback)
+
+
+def _stop_signal_names(config: Config) -> tuple[str, ...]:
+    # SIGTERM too: scancel and `scontrol requeue` send it, KillWait seconds before SIGKILL.
+    # And the job's own warning signal, when hpcdist's script names one.
+    job_signal = earlysignal.job_signal()
+    return (config.preemption.signal, "SIGTERM", *([job_signal.name] if job_signal else []))
+
+
+def _restore_environ(saved: Mapping[str, str | None]) -> None:
+    for var, value in saved.items():
+        if value is None:
+            os.environ.pop(var, None)
+        else:
+            os.environ[var] = value
 
 
 @dataclass
@@ -214,41 +240,88 @@ def _context(config: Config) -> DistContext:
     return setup_distributed()
 
 
-def _train(
-    ctx: DistContext,
-    config: Config,
-    data_path: PathSpec | None,
-    checkpoint: TrainingState | None,
-    resume: str | Path | None,
-    run_dir_arg: str | Path | None,
-    flag: StopFlag,
-    hooks: LoopHooks,
-    clock: _Clock,
-    overrides: Sequence[str] = (),
-    early_read: EarlyRead | None = None,
-) -> TrainResult:
-    env = ctx.env
-    run_dir = runfiles.resolve_run_dir(ctx, config, run_dir_arg, resume)
-    found = runfiles.trusted_resume(ctx, run_dir) if checkpoint is None else None
-    if found is not None:
-        # A requeued job (same job id, same run folder) picks up where it was stopped,
-        # from the very bytes whose digest was checked.
-        resume, data = found
-        checkpoint = state_from_bytes(data, resume)
-        if ctx.is_main:
-            restarts = os.environ.get("SLURM_RESTART_COUNT", "0")
-            print(
-                f"Resuming from {resume} (epoch {checkpoint.progress.epoch}, restart {restarts})",
-                flush=True,
-            )
+def _train(ctx: DistContext, inputs: _TrainInputs, clock: _Clock) -> TrainResult:
+    config, env = inputs.config, ctx.env
+    run_dir = runfiles.resolve_run_dir(ctx, config, inputs.run_dir, inputs.resume)
+    checkpoint, resume = _requeued(ctx, run_dir, inputs.checkpoint, inputs.resume)
     # Before any data is read or step taken: a bad export name, unit or level fails now,
     # not after the training it would have thrown away.
     from ufsemulator.export.torchscript import check_export
 
     check_export(_model_config(config, config.data.inputs), config.export)
-    path = runfiles.ensure_data(ctx, config, data_path)
+    path = runfiles.ensure_data(ctx, config, inputs.data_path)
     request = read_request(config, path, env.rank, env.world_size, os.environ)
+    read = _read_rows(ctx, request, inputs.early_read, clock)
+    torch.manual_seed(config.training.seed)  # same initial weights on every rank
+    model = EmulatorMLP(_model_config(config, read.dataset.input_names))
+    data_text = _data_text(config, read.dataset, read.in_shares)
+    shards, split_times = _split_rows(ctx, config, read, model)
+    trained_on = _bytes_trained_on(read.dataset)  # for the provenance: nothing is read again
+    del read  # the rows live on the device now (on the CPU: in the shards)
+    clock.data = time.perf_counter()
+    if split_times is not None:
+        print(split_times.describe(env.rank), flush=True)
+    print(f"[Rank {env.rank}] Training samples: {shards.x_train.shape[0]}", flush=True)
+    if ctx.is_main:
+        print(
+            f"{data_text}: train {shards.n_train}, validation {shards.n_val}, "
+            f"target {config.data.target}",
+            flush=True,
+        )
+    loop = _loop(ctx, inputs, model, shards, run_dir, (checkpoint, resume))
+    clock.setup = time.perf_counter()
+    summary = loop.run()
+    final = full_model(loop.model, model.config)
+    wall_time = time.perf_counter() - clock.train  # this process, from train() on
+    if ctx.is_main:
+        outcome = _Outcome(summary, run_dir, wall_time, clock, path, trained_on)
+        _write_outputs(ctx, config, inputs.overrides, outcome)
+    # No rank leaves before rank 0 has written everything: under srun --kill-on-bad-exit
+    # the first rank to exit non-zero takes the others down with it.
+    if grouped():
+        dist.barrier()
+    return TrainResult.of(summary, run_dir, wall_time, final, ctx.is_main)
+
+
+def _requeued(
+    ctx: DistContext,
+    run_dir: Path,
+    checkpoint: TrainingState | None,
+    resume: str | Path | None,
+) -> tuple[TrainingState | None, str | Path | None]:
+    """The checkpoint to resume and where it came from: the one asked for, else a requeued
+    job's (same job id, same run folder), which picks up where it was stopped, from the
+    very bytes whose digest was checked."""
+    found = runfiles.trusted_resume(ctx, run_dir) if checkpoint is None else None
+    if found is None:
+        return checkpoint, resume
+    resume, data = found
+    checkpoint = state_from_bytes(data, resume)
+    if ctx.is_main:
+        restarts = os.environ.get("SLURM_RESTART_COUNT", "0")
+        print(
+            f"Resuming from {resume} (epoch {checkpoint.progress.epoch}, restart {restarts})",
+            flush=True,
+        )
+    return checkpoint, resume
+
+
+@dataclass(frozen=True)
+class _Read:
+    """This rank's rows as read, and how the read went (for its log line)."""
+
+    dataset: Dataset
+    in_shares: bool  # each rank read its own block of records (training.sharedread)
+    seconds: float
+    rss_before: int  # host memory before the read (shares only; else 0)
+    early_text: str  # how the early read overlapped torch's start ("": not read early)
+
+
+def _read_rows(
+    ctx: DistContext, request: ReadRequest, early_read: EarlyRead | None, clock: _Clock
+) -> _Read:
     in_shares = request.share is not None
+    rss_before = 0
     if in_shares:
         from ufsemulator.training.sharedread import host_memory_bytes
 
@@ -266,73 +339,63 @@ def _train(
                 cache_in_background=True,  # nothing here waits for the cache file
             )
     waited_s = time.perf_counter() - read_started
-    read_s = waited_s
-    if early and early_read is not None:
-        read_s = early_read.seconds
-        since = clock.process
-        early_text = (
-            f"; read while torch started ({early_read.started - since:.2f} to "
-            f"{early_read.finished - since:.2f} s into the process), waited {waited_s:.2f} s "
-            f"for it at {read_started - since:.2f} s"
-        )
-    torch.manual_seed(config.training.seed)  # same initial weights on every rank
-    model = EmulatorMLP(_model_config(config, dataset.input_names))
-    notes, source, n_points = dataset.notes, dataset.source, len(dataset)
+    if not early or early_read is None:
+        return _Read(dataset, in_shares, waited_s, rss_before, "")
+    since = clock.process
+    early_text = (
+        f"; read while torch started ({early_read.started - since:.2f} to "
+        f"{early_read.finished - since:.2f} s into the process), waited {waited_s:.2f} s "
+        f"for it at {read_started - since:.2f} s"
+    )
+    return _Read(dataset, in_shares, early_read.seconds, rss_before, early_text)
+
+
+def _data_text(config: Config, dataset: Dataset, in_shares: bool) -> str:
+    """Rank 0's lines on the data, up to the split's counts."""
     # Shares: each rank's "Read records" line says which records it read.
     records = "" if in_shares else f", {dataset.records_text()}"
-    if in_shares:
-        from ufsemulator.training.sharedread import SplitTimes, describe_read, split_share
+    what = f"rank 0's share {len(dataset)}" if in_shares else f"{len(dataset)}"
+    return (
+        "".join(f"Data: {note}\n" for note in dataset.notes)
+        + f"Data: {dataset.source}{records} ({what} points, mask {config.data.mask}, thin "
+        f"{config.data.thin})"
+    )
 
-        line = describe_read(dataset, env.rank, read_s, rss_before)
-        if early:
-            line += early_text
-        print(line, flush=True)
-        split_times = SplitTimes()
-        shards = split_share(ctx, config, dataset, model, split_times)
-    else:
-        shards = split(ctx, config, dataset.inputs, dataset.targets, model)
-    del dataset  # the rows live on the device now (on the CPU: in the shards)
-    clock.data = time.perf_counter()
-    if in_shares:
-        print(split_times.describe(env.rank), flush=True)
-    pending_record = None
-    if ctx.is_main and ctx.device.type == "cuda":
-        # The data's identity for the export's provenance (a hash of every byte) on spare
-        # cores while the GPU trains; CPU ranks need their cores for the steps.
-        from ufsemulator.export.runrecord import data_record_later
 
-        pending_record = data_record_later(config, path)
-    print(f"[Rank {env.rank}] Training samples: {shards.x_train.shape[0]}", flush=True)
-    if ctx.is_main:
-        what = f"rank 0's share {n_points}" if in_shares else f"{n_points}"
-        print(
-            "".join(f"Data: {note}\n" for note in notes)
-            + f"Data: {source}{records} ({what} points, mask {config.data.mask}, thin "
-            f"{config.data.thin}): train {shards.n_train}, validation {shards.n_val}, "
-            f"target {config.data.target}",
-            flush=True,
-        )
+def _split_rows(
+    ctx: DistContext, config: Config, read: _Read, model: EmulatorMLP
+) -> tuple[Shards, SplitTimes | None]:
+    """This rank's shards (``split``, or ``split_share`` for rows read in shares) and, for
+    shares, the split's times, printed once the rows are freed."""
+    if not read.in_shares:
+        return split(ctx, config, read.dataset.inputs, read.dataset.targets, model), None
+    from ufsemulator.training.sharedread import SplitTimes, describe_read, split_share
+
+    line = describe_read(read.dataset, ctx.env.rank, read.seconds, read.rss_before)
+    print(line + read.early_text, flush=True)
+    split_times = SplitTimes()
+    return split_share(ctx, config, read.dataset, model, split_times), split_times
+
+
+def _loop(
+    ctx: DistContext,
+    inputs: _TrainInputs,
+    model: EmulatorMLP,
+    shards: Shards,
+    run_dir: Path,
+    resuming: tuple[TrainingState | None, str | Path | None],
+) -> Loop:
+    """The training loop over ``shards``, at the point ``resuming`` (checkpoint, source)."""
+    checkpoint, resume = resuming
     if checkpoint is not None:
         _load_weights(model, checkpoint, resume)
         restore_rng(checkpoint.rng)
-    loop = Loop(ctx, config, model, shards, run_dir, flag, hooks)
-    if ctx.is_main and env.world_size > 1:
+    loop = Loop(ctx, inputs.config, model, shards, run_dir, inputs.flag, inputs.hooks)
+    if ctx.is_main and ctx.env.world_size > 1:
         print(f"Gradient all-reduce: {loop.grad_allreduce_status}", flush=True)
     if checkpoint is not None:
         loop.restore(checkpoint, str(resume))
-    clock.setup = time.perf_counter()
-    summary = loop.run()
-    final = full_model(loop.model, model.config)
-    wall_time = time.perf_counter() - clock.train  # this process, from train() on
-    if ctx.is_main:
-        _write_outputs(
-            ctx, config, summary, run_dir, wall_time, clock, overrides, path, pending_record
-        )
-    # No rank leaves before rank 0 has written everything: under srun --kill-on-bad-exit
-    # the first rank to exit non-zero takes the others down with it.
-    if grouped():
-        dist.barrier()
-    return TrainResult.of(summary, run_dir, wall_time, final, ctx.is_main)
+    return loop
 
 
 @contextlib.contextmanager
@@ -462,36 +525,50 @@ def _model_config(config: Config, input_names: tuple[str, ...]) -> ModelConfig:
     )
 
 
+TrainedOn = tuple[dict[str, tuple[str, int]], tuple[str | None, str | None]]
+
+
+def _bytes_trained_on(dataset: Dataset) -> TrainedOn:
+    """Every rank's files as it read them (resolved path -> SHA-256 and size, hashed while
+    read) and the first and last record times, gathered from all ranks."""
+    mine = ([(p, s, n) for _, p, s, n in dataset.file_digests], dataset.record_times)
+    parts: list[Any] = [mine]
+    if grouped():
+        parts = [None] * dist.get_world_size()
+        dist.all_gather_object(parts, mine)
+    read: dict[str, tuple[str, int]] = {}
+    stamps: list[str] = []
+    for files, times in parts:
+        read.update({path: (sha, size) for path, sha, size in files})
+        stamps += [stamp for stamp in times if stamp is not None]
+    return read, ((min(stamps), max(stamps)) if stamps else (None, None))
+
+
+@dataclass(frozen=True)
+class _Outcome:
+    """A finished loop, as rank 0 writes it to the run folder."""
+
+    summary: RunSummary
+    run_dir: Path
+    wall_time: float  # this process, from train() on
+    clock: _Clock
+    data_path: PathSpec | None = None  # the files trained on (else config.data.path)
+    trained_on: TrainedOn | None = None  # their bytes' digests, taken while they were read
+
+
 def _write_outputs(
-    ctx: DistContext,
-    config: Config,
-    summary: RunSummary,
-    run_dir: Path,
-    wall_time: float,
-    clock: _Clock | None = None,
-    overrides: Sequence[str] = (),
-    data_path: PathSpec | None = None,
-    pending_record: Future[dict[str, Any]] | None = None,
+    ctx: DistContext, config: Config, overrides: Sequence[str], outcome: _Outcome
 ) -> None:
     from ufsemulator.export import runrecord
 
-    status, history = summary.status, summary.progress.history
-    best = run_dir / "best_model.pt"
+    summary, run_dir = outcome.summary, outcome.run_dir
     export_started = time.perf_counter()
-    used = data_path if data_path is not None else config.data.path
-    if pending_record is not None:
-        data: dict[str, Any] | None = pending_record.result()
-    else:
-        data = runrecord.data_record(config, used) if used is not None else None
-    if status != "preempted":
-        source = best if best.is_file() else run_dir / "checkpoint.pt"
-        if source.is_file():
-            runrecord.export_run(source, run_dir, config, data or {}, summary.to_json())
+    used = outcome.data_path if outcome.data_path is not None else config.data.path
+    data = _export(config, outcome, used)
     exported = time.perf_counter()
-    if clock is not None:
-        timings = clock.timings(summary, exported)
-        timings = dataclasses.replace(timings, export_s=exported - export_started)
-        summary = dataclasses.replace(summary, timings=timings)
+    timings = outcome.clock.timings(summary, exported)
+    timings = dataclasses.replace(timings, export_s=exported - export_started)
+    summary = dataclasses.replace(summary, timings=timings)
     run = summary.to_json()
     results = {
         "status": run.pop("status"),
@@ -502,14 +579,40 @@ def _write_outputs(
         "strategy": config.training.strategy,
         "target": config.data.target,
         **run,
-        "wall_time_s": wall_time,  # this process, from train() on
+        "wall_time_s": outcome.wall_time,  # this process, from train() on
         "data": data,
         "config": runrecord.results_config(config, used),
         # What --set changed (a sweep's point): key -> the value the run used.
         "overrides": overrides_record(config, overrides),
     }
     runfiles.write_results(run_dir / "training_results.json", results)
-    if summary.epochs_run:  # last: model.pt and the results are what a user waits for
+    _report(ctx, config, summary, run_dir, outcome.wall_time)
+
+
+def _export(config: Config, outcome: _Outcome, used: PathSpec | None) -> dict[str, Any] | None:
+    """model.pt of a run that was not preempted; the data's record, for the results too."""
+    from ufsemulator.export import runrecord
+
+    run_dir = outcome.run_dir
+    data = None
+    if used is not None:
+        read, times = outcome.trained_on if outcome.trained_on is not None else (None, None)
+        data = runrecord.data_record(config, used, read, times)
+    if outcome.summary.status != "preempted":
+        best = run_dir / "best_model.pt"
+        source = best if best.is_file() else run_dir / "checkpoint.pt"
+        if source.is_file():
+            runrecord.export_run(source, run_dir, config, data or {}, outcome.summary.to_json())
+    return data
+
+
+def _report(
+    ctx: DistContext, config: Config, summary: RunSummary, run_dir: Path, wall_time: float
+) -> None:
+    """The loss curves and the summary lines, last: model.pt and the results are what a
+    user waits for."""
+    history = summary.progress.history
+    if summary.epochs_run:
         runfiles.plot_loss_curves(
             run_dir / "loss_curves.svg",
             history["train_loss"],
@@ -518,7 +621,7 @@ def _write_outputs(
             f"ufsemulator {config.data.target}: {ctx.env.world_size} x {ctx.backend}",
         )
     line = (
-        f"Training {status}: {summary.epochs_run} epochs, best validation loss "
+        f"Training {summary.status}: {summary.epochs_run} epochs, best validation loss "
         f"{summary.best_val_loss:.5g} (epoch {summary.best_epoch}), R^2 "
         f"{summary.best_val_r2:.4f}, "
         f"{summary.samples_per_second:.0f} samples/s, {wall_time:.1f} s"

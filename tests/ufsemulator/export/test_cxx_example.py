@@ -56,7 +56,7 @@ def binary(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFact
     import torch.utils
 
     key = hashlib.sha256()
-    for path in (EXAMPLE / "CMakeLists.txt", *sorted(EXAMPLE.glob("*.cpp"))):
+    for path in (EXAMPLE / "CMakeLists.txt", *sorted(EXAMPLE.glob("*.cpp")), *EXAMPLE.glob("*.h")):
         key.update(path.name.encode() + path.read_bytes())
     key.update(f"{torch.__version__} {Path(compiler).resolve()}".encode())
     cache = request.config.cache
@@ -93,7 +93,7 @@ def case(
     """A JEDI-named export (TorchScript and AOTInductor) and SABER-like inputs: K and kg/kg,
     a land row, a fractional mask."""
     tmp = tmp_path_factory.mktemp("cxx-case")
-    options = ExportConfig(names="jedi")  # JEDI names: K and kg/kg
+    options = ExportConfig(names="jedi")  # JEDI names: their units (K, kg/kg, SOCA's degC)
     model_path = export_model(aice_model(), tmp / "model.pt", options)
     key = hashlib.sha256(torch.__version__.encode())
     for name in AOTI_SOURCES:
@@ -160,7 +160,7 @@ def test_cxx_reads_the_names_and_levels_saber_looks_up(cxx_run: dict[str, Any]) 
     assert cxx_run["input_names"] == JEDI_INPUTS
     assert cxx_run["output_names"] == ["sea_ice_area_fraction"]
     assert cxx_run["input_levels"] == [0] * 14 and cxx_run["output_levels"] == [0]
-    assert cxx_run["input_units"][:4] == ["K", "ppt", "K", "K"]
+    assert cxx_run["input_units"][:4] == ["degC", "ppt", "K", "K"]
     assert cxx_run["jacobian_shape"] == [ROWS, 1, 14] and cxx_run["jacobian_dtype"] == "Float"
     assert cxx_run["threads"] == 1 and cxx_run["predict_ms"] > 0
 
@@ -233,11 +233,10 @@ def test_python_loads_the_aoti_package_with_the_exports_signature(case: dict[str
     assert tuple(jac(case["x"][:1], case["mask"][:1]).shape) == (1, 1, 14)  # any N, even 1
 
 
-def test_cxx_refuses_a_kelvin_background_for_a_celsius_model(binary: Path, tmp_path: Path) -> None:
-    """The documented path: the caller passes its background's units; K vs degC is exit 2."""
-    options = ExportConfig(names="jedi", units="native")
-    model = export_model(aice_model(), tmp_path / "degc.pt", options)
-    kelvin = "K,ppt,K,K,m,m,ppt,m/s,m/s,m/s,m/s,kg/kg,W/m2,W/m2"
+def test_cxx_refuses_a_background_in_other_units(binary: Path, tmp_path: Path) -> None:
+    """The documented path: the caller passes its background's units; a mismatch is exit 2."""
+    model = export_model(aice_model(), tmp_path / "jedi.pt", ExportConfig(names="jedi"))
+    kelvin = "K,ppt,degC,K,m,m,ppt,m/s,m/s,m/s,m/s,g/kg,W/m2,W/m2"
     out = subprocess.run(
         [str(binary), str(model), "--input-units", kelvin, "--rows", "4"],
         capture_output=True,
@@ -246,8 +245,9 @@ def test_cxx_refuses_a_kelvin_background_for_a_celsius_model(binary: Path, tmp_p
     )
     assert out.returncode == 2 and out.stdout == ""
     assert "sea_water_potential_temperature in K (the module takes degC)" in out.stderr
-    assert "water_vapor_mixing_ratio_wrt_moist_air in kg/kg (the module takes g/kg)" in out.stderr
-    celsius = "degC,ppt,degC,degC,m,m,ppt,m/s,m/s,m/s,m/s,g/kg,W/m2,W/m2"
+    assert "air_temperature in degC (the module takes K)" in out.stderr
+    assert "water_vapor_mixing_ratio_wrt_moist_air in g/kg (the module takes kg/kg)" in out.stderr
+    celsius = "degC,ppt,K,K,m,m,ppt,m/s,m/s,m/s,m/s,kg/kg,W/m2,W/m2"
     ok = subprocess.run(
         [str(binary), str(model), "--input-units", celsius, "--rows", "4", "--repeat", "1"],
         capture_output=True,
@@ -264,4 +264,97 @@ def test_describe_reads_the_aoti_package_too(
 
     assert main(["export", "--describe", str(case["aoti"])]) == 0
     out = capsys.readouterr().out
-    assert "(format 2)" in out and re.search(r"sea_water_potential_temperature +K +level 0", out)
+    assert "(format 2)" in out and re.search(r"sea_water_potential_temperature +degC +level 0", out)
+    assert "compiled for: vector ISA " in out and "-march=native on " in out
+
+
+# The bad inputs and small batches of the C++ example's --aoti-probe, as Python makes them.
+PROBES = {
+    "float64": lambda x, m: (x.double(), m),
+    "13 columns": lambda x, m: (x[:, :13].contiguous(), m),
+    "transposed": lambda x, m: (x.t().contiguous().t(), m),
+    "short mask": lambda x, m: (x, m[:5]),
+    "rows 0": lambda x, m: (x[:0], m[:0]),
+    "rows 1": lambda x, m: (x[:1], m[:1]),
+    "rows 7": lambda x, m: (x[:7], m[:7]),
+}
+EXPECTED = {name: "refused" for name in ("float64", "13 columns", "short mask")}
+
+
+def _outcome(call: Any) -> str:
+    try:
+        call()
+    except (ValueError, RuntimeError):
+        return "refused"
+    return "ok"
+
+
+def test_the_package_refuses_bad_inputs_itself_and_both_loaders_agree(
+    binary: Path, case: dict[str, Any]
+) -> None:
+    """Each bad input is refused by the package itself (a caller that calls the loader
+    directly, as SABER would) and by the checked calls of C++ and Python, which copy a
+    transposed view instead; 0, 1 and 7 rows are served."""
+    from torch._inductor.package import load_package
+
+    from ufsemulator.export.aoti import load
+
+    out = subprocess.run(
+        [str(binary), str(case["model"]), "--aoti", str(case["aoti"]), "--rows", "16",
+         "--repeat", "1", "--aoti-probe"],
+        check=True, capture_output=True, text=True, timeout=120,
+    )  # fmt: skip
+    cxx = json.loads(out.stdout)["probe"]
+    checked, raw = (
+        load(case["aoti"], "jac_physical"),
+        load_package(str(case["aoti"]), "jac_physical"),
+    )
+    x, m = case["x"][:8], case["mask"][:8]
+    python = {
+        name: {
+            "checked": _outcome(lambda f=make: checked(*f(x, m))),
+            "raw": _outcome(lambda f=make: raw(*f(x, m))),
+        }
+        for name, make in PROBES.items()
+    }
+    assert python == cxx
+    for name, outcome in cxx.items():
+        assert outcome["raw"] == EXPECTED.get(name, "refused" if name == "transposed" else "ok")
+        assert outcome["checked"] == EXPECTED.get(name, "ok")
+
+
+@pytest.mark.parametrize("rows", [0, 1, 7, 10_000, 100_000])
+def test_python_loader_serves_any_number_of_rows(case: dict[str, Any], rows: int) -> None:
+    from ufsemulator.export.aoti import load
+
+    x = case["x"].repeat(100_000 // ROWS + 1, 1)[:rows]
+    mask, dx, dy = torch.ones(rows, 1), torch.ones(rows, 14), torch.ones(rows, 1)
+    prediction, flags = load(case["aoti"], "predict")(x)
+    assert prediction.shape == (rows, 1) and flags.shape == (rows,)
+    assert load(case["aoti"], "jac_physical")(x, mask).shape == (rows, 1, 14)
+    assert load(case["aoti"], "tlm")(x, dx, mask).shape == (rows, 1)
+    assert load(case["aoti"], "adjoint")(x, dy, mask).shape == (rows, 14)
+
+
+@pytest.mark.parametrize("threads", ["1", "2"])
+def test_cxx_rows_have_the_same_bits_alone_and_in_100000(
+    binary: Path, case: dict[str, Any], threads: str
+) -> None:
+    """TorchScript and the package, in C++: rows 0, 1, N/2 and N-1 alone against the batch."""
+    out = subprocess.run(
+        [str(binary), str(case["model"]), "--aoti", str(case["aoti"]), "--rows", "100000",
+         "--threads", threads, "--repeat", "1", "--invariance"],
+        check=True, capture_output=True, text=True, timeout=300,
+    )  # fmt: skip
+    invariance = json.loads(out.stdout)["invariance"]
+    assert len(invariance) == 8 and set(invariance.values()) == {0}, invariance
+
+
+def test_python_aoti_rows_have_the_same_bits_alone_and_in_100000(case: dict[str, Any]) -> None:
+    from bench.batch_invariance import run
+
+    module = _load(case["model"])
+    results = run(module, case["aoti"], 100_000, [1, 2], repeat=1)
+    aoti = [r for r in results if r["path"] in ("aoti", "torchscript")]
+    assert len(aoti) == 16
+    assert all(r["differing_rows"] == 0 and not r["differs_from_first_threads"] for r in aoti)

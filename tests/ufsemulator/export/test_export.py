@@ -59,7 +59,7 @@ def test_round_trip_gives_identical_outputs(tmp_path: Path, activation: str) -> 
 def test_names_and_levels_travel_with_the_export(tmp_path: Path) -> None:
     config = ModelConfig(
         n_out=2,
-        output_names=("aice", "hi"),
+        output_names=("aice", "y1"),
         output_levels=(0, 1),
         input_levels=tuple(range(14)),
         hidden=(8,),
@@ -67,7 +67,7 @@ def test_names_and_levels_travel_with_the_export(tmp_path: Path) -> None:
     )
     loaded = _load(export_model(EmulatorMLP(config), tmp_path / "m.pt"))
     assert list(loaded.input_names) == list(config.input_names)
-    assert list(loaded.output_names) == ["aice", "hi"]
+    assert list(loaded.output_names) == ["aice", "y1"]
     assert list(loaded.input_levels) == list(range(14))
     assert list(loaded.output_levels) == [0, 1]
     assert loaded.activation == "silu" and loaded.n_in == 14 and loaded.n_out == 2
@@ -195,16 +195,18 @@ def aice_model() -> EmulatorMLP:
 
 @pytest.fixture(scope="module")
 def exported(tmp_path_factory: pytest.TempPathFactory) -> tuple[EmulatorMLP, Any]:
-    """The model and its export with JEDI names and units, loaded with torch.jit.load."""
+    """The model and its export with JEDI names (and so their units), loaded with
+    torch.jit.load."""
     model = aice_model()
     path = tmp_path_factory.mktemp("export") / "model.pt"
     return model, _load(export_model(model, path, ExportConfig(names="jedi", units="jedi")))
 
 
 def jedi_inputs(model: EmulatorMLP, n: int, seed: int = 1) -> torch.Tensor:
-    """Physical inputs in a JEDI background's units (K, kg/kg), float64."""
+    """Physical inputs in the units of their JEDI names (air and ice-surface temperatures
+    in K, humidity in kg/kg, SOCA's ocean temperature in degC), float64."""
     x = physical_inputs(model, n, seed).double()
-    x[:, [0, 2, 3]] += 273.15
+    x[:, [2, 3]] += 273.15
     x[:, 11] *= 1e-3
     return x
 
@@ -215,14 +217,21 @@ def test_jedi_names_units_and_levels_travel_with_the_export(
     _, loaded = exported
     assert list(loaded.input_names) == JEDI_INPUTS
     assert list(loaded.output_names) == ["sea_ice_area_fraction"]
-    assert list(loaded.input_units)[:4] == ["K", "ppt", "K", "K"]
+    assert list(loaded.input_units)[:4] == ["degC", "ppt", "K", "K"]  # SOCA's degC
     assert list(loaded.input_units)[11] == "kg/kg" and list(loaded.output_units) == ["1"]
-    names = {name: f"my_{name}" for name in (*INPUT_NAMES, "aice")}
+    names = {name: name for name in (*INPUT_NAMES, "aice")}
+    names |= {"sst": "sea_surface_temperature", "qref": "specific_humidity"}
     options = ExportConfig(names=names, input_levels=tuple(range(14)), output_levels=(3,))
     other = _load(export_model(aice_model(), tmp_path / "m.pt", options))
-    assert list(other.input_names)[:2] == ["my_sst", "my_sss"] and other.output_names == ["my_aice"]
-    assert list(other.input_units)[:2] == ["degC", "ppt"]  # own names: native units
+    assert list(other.input_names)[:2] == ["sea_surface_temperature", "sss"]
+    assert other.output_names == ["aice"]
+    # CF's sea_surface_temperature is in K, specific_humidity in kg/kg; short names: ours.
+    assert [other.input_units[k] for k in (0, 1, 2, 11)] == ["K", "ppt", "degC", "kg/kg"]
     assert list(other.input_levels) == list(range(14)) and list(other.output_levels) == [3]
+
+
+# Every variable under its own short name: a mapping to change one of them from.
+SAME = {name: name for name in (*INPUT_NAMES, "aice")}
 
 
 @pytest.mark.parametrize(
@@ -234,7 +243,13 @@ def test_jedi_names_units_and_levels_travel_with_the_export(
             "mapping lacks 'sss', 'tair', .*'fswdn': give every input",
         ),
         (ExportConfig(range_margin=-0.5), "range_margin must be >= 0, got -0.5"),
-        (ExportConfig(units={"sst": "m"}), "cannot convert 'sst' between degC and 'm'"),
+        (ExportConfig(units={"sst": "m"}), "gives sst in 'm', but its exported name 'sst' "),
+        (ExportConfig(names="jedi", units="native"), "gives tair in 'degC', but .*carries K"),
+        (ExportConfig(names={**SAME, "sst": "ssh"}), "'ssh' for 'sst' is not in the names"),
+        (ExportConfig(names={**SAME, "sst": ""}), "'' for 'sst' is not in the names table"),
+        (ExportConfig(names={**SAME, "sst": "sss"}), "'sss' for 'sst' is not in the names"),
+        (ExportConfig(names={**SAME, "hi": "hs"}), "'hs' for 'hi' is not in the names table"),
+        (ExportConfig(land_value=float("inf")), "land_value must be a finite number"),
         (ExportConfig(input_levels=(0, 1)), "input_levels must have 14 entries"),
     ],
 )
@@ -373,10 +388,37 @@ def test_exported_tlm_and_adjoint_pass_the_dot_product_test(
 def test_export_checkpoint_follows_the_checkpoints_export_section(tmp_path: Path) -> None:
     model = aice_model()
     state = _checkpoint(model)
-    state["config"] = {"export": {"names": "jedi", "units": "native"}}
+    state["config"] = {"export": {"names": "jedi"}}
     torch.save(state, tmp_path / "ckpt.pt")
     loaded = _load(export_checkpoint(tmp_path / "ckpt.pt", tmp_path / "m.pt"))
-    # degC under JEDI names only because the config says units: native in so many words.
-    assert list(loaded.input_names) == JEDI_INPUTS and loaded.input_units[0] == "degC"
+    assert list(loaded.input_names) == JEDI_INPUTS and loaded.input_units[2] == "K"
     short = _load(export_checkpoint(tmp_path / "ckpt.pt", tmp_path / "s.pt", ExportConfig()))
     assert short.input_names[0] == "sst"
+
+
+@pytest.mark.parametrize(
+    ("inputs", "outputs", "message"),
+    [
+        (["a", "b", "a"], ["y"], "unique: 'a' names two inputs"),
+        (["a", " "], ["y"], "must not be empty, got ' '"),
+        (["a", "b"], [""], "must not be empty, got ''"),
+        (["a", "y"], ["y"], "'y' names an input and an output"),
+    ],
+)
+def test_exported_names_are_unique_non_empty_and_not_the_output(
+    inputs: list[str], outputs: list[str], message: str
+) -> None:
+    from ufsemulator.export.names import check_distinct
+
+    with pytest.raises(ValueError, match=message):
+        check_distinct(inputs, outputs)
+    check_distinct(["a", "b"], ["y"])
+
+
+def test_an_input_named_like_the_output_is_refused(tmp_path: Path) -> None:
+    """data.target: sst with sst among the inputs: SABER could not tell the two apart."""
+    model = EmulatorMLP(ModelConfig(output_names=("sst",), hidden=(4,)))
+    with pytest.raises(ConfigError, match="'sst' names an input and an output"):
+        export_model(model, tmp_path / "m.pt")
+    with pytest.raises(ConfigError, match="'sea_water_potential_temperature' names an input"):
+        export_model(model, tmp_path / "m.pt", ExportConfig(names="jedi"))

@@ -6,6 +6,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import subprocess
 from pathlib import Path
 
 import pytest
@@ -60,10 +61,36 @@ def test_a_daily_stream_run_records_its_data_and_provenance(
     assert origin["config"]["export"]["names"] == "jedi"
     sig = json.loads(extra["signature.json"])
     sst = sig["inputs"][0]
-    assert (sst["name"], sst["unit"]) == ("sea_water_potential_temperature", "K")
-    assert 250.0 < sst["train_min"] < sst["train_max"] < 320.0  # a range, in K
+    assert (sst["name"], sst["unit"]) == ("sea_water_potential_temperature", "degC")
+    assert -5.0 < sst["train_min"] < sst["train_max"] < 40.0  # a range, in SOCA's degC
+    tair = sig["inputs"][2]
+    assert (tair["name"], tair["unit"]) == ("air_temperature", "K")
+    assert 200.0 < tair["train_min"] < tair["train_max"] < 320.0  # a range, in K
     assert (run / "model.md").read_text().count("sea_water_potential_temperature") == 1
     assert [p.resolve() for p in packaged] == [run / "model.pt2"]  # export.aoti: beside model.pt
+    _re_export_keeps_the_provenance(run, files, capsys)
+
+
+def _re_export_keeps_the_provenance(
+    run: Path, files: list[str], capsys: pytest.CaptureFixture[str]
+) -> None:
+    """export --checkpoint (the documented re-export route) records the run's data and
+    metrics; --describe prints each file's digest as sha256sum prints it, and the config."""
+    again = run / "again.pt"
+    assert main(["export", "--checkpoint", str(run / "best_model.pt"), "--out", str(again)]) == 0
+    before = json.loads(read_extra_files(run / "model.pt")["provenance.json"])
+    after = json.loads(read_extra_files(again)["provenance.json"])
+    for key in ("training_data", "metrics", "config"):
+        assert after[key] == before[key] and after[key], key
+    capsys.readouterr()
+    assert main(["export", "--describe", str(again)]) == 0
+    described = capsys.readouterr().out
+    sha256sum = subprocess.run(["sha256sum", *files], capture_output=True, text=True, check=True)
+    for line in sha256sum.stdout.splitlines():
+        digest, path = line.split(maxsplit=1)
+        assert f"    {digest}  {Path(path).resolve()}" in described
+    assert "    training: epochs 1, batch_size 100" in described
+    assert '    export: names "jedi"' in described and "epochs_run 1" in described
 
 
 def test_a_bad_export_setting_fails_before_any_data_is_read(
@@ -73,7 +100,10 @@ def test_a_bad_export_setting_fails_before_any_data_is_read(
     argv = ["train", "--config", str(SMOKE), "--run-dir", str(tmp_path / "run")]
     assert main([*argv, "--set", "export.units={sst: m}"]) == 2
     err = capsys.readouterr().err
-    assert err == "error: export.units: cannot convert 'sst' between degC and 'm'\n"
+    assert err == (
+        "error: export.units gives sst in 'm', but its exported name 'sst' carries degC: "
+        "names fix units; drop export.units or choose the name of that unit\n"
+    )
     assert not (tmp_path / "cache").exists()  # not even the synthetic file was made
     assert not (tmp_path / "run" / "checkpoint.pt").exists()
     assert os.environ.get("RANK") is None

@@ -4,6 +4,7 @@ flagged rows, the fill value, the clamp, provenance inside the file and the mode
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 from typing import Any
 
@@ -35,42 +36,51 @@ def ranged_model() -> EmulatorMLP:
     return model
 
 
-def test_jedi_names_bring_jedi_units_unless_units_are_written(tmp_path: Path) -> None:
-    assert ExportConfig(names="jedi").chosen_units == "jedi"
-    assert ExportConfig(names="short").chosen_units == "native"
-    assert ExportConfig(names="jedi", units="native").chosen_units == "native"
-    loaded = _load(export_model(aice_model(), tmp_path / "m.pt", ExportConfig(names="jedi")))
-    assert list(loaded.input_names) == JEDI_INPUTS
-    assert [loaded.input_units[k] for k in (0, 2, 3, 11)] == ["K", "K", "K", "kg/kg"]
+@pytest.mark.parametrize(
+    ("options", "units"),
+    [
+        (ExportConfig(names="jedi"), ["degC", "K", "K", "kg/kg"]),  # SOCA's degC
+        (ExportConfig(names="jedi", units="jedi"), ["degC", "K", "K", "kg/kg"]),
+        (ExportConfig(names="jedi", units={"tair": "kelvin"}), ["degC", "K", "K", "kg/kg"]),
+        (ExportConfig(names="short"), ["degC", "degC", "degC", "g/kg"]),
+        (ExportConfig(units="native"), ["degC", "degC", "degC", "g/kg"]),
+    ],
+)
+def test_names_carry_their_units(tmp_path: Path, options: ExportConfig, units: list[str]) -> None:
+    loaded = _load(export_model(aice_model(), tmp_path / "m.pt", options))
+    assert [loaded.input_units[k] for k in (0, 2, 3, 11)] == units
 
 
-def test_a_kelvin_background_never_gives_a_wrong_number(tmp_path: Path) -> None:
-    """The issue's trap: a K background fed to a model that takes degC."""
+def test_a_background_in_the_wrong_units_gets_zero_jacobians(tmp_path: Path) -> None:
+    """What SABER does: names from the background, no units read, only jac_physical. A
+    background in the right units gets the model's Jacobian; one in the wrong units (air
+    temperature in degC where the name carries K, or an ocean temperature in K where
+    SOCA's name carries degC) gets flagged rows and zero Jacobians, never a number."""
     model = ranged_model()
     x_native = physical_inputs(model, 32).double()
-    x_kelvin = jedi_inputs(model, 32)
+    x_right = jedi_inputs(model, 32)
     with torch.no_grad():
-        truth = model.double().predict(x_native)
+        truth = model.double().jac_physical(x_native)
         model.float()
-    # The documented default: JEDI names take K, so the K background is right.
-    jedi = _load(export_model(model, tmp_path / "jedi.pt", ExportConfig(names="jedi")))
-    torch.testing.assert_close(jedi.predict(x_kelvin), truth, rtol=1e-5, atol=1e-5)
-    assert (jedi.row_flags(x_kelvin) == 0).all()
-    # JEDI names over degC (written in so many words): the documented check refuses it,
-    # the rows are flagged, and with out_of_range: fill predict gives NaN, not a number.
-    options = ExportConfig(names="jedi", units="native", out_of_range="fill")
-    path = export_model(model, tmp_path / "degc.pt", options)
-    sig = json.loads(read_extra_files(path)["signature.json"])
-    background = {
-        item["name"]: item["unit"]
-        for item in json.loads(read_extra_files(tmp_path / "jedi.pt")["signature.json"])["inputs"]
-    }
-    with pytest.raises(ValueError, match=r"sea_water_potential_temperature in K .*takes degC"):
-        signature.check_units(sig, background)
-    signature.check_units(sig, {item["name"]: item["unit"] for item in sig["inputs"]})
-    degc = _load(path)
-    assert (degc.row_flags(x_kelvin) == 1).all()
-    assert torch.isnan(degc.predict(x_kelvin)).all()
+    options = ExportConfig(names="jedi", out_of_range="fill")
+    jedi = _load(export_model(model, tmp_path / "jedi.pt", options))
+    jac = jedi.jac_physical(x_right.float(), torch.ones(32, 1))
+    assert (jedi.row_flags(x_right) == 0).all() and (jac != 0).any(dim=2).all()
+    assert (jac[:, 0, 0].double() - truth[:, 0, 0]).abs().max() <= 1e-4 * truth.abs().max()
+    for column, shift in ((2, -273.15), (0, 273.15)):
+        wrong = x_right.clone()
+        wrong[:, column] += shift
+        assert (jedi.row_flags(wrong) == 1).all()
+        assert (jedi.jac_physical(wrong.float(), torch.ones(32, 1)) == 0).all()
+        assert (jedi.tlm(wrong, torch.ones_like(wrong)) == 0).all()
+        assert (jedi.adjoint(wrong, torch.ones(32, 1, dtype=wrong.dtype)) == 0).all()
+        assert torch.isnan(jedi.predict(wrong)).all()
+    # Checking units at the call (what a caller that knows them can add) names the culprit.
+    sig = json.loads(read_extra_files(tmp_path / "jedi.pt")["signature.json"])
+    background = {item["name"]: item["unit"] for item in sig["inputs"]}
+    with pytest.raises(ValueError, match=r"air_temperature in degC .*takes K"):
+        signature.check_units(sig, background | {"air_temperature": "degC"})
+    signature.check_units(sig, background)
 
 
 @pytest.mark.parametrize(
@@ -88,9 +98,11 @@ def test_row_flags_mark_inputs_beyond_the_margin(value: float, flag: int) -> Non
 def test_ranges_travel_in_the_exports_units(tmp_path: Path) -> None:
     model = ranged_model()
     loaded = _load(export_model(model, tmp_path / "m.pt", ExportConfig(names="jedi")))
-    # sst trained on -4..2 degC: 269.15..275.15 K; qref 0..3.9 g/kg: 0..3.9e-3 kg/kg.
-    assert loaded.input_min[0].item() == pytest.approx(269.15, abs=1e-4)
-    assert loaded.input_max[0].item() == pytest.approx(275.15, abs=1e-4)
+    # tair in degC -> K (air_temperature); qref 0..3.9 g/kg: 0..3.9e-3 kg/kg; sst stays
+    # in degC (SOCA's sea_water_potential_temperature).
+    for k, shift in ((2, 273.15), (0, 0.0)):
+        assert loaded.input_min[k].item() == pytest.approx(model.input_min[k] + shift, abs=1e-4)
+        assert loaded.input_max[k].item() == pytest.approx(model.input_max[k] + shift, abs=1e-4)
     assert loaded.input_max[11].item() == pytest.approx(3.9e-3, rel=1e-6)
 
 
@@ -119,7 +131,8 @@ def test_provenance_and_signature_are_inside_the_file(tmp_path: Path) -> None:
     assert extra["format_version"] == "2"
     sig = json.loads(extra["signature.json"])
     assert [i["name"] for i in sig["inputs"]] == JEDI_INPUTS
-    assert sig["inputs"][0]["unit"] == "K" and sig["outputs"][0]["name"] == "sea_ice_area_fraction"
+    assert sig["inputs"][0]["unit"] == "degC" and sig["inputs"][2]["unit"] == "K"
+    assert sig["outputs"][0]["name"] == "sea_ice_area_fraction"
     assert sig["fill_value"] == "nan" and sig["outputs"][0]["upper"] == 1.0
     origin = json.loads(extra["provenance.json"])
     assert origin["torch_version"] == torch.__version__
@@ -135,8 +148,9 @@ def test_describe_prints_names_units_levels_ranges_and_provenance(
     export_model(ranged_model(), tmp_path / "m.pt", ExportConfig(names="jedi"))
     assert main(["export", "--describe", str(tmp_path / "m.pt")]) == 0
     out = capsys.readouterr().out
-    assert "sea_water_potential_temperature" in out and "K      level 0" in out
-    assert "trained on 269.15 .. 275.15" in out and "torch " + torch.__version__ in out
+    assert re.search(r"sea_water_potential_temperature +degC +level 0", out)
+    assert "air_temperature" in out and "K      level 0" in out
+    assert "trained on -4 .. 2" in out and "torch " + torch.__version__ in out
     assert "forward: NORMALISED" in out and "predict gives nan" in out
 
 
@@ -163,7 +177,9 @@ def test_a_checkpoint_from_before_ranges_loads_with_no_range(tmp_path: Path) -> 
 @pytest.mark.parametrize(
     ("options", "message"),
     [
-        (ExportConfig(units={"sst": "m"}), "cannot convert 'sst' between degC and 'm'"),
+        (ExportConfig(units={"sst": "m"}), "gives sst in 'm', but its exported name 'sst'"),
+        (ExportConfig(names="jedi", units={"sst": "K"}), "gives sst in 'K', but .* degC"),
+        (ExportConfig(units={"ssh": "m"}), "unit mapping names 'ssh', which the model"),
         (ExportConfig(output_levels=(0, 1)), "output_levels must have 1 entries"),
         (ExportConfig(names={"aice": "x"}), "mapping lacks 'sst'"),
     ],
@@ -188,9 +204,10 @@ def test_export_cli_packages_for_aoti_when_asked(
     monkeypatch.setattr(ufsemulator.export.aoti, "package_export", package)
     torch.save(_checkpoint(aice_model()), tmp_path / "ckpt.pt")
     argv = ["export", "--checkpoint", str(tmp_path / "ckpt.pt"), "--out", str(tmp_path / "m.pt")]
+    argv.append("--trust-checkpoint")  # written by torch.save, not by a training of this user
     assert main([*argv, "--names", "jedi", "--aoti", str(tmp_path / "m.pt2")]) == 0
     assert calls == [(tmp_path / "m.pt", tmp_path / "m.pt2")]
     out = capsys.readouterr().out
-    assert "units jedi" in out and "Packaged" in out and "m.pt2" in out
+    assert "names jedi" in out and "Packaged" in out and "m.pt2" in out
     assert main(["export", "--out", str(tmp_path / "x.pt")]) == 2
     assert "export needs --checkpoint and --out" in capsys.readouterr().err

@@ -89,7 +89,8 @@ def test_predict_is_forward_between_the_normalisations() -> None:
     x = physical_inputs(model, 16)
     x_norm = (x - model.input_mean) / model.input_std
     expected = model(x_norm) * model.output_std + model.output_mean
-    torch.testing.assert_close(model.predict(x), expected, rtol=0, atol=0)
+    # To rounding: predict sums each product in blocks of rows (batch invariance).
+    torch.testing.assert_close(model.predict(x), expected, rtol=1e-13, atol=1e-13)
     assert model.predict(x).shape == (16, 1)
 
 

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from ufsemulator.training import meshreduce
+from ufsemulator.training import meshreduce, peerlinks
 
 REPO = Path(__file__).resolve().parents[3]
 
@@ -98,7 +98,7 @@ def test_direct_forces_the_exchange_on_one_host_too() -> None:
 
 
 def _hello(rank: int, token: bytes) -> bytes:
-    return meshreduce._HELLO.pack(rank, token)
+    return peerlinks.HELLO.pack(rank, token)
 
 
 @pytest.mark.parametrize(
@@ -114,11 +114,7 @@ def _hello(rank: int, token: bytes) -> bytes:
 def test_only_a_connection_with_the_token_and_an_expected_rank_is_admitted(
     sent: bytes, expected: int | None
 ) -> None:
-    listener_side, caller = socket.socketpair()
-    with listener_side, caller:
-        caller.sendall(sent)
-        caller.shutdown(socket.SHUT_WR)
-        assert meshreduce._admit(listener_side, b"t" * 32, {1, 2, 3}, 5.0) == expected
+    assert peerlinks.proven_rank(sent, b"t" * 32, {1, 2, 3}) == expected
 
 
 def test_gradients_larger_than_a_direct_exchange_pays_keep_the_backend() -> None:
@@ -143,11 +139,11 @@ def test_gradients_larger_than_a_direct_exchange_pays_keep_the_backend() -> None
     limit = meshreduce.MAX_BYTES // 4
     reducer, reason = gradreduce.gradient_allreduce("direct", limit + 1, ctx)
     assert reducer is None
-    assert reason.startswith("1.0 MiB of gradients, more than the 1 MiB")
+    assert reason.startswith("1.0 MiB of gradients, more than the 1 MiB where the direct")
 
 
 def test_the_exchange_listens_on_gloos_interface_when_the_job_names_one() -> None:
-    assert meshreduce._local_address("10.0.0.1", {"GLOO_SOCKET_IFNAME": "lo"}) == "127.0.0.1"
-    assert meshreduce._local_address("127.0.0.1", {}) == "127.0.0.1"
+    assert peerlinks.local_address("10.0.0.1", {"GLOO_SOCKET_IFNAME": "lo"}) == "127.0.0.1"
+    assert peerlinks.local_address("127.0.0.1", {}) == "127.0.0.1"
     with pytest.raises(OSError, match="GLOO_SOCKET_IFNAME 'nosuch0': no IPv4 address"):
-        meshreduce._local_address("127.0.0.1", {"GLOO_SOCKET_IFNAME": "nosuch0"})
+        peerlinks.local_address("127.0.0.1", {"GLOO_SOCKET_IFNAME": "nosuch0"})

@@ -186,9 +186,9 @@ def test_a_share_of_the_files_opens_only_its_files(
     opened: list[str] = []
     real = ncread.netCDF4.Dataset
 
-    def dataset(path: Path, *args: object) -> object:
+    def dataset(path: Path, *args: object, **kwargs: object) -> object:
         opened.append(Path(path).name)
-        return real(path, *args)
+        return real(path, *args, **kwargs)
 
     monkeypatch.setattr(ncread.netCDF4, "Dataset", dataset)
     part = load_dataset(days, share=(1, 2))

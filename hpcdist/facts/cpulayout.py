@@ -72,6 +72,13 @@ class CpuLayout:
         )
 
 
+def cpus_per_task(cores: int, tasks: int) -> int:
+    """The one rule for a task's CPUs where none were asked for: the node's ``cores``
+    shared evenly by its ``tasks`` (at least one each). Render, submit, ``hpcdist run``,
+    the GPU count in a job and a local job's ranks all ask here."""
+    return max(1, max(1, cores) // max(1, tasks))
+
+
 def cpu_layout(
     cpus: int,
     ranks: int,

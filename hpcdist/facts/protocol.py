@@ -1,5 +1,5 @@
-"""The requeue and rendezvous protocol shared by a job's script, hpcdist's submitit task and
-the training inside the job.
+"""The requeue and rendezvous protocol shared by a job's script, its runner and the
+training inside the job.
 
 Every name, exit code, path and formula that two of them must agree on is defined here once:
 the templates receive these values when they are rendered (``render.protocol_context``), the
@@ -13,8 +13,8 @@ The requeue protocol, step by step:
    me", by exit code ``REQUEUE_EXIT_CODE`` and by creating the file named in
    ``$HPCDIST_REQUEUE_MARKER`` (srun and torchrun report some other rank's status, so the exit
    code alone does not reach the batch shell).
-3. The batch shell (or hpcdist's submitit task) sees the marker or the code and requeues
-   the job, at most ``--max-restarts`` times; the rerun resumes from the checkpoint.
+3. The script's runner (``hpcdist.distributed.jobstep run``) sees the marker or the code
+   and requeues the job, at most ``--max-restarts`` times; the rerun resumes from the checkpoint.
 """
 
 from __future__ import annotations
@@ -23,23 +23,20 @@ from __future__ import annotations
 # and from the 128+N a signal death produces, so a script can tell preemption apart.
 REQUEUE_EXIT_CODE = 85
 
-# The warning signal of a submitit job: submitit's handler catches this one only, so a
-# submitted job warns with it and hpcdist's submitit task forwards it to the training.
-SUBMITIT_WARNING_SIGNAL = "USR2"
-
-# Environment variables the job's script or submitit task sets for the training.
+# Environment variables the job's script sets for the training.
 SIGNAL_VAR = "HPCDIST_SIGNAL"  # the warning signal's name, e.g. USR1
 MARKER_VAR = "HPCDIST_REQUEUE_MARKER"  # the file rank 0 creates to ask for a requeue
 RUN_DIR_VAR = "HPCDIST_RUN_DIR"  # the run folder of a job resubmitted as a new job id
 RESTARTS_VAR = "HPCDIST_RESTARTS"  # resubmissions so far (no scontrol: a new job id)
+# A job of this machine (``submit --executor local``): its folder of logs and exit codes,
+# and the batch script's exit code there (each rank's: ``exit_<rank>.json``).
+LOCAL_FOLDER_VAR = "HPCDIST_LOCAL_FOLDER"
+LOCAL_BATCH_EXIT = "exit_batch.json"
+# The job's --collective-timeout, carried into every rank by the script.
+COLLECTIVE_TIMEOUT_ENV = "HPCDIST_COLLECTIVE_TIMEOUT"
 
 # Where a rendered script's marker lives, below the submit directory, one file per job id.
 MARKER_DIR = ".hpcdist/requeue"
-
-
-def submitit_marker_name(restart_count: str) -> str:
-    """The marker of hpcdist's submitit task: one name per restart, in the job's folder."""
-    return f"requeue-marker.{restart_count}"
 
 
 # Variables a job inherits from the job it was submitted from, which would make the new job

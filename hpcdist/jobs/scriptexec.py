@@ -1,0 +1,73 @@
+"""submitit queues a rendered script and keeps the job's handle.
+
+submitit's executors write a batch script of their own around a pickled function. Here the
+script is the one ``hpcdist render`` prints: ``ScriptExecutor`` hands submitit that file's
+bytes as its submission file, so the job submitit queues (``sbatch FILE``), follows
+(``Job.state``, its watcher) and cancels (``Job.cancel``) is that script, and no pickle is
+written. A job array is the script's own ``--array``; each task gets its handle.
+
+On a machine without SLURM, submitit's local executor runs one task:
+``hpcdist.distributed.localstep batch``, the same script as this machine's batch shell.
+"""
+
+from __future__ import annotations
+
+import shlex
+import sys
+from pathlib import Path
+from typing import Any
+
+import submitit
+
+
+class ScriptExecutor(submitit.SlurmExecutor):
+    """A SlurmExecutor whose submission file is a given script, not one it writes."""
+
+    def __init__(self, folder: Path, script: str, tasks: int) -> None:
+        super().__init__(folder)
+        self._script = script
+        self._tasks = tasks
+
+    def _make_submission_file_text(self, command: str, uid: str) -> str:
+        return self._script
+
+    def _num_tasks(self) -> int:
+        return self._tasks
+
+    def queue(self) -> Any:
+        """``sbatch`` the script; submitit's handle of the job. submitit keeps its copy of
+        the script in the job's folder: both made private, as the script may carry --env."""
+        job = self._submit_command("")
+        job.paths.folder.chmod(0o700)
+        job.paths.submission_file.chmod(0o600)
+        return job
+
+
+def queue_slurm(folder: Path, script: Path, tasks: int, array_tasks: int | None) -> list[Any]:
+    """Queue ``script`` through submitit; one handle, or one per array task."""
+    executor = ScriptExecutor(folder, script.read_text(encoding="utf-8"), tasks)
+    job = executor.queue()
+    if array_tasks is None:
+        return [job]
+    return [
+        submitit.SlurmJob(folder=folder, job_id=f"{job.job_id}_{index}", tasks=list(range(tasks)))
+        for index in range(array_tasks)
+    ]
+
+
+def queue_local(folder: Path, script: Path, workdir: str, timeout_min: float) -> Any:
+    """Run ``script`` on this machine through submitit's local executor; its handle."""
+    executor = submitit.LocalExecutor(folder=folder)
+    # One task: the batch shell, which starts the ranks itself (localstep's srun).
+    executor.update_parameters(tasks_per_node=1, timeout_min=timeout_min)
+    argv = [
+        sys.executable,
+        "-m",
+        "hpcdist.distributed.localstep",
+        "batch",
+        str(folder),
+        str(script),
+        "--chdir",
+        workdir,
+    ]
+    return executor._submit_command(shlex.join(argv))

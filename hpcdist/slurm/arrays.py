@@ -1,0 +1,54 @@
+"""The tasks of a SLURM job array and their states.
+
+squeue names a task ``123_4`` once it has started and folds the ones still pending into
+``123_[5-7%2]``; sacct the same. The controller's view comes first (sacct lags it, and can
+briefly call a task being requeued FAILED); sacct answers for tasks the controller has
+forgotten.
+"""
+
+from __future__ import annotations
+
+import re
+
+from hpcdist.slurm.tools import slurm_tool
+
+_TASK = re.compile(r"(?P<job>\d+)_(?P<task>\d+)")
+_FOLDED = re.compile(r"(?P<job>\d+)_\[(?P<ranges>[0-9,\-]+)(%\d+)?\]")
+
+
+def expand_task_ids(text: str) -> list[str]:
+    """``123_4`` -> [123_4]; ``123_[5-7,9%2]`` -> [123_5, 123_6, 123_7, 123_9]; else []."""
+    match = _TASK.fullmatch(text)
+    if match:
+        return [text]
+    match = _FOLDED.fullmatch(text)
+    if not match:
+        return []
+    out = []
+    for part in match["ranges"].split(","):
+        first, _, last = part.partition("-")
+        if first.isdigit() and (not last or last.isdigit()):
+            out += [f"{match['job']}_{i}" for i in range(int(first), int(last or first) + 1)]
+    return out
+
+
+def parse_task_states(lines: str) -> dict[str, str]:
+    """``JOBID|STATE`` lines -> {task id: state}; a later line for a task wins."""
+    states: dict[str, str] = {}
+    for line in lines.splitlines():
+        job, _, state = line.strip().partition("|")
+        word = state.split()[0].upper() if state.strip() else ""
+        for task in expand_task_ids(job.strip()):
+            if word:
+                states[task] = word
+    return states
+
+
+def task_states(array_id: str, count: int) -> dict[str, str]:
+    """The state of each of the array's ``count`` tasks (UNKNOWN where neither tool knows)."""
+    accounted = slurm_tool(["sacct", "-j", array_id, "-X", "-n", "-P", "-o", "JobID,State"])
+    states = parse_task_states(accounted.stdout) if accounted.returncode == 0 else {}
+    live = slurm_tool(["squeue", "-t", "all", "-h", "-r", "-j", array_id, "-o", "%i|%T"])
+    if live.returncode == 0:
+        states.update(parse_task_states(live.stdout))
+    return {f"{array_id}_{i}": states.get(f"{array_id}_{i}", "UNKNOWN") for i in range(count)}
