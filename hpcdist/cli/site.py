@@ -20,7 +20,7 @@ from datetime import datetime, timezone
 import click
 
 from hpcdist.errors import ProfileError, SpecError, UserError
-from hpcdist.slurm.probe import ClusterProbe, Partition, probe, time_text
+from hpcdist.slurm.probe import ClusterProbe, Node, Partition, probe, time_text
 from hpcdist.slurm.timelimit import time_limit_seconds
 from hpcdist.spec.profiles import (
     DEFAULT_PROFILE,
@@ -29,6 +29,9 @@ from hpcdist.spec.profiles import (
     load_profile,
     shipped_profiles,
 )
+
+# (what disagrees, "FAIL" or "warn", one line of advice)
+Problem = tuple[str, str, str]
 
 
 @dataclass(frozen=True)
@@ -45,28 +48,10 @@ def _plugins(config: Mapping[str, str]) -> str:
     return ", ".join(shown) or "none reported"
 
 
-def cluster_rows(found: ClusterProbe) -> list[Row]:
-    version = str(found.version) if found.version else "unknown"
-    rows = [
-        Row(
-            "SLURM version",
-            version,
-            "ok" if found.version else "warn",
-            "" if found.version else "sinfo --version printed no version",
-        )
-    ]
-    if not found.controller:
-        rows.append(
-            Row(
-                "controller",
-                "not reachable (scontrol ping)",
-                "FAIL",
-                "check SLURM_CONF and that slurmctld runs; no job can be submitted",
-            )
-        )
-        return rows
-    rows.append(Row("controller", "reachable"))
-    rows.append(
+def _service_rows(found: ClusterProbe) -> list[Row]:
+    """Accounting and the plugins that decide what efficiency can show."""
+    gather = found.config.get("JobAcctGatherType", "")
+    return [
         Row("accounting", "sacct works")
         if found.accounting
         else Row(
@@ -74,10 +59,7 @@ def cluster_rows(found: ClusterProbe) -> list[Row]:
             "sacct fails",
             "warn",
             "no sacct: status after a job ends and efficiency need slurmdbd",
-        )
-    )
-    gather = found.config.get("JobAcctGatherType", "")
-    rows.append(
+        ),
         Row("JobAcctGather", gather)
         if gather and gather != "jobacct_gather/none"
         else Row(
@@ -85,25 +67,41 @@ def cluster_rows(found: ClusterProbe) -> list[Row]:
             gather or "none",
             "warn",
             "no CPU time or memory per step: efficiency shows wall time only",
-        )
+        ),
+        Row("cgroup/proctrack", _plugins(found.config)),
+    ]
+
+
+def _partition_row(part: Partition, found: ClusterProbe) -> Row:
+    nodes = found.nodes_of(part.name)
+    gpus = sorted({n.gpus for n in nodes})
+    types = sorted({t for n in nodes for t in n.gpu_types})
+    features = sorted({f for n in nodes for f in n.features})
+    cpus = sorted({n.cpus for n in nodes})
+    value = (
+        f"{part.total_nodes} nodes (max {part.max_nodes or 'all'} a job), "
+        f"time {time_text(part.max_time_s)}, QOS {part.qos or 'none'}, "
+        f"CPUs/node {'/'.join(map(str, cpus)) or '?'}, "
+        f"GPUs/node {'/'.join(map(str, gpus)) or '0'}"
+        + (f" ({','.join(types)})" if types else "")
+        + f", features {','.join(features) or 'none'}"
+        + (" [default]" if part.default else "")
     )
-    rows.append(Row("cgroup/proctrack", _plugins(found.config)))
-    for part in found.partitions:
-        nodes = found.nodes_of(part.name)
-        gpus = sorted({n.gpus for n in nodes})
-        types = sorted({t for n in nodes for t in n.gpu_types})
-        features = sorted({f for n in nodes for f in n.features})
-        cpus = sorted({n.cpus for n in nodes})
-        value = (
-            f"{part.total_nodes} nodes (max {part.max_nodes or 'all'} a job), "
-            f"time {time_text(part.max_time_s)}, QOS {part.qos or 'none'}, "
-            f"CPUs/node {'/'.join(map(str, cpus)) or '?'}, "
-            f"GPUs/node {'/'.join(map(str, gpus)) or '0'}"
-            + (f" ({','.join(types)})" if types else "")
-            + f", features {','.join(features) or 'none'}"
-            + (" [default]" if part.default else "")
-        )
-        rows.append(Row(f"partition {part.name}", value))
+    return Row(f"partition {part.name}", value)
+
+
+def cluster_rows(found: ClusterProbe) -> list[Row]:
+    rows = [
+        Row("SLURM version", str(found.version))
+        if found.version
+        else Row("SLURM version", "unknown", "warn", "sinfo --version printed no version")
+    ]
+    if not found.controller:
+        advice = "check SLURM_CONF and that slurmctld runs; no job can be submitted"
+        return [*rows, Row("controller", "not reachable (scontrol ping)", "FAIL", advice)]
+    rows.append(Row("controller", "reachable"))
+    rows.extend(_service_rows(found))
+    rows.extend(_partition_row(part, found) for part in found.partitions)
     rows.append(
         Row("containers", ", ".join(found.containers))
         if found.containers
@@ -114,48 +112,29 @@ def cluster_rows(found: ClusterProbe) -> list[Row]:
     return rows
 
 
-def profile_rows(profile: Profile, found: ClusterProbe) -> list[Row]:
-    """What in ``profile`` disagrees with the cluster: each a FAIL (a job would be refused
-    or never start) or a warn, with its advice."""
-    if not found.controller:
-        return []
-    where = f"profile {profile.name!r} ({profile.source or 'built in'})"
-    by_name = {p.name: p for p in found.partitions}
-    rows: list[Row] = []
-    name = profile.partition
-    part: Partition | None = by_name.get(name) if name else found.default_partition()
-    if name and part is None:
-        known = ", ".join(by_name) or "none"
-        return [
-            Row(
-                where,
-                f"partition {name!r} does not exist",
+def _seconds(limit: str | None) -> int | None:
+    try:
+        return time_limit_seconds(limit) if limit else None
+    except SpecError:
+        return None  # validation names a malformed max_time where a job uses it
+
+
+def _limit_problems(profile: Profile, part: Partition, nodes: list[Node]) -> list[Problem]:
+    """(what, status, advice) for each limit of the profile above the partition's."""
+    problems: list[Problem] = []
+    limit = _seconds(profile.max_time)
+    if limit is not None and part.max_time_s is not None and limit > part.max_time_s:
+        allowed = time_text(part.max_time_s)
+        problems.append(
+            (
+                f"max_time {profile.max_time} > partition {part.name}'s {allowed}",
                 "FAIL",
-                f"set partition to one of {known} (hpcdist profile init writes one)",
+                f"set max_time to {allowed} or less",
             )
-        ]
-    if part is None:
-        return [Row(where, "no partition and the cluster has none", "FAIL", "ask the admins")]
-    nodes = found.nodes_of(part.name)
-    if profile.max_time and part.max_time_s is not None:
-        try:
-            limit = time_limit_seconds(profile.max_time)
-        except SpecError:
-            limit = None
-        if limit is not None and limit > part.max_time_s:
-            rows.append(
-                Row(
-                    where,
-                    f"max_time {profile.max_time} > partition {part.name}'s "
-                    f"{time_text(part.max_time_s)}",
-                    "FAIL",
-                    f"set max_time to {time_text(part.max_time_s)} or less",
-                )
-            )
+        )
     if profile.max_nodes and profile.max_nodes > part.total_nodes:
-        rows.append(
-            Row(
-                where,
+        problems.append(
+            (
                 f"max_nodes {profile.max_nodes} > the {part.total_nodes} nodes of {part.name}",
                 "warn",
                 f"set max_nodes to {part.total_nodes}",
@@ -163,9 +142,8 @@ def profile_rows(profile: Profile, found: ClusterProbe) -> list[Row]:
         )
     cpus = min((n.cpus for n in nodes), default=0)
     if profile.cores_per_node and cpus and profile.cores_per_node > cpus:
-        rows.append(
-            Row(
-                where,
+        problems.append(
+            (
                 f"cores_per_node {profile.cores_per_node} > {cpus} CPUs of {part.name}'s nodes",
                 "FAIL",
                 f"set cores_per_node to {cpus}",
@@ -173,36 +151,65 @@ def profile_rows(profile: Profile, found: ClusterProbe) -> list[Row]:
         )
     gpus = min((n.gpus for n in nodes), default=0)
     if profile.gpus_per_node > gpus:
-        rows.append(
-            Row(
-                where,
+        problems.append(
+            (
                 f"gpus_per_node {profile.gpus_per_node} > {gpus} GPUs of {part.name}'s nodes",
                 "FAIL",
                 f"set gpus_per_node to {gpus}",
             )
         )
-    types = {t for n in nodes for t in n.gpu_types}
-    for gpu_type in profile.gpu_types:
-        if gpu_type not in types:
-            rows.append(
-                Row(
-                    where,
-                    f"GPU type {gpu_type!r} not in {part.name}",
-                    "FAIL",
-                    f"use one of {', '.join(sorted(types)) or 'no type (untyped GPUs)'}",
-                )
+    return problems
+
+
+def _offer_problems(profile: Profile, part: Partition, nodes: list[Node]) -> list[Problem]:
+    """GPU types and features the profile names that no node of the partition offers."""
+    types = sorted({t for n in nodes for t in n.gpu_types})
+    features = sorted({f for n in nodes for f in n.features})
+    missing_types = [t for t in profile.gpu_types if t not in types]
+    missing_features = [f for f in profile.features if f not in features]
+    return [
+        *(
+            (
+                f"GPU type {t!r} not in {part.name}",
+                "FAIL",
+                f"use one of {', '.join(types) or 'no type (untyped GPUs)'}",
             )
-    features = {f for n in nodes for f in n.features}
-    for feature in profile.features:
-        if feature not in features:
-            rows.append(
-                Row(
-                    where,
-                    f"feature {feature!r} on no node of {part.name}",
-                    "warn",
-                    f"nodes offer {', '.join(sorted(features)) or 'no features'}",
-                )
+            for t in missing_types
+        ),
+        *(
+            (
+                f"feature {f!r} on no node of {part.name}",
+                "warn",
+                f"nodes offer {', '.join(features) or 'no features'}",
             )
+            for f in missing_features
+        ),
+    ]
+
+
+def profile_rows(profile: Profile, found: ClusterProbe) -> list[Row]:
+    """What in ``profile`` disagrees with the cluster: each a FAIL (a job would be refused
+    or never start) or a warn, with its advice."""
+    if not found.controller:
+        return []
+    where = f"profile {profile.name!r} ({profile.source or 'built in'})"
+    by_name = {p.name: p for p in found.partitions}
+    name = profile.partition
+    part = by_name.get(name) if name else found.default_partition()
+    if part is None:
+        known = ", ".join(by_name) or "none"
+        what = f"partition {name!r} does not exist" if name else "the cluster has no partition"
+        return [
+            Row(
+                where,
+                what,
+                "FAIL",
+                f"set partition to one of {known} (hpcdist profile init writes one)",
+            )
+        ]
+    nodes = found.nodes_of(part.name)
+    problems = [*_limit_problems(profile, part, nodes), *_offer_problems(profile, part, nodes)]
+    rows = [Row(where, what, status, advice) for what, status, advice in problems]
     return rows or [Row(where, f"agrees with the cluster (partition {part.name})")]
 
 
