@@ -11,7 +11,7 @@ import shlex
 from dataclasses import dataclass
 
 from hpcdist.errors import SpecError
-from hpcdist.facts.launch import ignoring, rank_log_pattern, torchrun_command, torchrun_flags
+from hpcdist.facts.launch import per_node, rank_log_pattern, torchrun_command, torchrun_flags
 from hpcdist.render.container import container_prefix, container_srun_options
 from hpcdist.spec.dependency import dependency_value
 from hpcdist.spec.jobspec import JOB_OPTIONS, Count, JobSpec
@@ -194,19 +194,11 @@ def launch_argv(spec: JobSpec) -> list[str]:
     if spec.launcher != "torchrun":
         return [*wrapper, *command]
     nproc = GPUS_VAR if spec.gpus_auto else str(spec.tasks_per_node)
-    torchrun = [
-        "torchrun",
-        *torchrun_flags(
-            '"${SLURM_JOB_NUM_NODES}"',
-            nproc,
-            '"${SLURM_NODEID}"',
-            '"${MASTER_ADDR}:${MASTER_PORT}"',
-            '"${SLURM_JOB_ID}"',
-        ),
-    ]
-    if spec.warning_signal:
-        # SLURM signals every process of the step: torchrun itself would die of the warning
-        # its ranks catch to checkpoint, so it ignores it (its ranks set their own handler).
-        shell, flag, script, *started = ignoring([spec.warning_signal], torchrun)
-        torchrun = [shell, flag, shlex.quote(script), *started]
-    return [*wrapper, *torchrun_command(torchrun, command)]
+    flags = torchrun_flags('"${SLURM_JOB_NUM_NODES}"', nproc, '"${MASTER_ADDR}:${MASTER_PORT}"')
+    # SLURM signals every process of the step: torchrun itself would die of the warning
+    # its ranks catch to checkpoint, so it ignores it (its ranks set their own handler).
+    signals = [spec.warning_signal] if spec.warning_signal else []
+    shell, flag, script, *started = per_node(
+        torchrun_command(["torchrun", *flags], command), signals
+    )
+    return [*wrapper, shell, flag, shlex.quote(script), *started]

@@ -18,7 +18,7 @@ from click.testing import CliRunner
 
 import hpcdist.render.script as render_module
 from hpcdist.cli.main import cli
-from hpcdist.facts.launch import torchrun_command
+from hpcdist.facts.launch import per_node, torchrun_command
 from hpcdist.render.directives import launch_argv, sbatch_directives
 from hpcdist.render.hpcscripts import HPC_SCRIPTS, render_hpc_script
 from hpcdist.render.script import quote, render, template_dir
@@ -542,7 +542,8 @@ def test_torchrun_ignores_the_warning_its_ranks_catch() -> None:
     )
     script = render(spec)
     assert "export HPCDIST_SIGNAL=USR1" in script
-    assert """bash -c 'trap "" USR1 && exec "$@"' torchrun torchrun --nnodes=""" in script
+    started = """bash -c 'trap "" USR1 && exec "$0" --node-rank="$SLURM_NODEID" "$@"' torchrun"""
+    assert f"{started} --nnodes=" in script
 
 
 def test_batch_shell_signal_is_passed_on_to_srun(tmp_path: Path) -> None:
@@ -614,9 +615,9 @@ def test_batch_shell_passes_the_warning_to_srun_and_keeps_its_exit_status(
 # ------------------------------------------------ the launch line, word by word, from the spec
 
 TORCHRUN_RDZV = [
-    'torchrun --nnodes="${SLURM_JOB_NUM_NODES}"',
-    '--node-rank="${SLURM_NODEID}" --rdzv-backend=c10d',
-    '--rdzv-endpoint="${MASTER_ADDR}:${MASTER_PORT}" --rdzv-id="${SLURM_JOB_ID}"',
+    """bash -c 'trap "" USR2 && exec "$0" --node-rank="$SLURM_NODEID" "$@"' torchrun""",
+    '--nnodes="${SLURM_JOB_NUM_NODES}"',
+    '--rdzv-backend=static --rdzv-endpoint="${MASTER_ADDR}:${MASTER_PORT}"',
 ]
 
 
@@ -631,18 +632,17 @@ def test_torchrun_launch_carries_every_rendezvous_flag() -> None:
         }
     )
     assert launch_argv(spec) == [
-        # torchrun ignores the warning signal its ranks catch (the ranks checkpoint on it).
+        # Each node's shell gives torchrun that node's rank (srun's SLURM_NODEID, expanded
+        # per task, not once by the batch shell) and ignores the warning signal its ranks
+        # catch (the ranks checkpoint on it).
         "bash",
         "-c",
-        '\'trap "" USR2 && exec "$@"\'',
-        "torchrun",
+        """'trap "" USR2 && exec "$0" --node-rank="$SLURM_NODEID" "$@"'""",
         "torchrun",
         '--nnodes="${SLURM_JOB_NUM_NODES}"',
         "--nproc-per-node=2",
-        '--node-rank="${SLURM_NODEID}"',
-        "--rdzv-backend=c10d",
+        "--rdzv-backend=static",
         '--rdzv-endpoint="${MASTER_ADDR}:${MASTER_PORT}"',
-        '--rdzv-id="${SLURM_JOB_ID}"',
         "-m",
         "ufsemulator",
         "train",
@@ -650,6 +650,21 @@ def test_torchrun_launch_carries_every_rendezvous_flag() -> None:
     script = render(spec)
     for words_in_order in TORCHRUN_RDZV:
         assert words_in_order in script
+
+
+@pytest.mark.parametrize("node", ["0", "1", "3"])
+def test_each_node_gives_torchrun_its_own_rank_when_its_task_starts(node: str) -> None:
+    # The batch shell expands the script's words once, on the first node: the node's rank
+    # must be expanded by the shell srun starts on each node, from that task's SLURM_NODEID.
+    shell, flag, script, *argv = per_node(["echo"], ["USR2"])
+    proc = subprocess.run(
+        [shell, flag, script, *argv, "--nnodes=4", "train.py"],
+        env={"PATH": os.environ["PATH"], "SLURM_NODEID": node},
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    assert proc.stdout == f"--node-rank={node} --nnodes=4 train.py\n"
 
 
 @pytest.mark.parametrize(
