@@ -34,9 +34,12 @@ eval "${prepared}"
 echo "hpcdist: job ${SLURM_JOB_ID} on ${SLURM_JOB_NODELIST}, restart ${SLURM_RESTART_COUNT:-0}"
 # srun in SLURM >= 22.05 no longer inherits --cpus-per-task from sbatch: pass it explicitly.
 # --kill-on-bad-exit ends every rank when one dies, instead of leaving the rest in a collective.
+# Each rank starts through hpcdist.distributed.rankenv: torch's env:// variables (RANK,
+# LOCAL_RANK, WORLD_SIZE, LOCAL_WORLD_SIZE, MASTER_ADDR, MASTER_PORT, NODE_RANK) from SLURM's,
+# then the command in its place, so code written for torchrun runs unchanged.
 status=0
 srun --nodes=2 --ntasks-per-node=1 --cpus-per-task=2 --kill-on-bad-exit=1 --label \
-  python3 -m hpcdist.distributed.commcheck --timeout 60 || status=$?
+  python3 -m hpcdist.distributed.rankenv -- python3 -m hpcdist.distributed.commcheck --timeout 60 || status=$?
 if [ "$status" -ne 0 ]; then
   echo "hpcdist: communication check failed with exit code ${status}" >&2
 fi

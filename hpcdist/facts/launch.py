@@ -30,6 +30,12 @@ def torchrun_flags(nnodes: str, nproc: str, endpoint: str) -> list[str]:
     ]
 
 
+# What srun starts before each rank's command under the srun launcher: torch's env://
+# variables (RANK, LOCAL_RANK, WORLD_SIZE, MASTER_ADDR, ...) from SLURM's, then the command
+# in its place (hpcdist.distributed.rankenv).
+RANK_ENV_COMMAND = ("python3", "-m", "hpcdist.distributed.rankenv", "--")
+
+
 # The node's rank as srun gives it to each of its tasks: the batch shell, which expands a
 # script's words once on the first node, has only its own (0).
 NODE_RANK_FLAG = '--node-rank="$SLURM_NODEID"'

@@ -11,7 +11,13 @@ import shlex
 from dataclasses import dataclass
 
 from hpcdist.errors import SpecError
-from hpcdist.facts.launch import per_node, rank_log_pattern, torchrun_command, torchrun_flags
+from hpcdist.facts.launch import (
+    RANK_ENV_COMMAND,
+    per_node,
+    rank_log_pattern,
+    torchrun_command,
+    torchrun_flags,
+)
 from hpcdist.render.container import container_prefix, container_srun_options
 from hpcdist.spec.dependency import dependency_value
 from hpcdist.spec.jobspec import JOB_OPTIONS, Count, JobSpec
@@ -192,7 +198,10 @@ def launch_argv(spec: JobSpec) -> list[str]:
         command.append(POINT_WORDS)
     wrapper = [shlex.quote(word) for word in container_prefix(spec)]
     if spec.launcher != "torchrun":
-        return [*wrapper, *command]
+        # Under pyxis the command starts inside the image, which need not hold hpcdist;
+        # apptainer's wrapper passes the variables in.
+        pyxis = spec.container is not None and spec.container_runtime == "pyxis"
+        return [*([] if pyxis else RANK_ENV_COMMAND), *wrapper, *command]
     nproc = GPUS_VAR if spec.gpus_auto else str(spec.tasks_per_node)
     flags = torchrun_flags('"${SLURM_JOB_NUM_NODES}"', nproc, '"${MASTER_ADDR}:${MASTER_PORT}"')
     # SLURM signals every process of the step: torchrun itself would die of the warning
