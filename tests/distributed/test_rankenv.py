@@ -136,4 +136,3 @@ def _run_rankenv(env: dict[str, str], *command: str) -> subprocess.CompletedProc
         text=True,
         timeout=60,
     )
-
