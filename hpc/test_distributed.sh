@@ -1,18 +1,19 @@
 #!/bin/bash
 # hpcdist-commcheck: communication check (all_reduce, broadcast, barrier) on 2 nodes x 1 tasks (gloo on CPU)
-# Rendered by hpcdist 0.1.0 from templates/test.sh.j2, profile local (shipped:local.yaml).
+# Rendered by hpcdist 0.1.0 from templates/test.sh.j2, profile generic (shipped:generic.yaml).
 # Regenerate it with hpcdist rather than editing it by hand.
 #SBATCH --job-name="hpcdist-commcheck"
 #SBATCH --nodes=2
 #SBATCH --ntasks-per-node=1
 #SBATCH --cpus-per-task=2
 #SBATCH --time="00:30:00"
-#SBATCH --partition="debug"
 #SBATCH --output="%x-%j.out"
 #SBATCH --no-requeue
 
 set -euo pipefail
 
+# Site setup (the profile's lines, then --setup's): module loads, environment activation.
+if [ -n "${HPCDIST_VENV:-}" ]; then source "${HPCDIST_VENV}/bin/activate"; fi
 
 # >>> environment
 # CPU layout: 1 compute thread on 2 CPUs, 1 for the exchange; OpenMP wait: the runtime's default.
@@ -22,7 +23,6 @@ set -euo pipefail
 export OMP_NUM_THREADS=1
 export MKL_NUM_THREADS=1
 export HPCDIST_CPUS_PER_TASK=2
-export GLOO_SOCKET_IFNAME=lo
 # <<< environment
 
 # hpcdist's state of this job (its secret, its log record) lives in

@@ -1,13 +1,12 @@
 #!/bin/bash
 # ufsemulator-gloo: DDP over gloo, 2 nodes x 1 tasks, 2 CPUs each
-# Rendered by hpcdist 0.1.0 from templates/gloo.sh.j2, profile local (shipped:local.yaml).
+# Rendered by hpcdist 0.1.0 from templates/gloo.sh.j2, profile generic (shipped:generic.yaml).
 # Regenerate it with hpcdist rather than editing it by hand.
 #SBATCH --job-name="ufsemulator-gloo"
 #SBATCH --nodes=2
 #SBATCH --ntasks-per-node=1
 #SBATCH --cpus-per-task=2
 #SBATCH --time="00:30:00"
-#SBATCH --partition="debug"
 #SBATCH --output="%x-%j.out"
 #SBATCH --signal="USR2@90"
 #SBATCH --requeue
@@ -21,6 +20,8 @@ set -euo pipefail
 terminated=0
 trap 'terminated=1' TERM
 
+# Site setup (the profile's lines, then --setup's): module loads, environment activation.
+if [ -n "${HPCDIST_VENV:-}" ]; then source "${HPCDIST_VENV}/bin/activate"; fi
 
 # >>> environment
 # CPU layout: 1 compute thread on 2 CPUs, 1 for the exchange; OpenMP wait: the runtime's default.
@@ -32,7 +33,6 @@ export MKL_NUM_THREADS=1
 export HPCDIST_CPUS_PER_TASK=2
 # The training catches this warning signal (as well as USR2) to checkpoint in time.
 export HPCDIST_SIGNAL=USR2
-export GLOO_SOCKET_IFNAME=lo
 # <<< environment
 
 # hpcdist's state of this job (its secret, its requeue marker, its log record) lives in

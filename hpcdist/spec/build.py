@@ -49,7 +49,9 @@ def build_spec(profile: Profile, flags: Mapping[str, Any]) -> JobSpec:
         "tasks_per_node": tasks,
         "cpus_per_task": cpus,
         "gpus_per_node": gpus,
-        "job_name": str(merged.get("job_name") or default_job_name(mode)),
+        "job_name": str(
+            merged.get("job_name") or default_job_name(mode, merged.get("command") or ())
+        ),
         "command": _command(merged, mode),
         # The profile's setup (module loads, the environment's activation) comes first, then
         # the flag's lines: --setup adds to the site's setup as --env adds to its variables.

@@ -9,6 +9,8 @@ look at the flags again.
 
 from __future__ import annotations
 
+import re
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any, Literal
 
@@ -356,5 +358,31 @@ JOB_OPTIONS: tuple[JobOption, ...] = tuple(job_options(JobSpec))
 DEFAULTS: dict[str, Any] = {o.name: o.default for o in JOB_OPTIONS if o.has_default}
 
 
-def default_job_name(mode: str) -> str:
-    return {"test": "hpcdist-commcheck"}.get(mode, f"ufsemulator-{mode}")
+def default_job_name(mode: str, command: Sequence[str] = ()) -> str:
+    """The mode's name for hpcdist's own commands; for a --command, its program's: the
+    script or module an interpreter or launcher runs (``python3 -m pkg.train`` -> train,
+    ``torchrun --nproc-per-node=2 fit.py`` -> fit), else the program itself."""
+    if not command:
+        return {"test": "hpcdist-commcheck"}.get(mode, f"ufsemulator-{mode}")
+    words = iter(command)
+    name = ""
+    for word in words:
+        if word in ("-m", "-c"):  # a module is named; code inline is not
+            module = next(words, "") if word == "-m" else ""
+            own = {"ufsemulator": f"ufsemulator-{mode}", COMMCHECK_COMMAND[2]: "hpcdist-commcheck"}
+            if module in own:  # hpcdist's own programs keep their names
+                return own[module]
+            name = module.rpartition(".")[2]
+            break
+        base = word.rpartition("/")[2]
+        if "=" in word or word.startswith("-") or word.isdigit() or _RUNNER.fullmatch(base):
+            continue  # an option or its count, a variable (env A=B), what runs the program
+        name = base.removesuffix(".py").removesuffix(".sh")
+        break
+    name = _NAME_CHARS.sub("-", name).strip("-.")[:64]
+    return name or f"hpcdist-{mode}"
+
+
+# What runs a program rather than being it: interpreters, env, launchers.
+_RUNNER = re.compile(r"python[0-9.]*|env|bash|sh|torchrun|accelerate|launch|uv|run|exec|srun")
+_NAME_CHARS = re.compile(r"[^A-Za-z0-9._-]+")

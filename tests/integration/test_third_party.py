@@ -1,0 +1,128 @@
+"""Code written for other launchers, unchanged, on the testbed: a plain torchrun-style DDP
+script (torch's env:// variables, ``init_process_group("gloo")`` with no arguments) through a
+rendered script and through ``hpcdist submit``, under the srun and the torchrun launcher.
+
+Every rank must see torch's variables as torchrun would set them, train in one process group
+of the job's world size, and global rank r must run on the node SLURM placed it on (rank 0 on
+the first node), so that `hpcdist logs --rank 0` and `submit --wait` follow rank 0.
+"""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import pytest
+
+from hpcdist.render.script import render
+from hpcdist.slurm.nodelist import expand_nodelist
+from hpcdist.spec.options import spec_from_options
+from tests.integration.conftest import (
+    SlurmCluster,
+    finish_waiting,
+    job_log,
+    sbatch,
+    submit_waiting,
+    unlabel,
+)
+
+# What a user brings: nothing of hpcdist, every value from torch's env:// variables.
+PLAIN_DDP = """\
+import os
+import torch
+import torch.distributed as dist
+from torch.nn.parallel import DistributedDataParallel as DDP
+
+dist.init_process_group("gloo")
+rank, world = dist.get_rank(), dist.get_world_size()
+assert rank == int(os.environ["RANK"]) and world == int(os.environ["WORLD_SIZE"])
+local, local_world = int(os.environ["LOCAL_RANK"]), int(os.environ["LOCAL_WORLD_SIZE"])
+torch.manual_seed(0)
+model = DDP(torch.nn.Linear(4, 1))
+optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+for step in range(3):
+    loss = model(torch.randn(8, 4) + rank).pow(2).mean()
+    optimizer.zero_grad()
+    loss.backward()
+    optimizer.step()
+weights = model.module.weight.detach().clone()
+every = [torch.zeros_like(weights) for _ in range(world)]
+dist.all_gather(every, weights)
+in_sync = all(torch.equal(w, weights) for w in every)
+print(
+    f"PLAIN rank={rank} local={local}/{local_world} world={world} "
+    f"node={os.environ['SLURMD_NODENAME']} nodelist={os.environ['SLURM_JOB_NODELIST']} "
+    f"in_sync={in_sync}",
+    flush=True,
+)
+dist.destroy_process_group()
+"""
+
+NODES, PER_NODE = 2, 2
+_LINE = re.compile(
+    r"PLAIN rank=(\d+) local=(\d+)/(\d+) world=(\d+) node=(\S+) nodelist=(\S+) in_sync=(\w+)"
+)
+
+
+def _check_ranks(log: str) -> str:
+    """Every rank trained in one group, in sync, on its node; what the ranks said."""
+    found = {int(m[0]): m for m in _LINE.findall(unlabel(log))}
+    world = NODES * PER_NODE
+    assert sorted(found) == list(range(world)), log
+    for rank, (_, local, local_world, size, node, nodelist, in_sync) in found.items():
+        assert (int(size), int(local_world), in_sync) == (world, PER_NODE, "True"), log
+        # Block placement: rank r on the (r // PER_NODE)-th node of the job, rank 0 first.
+        assert node == expand_nodelist(nodelist)[rank // PER_NODE], log
+        assert int(local) == rank % PER_NODE, log
+    return f"{world} ranks in sync, rank 0 on {found[0][4]} (first of {found[0][5]})"
+
+
+@pytest.mark.parametrize("launcher", ["srun", "torchrun"])
+def test_a_plain_ddp_script_runs_unchanged_in_a_rendered_script(
+    slurm_cluster: SlurmCluster, tmp_path: Path, launcher: str
+) -> None:
+    (tmp_path / "plain.py").write_text(PLAIN_DDP)
+    spec = spec_from_options(
+        {
+            "mode": "gloo",
+            "nodes": NODES,
+            "tasks_per_node": PER_NODE,
+            "cpus_per_task": 1,
+            "launcher": launcher,
+            "time": "10",
+            "command": f"python3 {tmp_path / 'plain.py'}",
+        }
+    )
+    assert spec.job_name == "plain"  # named for the program, not for hpcdist's workload
+    script = tmp_path / "job.sh"
+    script.write_text(render(spec))
+    job = sbatch(script, cwd=tmp_path, timeout=300)
+    log = job_log(tmp_path, "plain", job.job_id)
+    assert job.returncode == 0, log
+    assert slurm_cluster.job_state(job.job_id) == "COMPLETED"
+    print(f"measured: rendered, {launcher}: {_check_ranks(log)}")
+
+
+@pytest.mark.parametrize("launcher", ["srun", "torchrun"])
+def test_a_plain_ddp_script_runs_unchanged_under_submit(
+    slurm_cluster: SlurmCluster, tmp_path: Path, launcher: str
+) -> None:
+    (tmp_path / "plain.py").write_text(PLAIN_DDP)
+    waiter, job_id = submit_waiting(
+        [
+            f"--nodes={NODES}",
+            "--backend=gloo",
+            f"--launcher={launcher}",
+            f"--tasks-per-node={PER_NODE}",
+            "--cpus-per-task=1",
+            "--time=10",
+            "--wait",
+            "--command",
+            "python3 plain.py",
+        ],
+        tmp_path,
+    )
+    out = finish_waiting(waiter, job_id, timeout=300)
+    log = job_log(tmp_path, "plain", job_id)
+    assert slurm_cluster.job_state(job_id) == "COMPLETED", out + log
+    print(f"measured: submit, {launcher}: {_check_ranks(log)}")
