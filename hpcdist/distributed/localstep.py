@@ -115,8 +115,9 @@ def parse_srun(argv: Sequence[str]) -> Step:
     nodes = int(values.get("nodes") or 1)
     per_node = int(values.get("ntasks-per-node") or 1)
     cpus = values.get("cpus-per-task")
+    ntasks = values.get("ntasks")
     return Step(
-        tasks=nodes * per_node,
+        tasks=int(ntasks) if ntasks else nodes * per_node,
         cpus=int(cpus) if cpus else None,
         command=tuple(argv[index:]),
         kill_on_bad_exit=values.get("kill-on-bad-exit", "0") not in ("0", ""),

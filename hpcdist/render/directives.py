@@ -53,7 +53,9 @@ def sbatch_directives(spec: JobSpec) -> list[Directive]:
         )
     else:
         rows += [
-            Directive("ntasks-per-node", _known(spec.srun_tasks_per_node)),
+            Directive("ntasks", spec.ntasks)
+            if spec.ntasks is not None
+            else Directive("ntasks-per-node", _known(spec.srun_tasks_per_node)),
             Directive("cpus-per-task", _known(spec.srun_cpus_per_task)),
         ]
     rows.append(Directive("time", spec.time))
@@ -151,7 +153,10 @@ def srun_options(spec: JobSpec) -> list[str]:
         ntasks, cpus = str(spec.srun_tasks_per_node), str(spec.srun_cpus_per_task)
     words: list[str] = [
         f"--nodes={spec.nodes}",
-        ShellWord(f"--ntasks-per-node={ntasks}"),
+        # --ntasks: SLURM places the ranks (block: 3 over 2 nodes are 2 and 1).
+        f"--ntasks={spec.ntasks}"
+        if spec.ntasks is not None
+        else ShellWord(f"--ntasks-per-node={ntasks}"),
         ShellWord(f"--cpus-per-task={cpus}"),
     ]
     if spec.gpus_auto:

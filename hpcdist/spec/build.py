@@ -91,8 +91,16 @@ def _tasks_and_cpus(
     merged: Mapping[str, Any], profile: Profile, gpus: Count, on_gpus: bool
 ) -> tuple[Any, Any]:
     """Tasks per node (one per GPU, else one) and CPUs per task, where not given."""
-    tasks = merged.get("tasks_per_node")
-    if tasks is None:
+    tasks, ntasks = merged.get("tasks_per_node"), merged.get("ntasks")
+    if ntasks is not None:
+        if tasks is not None:
+            raise SpecError(
+                f"--ntasks {ntasks} and --tasks-per-node {tasks}: give one (--ntasks spreads "
+                "the ranks over the nodes as SLURM places them)"
+            )
+        # The most any node holds (block placement): what its CPUs are shared by.
+        tasks = -(-int(ntasks) // int(merged["nodes"])) if int(ntasks) > 0 else 1
+    elif tasks is None:
         tasks = gpus if on_gpus else 1
     elif not isinstance(tasks, int):
         raise SpecError(f"--tasks-per-node {tasks!r}; expected a number of tasks per node")

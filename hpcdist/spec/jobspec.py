@@ -61,12 +61,19 @@ class JobSpec:
         value_type="int",
         profile=False,
         owns=(
-            "ntasks",
             "ntasks-per-node",
             "ntasks-per-core",
             "ntasks-per-socket",
             "ntasks-per-gpu",
         ),
+    )
+    ntasks: int | None = job_field(
+        None,
+        "Ranks in all, spread over the nodes as SLURM places them (e.g. 3 over 2 nodes: 2 "
+        "and 1), instead of --tasks-per-node; CPU jobs under the srun launcher.",
+        value_type="int",
+        profile=False,
+        owns=("ntasks",),
     )
     cpus_per_task: Count = job_field(
         DERIVED,
@@ -115,7 +122,7 @@ class JobSpec:
     )
     job_name: str = job_field(
         DERIVED,
-        "Job name (default: ufsemulator-MODE).",
+        "Job name (default: the --command's program, else ufsemulator-MODE).",
         short="-J",
         profile=False,
         owns=("job-name",),
@@ -305,8 +312,19 @@ class JobSpec:
     @property
     def world_size(self) -> int | None:
         """Ranks of the job; None when the GPUs are counted at run time (``gpus_auto``)."""
+        if self.ntasks is not None:
+            return self.ntasks
         tasks = self.tasks_per_node
         return self.nodes * tasks if isinstance(tasks, int) else None
+
+    @property
+    def shape(self) -> str:
+        """The job's ranks in words: ``2 nodes x 2 tasks`` or ``3 tasks over 2 nodes``."""
+        if self.ntasks is not None:
+            return f"{self.ntasks} tasks over {self.nodes} nodes"
+        per_node = self.tasks_per_node
+        tasks = f"{per_node} tasks" if isinstance(per_node, int) else "one task per GPU"
+        return f"{self.nodes} nodes x {tasks}"
 
     @property
     def srun_tasks_per_node(self) -> Count:

@@ -18,6 +18,7 @@ from click.testing import CliRunner
 
 import hpcdist.render.script as render_module
 from hpcdist.cli.main import cli
+from hpcdist.errors import SpecError
 from hpcdist.facts.launch import per_node, torchrun_command
 from hpcdist.render.directives import launch_argv, sbatch_directives
 from hpcdist.render.hpcscripts import HPC_SCRIPTS, render_hpc_script
@@ -791,3 +792,27 @@ def test_a_users_srun_words_are_quoted_and_the_scripts_counts_are_not() -> None:
         'srun --nodes=1 --ntasks-per-node="$gpus" --cpus-per-task="$cpus" '
         "${gpu_request:+\"$gpu_request\"} --kill-on-bad-exit=1 '--comment=a b$(x)' --label \\\n"
     ) in script
+
+
+def test_ntasks_spreads_uneven_ranks_over_the_nodes() -> None:
+    spec = spec_from_options({"profile": None, "mode": "gloo", "nodes": 2, "ntasks": 3})
+    assert (spec.world_size, spec.tasks_per_node, spec.shape) == (3, 2, "3 tasks over 2 nodes")
+    script = render(spec)
+    assert "#SBATCH --ntasks=3\n" in script
+    assert "ntasks-per-node" not in script
+    assert "srun --nodes=2 --ntasks=3 --cpus-per-task=1 " in script
+
+
+@pytest.mark.parametrize(
+    ("flags", "message"),
+    [
+        ({"ntasks": 1}, "--ntasks 1 is fewer than --nodes 2; SLURM starts at least one task"),
+        ({"ntasks": 3, "tasks_per_node": 2}, "--ntasks 3 and --tasks-per-node 2: give one"),
+        ({"ntasks": 3, "launcher": "torchrun"}, "--ntasks 3 needs --launcher srun"),
+        ({"ntasks": 3, "mode": "nccl", "gpus_per_node": 2}, "--ntasks 3 needs a CPU job"),
+    ],
+)
+def test_ntasks_is_refused_where_it_cannot_hold(flags: dict[str, object], message: str) -> None:
+    with pytest.raises(SpecError) as info:
+        spec_from_options({"profile": None, "mode": "gloo", "nodes": 2, **flags})
+    assert message in str(info.value)
