@@ -60,7 +60,7 @@ dist.destroy_process_group()
 
 NODES, PER_NODE = 2, 2
 _LINE = re.compile(
-    r"PLAIN rank=(\d+) local=(\d+)/(\d+) world=(\d+) node=(\S+) nodelist=(\S+) in_sync=(\w+)"
+    r"PLAIN rank=(\d+) local=(\d+)/(\d+) world=(\d+) node=(\S+) nodelist=(\S+) in_sync=(True|False)"
 )
 
 
