@@ -1,6 +1,7 @@
 """Code written for other launchers, unchanged, on the testbed: a plain torchrun-style DDP
-script (torch's env:// variables, ``init_process_group("gloo")`` with no arguments) through a
-rendered script and through ``hpcdist submit``, under the srun and the torchrun launcher.
+script (torch's env:// variables, ``init_process_group("gloo")`` with no arguments) and an
+accelerate script, through a rendered script and through ``hpcdist submit``, under the srun
+and the torchrun launcher.
 
 Every rank must see torch's variables as torchrun would set them, train in one process group
 of the job's world size, and global rank r must run on the node SLURM placed it on (rank 0 on
@@ -10,6 +11,7 @@ the first node), so that `hpcdist logs --rank 0` and `submit --wait` follow rank
 from __future__ import annotations
 
 import re
+import sys
 from pathlib import Path
 
 import pytest
@@ -126,3 +128,60 @@ def test_a_plain_ddp_script_runs_unchanged_under_submit(
     log = job_log(tmp_path, "plain", job_id)
     assert slurm_cluster.job_state(job_id) == "COMPLETED", out + log
     print(f"measured: submit, {launcher}: {_check_ranks(log)}")
+
+
+# accelerate finds the world in torch's variables: without them every rank trained alone.
+ACCELERATE = """\
+import os
+import torch
+from accelerate import Accelerator
+from torch.utils.data import DataLoader, TensorDataset
+
+accelerator = Accelerator(cpu=True)
+torch.manual_seed(0)
+model = torch.nn.Linear(4, 1)
+optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+data = TensorDataset(torch.randn(64, 4), torch.randn(64, 1))
+model, optimizer, loader = accelerator.prepare(model, optimizer, DataLoader(data, batch_size=8))
+batches = 0
+for x, y in loader:
+    optimizer.zero_grad()
+    accelerator.backward(torch.nn.functional.mse_loss(model(x), y))
+    optimizer.step()
+    batches += 1
+weights = accelerator.gather(accelerator.unwrap_model(model).weight.detach()[None])
+print(
+    f"ACCEL process={accelerator.process_index} of={accelerator.num_processes} "
+    f"batches={batches} node={os.environ['SLURMD_NODENAME']} "
+    f"in_sync={bool((weights == weights[0]).all())}",
+    flush=True,
+)
+"""
+_ACCEL = re.compile(r"ACCEL process=(\d+) of=(\d+) batches=(\d+) node=(\S+) in_sync=(True|False)")
+
+
+@pytest.mark.parametrize("path", ["rendered", "submit"])
+@pytest.mark.parametrize("launcher", ["srun", "torchrun"])
+def test_an_accelerate_script_trains_with_the_jobs_world_size(
+    slurm_cluster: SlurmCluster, tmp_path: Path, launcher: str, path: str
+) -> None:
+    (tmp_path / "fit.py").write_text(ACCELERATE)
+    # This interpreter (the one accelerate is installed for) runs the ranks.
+    command = f"{sys.executable} {tmp_path / 'fit.py'}"
+    flags = [f"--nodes={NODES}", f"--tasks-per-node={PER_NODE}", "--cpus-per-task=1"]
+    flags += ["--backend=gloo", f"--launcher={launcher}", "--time=10"]
+    if path == "submit":
+        waiter, job_id = submit_waiting([*flags, "--wait", "--command", command], tmp_path)
+        finish_waiting(waiter, job_id, timeout=300)
+    else:
+        options = {"mode": "gloo", "nodes": NODES, "tasks_per_node": PER_NODE}
+        options.update(cpus_per_task=1, launcher=launcher, time="10", command=command)
+        job_id = sbatch(render(spec_from_options(options)), cwd=tmp_path, timeout=300).job_id
+    log = job_log(tmp_path, "fit", job_id)
+    assert slurm_cluster.job_state(job_id) == "COMPLETED", log
+    found = {int(m[0]): m for m in _ACCEL.findall(unlabel(log))}
+    world = NODES * PER_NODE
+    assert sorted(found) == list(range(world)), log
+    # 64 rows in batches of 8 shared by the 4 ranks: 2 batches each, one model.
+    assert {(m[1], m[2], m[4]) for m in found.values()} == {(str(world), "2", "True")}, log
+    print(f"measured: accelerate, {path}, {launcher}: {world} processes, 2 batches each, in sync")
