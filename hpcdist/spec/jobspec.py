@@ -318,6 +318,12 @@ class JobSpec:
         return self.nodes * tasks if isinstance(tasks, int) else None
 
     @property
+    def srun_tasks(self) -> int | None:
+        """Tasks srun starts in all, each with its own label or log: one torchrun per node,
+        else one per rank; None when the GPUs are counted at run time."""
+        return self.nodes if self.launcher == "torchrun" else self.world_size
+
+    @property
     def shape(self) -> str:
         """The job's ranks in words: ``2 nodes x 2 tasks`` or ``3 tasks over 2 nodes``."""
         if self.ntasks is not None:

@@ -156,6 +156,7 @@ print(
     f"in_sync={bool((weights == weights[0]).all())}",
     flush=True,
 )
+accelerator.end_training()  # as accelerate's examples end: the process group destroyed
 """
 _ACCEL = re.compile(r"ACCEL process=(\d+) of=(\d+) batches=(\d+) node=(\S+) in_sync=(True|False)")
 
