@@ -52,12 +52,7 @@ def sbatch_directives(spec: JobSpec) -> list[Directive]:
             )
         )
     else:
-        rows += [
-            Directive("ntasks", spec.ntasks)
-            if spec.ntasks is not None
-            else Directive("ntasks-per-node", _known(spec.srun_tasks_per_node)),
-            Directive("cpus-per-task", _known(spec.srun_cpus_per_task)),
-        ]
+        rows += [_task_count(spec), Directive("cpus-per-task", _known(spec.srun_cpus_per_task))]
     rows.append(Directive("time", spec.time))
     # The options a field passes to sbatch as they are, declared on the field (job_field).
     for option in JOB_OPTIONS:
@@ -99,6 +94,13 @@ def sbatch_directives(spec: JobSpec) -> list[Directive]:
     else:
         rows.append(Directive("no-requeue"))
     return _with_site_options(rows, spec)
+
+
+def _task_count(spec: JobSpec) -> Directive:
+    """--ntasks (SLURM places the ranks: 3 over 2 nodes are 2 and 1), else per node."""
+    if spec.ntasks is not None:
+        return Directive("ntasks", spec.ntasks)
+    return Directive("ntasks-per-node", _known(spec.srun_tasks_per_node))
 
 
 def gpu_directives(spec: JobSpec) -> list[Directive]:
