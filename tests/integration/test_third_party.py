@@ -186,3 +186,22 @@ def test_an_accelerate_script_trains_with_the_jobs_world_size(
     # 64 rows in batches of 8 shared by the 4 ranks: 2 batches each, one model.
     assert {(m[1], m[2], m[4]) for m in found.values()} == {(str(world), "2", "True")}, log
     print(f"measured: accelerate, {path}, {launcher}: {world} processes, 2 batches each, in sync")
+
+
+def test_a_plain_ddp_script_runs_on_an_uneven_layout(
+    slurm_cluster: SlurmCluster, tmp_path: Path
+) -> None:
+    # --ntasks 3 over 2 nodes: SLURM places 2 and 1 (or 1 and 2); torch's variables follow.
+    (tmp_path / "plain.py").write_text(PLAIN_DDP)
+    options = {"mode": "gloo", "nodes": 2, "ntasks": 3, "cpus_per_task": 1, "time": "10"}
+    spec = spec_from_options({**options, "command": f"python3 {tmp_path / 'plain.py'}"})
+    job = sbatch(render(spec), cwd=tmp_path, timeout=300)
+    log = job_log(tmp_path, "plain", job.job_id)
+    assert slurm_cluster.job_state(job.job_id) == "COMPLETED", log
+    found = {int(m[0]): m for m in _LINE.findall(unlabel(log))}
+    assert sorted(found) == [0, 1, 2], log
+    assert {(m[3], m[6]) for m in found.values()} == {("3", "True")}, log
+    per_node = sorted(int(m[2]) for m in found.values())
+    assert per_node == [1, 2, 2], log  # the local worlds: one node holds 2, the other 1
+    assert found[0][4] == expand_nodelist(found[0][5])[0], log  # rank 0 on the first node
+    print(f"measured: --ntasks 3 over 2 nodes: local worlds {per_node}, in sync")
