@@ -135,7 +135,7 @@ def test_submit_warned_with_usr1_checkpoints_requeues_and_resumes(
         tmp_path,
     )
     folder = tmp_path / ".hpcdist" / "submitit" / str(job_id)
-    assert "#SBATCH --signal=USR1@60" in (folder / f"{job_id}_submission.sh").read_text()
+    assert '#SBATCH --signal="USR1@60"' in (folder / f"{job_id}_submission.sh").read_text()
 
     def logs() -> str:
         return job_log(tmp_path, "submit-usr1", job_id)
