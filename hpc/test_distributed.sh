@@ -1,13 +1,12 @@
 #!/bin/bash
 # hpcdist-commcheck: communication check (all_reduce, broadcast, barrier) on 2 nodes x 1 tasks (gloo on CPU)
-# Rendered by hpcdist 0.1.0 from templates/test.sh.j2, profile local (shipped:local.yaml).
+# Rendered by hpcdist 0.1.0 from templates/test.sh.j2, profile generic (shipped:generic.yaml).
 # Regenerate it with hpcdist rather than editing it by hand.
 #SBATCH --job-name="hpcdist-commcheck"
 #SBATCH --nodes=2
 #SBATCH --ntasks-per-node=1
 #SBATCH --cpus-per-task=2
 #SBATCH --time="00:30:00"
-#SBATCH --partition="debug"
 #SBATCH --output="%x-%j.out"
 #SBATCH --no-requeue
 
@@ -24,6 +23,8 @@ export PYTHONSAFEPATH=1
 umask go-w
 hpcdist_main='import os, sys; cwd = {os.path.abspath(p) for p in os.environ.get("PYTHONPATH", "").split(":") if p[:1] != "/"}; sys.path[:] = [p for p in sys.path if p[:1] == "/" and p not in cwd]; del sys.argv[0]; import runpy; runpy._run_module_as_main(sys.argv[0])'
 
+# Site setup (the profile's lines, then --setup's): module loads, environment activation.
+if [ -n "${HPCDIST_VENV:-}" ]; then source "${HPCDIST_VENV}/bin/activate"; fi
 
 # >>> environment
 # CPU layout: 1 compute thread on 2 CPUs, 1 for the exchange; OpenMP wait: the runtime's default.
@@ -33,7 +34,6 @@ hpcdist_main='import os, sys; cwd = {os.path.abspath(p) for p in os.environ.get(
 export OMP_NUM_THREADS=1
 export MKL_NUM_THREADS=1
 export HPCDIST_CPUS_PER_TASK=2
-export GLOO_SOCKET_IFNAME=lo
 # <<< environment
 
 # hpcdist's state of this job (its secret, its log record) lives in
@@ -45,9 +45,12 @@ eval "${prepared}"
 echo "hpcdist: job ${SLURM_JOB_ID} on ${SLURM_JOB_NODELIST}, restart ${SLURM_RESTART_COUNT:-0}"
 # srun in SLURM >= 22.05 no longer inherits --cpus-per-task from sbatch: pass it explicitly.
 # --kill-on-bad-exit ends every rank when one dies, instead of leaving the rest in a collective.
+# Each rank starts through hpcdist.distributed.rankenv: torch's env:// variables (RANK,
+# LOCAL_RANK, WORLD_SIZE, LOCAL_WORLD_SIZE, MASTER_ADDR, MASTER_PORT, NODE_RANK) from SLURM's,
+# then the command in its place, so code written for torchrun runs unchanged.
 status=0
 srun --nodes=2 --ntasks-per-node=1 --cpus-per-task=2 --kill-on-bad-exit=1 --label \
-  python3 -m hpcdist.distributed.commcheck --timeout 60 || status=$?
+  python3 -m hpcdist.distributed.rankenv -- python3 -m hpcdist.distributed.commcheck --timeout 60 || status=$?
 if [ "$status" -ne 0 ]; then
   echo "hpcdist: communication check failed with exit code ${status}" >&2
 fi

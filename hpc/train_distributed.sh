@@ -1,13 +1,12 @@
 #!/bin/bash
 # ufsemulator-gloo: DDP over gloo, 2 nodes x 1 tasks, 2 CPUs each
-# Rendered by hpcdist 0.1.0 from templates/gloo.sh.j2, profile local (shipped:local.yaml).
+# Rendered by hpcdist 0.1.0 from templates/gloo.sh.j2, profile generic (shipped:generic.yaml).
 # Regenerate it with hpcdist rather than editing it by hand.
 #SBATCH --job-name="ufsemulator-gloo"
 #SBATCH --nodes=2
 #SBATCH --ntasks-per-node=1
 #SBATCH --cpus-per-task=2
 #SBATCH --time="00:30:00"
-#SBATCH --partition="debug"
 #SBATCH --output="%x-%j.out"
 #SBATCH --signal="USR2@90"
 #SBATCH --requeue
@@ -32,6 +31,8 @@ hpcdist_main='import os, sys; cwd = {os.path.abspath(p) for p in os.environ.get(
 terminated=0
 trap 'terminated=1' TERM
 
+# Site setup (the profile's lines, then --setup's): module loads, environment activation.
+if [ -n "${HPCDIST_VENV:-}" ]; then source "${HPCDIST_VENV}/bin/activate"; fi
 
 # >>> environment
 # CPU layout: 1 compute thread on 2 CPUs, 1 for the exchange; OpenMP wait: the runtime's default.
@@ -43,7 +44,6 @@ export MKL_NUM_THREADS=1
 export HPCDIST_CPUS_PER_TASK=2
 # The training catches this warning signal (as well as USR2) to checkpoint in time.
 export HPCDIST_SIGNAL=USR2
-export GLOO_SOCKET_IFNAME=lo
 # <<< environment
 
 # hpcdist's state of this job (its secret, its requeue marker, its log record) lives in
@@ -64,6 +64,9 @@ echo "hpcdist: job ${SLURM_JOB_ID} on ${SLURM_JOB_NODELIST}, restart ${SLURM_RES
 trap '' TERM
 # srun in SLURM >= 22.05 no longer inherits --cpus-per-task from sbatch: pass it explicitly.
 # --kill-on-bad-exit ends every rank when one dies, instead of leaving the rest in a collective.
+# Each rank starts through hpcdist.distributed.rankenv: torch's env:// variables (RANK,
+# LOCAL_RANK, WORLD_SIZE, LOCAL_WORLD_SIZE, MASTER_ADDR, MASTER_PORT, NODE_RANK) from SLURM's,
+# then the command in its place, so code written for torchrun runs unchanged.
 exec python3 -c "${hpcdist_main}" hpcdist.distributed.jobstep run --requeue --terminated="${terminated}" --max-restarts=3 --script="${BASH_SOURCE[0]}" -- \
   srun --nodes=2 --ntasks-per-node=1 --cpus-per-task=2 --kill-on-bad-exit=1 --label \
-  python3 -m ufsemulator train
+  python3 -m hpcdist.distributed.rankenv -- python3 -m ufsemulator train

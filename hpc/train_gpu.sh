@@ -71,6 +71,9 @@ echo "hpcdist: job ${SLURM_JOB_ID} on ${SLURM_JOB_NODELIST}, restart ${SLURM_RES
 trap '' TERM
 # srun in SLURM >= 22.05 no longer inherits --cpus-per-task from sbatch: pass it explicitly.
 # --kill-on-bad-exit ends every rank when one dies, instead of leaving the rest in a collective.
+# Each rank starts through hpcdist.distributed.rankenv: torch's env:// variables (RANK,
+# LOCAL_RANK, WORLD_SIZE, LOCAL_WORLD_SIZE, MASTER_ADDR, MASTER_PORT, NODE_RANK) from SLURM's,
+# then the command in its place, so code written for torchrun runs unchanged.
 exec python3 -c "${hpcdist_main}" hpcdist.distributed.jobstep run --requeue --terminated="${terminated}" --max-restarts=3 --script="${BASH_SOURCE[0]}" -- \
   srun --nodes=1 --ntasks-per-node=4 --cpus-per-task=16 --kill-on-bad-exit=1 --label \
-  python3 -m ufsemulator train
+  python3 -m hpcdist.distributed.rankenv -- python3 -m ufsemulator train

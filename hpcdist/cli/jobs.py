@@ -43,12 +43,7 @@ def submit(executor: str, dry_run: bool, wait: bool, no_preflight: bool, **optio
         return 0
     result = submission.carry_out(plan)
     record = result.record
-    per_node = spec.tasks_per_node
-    tasks = f"{per_node} tasks" if isinstance(per_node, int) else "one task per GPU"
-    click.echo(
-        f"Submitted job {record.job_id} ({result.executor}, {spec.mode}, "
-        f"{spec.nodes} nodes x {tasks})"
-    )
+    click.echo(f"Submitted job {record.job_id} ({result.executor}, {spec.mode}, {spec.shape})")
     if record.points is not None and "_" not in record.job_id and len(record.points) > 1:
         return _submitted_array(record, spec.max_parallel, wait)
     click.echo(f"  state: {job_state(record)}")

@@ -3,7 +3,8 @@
 The distributed contract (``DistEnv``, ``setup_distributed``, ``cleanup_distributed``),
 CPU binding, hang diagnosis, the authenticated rendezvous and its secret, the job protocol
 shared with the rendered scripts (``protocol``; its steps in ``requeue``, the GPU count in
-``gpus``, and ``jobstep``, what a batch script runs), and the communication check. torch is
+``gpus``, ``jobstep``, what a batch script runs, and ``rankenv``, what srun starts before each
+rank: torch's env:// variables), and the communication check. torch is
 imported only where a process group starts. May import ``slurm``, ``state`` and ``errors``;
 nothing above.
 

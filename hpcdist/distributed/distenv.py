@@ -67,21 +67,63 @@ class DistEnv:
         ``secret``: the job's secret (hpcdist.distributed.jobsecret); the port is derived from it
         where no MASTER_PORT is given, else (a job hpcdist did not start) from the job id."""
         if "RANK" in env:
-            return _from_torchrun(env)
-        if "SLURM_PROCID" in env:
-            resolved = _from_slurm(env, secret)
-            if "SUBMITIT_LOCAL_GLOBALID" in env:
-                _check_same_task(resolved, _from_submitit_local(env, secret))
-        elif "SUBMITIT_LOCAL_GLOBALID" in env:
-            resolved = _from_submitit_local(env, secret)
-        else:
-            resolved = _single(env)
-        _check_torch_vars_agree(env, resolved)
-        return resolved
+            own = _exported_by_hpcdist(env, secret)
+            return own if own is not None else _from_torchrun(env)
+        return _from_launcher(env, secret)
 
     @property
     def is_main(self) -> bool:
         return self.rank == 0
+
+
+def torch_variables(env: DistEnv) -> dict[str, str]:
+    """torch's ``env://`` variables for ``env``'s rank, as torchrun sets them for a worker
+    (and Lightning's ``NODE_RANK``): what ``hpcdist.distributed.rankenv`` exports."""
+    return {
+        "RANK": str(env.rank),
+        "LOCAL_RANK": str(env.local_rank),
+        "WORLD_SIZE": str(env.world_size),
+        "LOCAL_WORLD_SIZE": str(env.local_world_size),
+        "GROUP_RANK": str(env.node_rank),
+        "NODE_RANK": str(env.node_rank),
+        "MASTER_ADDR": env.master_addr,
+        "MASTER_PORT": str(env.master_port),
+    }
+
+
+# Set by hpcdist.distributed.rankenv beside the torch variables it exported: the launcher
+# they were computed from (slurm, submitit-local).
+RANK_ENV_VAR = "HPCDIST_RANK_ENV"
+
+
+def _exported_by_hpcdist(env: Mapping[str, str], secret: str | None) -> DistEnv | None:
+    """The launcher's own view where the torch variables are the ones hpcdist derived from
+    it (so the source stays srun's); None where a launcher started since (torchrun inside
+    the rank) set others, or where nothing says hpcdist exported them."""
+    if not env.get(RANK_ENV_VAR):
+        return None
+    try:
+        resolved = _from_launcher(env, secret)
+    except DistEnvError:
+        return None
+    exported = torch_variables(resolved)
+    if any(env.get(var, "").strip() != value for var, value in exported.items()):
+        return None
+    return resolved
+
+
+def _from_launcher(env: Mapping[str, str], secret: str | None) -> DistEnv:
+    """SLURM > submitit's local executor > single, with torch variables that agree."""
+    if "SLURM_PROCID" in env:
+        resolved = _from_slurm(env, secret)
+        if "SUBMITIT_LOCAL_GLOBALID" in env:
+            _check_same_task(resolved, _from_submitit_local(env, secret))
+    elif "SUBMITIT_LOCAL_GLOBALID" in env:
+        resolved = _from_submitit_local(env, secret)
+    else:
+        resolved = _single(env)
+    _check_torch_vars_agree(env, resolved)
+    return resolved
 
 
 def _from_torchrun(env: Mapping[str, str]) -> DistEnv:

@@ -8,8 +8,9 @@ runner, warning and requeue protocol as on a cluster.
 
 ``srun`` is that stand-in. It reads the options the script gives srun (nodes, tasks per
 node, CPUs per task), starts every rank on this machine with submitit's local variables
-(``SUBMITIT_LOCAL_GLOBALID``, ...; ``DistEnv`` reads them), shares this machine's cores
-between them by the one CPU rule (``cpulayout``), passes signals on, ends every rank when
+(``SUBMITIT_LOCAL_GLOBALID``, ...; ``DistEnv`` reads them) and the node's id
+(``SLURM_NODEID``, 0), shares this machine's cores between them by the one CPU rule
+(``cpulayout``), passes signals on, ends every rank when
 one fails (``--kill-on-bad-exit``) and leaves each rank's log and exit code in the job's
 folder, where ``hpcdist status`` and ``logs`` read them. Standard library only.
 """
@@ -114,8 +115,9 @@ def parse_srun(argv: Sequence[str]) -> Step:
     nodes = int(values.get("nodes") or 1)
     per_node = int(values.get("ntasks-per-node") or 1)
     cpus = values.get("cpus-per-task")
+    ntasks = values.get("ntasks")
     return Step(
-        tasks=nodes * per_node,
+        tasks=int(ntasks) if ntasks else nodes * per_node,
         cpus=int(cpus) if cpus else None,
         command=tuple(argv[index:]),
         kill_on_bad_exit=values.get("kill-on-bad-exit", "0") not in ("0", ""),
@@ -133,6 +135,8 @@ def task_environ(env: Mapping[str, str], step: Step, rank: int, cores: int) -> d
         SUBMITIT_LOCAL_NODEID="0",
         SUBMITIT_LOCAL_JOB_NUM_NODES="1",
         SUBMITIT_LOCAL_JOB_ID=env.get("SLURM_JOB_ID", ""),
+        # As srun gives it to each task: a torchrun launch line takes its node's rank from it.
+        SLURM_NODEID="0",
         PYTHONUNBUFFERED="1",
     )
     if CPUS_VAR in env:  # a CPU job's layout: the cluster's numbers, within this machine's

@@ -15,19 +15,38 @@ def rank_log_pattern(log: str, rank: str = "%t") -> str:
     return f"{folder}{slash}{named}"
 
 
-def torchrun_flags(
-    nnodes: str, nproc: str, node_rank: str, endpoint: str, rdzv_id: str
-) -> list[str]:
-    """torchrun's flags for one agent per node meeting at ``endpoint`` (c10d rendezvous);
-    the values are words for the script (shell expressions) or for argv (plain values)."""
+def torchrun_flags(nnodes: str, nproc: str, endpoint: str) -> list[str]:
+    """torchrun's flags for one agent per node meeting at ``endpoint``, the first node's;
+    the values are words for the script (shell expressions) or for argv (plain values).
+
+    The static rendezvous keeps the rank each node is given (``per_node`` adds it), so
+    global rank 0 is on the first node and rank N on the node SLURM placed it; c10d's
+    would order the nodes as it likes (by host name and process id)."""
     return [
         f"--nnodes={nnodes}",
         f"--nproc-per-node={nproc}",
-        f"--node-rank={node_rank}",
-        "--rdzv-backend=c10d",
+        "--rdzv-backend=static",
         f"--rdzv-endpoint={endpoint}",
-        f"--rdzv-id={rdzv_id}",
     ]
+
+
+# What srun starts before each rank's command under the srun launcher: torch's env://
+# variables (RANK, LOCAL_RANK, WORLD_SIZE, MASTER_ADDR, ...) from SLURM's, then the command
+# in its place (hpcdist.distributed.rankenv).
+RANK_ENV_COMMAND = ("python3", "-m", "hpcdist.distributed.rankenv", "--")
+
+
+# The node's rank as srun gives it to each of its tasks: the batch shell, which expands a
+# script's words once on the first node, has only its own (0).
+NODE_RANK_FLAG = '--node-rank="$SLURM_NODEID"'
+
+
+def per_node(argv: Sequence[str], signals: Sequence[str] = ()) -> list[str]:
+    """``argv`` (torchrun and its flags) started on each node by a shell that adds the
+    node's own rank (``NODE_RANK_FLAG``), expanded there, and first ignores ``signals``
+    (see ``ignoring``). A shell, not Python: it runs inside the job's container too."""
+    trap = f'trap "" {" ".join(signals)} && ' if signals else ""
+    return ["bash", "-c", f'{trap}exec "$0" {NODE_RANK_FLAG} "$@"', *argv]
 
 
 def torchrun_command(torchrun: list[str], command: list[str]) -> list[str]:

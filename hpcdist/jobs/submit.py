@@ -134,7 +134,7 @@ def plan_submission(
         executor=kind,
         script=render(spec),
         checks=tuple(checks),
-        tasks=spec.world_size or spec.nodes,
+        tasks=spec.srun_tasks or spec.nodes,
         workdir=workdir,
     )
 

@@ -11,7 +11,13 @@ import shlex
 from dataclasses import dataclass
 
 from hpcdist.errors import SpecError
-from hpcdist.facts.launch import ignoring, rank_log_pattern, torchrun_command, torchrun_flags
+from hpcdist.facts.launch import (
+    RANK_ENV_COMMAND,
+    per_node,
+    rank_log_pattern,
+    torchrun_command,
+    torchrun_flags,
+)
 from hpcdist.render.container import container_prefix, container_srun_options
 from hpcdist.spec.dependency import dependency_value
 from hpcdist.spec.jobspec import JOB_OPTIONS, Count, JobSpec
@@ -47,10 +53,7 @@ def sbatch_directives(spec: JobSpec) -> list[Directive]:
             )
         )
     else:
-        rows += [
-            Directive("ntasks-per-node", _known(spec.srun_tasks_per_node)),
-            Directive("cpus-per-task", _known(spec.srun_cpus_per_task)),
-        ]
+        rows += [_task_count(spec), Directive("cpus-per-task", _known(spec.srun_cpus_per_task))]
     rows.append(Directive("time", spec.time))
     # The options a field passes to sbatch as they are, declared on the field (job_field).
     for option in JOB_OPTIONS:
@@ -93,6 +96,13 @@ def sbatch_directives(spec: JobSpec) -> list[Directive]:
     else:
         rows.append(Directive("no-requeue"))
     return _with_site_options(rows, spec)
+
+
+def _task_count(spec: JobSpec) -> Directive:
+    """--ntasks (SLURM places the ranks: 3 over 2 nodes are 2 and 1), else per node."""
+    if spec.ntasks is not None:
+        return Directive("ntasks", spec.ntasks)
+    return Directive("ntasks-per-node", _known(spec.srun_tasks_per_node))
 
 
 def gpu_directives(spec: JobSpec) -> list[Directive]:
@@ -147,7 +157,10 @@ def srun_options(spec: JobSpec) -> list[str]:
         ntasks, cpus = str(spec.srun_tasks_per_node), str(spec.srun_cpus_per_task)
     words: list[str] = [
         f"--nodes={spec.nodes}",
-        ShellWord(f"--ntasks-per-node={ntasks}"),
+        # --ntasks: SLURM places the ranks (block: 3 over 2 nodes are 2 and 1).
+        f"--ntasks={spec.ntasks}"
+        if spec.ntasks is not None
+        else ShellWord(f"--ntasks-per-node={ntasks}"),
         ShellWord(f"--cpus-per-task={cpus}"),
     ]
     if spec.gpus_auto:
@@ -194,21 +207,16 @@ def launch_argv(spec: JobSpec) -> list[str]:
         command.append(POINT_WORDS)
     wrapper = [shlex.quote(word) for word in container_prefix(spec)]
     if spec.launcher != "torchrun":
-        return [*wrapper, *command]
+        # Under pyxis the command starts inside the image, which need not hold hpcdist;
+        # apptainer's wrapper passes the variables in.
+        pyxis = spec.container is not None and spec.container_runtime == "pyxis"
+        return [*([] if pyxis else RANK_ENV_COMMAND), *wrapper, *command]
     nproc = GPUS_VAR if spec.gpus_auto else str(spec.tasks_per_node)
-    torchrun = [
-        "torchrun",
-        *torchrun_flags(
-            '"${SLURM_JOB_NUM_NODES}"',
-            nproc,
-            '"${SLURM_NODEID}"',
-            '"${MASTER_ADDR}:${MASTER_PORT}"',
-            '"${SLURM_JOB_ID}"',
-        ),
-    ]
-    if spec.warning_signal:
-        # SLURM signals every process of the step: torchrun itself would die of the warning
-        # its ranks catch to checkpoint, so it ignores it (its ranks set their own handler).
-        shell, flag, script, *started = ignoring([spec.warning_signal], torchrun)
-        torchrun = [shell, flag, shlex.quote(script), *started]
-    return [*wrapper, *torchrun_command(torchrun, command)]
+    flags = torchrun_flags('"${SLURM_JOB_NUM_NODES}"', nproc, '"${MASTER_ADDR}:${MASTER_PORT}"')
+    # SLURM signals every process of the step: torchrun itself would die of the warning
+    # its ranks catch to checkpoint, so it ignores it (its ranks set their own handler).
+    signals = [spec.warning_signal] if spec.warning_signal else []
+    shell, flag, script, *started = per_node(
+        torchrun_command(["torchrun", *flags], command), signals
+    )
+    return [*wrapper, shell, flag, shlex.quote(script), *started]

@@ -18,9 +18,9 @@ from hpcdist.state.fileutil import umask_mode, write_atomic
 # script name -> the flags that `hpcdist render` would be given for it.
 HPC_SCRIPTS: Mapping[str, Mapping[str, Any]] = {
     "train.sh": {"profile": "cpu-cluster", "mode": "threads", "nodes": 1, "cpus_per_task": 40},
-    "test_distributed.sh": {"profile": "local", "mode": "test", "nodes": 2},
-    "train_distributed.sh": {"profile": "local", "mode": "gloo", "nodes": 2},
-    "train_distributed_multinode.sh": {"profile": "local", "mode": "gloo", "nodes": 4},
+    "test_distributed.sh": {"profile": "generic", "mode": "test", "nodes": 2},
+    "train_distributed.sh": {"profile": "generic", "mode": "gloo", "nodes": 2},
+    "train_distributed_multinode.sh": {"profile": "generic", "mode": "gloo", "nodes": 4},
     "train_gpu.sh": {"profile": "gpu-cluster", "mode": "nccl", "nodes": 1, "gpus_per_node": 4},
 }
 

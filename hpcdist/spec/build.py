@@ -49,7 +49,9 @@ def build_spec(profile: Profile, flags: Mapping[str, Any]) -> JobSpec:
         "tasks_per_node": tasks,
         "cpus_per_task": cpus,
         "gpus_per_node": gpus,
-        "job_name": str(merged.get("job_name") or default_job_name(mode)),
+        "job_name": str(
+            merged.get("job_name") or default_job_name(mode, merged.get("command") or ())
+        ),
         "command": _command(merged, mode),
         # The profile's setup (module loads, the environment's activation) comes first, then
         # the flag's lines: --setup adds to the site's setup as --env adds to its variables.
@@ -89,8 +91,16 @@ def _tasks_and_cpus(
     merged: Mapping[str, Any], profile: Profile, gpus: Count, on_gpus: bool
 ) -> tuple[Any, Any]:
     """Tasks per node (one per GPU, else one) and CPUs per task, where not given."""
-    tasks = merged.get("tasks_per_node")
-    if tasks is None:
+    tasks, ntasks = merged.get("tasks_per_node"), merged.get("ntasks")
+    if ntasks is not None:
+        if tasks is not None:
+            raise SpecError(
+                f"--ntasks {ntasks} and --tasks-per-node {tasks}: give one (--ntasks spreads "
+                "the ranks over the nodes as SLURM places them)"
+            )
+        # The most any node holds (block placement): what its CPUs are shared by.
+        tasks = -(-int(ntasks) // int(merged["nodes"])) if int(ntasks) > 0 else 1
+    elif tasks is None:
         tasks = gpus if on_gpus else 1
     elif not isinstance(tasks, int):
         raise SpecError(f"--tasks-per-node {tasks!r}; expected a number of tasks per node")

@@ -9,6 +9,8 @@ look at the flags again.
 
 from __future__ import annotations
 
+import re
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any, Literal
 
@@ -58,12 +60,19 @@ class JobSpec:
         value_type="int",
         profile=False,
         owns=(
-            "ntasks",
             "ntasks-per-node",
             "ntasks-per-core",
             "ntasks-per-socket",
             "ntasks-per-gpu",
         ),
+    )
+    ntasks: int | None = job_field(
+        None,
+        "Ranks in all, spread over the nodes as SLURM places them (e.g. 3 over 2 nodes: 2 "
+        "and 1), instead of --tasks-per-node; CPU jobs under the srun launcher.",
+        value_type="int",
+        profile=False,
+        owns=("ntasks",),
     )
     cpus_per_task: Count = job_field(
         DERIVED,
@@ -112,7 +121,7 @@ class JobSpec:
     )
     job_name: str = job_field(
         DERIVED,
-        "Job name (default: ufsemulator-MODE).",
+        "Job name (default: the --command's program, else ufsemulator-MODE).",
         short="-J",
         profile=False,
         owns=("job-name",),
@@ -302,8 +311,25 @@ class JobSpec:
     @property
     def world_size(self) -> int | None:
         """Ranks of the job; None when the GPUs are counted at run time (``gpus_auto``)."""
+        if self.ntasks is not None:
+            return self.ntasks
         tasks = self.tasks_per_node
         return self.nodes * tasks if isinstance(tasks, int) else None
+
+    @property
+    def srun_tasks(self) -> int | None:
+        """Tasks srun starts in all, each with its own label or log: one torchrun per node,
+        else one per rank; None when the GPUs are counted at run time."""
+        return self.nodes if self.launcher == "torchrun" else self.world_size
+
+    @property
+    def shape(self) -> str:
+        """The job's ranks in words: ``2 nodes x 2 tasks`` or ``3 tasks over 2 nodes``."""
+        if self.ntasks is not None:
+            return f"{self.ntasks} tasks over {self.nodes} nodes"
+        per_node = self.tasks_per_node
+        tasks = f"{per_node} tasks" if isinstance(per_node, int) else "one task per GPU"
+        return f"{self.nodes} nodes x {tasks}"
 
     @property
     def srun_tasks_per_node(self) -> Count:
@@ -351,5 +377,31 @@ JOB_OPTIONS: tuple[JobOption, ...] = tuple(job_options(JobSpec))
 DEFAULTS: dict[str, Any] = {o.name: o.default for o in JOB_OPTIONS if o.has_default}
 
 
-def default_job_name(mode: str) -> str:
-    return {"test": "hpcdist-commcheck"}.get(mode, f"ufsemulator-{mode}")
+def default_job_name(mode: str, command: Sequence[str] = ()) -> str:
+    """The mode's name for hpcdist's own commands; for a --command, its program's: the
+    script or module an interpreter or launcher runs (``python3 -m pkg.train`` -> train,
+    ``torchrun --nproc-per-node=2 fit.py`` -> fit), else the program itself."""
+    if not command:
+        return {"test": "hpcdist-commcheck"}.get(mode, f"ufsemulator-{mode}")
+    words = iter(command)
+    name = ""
+    for word in words:
+        if word in ("-m", "-c"):  # a module is named; code inline is not
+            module = next(words, "") if word == "-m" else ""
+            own = {"ufsemulator": f"ufsemulator-{mode}", COMMCHECK_COMMAND[2]: "hpcdist-commcheck"}
+            if module in own:  # hpcdist's own programs keep their names
+                return own[module]
+            name = module.rpartition(".")[2]
+            break
+        base = word.rpartition("/")[2]
+        if "=" in word or word.startswith("-") or word.isdigit() or _RUNNER.fullmatch(base):
+            continue  # an option or its count, a variable (env A=B), what runs the program
+        name = base.removesuffix(".py").removesuffix(".sh")
+        break
+    name = _NAME_CHARS.sub("-", name).strip("-.")[:64]
+    return name or f"hpcdist-{mode}"
+
+
+# What runs a program rather than being it: interpreters, env, launchers.
+_RUNNER = re.compile(r"python[0-9.]*|env|bash|sh|torchrun|accelerate|launch|uv|run|exec|srun")
+_NAME_CHARS = re.compile(r"[^A-Za-z0-9._-]+")

@@ -69,6 +69,27 @@ def _check_node_count(spec: JobSpec, profile: Profile) -> None:
         raise SpecError(f"--mode threads runs on exactly 1 node, got --nodes {spec.nodes}")
     if spec.mode == "threads" and spec.tasks_per_node != 1:
         raise SpecError(f"--mode threads runs 1 task, got --tasks-per-node {spec.tasks_per_node}")
+    if spec.ntasks is not None:
+        _check_ntasks(spec, spec.ntasks)
+
+
+def _check_ntasks(spec: JobSpec, ntasks: int) -> None:
+    """--ntasks: at least one task on every node; ranks srun places, on CPUs."""
+    if ntasks < spec.nodes:
+        raise SpecError(
+            f"--ntasks {ntasks} is fewer than --nodes {spec.nodes}; SLURM starts at least "
+            "one task on every node"
+        )
+    if spec.mode not in ("gloo", "test") or spec.on_gpus:
+        raise SpecError(
+            f"--ntasks {ntasks} needs a CPU job (--mode gloo or test), got --mode {spec.mode}"
+            + (" on GPUs (one task per GPU: --gpus-per-node)" if spec.on_gpus else "")
+        )
+    if spec.launcher == "torchrun":
+        raise SpecError(
+            f"--ntasks {ntasks} needs --launcher srun: torchrun starts the same number of "
+            "ranks on every node (--tasks-per-node)"
+        )
 
 
 def _check_time_and_limits(spec: JobSpec, profile: Profile) -> None:

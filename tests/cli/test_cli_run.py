@@ -129,6 +129,7 @@ def test_runs_the_rendered_srun_line(tmp_path: Path) -> None:
     assert proc.returncode == 0, proc.stderr
     assert (
         "srun --nodes=2 --ntasks-per-node=1 --cpus-per-task=1 --kill-on-bad-exit=1 --label "
+        "python3 -m hpcdist.distributed.rankenv -- "
         "python3 -m hpcdist.distributed.commcheck --timeout 60"
     ) in proc.stdout
     assert "OMP=1 NTASKS=unset" in proc.stdout

@@ -81,13 +81,13 @@ def test_split_rank_logs_are_found_by_logs_rank(
     job = sbatch(render(spec), cwd=tmp_path, wait=False)
     assert slurm_cluster.job_state(job.job_id) == "COMPLETED"
     for rank in (0, 1):
-        own = tmp_path / f"ufsemulator-gloo-{job.job_id}.rank{rank}.out"
+        own = tmp_path / f"hpcdist-commcheck-{job.job_id}.rank{rank}.out"
         assert f"[Rank {rank}]" in own.read_text()
         logs = hpcdist("logs", str(job.job_id), "--rank", str(rank), cwd=tmp_path)
         assert logs.returncode == 0, logs.stderr
         assert logs.stdout == own.read_text()
     # The batch shell's own lines stay in the job's log, the ranks' are in theirs.
-    main = (tmp_path / f"ufsemulator-gloo-{job.job_id}.out").read_text()
+    main = (tmp_path / f"hpcdist-commcheck-{job.job_id}.out").read_text()
     assert "hpcdist: job" in main and "[Rank" not in main
 
 
@@ -146,7 +146,7 @@ def test_container_job_runs_through_a_stand_in_runtime_with_the_contract_inside(
     )
     job_id = int(proc.stdout.strip().split(";")[0])
     state = slurm_cluster.job_state(job_id)
-    log = (tmp_path / f"ufsemulator-gloo-{job_id}.out").read_text()
+    log = (tmp_path / f"hpcdist-commcheck-{job_id}.out").read_text()
     assert state == "COMPLETED", log
     assert "PASS: world size 2" in log
     for rank in (0, 1):
@@ -194,7 +194,7 @@ def test_submit_without_a_gpu_count_runs_one_rank_per_gpu_counted_in_the_job(
         assert "2 nodes x one task per GPU" in run.stdout
         shown = show_job(int(job_id))
         assert shown["JobState"] == "COMPLETED"
-        log = (tmp_path / f"ufsemulator-nccl-{job_id}.out").read_text()
+        log = (tmp_path / f"hpcdist-nccl-{job_id}.out").read_text()
         # The script counted each node's 2 GPUs and started a rank on each.
         assert "hpcdist: 2 GPUs on node" in log, log
         ranks = sorted(re.findall(r"rank (\d) gpus 2", log))
@@ -220,7 +220,7 @@ def test_rendered_gpu_type_job_is_scheduled_on_the_typed_gpus(
     with gpu_testbed.active(monkeypatch):
         job = sbatch(text, cwd=tmp_path, wait=False)
         shown = wait_state(job.job_id, FINAL, timeout=120)
-        log = (tmp_path / f"ufsemulator-nccl-{job.job_id}.out").read_text()
+        log = (tmp_path / f"hpcdist-nccl-{job.job_id}.out").read_text()
         assert shown["JobState"] == "COMPLETED", log
         # 22.05 writes gres:gpu:tesla:2, 23.02 and later gres/gpu:tesla:2.
         assert shown["TresPerNode"] in ("gres:gpu:tesla:2", "gres/gpu:tesla:2")

@@ -20,6 +20,7 @@ from hpcdist.jobs.records import load_record, wait_for_final_state
 from hpcdist.jobs.submit import (
     clean_slurm_environment,
     describe,
+    plan_submission,
     submit,
 )
 from hpcdist.render.directives import srun_options
@@ -321,3 +322,17 @@ def test_every_pass_through_option_reaches_render_and_submit_with_its_value(
     assert (option.sbatch in _directives(render(unset))) == (
         getattr(unset, option.name) not in (None, False)
     )
+
+
+@pytest.mark.parametrize(
+    ("flags", "tasks"),
+    [
+        ({"nodes": 2, "tasks_per_node": 2}, 4),
+        ({"nodes": 2, "ntasks": 3}, 3),
+        # One torchrun per node: a label (SLURM) or a log (local) per node, not per rank.
+        ({"nodes": 2, "tasks_per_node": 2, "launcher": "torchrun"}, 2),
+    ],
+)
+def test_a_job_has_a_log_or_label_per_srun_task(flags: dict[str, Any], tasks: int) -> None:
+    spec = spec_from_options({"profile": None, "mode": "gloo", "cpus_per_task": 1, **flags})
+    assert plan_submission(spec, "local").tasks == tasks

@@ -7,6 +7,7 @@ from pathlib import Path
 import pytest
 import yaml
 
+from hpcdist.facts.launch import RANK_ENV_COMMAND
 from hpcdist.render.directives import srun_options
 from hpcdist.render.script import render
 from hpcdist.spec.options import spec_from_options
@@ -23,8 +24,10 @@ def site(tmp_path: Path) -> str:
 
 def test_apptainer_wraps_the_rank_command_with_nv_on_gpus(site: str) -> None:
     spec = spec_from_options({"profile": site, "mode": "nccl", "container_mounts": ("/data:/d",)})
-    srun = next(line for line in render(spec).splitlines() if line.strip().startswith("apptainer"))
+    srun = next(line for line in render(spec).splitlines() if "apptainer exec" in line)
+    # torch's env:// variables are set on the host, then passed into the container.
     assert srun.split() == [
+        *RANK_ENV_COMMAND,
         "apptainer",
         "exec",
         "--nv",
@@ -43,8 +46,8 @@ def test_singularity_on_cpus_has_no_nv() -> None:
     spec = spec_from_options(
         {"profile": None, "mode": "gloo", "container": "c.sif", "container_runtime": "singularity"}
     )
-    line = next(ln for ln in render(spec).splitlines() if "singularity" in ln)
-    assert line.split()[:3] == ["singularity", "exec", "c.sif"]
+    line = next(ln for ln in render(spec).splitlines() if "singularity exec" in ln)
+    assert line.split()[4:7] == ["singularity", "exec", "c.sif"]
 
 
 def test_pyxis_is_srun_options_not_a_wrapper() -> None:
@@ -67,6 +70,8 @@ def test_pyxis_is_srun_options_not_a_wrapper() -> None:
     script = render(spec)
     assert "'--container-image=nvcr.io#nvidia/pytorch:24.01-py3'" in script
     assert "apptainer" not in script
+    # The image need not hold hpcdist: the command starts there as it is.
+    assert "hpcdist.distributed.rankenv" not in script
 
 
 def test_container_with_torchrun_wraps_torchrun() -> None:
@@ -78,4 +83,4 @@ def test_container_with_torchrun_wraps_torchrun() -> None:
     assert words[:3] == ["apptainer", "exec", "c.sif"]
     # Inside the container: the shell that keeps torchrun from the warning, then torchrun.
     assert words[3:5] == ["bash", "-c"]
-    assert "torchrun torchrun --nnodes=" in line
+    assert """--node-rank="$SLURM_NODEID" "$@"' torchrun --nnodes=""" in line

@@ -18,7 +18,8 @@ from click.testing import CliRunner
 
 import hpcdist.render.script as render_module
 from hpcdist.cli.main import cli
-from hpcdist.facts.launch import torchrun_command
+from hpcdist.errors import SpecError
+from hpcdist.facts.launch import per_node, torchrun_command
 from hpcdist.render.directives import launch_argv, sbatch_directives
 from hpcdist.render.hpcscripts import HPC_SCRIPTS, render_hpc_script
 from hpcdist.render.script import quote, render, template_dir
@@ -545,7 +546,8 @@ def test_torchrun_ignores_the_warning_its_ranks_catch() -> None:
     )
     script = render(spec)
     assert "export HPCDIST_SIGNAL=USR1" in script
-    assert """bash -c 'trap "" USR1 && exec "$@"' torchrun torchrun --nnodes=""" in script
+    started = """bash -c 'trap "" USR1 && exec "$0" --node-rank="$SLURM_NODEID" "$@"' torchrun"""
+    assert f"{started} --nnodes=" in script
 
 
 def test_batch_shell_signal_is_passed_on_to_srun(tmp_path: Path) -> None:
@@ -617,9 +619,9 @@ def test_batch_shell_passes_the_warning_to_srun_and_keeps_its_exit_status(
 # ------------------------------------------------ the launch line, word by word, from the spec
 
 TORCHRUN_RDZV = [
-    'torchrun --nnodes="${SLURM_JOB_NUM_NODES}"',
-    '--node-rank="${SLURM_NODEID}" --rdzv-backend=c10d',
-    '--rdzv-endpoint="${MASTER_ADDR}:${MASTER_PORT}" --rdzv-id="${SLURM_JOB_ID}"',
+    """bash -c 'trap "" USR2 && exec "$0" --node-rank="$SLURM_NODEID" "$@"' torchrun""",
+    '--nnodes="${SLURM_JOB_NUM_NODES}"',
+    '--rdzv-backend=static --rdzv-endpoint="${MASTER_ADDR}:${MASTER_PORT}"',
 ]
 
 
@@ -634,18 +636,17 @@ def test_torchrun_launch_carries_every_rendezvous_flag() -> None:
         }
     )
     assert launch_argv(spec) == [
-        # torchrun ignores the warning signal its ranks catch (the ranks checkpoint on it).
+        # Each node's shell gives torchrun that node's rank (srun's SLURM_NODEID, expanded
+        # per task, not once by the batch shell) and ignores the warning signal its ranks
+        # catch (the ranks checkpoint on it).
         "bash",
         "-c",
-        '\'trap "" USR2 && exec "$@"\'',
-        "torchrun",
+        """'trap "" USR2 && exec "$0" --node-rank="$SLURM_NODEID" "$@"'""",
         "torchrun",
         '--nnodes="${SLURM_JOB_NUM_NODES}"',
         "--nproc-per-node=2",
-        '--node-rank="${SLURM_NODEID}"',
-        "--rdzv-backend=c10d",
+        "--rdzv-backend=static",
         '--rdzv-endpoint="${MASTER_ADDR}:${MASTER_PORT}"',
-        '--rdzv-id="${SLURM_JOB_ID}"',
         "-m",
         "ufsemulator",
         "train",
@@ -653,6 +654,21 @@ def test_torchrun_launch_carries_every_rendezvous_flag() -> None:
     script = render(spec)
     for words_in_order in TORCHRUN_RDZV:
         assert words_in_order in script
+
+
+@pytest.mark.parametrize("node", ["0", "1", "3"])
+def test_each_node_gives_torchrun_its_own_rank_when_its_task_starts(node: str) -> None:
+    # The batch shell expands the script's words once, on the first node: the node's rank
+    # must be expanded by the shell srun starts on each node, from that task's SLURM_NODEID.
+    shell, flag, script, *argv = per_node(["echo"], ["USR2"])
+    proc = subprocess.run(
+        [shell, flag, script, *argv, "--nnodes=4", "train.py"],
+        env={"PATH": os.environ["PATH"], "SLURM_NODEID": node},
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    assert proc.stdout == f"--node-rank={node} --nnodes=4 train.py\n"
 
 
 @pytest.mark.parametrize(
@@ -779,3 +795,27 @@ def test_a_users_srun_words_are_quoted_and_the_scripts_counts_are_not() -> None:
         'srun --nodes=1 --ntasks-per-node="$gpus" --cpus-per-task="$cpus" '
         "${gpu_request:+\"$gpu_request\"} --kill-on-bad-exit=1 '--comment=a b$(x)' --label \\\n"
     ) in script
+
+
+def test_ntasks_spreads_uneven_ranks_over_the_nodes() -> None:
+    spec = spec_from_options({"profile": None, "mode": "gloo", "nodes": 2, "ntasks": 3})
+    assert (spec.world_size, spec.tasks_per_node, spec.shape) == (3, 2, "3 tasks over 2 nodes")
+    script = render(spec)
+    assert "#SBATCH --ntasks=3\n" in script
+    assert "ntasks-per-node" not in script
+    assert "srun --nodes=2 --ntasks=3 --cpus-per-task=1 " in script
+
+
+@pytest.mark.parametrize(
+    ("flags", "message"),
+    [
+        ({"ntasks": 1}, "--ntasks 1 is fewer than --nodes 2; SLURM starts at least one task"),
+        ({"ntasks": 3, "tasks_per_node": 2}, "--ntasks 3 and --tasks-per-node 2: give one"),
+        ({"ntasks": 3, "launcher": "torchrun"}, "--ntasks 3 needs --launcher srun"),
+        ({"ntasks": 3, "mode": "nccl", "gpus_per_node": 2}, "--ntasks 3 needs a CPU job"),
+    ],
+)
+def test_ntasks_is_refused_where_it_cannot_hold(flags: dict[str, object], message: str) -> None:
+    with pytest.raises(SpecError) as info:
+        spec_from_options({"profile": None, "mode": "gloo", "nodes": 2, **flags})
+    assert message in str(info.value)

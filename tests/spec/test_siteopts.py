@@ -48,7 +48,7 @@ def site(tmp_path: Path) -> str:
 # (flags for `hpcdist render`, fragment the one-line error must contain)
 BAD_SITE_REQUESTS: list[tuple[list[str], str]] = [
     (["--sbatch", "nodes=4"], "--sbatch 'nodes' is hpcdist's own option; use --nodes instead"),
-    (["--sbatch", "ntasks=8"], "--sbatch 'ntasks' is hpcdist's own option; use --tasks-per-node"),
+    (["--sbatch", "ntasks=8"], "--sbatch 'ntasks' is hpcdist's own option; use --ntasks"),
     (["--sbatch", "time=10"], "use --time instead"),
     (["--sbatch", "partition=x"], "use --partition instead"),
     (["--sbatch", "--job-name=x"], "--sbatch 'job-name' is hpcdist's own option; use --job-name"),

@@ -122,8 +122,8 @@ BAD_REQUESTS: list[tuple[list[str], str]] = [
     (["--backend", "nccl", "--mode", "gloo"], "--backend 'nccl' contradicts --mode 'gloo'"),
     (
         ["--profile", "nosuch"],
-        "--profile 'nosuch' is not a shipped profile (cpu-cluster, gpu-cluster, local) nor one "
-        "of '/nonexistent-config/hpcdist/profiles'",
+        "--profile 'nosuch' is not a shipped profile (cpu-cluster, generic, gpu-cluster, local) "
+        "nor one of '/nonexistent-config/hpcdist/profiles'",
     ),
     (["--profile", "/nonexistent/p.yaml"], "--profile '/nonexistent/p.yaml': no such file"),
     (
@@ -317,7 +317,7 @@ def test_test_mode_neither_signals_nor_requeues() -> None:
     assert (spec.signal, spec.requeue) == (None, False)
 
 
-@pytest.mark.parametrize("name", ["local", "cpu-cluster", "gpu-cluster"])
+@pytest.mark.parametrize("name", ["local", "generic", "cpu-cluster", "gpu-cluster"])
 def test_shipped_profiles_load(name: str) -> None:
     assert name in shipped_profiles()
     assert load_profile(name).name == name
@@ -487,6 +487,28 @@ def test_defaults_when_the_user_gives_nothing() -> None:
 )
 def test_default_job_name_per_mode(mode: str, name: str) -> None:
     assert default_job_name(mode) == name
+
+
+@pytest.mark.parametrize(
+    ("command", "name"),
+    [
+        ("python3 -m pkg.train --lr 1", "train"),
+        ("python train.py", "train"),
+        ("torchrun --nproc-per-node 2 fit.py", "fit"),
+        ("accelerate launch --num_processes 2 run_glue.py", "run_glue"),
+        ("env A=1 /opt/venv/bin/python3 x.py", "x"),
+        ("'./my job.sh' --fast", "my-job"),
+        ("python3 -c 'print(1)'", "hpcdist-gloo"),
+        # hpcdist's own programs keep their names.
+        ("python3 -m ufsemulator train --config c.yaml", "ufsemulator-gloo"),
+        ("/usr/bin/python3 -m hpcdist.distributed.commcheck", "hpcdist-commcheck"),
+    ],
+)
+def test_a_commands_job_is_named_for_its_program(command: str, name: str) -> None:
+    spec = spec_from_options({"profile": None, "mode": "gloo", "command": command})
+    assert spec.job_name == name
+    named = spec_from_options({**_flags(), "command": command, "job_name": "mine"})
+    assert named.job_name == "mine"
 
 
 def test_test_mode_runs_the_communication_check_by_default() -> None:
