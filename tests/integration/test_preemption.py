@@ -35,7 +35,7 @@ from tests.integration.conftest import (
 from tests.integration.sidebed import FINAL, SideBed, show_job, side_testbed, wait_state
 from tests.integration.test_faults import CONFIG, _log, _training_job, _wait_for, _weights
 
-EPOCHS = 30
+EPOCHS = 300  # long enough that the preemption always comes while it trains
 GRACE_S = "15"
 # A job of the high partition that needs every CPU of both nodes: it preempts the training.
 HIGH_JOB = "#!/bin/bash\nsleep 1\n"

@@ -57,6 +57,7 @@ print(
     f"in_sync={in_sync}",
     flush=True,
 )
+dist.barrier()  # every rank done before any leaves (gloo aborts a rank whose peer went)
 dist.destroy_process_group()
 """
 
@@ -156,6 +157,7 @@ print(
     f"in_sync={bool((weights == weights[0]).all())}",
     flush=True,
 )
+accelerator.wait_for_everyone()  # every rank done before any leaves
 accelerator.end_training()  # as accelerate's examples end: the process group destroyed
 """
 _ACCEL = re.compile(r"ACCEL process=(\d+) of=(\d+) batches=(\d+) node=(\S+) in_sync=(True|False)")
