@@ -189,10 +189,9 @@ def follow(record: JobRecord, rank: int, poll_s: float = 1.0) -> str:
     if info is None:
         raise unknown_job(record.job_id)
     paths, keep, shown = _slurm_view(info, rank)
-    label = _LABEL
 
     def rank_or_batch(line: str) -> bool:
-        return keep(line) or (label.match(line) is None and not line.startswith("[Rank "))
+        return keep(line) or (_LABEL.match(line) is None and not line.startswith("[Rank "))
 
     return follow_files(paths, lambda: job_state(record), rank_or_batch, poll_s, shown)
 

@@ -212,16 +212,9 @@ def _local_state(record: JobRecord) -> str:
         return "RUNNING"
     if _exit_code(folder / LOCAL_BATCH_EXIT) not in (None, 0):
         return "FAILED"  # the batch script failed, before or after its ranks
-    codes = []
-    for rank in range(record.tasks):
-        exit_file = folder / f"exit_{rank}.json"
-        try:
-            codes.append(int(json.loads(exit_file.read_text())["returncode"]))
-        except (OSError, ValueError, KeyError, TypeError):
-            continue  # no exit record: that rank did not finish
-    if len(codes) == record.tasks and all(code == 0 for code in codes):
-        return "COMPLETED"
-    return "FAILED"
+    # A rank without an exit record did not finish.
+    codes = [_exit_code(folder / f"exit_{rank}.json") for rank in range(record.tasks)]
+    return "COMPLETED" if all(code == 0 for code in codes) else "FAILED"
 
 
 def _exit_code(path: Path) -> int | None:
