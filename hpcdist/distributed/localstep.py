@@ -32,7 +32,13 @@ from pathlib import Path
 from typing import Any
 
 from hpcdist.facts.cpulayout import CPUS_VAR, cpu_layout, cpus_per_task
-from hpcdist.facts.protocol import LOCAL_BATCH_EXIT, LOCAL_FOLDER_VAR, is_inherited
+from hpcdist.facts.protocol import (
+    LOCAL_BATCH_EXIT,
+    LOCAL_FOLDER_VAR,
+    is_inherited,
+    local_exit_name,
+    local_log_name,
+)
 from hpcdist.state.fileutil import write_atomic
 
 # Where a local job's ranks leave their logs and exit codes (the job's submitit folder).
@@ -45,11 +51,11 @@ KILL_WAIT_S = 5.0
 
 def rank_log(folder: Path, job_id: str, rank: int, stream: str = "out") -> Path:
     """A local rank's log, as submitit names its tasks' logs (rank 0's holds the batch's)."""
-    return folder / f"{job_id}_{rank}_log.{stream}"
+    return folder / local_log_name(job_id, rank, stream)
 
 
 def exit_record(folder: Path, rank: int) -> Path:
-    return folder / f"exit_{rank}.json"
+    return folder / local_exit_name(rank)
 
 
 def batch_environ(env: Mapping[str, str], folder: Path, bindir: Path) -> dict[str, str]:

@@ -32,6 +32,19 @@ RESTARTS_VAR = "HPCDIST_RESTARTS"  # resubmissions so far (no scontrol: a new jo
 # and the batch script's exit code there (each rank's: ``exit_<rank>.json``).
 LOCAL_FOLDER_VAR = "HPCDIST_LOCAL_FOLDER"
 LOCAL_BATCH_EXIT = "exit_batch.json"
+
+
+def local_exit_name(rank: int) -> str:
+    """A local job's rank's exit record, in the job's folder (beside ``LOCAL_BATCH_EXIT``)."""
+    return f"exit_{rank}.json"
+
+
+def local_log_name(job_id: str, rank: int, stream: str = "out") -> str:
+    """A local job's rank's log in its folder, as submitit names its tasks' logs (rank 0's
+    holds the batch shell's lines too)."""
+    return f"{job_id}_{rank}_log.{stream}"
+
+
 # The job's --collective-timeout, carried into every rank by the script.
 COLLECTIVE_TIMEOUT_ENV = "HPCDIST_COLLECTIVE_TIMEOUT"
 

@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from hpcdist.errors import UserError
-from hpcdist.facts.protocol import LOCAL_BATCH_EXIT
+from hpcdist.facts.protocol import LOCAL_BATCH_EXIT, local_exit_name, local_log_name
 from hpcdist.jobs.localjob import ProcessIdentity, stop_tree
 from hpcdist.jobs.logread import read_log_text
 from hpcdist.slurm.cluster import scancel
@@ -73,7 +73,7 @@ class JobRecord:
     def log_path(self, rank: int, stream: str = "out") -> Path:
         """A local job's rank log (``hpcdist.distributed.localstep``); a SLURM job's logs
         are where its script says (``hpcdist.jobs.logpaths``)."""
-        return Path(self.folder) / f"{self.job_id}_{rank}_log.{stream}"
+        return Path(self.folder) / local_log_name(self.job_id, rank, stream)
 
 
 def save_record(record: JobRecord, project_dir: Path | None = None) -> Path:
@@ -213,7 +213,7 @@ def _local_state(record: JobRecord) -> str:
     if _exit_code(folder / LOCAL_BATCH_EXIT) not in (None, 0):
         return "FAILED"  # the batch script failed, before or after its ranks
     # A rank without an exit record did not finish.
-    codes = [_exit_code(folder / f"exit_{rank}.json") for rank in range(record.tasks)]
+    codes = [_exit_code(folder / local_exit_name(rank)) for rank in range(record.tasks)]
     return "COMPLETED" if all(code == 0 for code in codes) else "FAILED"
 
 
@@ -233,7 +233,7 @@ def local_elapsed(record: JobRecord) -> float | None:
     finished = []
     for rank in range(record.tasks):
         try:
-            data = json.loads((Path(record.folder) / f"exit_{rank}.json").read_text())
+            data = json.loads((Path(record.folder) / local_exit_name(rank)).read_text())
             finished.append(float(data["finished"]))
         except (OSError, ValueError, KeyError, TypeError):
             continue
