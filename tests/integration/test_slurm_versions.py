@@ -8,6 +8,7 @@ import os
 import re
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -117,6 +118,19 @@ def test_profile_init_writes_a_profile_that_renders_and_submits(
     assert "COMPLETED" in run.stdout
 
 
+def _complete_record(job_id: str, name: str, wait_s: float = 60.0) -> list[dict[str, str]]:
+    """sacct's rows of a job once slurmdbd has its whole record. The controller sends it
+    asynchronously: until then a step's record may stand in for the job, under SLURM's
+    placeholder name "allocation" and without WorkDir."""
+    deadline = time.monotonic() + wait_s
+    while True:
+        rows = sacct_rows(job_id)
+        names = [row.get("JobName") for row in rows if row.get("JobID") == job_id]
+        if names == [name] or time.monotonic() > deadline:
+            return rows
+        time.sleep(0.5)
+
+
 def test_logs_of_a_job_the_controller_forgot_come_from_sacct(
     slurm_cluster: SlurmCluster, tmp_path: Path
 ) -> None:
@@ -130,7 +144,7 @@ def test_logs_of_a_job_the_controller_forgot_come_from_sacct(
     assert slurm_cluster.job_state(job.job_id) == "COMPLETED"
     real = tmp_path / f"forgot-{job.job_id}.out"
     assert real.read_text() == "from-the-batch-step\n"
-    rows = sacct_rows(str(job.job_id))
+    rows = _complete_record(str(job.job_id), "forgot")
     raw = [row.get("StdOut") for row in rows if row.get("JobID") == str(job.job_id)]
     version = parse_version(run_slurm("sinfo", "--version").stdout)
     assert version is not None
