@@ -33,6 +33,7 @@ from hpcdist.jobs.records import JobRecord, save_record
 from hpcdist.render.script import render
 from hpcdist.slurm.cluster import require_controller, sbatch_test_only, slurm_config
 from hpcdist.slurm.timelimit import time_limit_minutes
+from hpcdist.slurm.userjobs import mark_stale
 from hpcdist.spec.dependency import check_known
 from hpcdist.spec.jobspec import JOB_OPTIONS, JobSpec
 from hpcdist.spec.sweep import points
@@ -201,7 +202,10 @@ def _queue(plan: SubmitPlan, folder: Path, script: Path) -> list[Any]:
         with contextlib.redirect_stderr(io.StringIO()):
             if plan.executor == "slurm":
                 tasks = len(points(plan.spec)) if plan.swept else None
-                return queue_slurm(folder / "%j", script, plan.tasks, tasks)
+                try:
+                    return queue_slurm(folder / "%j", script, plan.tasks, tasks)
+                finally:
+                    mark_stale()  # the user's shared view asks the controller again
             timeout = time_limit_minutes(plan.spec.time)
             # One folder per local job, made now: the job starts before its id is known.
             job_folder = folder / f"local-{script.stem}"

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import re
 
+from hpcdist.slurm import userjobs
 from hpcdist.slurm.tools import slurm_tool
 
 _TASK = re.compile(r"(?P<job>\d+)_(?P<task>\d+)")
@@ -45,10 +46,26 @@ def parse_task_states(lines: str) -> dict[str, str]:
 
 
 def task_states(array_id: str, count: int) -> dict[str, str]:
-    """The state of each of the array's ``count`` tasks (UNKNOWN where neither tool knows)."""
-    accounted = slurm_tool(["sacct", "-j", array_id, "-X", "-n", "-P", "-o", "JobID,State"])
+    """The state of each of the array's ``count`` tasks (UNKNOWN where neither tool knows):
+    the user's shared view first (``hpcdist.slurm.userjobs``), sacct for tasks it lacks."""
+    wanted = [f"{array_id}_{i}" for i in range(count)]
+    rows = userjobs.user_rows(array_id)
+    if rows is not None:
+        states = {
+            row["JobArrayID"]: row["State"].split()[0].upper() for row in rows if row["State"]
+        }
+        if all(task in states for task in wanted):
+            return {task: states[task] for task in wanted}
+        accounted = userjobs.shared_answer(_sacct_argv(array_id))
+        found = parse_task_states(accounted.stdout) if accounted.returncode == 0 else {}
+        return {task: states.get(task) or found.get(task, "UNKNOWN") for task in wanted}
+    accounted = slurm_tool(_sacct_argv(array_id))
     states = parse_task_states(accounted.stdout) if accounted.returncode == 0 else {}
     live = slurm_tool(["squeue", "-t", "all", "-h", "-r", "-j", array_id, "-o", "%i|%T"])
     if live.returncode == 0:
         states.update(parse_task_states(live.stdout))
-    return {f"{array_id}_{i}": states.get(f"{array_id}_{i}", "UNKNOWN") for i in range(count)}
+    return {task: states.get(task, "UNKNOWN") for task in wanted}
+
+
+def _sacct_argv(array_id: str) -> list[str]:
+    return ["sacct", "-j", array_id, "-X", "-n", "-P", "-o", "JobID,State"]

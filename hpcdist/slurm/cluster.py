@@ -9,6 +9,7 @@ import subprocess
 from pathlib import Path
 
 from hpcdist.errors import UserError
+from hpcdist.slurm import userjobs
 from hpcdist.slurm.tools import slurm_tool
 
 # Where SLURM's tools find the cluster's configuration when SLURM_CONF is not set; the last
@@ -72,5 +73,6 @@ def sbatch_reason(stderr: str) -> str:
 def scancel(job_id: str) -> None:
     """Cancel a SLURM job; UserError, in one line, where SLURM refuses."""
     proc = slurm_tool(["scancel", job_id])
+    userjobs.mark_stale()
     if proc.returncode != 0:
         raise UserError(f"scancel {job_id} failed: {proc.stderr.strip()}")

@@ -3,6 +3,8 @@ database (sacct) knows it: state, reason, nodes, times, exit code, restarts, log
 
 The controller comes first: sacct lags it by seconds and knows no log paths before SLURM
 23.02. sacct answers once the controller has forgotten the job (MinJobAge after its end).
+Every question goes through the user's shared view (``hpcdist.slurm.userjobs``): one squeue
+for all of the user's jobs per refresh interval, shared by every hpcdist process.
 """
 
 from __future__ import annotations
@@ -14,8 +16,10 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+from hpcdist.slurm import userjobs
 from hpcdist.slurm.nodelist import NodeListError, expand_nodelist
 from hpcdist.slurm.parse import (
+    SlurmOutputError,
     base_state,
     parse_duration,
     parse_exit_code,
@@ -216,15 +220,53 @@ def guess_log(workdir: Path, job_id: str) -> str | None:
 
 
 def _run(argv: Sequence[str]) -> subprocess.CompletedProcess[str] | None:
-    """A SLURM client's output; None where the client is not installed (a silent
-    controller is one line, from slurm.tools.slurm_tool)."""
+    """A SLURM client's output, shared through the user's view; None where the client is
+    not installed (a silent controller is one line, from slurm.tools.slurm_tool)."""
     if shutil.which(argv[0]) is None:
         return None
-    return slurm_tool(list(argv))
+    return userjobs.shared_answer(list(argv))
+
+
+def view_record(row: Mapping[str, str]) -> dict[str, str]:
+    """A row of the user's view (squeue's fields) as ``scontrol show job -o`` names them;
+    the log paths expanded as scontrol prints them."""
+    task = row.get("ArrayTaskID", "")
+    raw = int(row["exit_code"]) if row.get("exit_code", "").isdigit() else 0
+    names = {
+        "JobID": row.get("JobArrayID", ""),
+        "JobIDRaw": row.get("JobID", ""),
+        "JobName": row.get("Name", ""),
+        "User": row.get("UserName", ""),
+        "NodeList": row.get("NodeList", ""),
+    }
+    return {
+        "JobId": row.get("JobID", ""),
+        "ArrayJobId": row.get("ArrayJobID", "") if task.isdigit() else "",
+        "ArrayTaskId": task if task.isdigit() else "",
+        "JobName": row.get("Name", ""),
+        "JobState": row.get("State", ""),
+        "Reason": row.get("Reason", ""),
+        "NodeList": row.get("NodeList", ""),
+        "NumNodes": row.get("NumNodes", ""),
+        "RunTime": row.get("TimeUsed", ""),
+        "TimeLimit": row.get("TimeLimit", ""),
+        # squeue gives the wait status: the code in its high byte, a signal in its low bits
+        "ExitCode": f"{raw >> 8}:{raw & 0x7F}",
+        "Restarts": row.get("RestartCnt", ""),
+        "StdOut": sacct_log_path(row.get("STDOUT"), names) or "",
+        "StdErr": sacct_log_path(row.get("STDERR"), names) or "",
+        "WorkDir": row.get("WorkDir", ""),
+        "StartTime": row.get("StartTime", ""),
+        "Dependency": row.get("Dependency", ""),
+    }
 
 
 def scontrol_records(job_id: str) -> list[dict[str, str]]:
-    """The controller's records of a job (several for an array); [] once it forgot it."""
+    """The controller's records of a job (several for an array); [] once it forgot it.
+    The user's own jobs come from the shared view; another user's from scontrol."""
+    rows = userjobs.user_rows(job_id)
+    if rows:
+        return [view_record(row) for row in rows]
     proc = _run(["scontrol", "show", "job", "-o", job_id])
     if proc is None or proc.returncode != 0:
         return []  # "Invalid job id specified": unknown, or ended more than MinJobAge ago
@@ -305,12 +347,28 @@ def recent_jobs(since: str = "now-1days") -> list[JobSummary]:
     fields = "--format=JobID,State,Elapsed,JobName"
     # -t all: the controller also knows the jobs that ended in the last MinJobAge seconds,
     # which sacct may not list yet (its rows lag the end by a few seconds).
-    live = _run(["squeue", "--me", "-t", "all", "-h", "-o", "%i|%T|%M|%j"])
+    view = userjobs.shared_view()
+    if view is not None:
+        rows = view.rows()
+        live = [
+            JobSummary(r["JobArrayID"], base_state(r["State"]), _duration(r["TimeUsed"]), r["Name"])
+            for r in rows
+        ]
+    else:
+        proc = _run(["squeue", "--me", "-t", "all", "-h", "-o", "%i|%T|%M|%j"])
+        live = _summaries(proc.stdout) if proc is not None and proc.returncode == 0 else []
     accounted = _run(["sacct", "-X", "-P", "-n", "-S", since, fields])
     return merge_summaries(
-        _summaries(live.stdout) if live is not None and live.returncode == 0 else [],
+        live,
         _summaries(accounted.stdout) if accounted is not None and accounted.returncode == 0 else [],
     )
+
+
+def _duration(text: str) -> float | None:
+    try:
+        return parse_duration(text)
+    except SlurmOutputError:
+        return None
 
 
 def slurm_job_state(job_id: str) -> str:
@@ -318,11 +376,16 @@ def slurm_job_state(job_id: str) -> str:
     first: sacct lags it and, while a job is being requeued, can briefly report the ending
     attempt as FAILED. sacct answers once the controller has forgotten the job (MinJobAge
     after it ended)."""
-    queue = slurm_tool(["squeue", "-t", "all", "-h", "-j", job_id, "-o", "%T"])
-    live = queue.stdout.strip().upper()
-    if queue.returncode == 0 and live:
-        return live
-    proc = slurm_tool(["sacct", "-j", job_id, "-X", "-n", "-P", "-o", "State"])
+    rows = userjobs.user_rows(job_id)
+    exact = [row for row in rows or [] if job_id in (row["JobArrayID"], row["JobID"])]
+    if len(exact) == 1:
+        return base_state(exact[0]["State"])
+    if rows is None:
+        queue = slurm_tool(["squeue", "-t", "all", "-h", "-j", job_id, "-o", "%T"])
+        live = queue.stdout.strip().upper()
+        if queue.returncode == 0 and live:
+            return live
+    proc = userjobs.shared_answer(["sacct", "-j", job_id, "-X", "-n", "-P", "-o", "State"])
     states = [line.split()[0] for line in proc.stdout.splitlines() if line.strip()]
     # "CANCELLED by 0" -> CANCELLED; a requeued job lists its latest attempt last.
     return states[-1].upper() if states else "UNKNOWN"
@@ -330,5 +393,7 @@ def slurm_job_state(job_id: str) -> str:
 
 def controller_knows(job: str) -> bool:
     """Whether the controller knows ``job`` (queued, running or recently ended: squeue)."""
+    if userjobs.user_rows(job):
+        return True
     proc = slurm_tool(["squeue", "-t", "all", "-h", "-j", job, "-o", "%i"])
     return proc.returncode == 0 and bool(proc.stdout.strip())

@@ -1,0 +1,382 @@
+"""One shared, rate-limited view of this user's jobs for every hpcdist process of the user
+on this machine, so that ten terminals following one sweep ask the controller what one does.
+
+The view is ``squeue --me -t all -r`` (every job and array task of the user that the
+controller knows), asked at most once per refresh interval for all of them and kept in a
+private file of the user's state folder (``~/.local/state/hpcdist/slurm/``; 0600 in a 0700
+folder, its owner and mode checked on the descriptor it is read from, written atomically).
+One process refreshes it at a time, under an ``flock``; the others read what it wrote. Tasks
+the controller forgets (``MinJobAge`` after their end) stay in the view with their last
+state. Other answers a command needs (``sacct`` rows of a job, ``scontrol`` of another
+user's job) are kept beside it, keyed by their command line, on the same interval.
+
+The interval follows the youngest unfinished job, as submitit's watcher does: half its age,
+at least ``MIN_INTERVAL_S``, at most ``MAX_INTERVAL_S`` (below SLURM's default MinJobAge, so
+no task ends unseen). A controller that refuses or fails is left alone for a growing pause
+(``BACKOFF_S`` doubling to ``MAX_BACKOFF_S``), and one that answers slowly sets the next
+interval to ten times its answer. ``HPCDIST_SLURM_VIEW=off`` asks SLURM directly each time.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import hashlib
+import json
+import os
+import shutil
+import subprocess
+import time
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from hpcdist.errors import UserError
+from hpcdist.slurm.tools import slurm_tool
+from hpcdist.state.fileutil import write_atomic
+from hpcdist.state.private import PRIVATE_FILE_MODE, private_dir
+from hpcdist.state.statehome import make_state_base
+from hpcdist.state.trustedfile import read_private
+
+MIN_INTERVAL_S = 2.0
+MAX_INTERVAL_S = 60.0
+BACKOFF_S = 10.0
+MAX_BACKOFF_S = 300.0
+SLOW_FACTOR = 10.0  # an answer that took d seconds: the next one no sooner than 10 d later
+LOCK_WAIT_S = 60.0
+KEEP_ENDED_S = 2 * 86400.0  # how long the view keeps a job the controller forgot
+ENV_SWITCH = "HPCDIST_SLURM_VIEW"
+FORMAT_VERSION = 1
+
+# squeue --Format fields, each followed by a unit separator (a name may hold any other
+# character); the view's row keys are these names.
+FIELDS = (
+    "JobArrayID",
+    "JobID",
+    "ArrayJobID",
+    "ArrayTaskID",
+    "State",
+    "Reason",
+    "NodeList",
+    "NumNodes",
+    "TimeUsed",
+    "TimeLimit",
+    "exit_code",
+    "RestartCnt",
+    "STDOUT",
+    "STDERR",
+    "WorkDir",
+    "SubmitTime",
+    "StartTime",
+    "Dependency",
+    "UserName",
+    "Name",
+)
+SEPARATOR = "\x1f"
+ENDED = frozenset(
+    {
+        "COMPLETED",
+        "FAILED",
+        "CANCELLED",
+        "TIMEOUT",
+        "OUT_OF_MEMORY",
+        "NODE_FAIL",
+        "PREEMPTED",
+        "BOOT_FAIL",
+        "DEADLINE",
+    }
+)
+
+Row = dict[str, str]
+Runner = Callable[[list[str]], subprocess.CompletedProcess[str]]
+
+
+def squeue_argv() -> list[str]:
+    spec = ",".join(f"{name}:{SEPARATOR}" for name in FIELDS)
+    return ["squeue", "--me", "-t", "all", "-h", "-r", "-O", spec]
+
+
+def parse_rows(text: str) -> list[Row]:
+    """squeue's lines in ``squeue_argv``'s format -> one row per job or array task."""
+    rows = []
+    for line in text.splitlines():
+        cells = line.split(SEPARATOR)
+        if len(cells) < len(FIELDS):
+            continue
+        rows.append({name: cells[i].strip() for i, name in enumerate(FIELDS)})
+    return rows
+
+
+def enabled(environ: Mapping[str, str] | None = None) -> bool:
+    env = os.environ if environ is None else environ
+    return env.get(ENV_SWITCH, "").strip().lower() not in ("off", "0", "no")
+
+
+def _stamp(text: str) -> float | None:
+    try:
+        return time.mktime(time.strptime(text.strip(), "%Y-%m-%dT%H:%M:%S"))
+    except ValueError:
+        return None
+
+
+def interval_s(rows: Sequence[Row], now: float, last_call_s: float = 0.0) -> float:
+    """How old the view may be: half the age of the youngest unfinished job (submitit's
+    watcher backs off the same way), within [MIN_INTERVAL_S, MAX_INTERVAL_S]; at least
+    SLOW_FACTOR times the last answer's duration."""
+    submitted = [
+        stamp
+        for row in rows
+        if row.get("State", "").split()[0:1] and row["State"].split()[0] not in ENDED
+        if (stamp := _stamp(row.get("SubmitTime", ""))) is not None
+    ]
+    age = now - max(submitted) if submitted else MAX_INTERVAL_S * 2
+    wanted = min(MAX_INTERVAL_S, max(MIN_INTERVAL_S, age / 2))
+    return max(wanted, SLOW_FACTOR * last_call_s)
+
+
+def merge_rows(old: Sequence[Row], new: Sequence[Row], now: float) -> list[Row]:
+    """The controller's rows, and the ended ones it has forgotten since (kept KEEP_ENDED_S
+    after their submission), so that a task that ended between two looks keeps its state."""
+    seen = {row["JobArrayID"] for row in new}
+    kept = [
+        row
+        for row in old
+        if row["JobArrayID"] not in seen
+        and row.get("State", "").split()[:1] != []
+        and row["State"].split()[0] in ENDED
+        and now - (_stamp(row.get("SubmitTime", "")) or now) < KEEP_ENDED_S
+    ]
+    return [*new, *kept]
+
+
+def rows_of(rows: Sequence[Row], job_id: str) -> list[Row]:
+    """The rows ``job_id`` names: a job, every task of an array (``123``), one task
+    (``123_4``), or a task by its own id."""
+    return [
+        row
+        for row in rows
+        if job_id in (row.get("JobArrayID"), row.get("ArrayJobID"))
+        or (row.get("JobID") == job_id and row.get("ArrayTaskID", "").isdigit())
+    ]
+
+
+@dataclass
+class ViewState:
+    """What the view file holds."""
+
+    rows: list[Row] = field(default_factory=list)
+    at: float = float("-inf")  # when the controller last answered
+    call_s: float = 0.0  # how long that answer took
+    stale: bool = False  # a submit or cancel since: the next reader asks again
+    failures: int = 0
+    paused_until: float = float("-inf")
+    answers: dict[str, dict[str, Any]] = field(default_factory=dict)  # argv -> result
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "version": FORMAT_VERSION,
+            "rows": self.rows,
+            "at": self.at if self.at != float("-inf") else None,
+            "call_s": self.call_s,
+            "stale": self.stale,
+            "failures": self.failures,
+            "paused_until": None if self.paused_until == float("-inf") else self.paused_until,
+            "answers": self.answers,
+        }
+
+    @classmethod
+    def from_dict(cls, data: Any) -> ViewState:
+        if not isinstance(data, dict) or data.get("version") != FORMAT_VERSION:
+            return cls()
+        try:
+            return cls(
+                rows=[{str(k): str(v) for k, v in row.items()} for row in data["rows"]],
+                at=float("-inf") if data["at"] is None else float(data["at"]),
+                call_s=float(data["call_s"]),
+                stale=bool(data["stale"]),
+                failures=int(data["failures"]),
+                paused_until=(
+                    float("-inf") if data["paused_until"] is None else float(data["paused_until"])
+                ),
+                answers=dict(data["answers"]),
+            )
+        except (KeyError, TypeError, ValueError, AttributeError):
+            return cls()  # a view of another version or a torn one: asked again
+
+    def fresh(self, now: float, newer_than: str | None = None) -> bool:
+        """Whether the view may answer now without asking the controller."""
+        if now < self.paused_until:
+            return True  # the controller is left alone; the last answer stands
+        age = now - self.at
+        allowed = interval_s(self.rows, now, self.call_s)
+        if self.stale or (newer_than is not None and _newer(newer_than, self.rows)):
+            allowed = max(MIN_INTERVAL_S, SLOW_FACTOR * self.call_s)
+        return age <= allowed
+
+
+def _newer(job_id: str, rows: Sequence[Row]) -> bool:
+    """A job id above every id in the view: submitted since it was asked."""
+    head = job_id.partition("_")[0]
+    ids = [int(r["JobID"]) for r in rows if r.get("JobID", "").isdigit()]
+    ids += [int(r["ArrayJobID"]) for r in rows if r.get("ArrayJobID", "").isdigit()]
+    return head.isdigit() and not rows_of(rows, job_id) and int(head) > max(ids, default=0)
+
+
+def view_path(environ: Mapping[str, str] | None = None) -> Path:
+    """The user's view file of the cluster this machine's tools talk to (SLURM_CONF and
+    its modification time tell clusters, and restarted testbeds, apart)."""
+    env = os.environ if environ is None else environ
+    conf = env.get("SLURM_CONF", "").strip() or "/etc/slurm/slurm.conf"
+    with contextlib.suppress(OSError):
+        conf += f"@{os.stat(conf).st_mtime_ns}"
+    key = hashlib.sha256(conf.encode()).hexdigest()[:16]
+    return make_state_base(environ) / "slurm" / f"view-{key}.json"
+
+
+class SharedView:
+    """The view file of one cluster, read and refreshed as the module docstring says."""
+
+    def __init__(self, path: Path, runner: Runner, clock: Callable[[], float] = time.time):
+        self.path = path
+        self.runner = runner
+        self.clock = clock
+        self._memo: tuple[tuple[int, int], ViewState] | None = None
+
+    def read(self) -> ViewState:
+        try:
+            info = os.stat(self.path)
+        except FileNotFoundError:
+            return ViewState()
+        mark = (info.st_mtime_ns, info.st_size)
+        if self._memo is not None and self._memo[0] == mark:
+            return self._memo[1]
+        text = read_private(self.path, "SLURM view")  # another user's, or writable: refused
+        try:
+            state = ViewState.from_dict(json.loads(text))
+        except ValueError:
+            state = ViewState()  # torn or of another version: asked again
+        self._memo = (mark, state)
+        return state
+
+    def write(self, state: ViewState) -> None:
+        private_dir(self.path.parent, "hpcdist's SLURM view folder")
+        write_atomic(self.path, json.dumps(state.to_dict()), mode=PRIVATE_FILE_MODE)
+
+    @contextlib.contextmanager
+    def _locked(self) -> Any:
+        private_dir(self.path.parent, "hpcdist's SLURM view folder")
+        fd = os.open(self.path.with_suffix(".lock"), os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW, 0o600)
+        try:
+            deadline = time.monotonic() + LOCK_WAIT_S
+            while True:
+                try:
+                    fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                    break
+                except BlockingIOError:
+                    if time.monotonic() > deadline:
+                        raise UserError(
+                            f"the SLURM view {self.path} stayed locked {LOCK_WAIT_S:.0f} s; "
+                            f"another hpcdist process holds it (set {ENV_SWITCH}=off to skip it)"
+                        ) from None
+                    time.sleep(0.05)
+            yield
+        finally:
+            os.close(fd)
+
+    def rows(self, newer_than: str | None = None) -> list[Row]:
+        """The user's rows, asking the controller only when the view is too old."""
+        state = self.read()
+        if state.fresh(self.clock(), newer_than):
+            return state.rows
+        with self._locked():
+            state = self.read()  # another process may have asked while this one waited
+            if state.fresh(self.clock(), newer_than):
+                return state.rows
+            self.write(self._refresh(state))
+            return self.read().rows
+
+    def _refresh(self, state: ViewState) -> ViewState:
+        started = self.clock()
+        try:
+            proc = self.runner(squeue_argv())
+        except UserError:  # no answer in time
+            proc = subprocess.CompletedProcess(squeue_argv(), 1, "", "timeout")
+        now = self.clock()
+        if proc.returncode != 0:
+            state.failures += 1
+            pause = min(MAX_BACKOFF_S, BACKOFF_S * 2 ** (state.failures - 1))
+            state.paused_until = now + pause
+            return state
+        state.rows = merge_rows(state.rows, parse_rows(proc.stdout), now)
+        state.at, state.call_s = now, now - started
+        state.stale, state.failures, state.paused_until = False, 0, float("-inf")
+        return state
+
+    def answer(self, argv: list[str]) -> subprocess.CompletedProcess[str]:
+        """Another command's answer (sacct rows, another user's job), shared on the same
+        interval as the view: asked again once it is older than the view may be."""
+        key = "\x00".join(argv)
+        state = self.read()
+        now = self.clock()
+        kept = state.answers.get(key)
+        allowed = interval_s(state.rows, now, state.call_s)
+        if kept is not None and now - float(kept["at"]) <= allowed:
+            return subprocess.CompletedProcess(argv, int(kept["rc"]), kept["out"], kept["err"])
+        if argv[0] != "sacct" and now < state.paused_until:  # the controller is left alone
+            return subprocess.CompletedProcess(argv, 1, "", "the controller is paused")
+        with self._locked():
+            state = self.read()
+            kept = state.answers.get(key)
+            if kept is not None and self.clock() - float(kept["at"]) <= allowed:
+                return subprocess.CompletedProcess(argv, kept["rc"], kept["out"], kept["err"])
+            proc = self.runner(argv)
+            at = self.clock()
+            state.answers = {k: v for k, v in state.answers.items() if at - v["at"] <= allowed}
+            state.answers[key] = {"at": at, "rc": proc.returncode, "out": proc.stdout, "err": ""}
+            state.answers[key]["err"] = proc.stderr
+            self.write(state)
+            return proc
+
+    def mark_stale(self) -> None:
+        """A job was submitted or cancelled: the next reader asks the controller again."""
+        with self._locked():
+            state = self.read()
+            state.stale = True
+            self.write(state)
+
+
+_VIEWS: dict[Path, SharedView] = {}
+
+
+def shared_view(runner: Runner = slurm_tool) -> SharedView | None:
+    """This process's handle on the user's view; None when it is switched off or squeue is
+    not on PATH (no SLURM here)."""
+    if not enabled() or shutil.which("squeue") is None:
+        return None
+    path = view_path()
+    if path not in _VIEWS:
+        _VIEWS[path] = SharedView(path, runner)
+    return _VIEWS[path]
+
+
+def user_rows(job_id: str) -> list[Row] | None:
+    """The view's rows of ``job_id`` ([] when the user has no such job the controller
+    knows); None when the view is off."""
+    view = shared_view()
+    return None if view is None else rows_of(view.rows(newer_than=job_id), job_id)
+
+
+def shared_answer(argv: list[str]) -> subprocess.CompletedProcess[str]:
+    """A query's answer, shared with the user's other processes through the view when it is
+    on; else the command's own answer."""
+    view = shared_view()
+    return slurm_tool(argv) if view is None else view.answer(argv)
+
+
+def mark_stale() -> None:
+    """After a submit or a cancel: the next reader asks the controller (once) again."""
+    view = shared_view()
+    if view is not None:
+        with contextlib.suppress(OSError, UserError):
+            view.mark_stale()

@@ -1,0 +1,210 @@
+"""The user's shared view of their jobs: one squeue per interval for every process, a pause
+when the controller refuses, private and atomic on disk."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from hpcdist.errors import UserError
+from hpcdist.slurm import userjobs
+from hpcdist.slurm.query import from_scontrol, view_record
+from hpcdist.slurm.userjobs import (
+    MAX_INTERVAL_S,
+    MIN_INTERVAL_S,
+    SEPARATOR,
+    SharedView,
+    interval_s,
+    merge_rows,
+    parse_rows,
+    rows_of,
+)
+
+SUBMITTED = "2026-11-27T12:00:00"
+T0 = time.mktime(time.strptime(SUBMITTED, "%Y-%m-%dT%H:%M:%S"))
+
+
+def line(job: str, state: str = "RUNNING", **extra: str) -> str:
+    head, _, task = job.partition("_")
+    values = {name: "" for name in userjobs.FIELDS}
+    values.update(
+        JobArrayID=job,
+        JobID=str(int(head) + int(task or 0) + 1) if task else head,
+        ArrayJobID=head,
+        ArrayTaskID=task or "N/A",
+        State=state,
+        SubmitTime=SUBMITTED,
+        Name="train",
+        UserName="alice",
+        STDOUT="/w/train-%A_%a.out",
+        STDERR="/w/train-%A_%a.out",
+        TimeUsed="1:05",
+        TimeLimit="UNLIMITED",
+        exit_code="0",
+        RestartCnt="0",
+        NumNodes="1",
+    )
+    values.update(extra)
+    return "".join(values[name] + SEPARATOR for name in userjobs.FIELDS)
+
+
+def test_squeue_rows_become_scontrol_records() -> None:
+    rows = parse_rows(line("123_4", "FAILED", exit_code="768", Name="a|b c") + "\n")
+    info = from_scontrol(view_record(rows[0]))
+    assert (info.job_id, info.state, info.exit_code, info.signal) == ("123_4", "FAILED", 3, 0)
+    assert info.name == "a|b c"
+    assert info.stdout == "/w/train-123_4.out"
+    assert info.elapsed_s == 65.0
+    killed = from_scontrol(view_record(parse_rows(line("7", "CANCELLED", exit_code="9"))[0]))
+    assert (killed.job_id, killed.exit_code, killed.signal) == ("7", 0, 9)
+
+
+def test_rows_of_an_array_a_task_and_a_job() -> None:
+    rows = parse_rows("\n".join([line("123_0"), line("123_1"), line("99")]))
+    assert [r["JobArrayID"] for r in rows_of(rows, "123")] == ["123_0", "123_1"]
+    assert [r["JobArrayID"] for r in rows_of(rows, "123_1")] == ["123_1"]
+    assert [r["JobArrayID"] for r in rows_of(rows, "99")] == ["99"]
+    assert rows_of(rows, "12") == []
+
+
+@pytest.mark.parametrize(
+    ("age_s", "call_s", "expected"),
+    [
+        (0.0, 0.0, MIN_INTERVAL_S),
+        (2 * MIN_INTERVAL_S, 0.0, MIN_INTERVAL_S),
+        (2 * MIN_INTERVAL_S + 2, 0.0, MIN_INTERVAL_S + 1),
+        (2 * MAX_INTERVAL_S, 0.0, MAX_INTERVAL_S),
+        (2 * MAX_INTERVAL_S + 10, 0.0, MAX_INTERVAL_S),
+        (0.0, 3.0, 30.0),
+    ],
+)
+def test_interval_is_half_the_youngest_jobs_age_within_bounds(
+    age_s: float, call_s: float, expected: float
+) -> None:
+    rows = parse_rows(line("5"))
+    assert interval_s(rows, T0 + age_s, call_s) == pytest.approx(expected)
+
+
+def test_an_ended_job_does_not_keep_the_view_young() -> None:
+    rows = parse_rows("\n".join([line("5", "COMPLETED"), line("6", "PENDING")]))
+    assert interval_s(rows[:1], T0 + 1, 0.0) == MAX_INTERVAL_S
+    assert interval_s(rows, T0 + 1, 0.0) == MIN_INTERVAL_S
+
+
+def test_forgotten_ended_tasks_stay_running_ones_do_not() -> None:
+    old = parse_rows("\n".join([line("8_0", "COMPLETED"), line("8_1", "RUNNING"), line("8_2")]))
+    new = parse_rows(line("8_2", "COMPLETED"))
+    merged = {r["JobArrayID"]: r["State"] for r in merge_rows(old, new, T0 + 60)}
+    assert merged == {"8_0": "COMPLETED", "8_2": "COMPLETED"}
+    assert merge_rows(old, new, T0 + userjobs.KEEP_ENDED_S + 1) == new
+
+
+class FakeSqueue:
+    def __init__(self, text: str, code: int = 0) -> None:
+        self.calls: list[list[str]] = []
+        self.text, self.code = text, code
+
+    def __call__(self, argv: list[str]) -> subprocess.CompletedProcess[str]:
+        self.calls.append(argv)
+        return subprocess.CompletedProcess(argv, self.code, self.text, "")
+
+
+class Clock:
+    def __init__(self, now: float) -> None:
+        self.now = now
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def test_readers_share_one_answer_per_interval(tmp_path: Path) -> None:
+    # Asked 40 s after the job's submission: asked again once the view is older than half
+    # the job's age, 80 s after it.
+    squeue, clock = FakeSqueue(line("5")), Clock(T0 + 40)
+    views = [SharedView(tmp_path / "v" / "view.json", squeue, clock) for _ in range(10)]
+    for view in views:
+        assert [r["JobArrayID"] for r in view.rows()] == ["5"]
+    assert len(squeue.calls) == 1
+    clock.now = T0 + 80
+    assert all(view.rows() for view in views)
+    assert len(squeue.calls) == 1  # exactly half its age: still fresh
+    clock.now += 1
+    assert all(view.rows() for view in views)
+    assert len(squeue.calls) == 2
+
+
+def test_a_new_job_or_a_submit_asks_again_after_the_minimum(tmp_path: Path) -> None:
+    squeue, clock = FakeSqueue(line("5")), Clock(T0 + 100)
+    view = SharedView(tmp_path / "view.json", squeue, clock)
+    view.rows()
+    clock.now += MIN_INTERVAL_S
+    view.rows(newer_than="6")
+    assert len(squeue.calls) == 1
+    clock.now += 0.5
+    view.rows(newer_than="4")  # an older id the view lacks: another user's, or forgotten
+    assert len(squeue.calls) == 1
+    view.rows(newer_than="6")
+    assert len(squeue.calls) == 2
+    view.mark_stale()
+    clock.now += MIN_INTERVAL_S + 0.5
+    view.rows()
+    assert len(squeue.calls) == 3
+
+
+def test_a_refusing_controller_is_left_alone_for_a_growing_pause(tmp_path: Path) -> None:
+    squeue, clock = FakeSqueue("", code=1), Clock(T0)
+    view = SharedView(tmp_path / "view.json", squeue, clock)
+    view.rows()
+    clock.now += userjobs.BACKOFF_S - 0.5
+    view.rows()
+    assert len(squeue.calls) == 1
+    clock.now += 1
+    view.rows()
+    assert len(squeue.calls) == 2
+    clock.now += 2 * userjobs.BACKOFF_S - 0.5  # the second pause is twice the first
+    view.rows()
+    assert len(squeue.calls) == 2
+    assert view.answer(["scontrol", "show", "job", "5"]).returncode == 1
+    assert len(squeue.calls) == 2
+
+
+def test_a_view_file_others_can_write_is_refused(tmp_path: Path) -> None:
+    view = SharedView(tmp_path / "view.json", FakeSqueue(line("5")), Clock(T0))
+    view.rows()
+    os.chmod(view.path, 0o666)
+    with pytest.raises(UserError, match="writable by"):
+        SharedView(view.path, FakeSqueue(line("5")), Clock(T0 + 1000)).rows()
+    assert (os.stat(view.path.parent).st_mode & 0o777) == 0o700
+
+
+_READER = """
+import sys
+from pathlib import Path
+from hpcdist.slurm.userjobs import SharedView
+from hpcdist.slurm.tools import slurm_tool
+view = SharedView(Path(sys.argv[1]), slurm_tool)
+for _ in range(5):
+    assert view.rows()
+"""
+
+
+def test_processes_at_once_ask_squeue_once(tmp_path: Path) -> None:
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    calls = tmp_path / "calls"
+    fake = bin_dir / "squeue"
+    fake.write_text(f"#!/bin/sh\necho x >> {calls}\nsleep 0.3\nprintf '%s\\n' '{line('5')}'\n")
+    fake.chmod(0o755)
+    env = {**os.environ, "PATH": f"{bin_dir}:{os.environ['PATH']}"}
+    env["PYTHONPATH"] = str(Path(__file__).resolve().parents[2])
+    view = tmp_path / "state" / "view.json"
+    procs = [
+        subprocess.Popen([sys.executable, "-c", _READER, str(view)], env=env) for _ in range(6)
+    ]
+    assert [proc.wait(timeout=120) for proc in procs] == [0] * 6
+    assert calls.read_text().count("x") == 1
