@@ -119,7 +119,9 @@ def status(job_id: str | None, as_json: bool) -> int:
     and log paths; after the end, how well it used its CPUs, memory and time."""
     job_id = check_job_id(job_id) if job_id is not None else _newest_id()
     record = find_record(job_id)
-    infos = [] if record is not None and record.executor != "slurm" else query_jobs(job_id)
+    infos = (
+        [] if record is not None and record.executor != "slurm" else _slurm_infos(job_id, record)
+    )
     if not infos:
         if record is None:
             raise unknown_job(job_id)
@@ -129,6 +131,9 @@ def status(job_id: str | None, as_json: bool) -> int:
             if as_json
             else f"{job_id} {state}"
         )
+        return 0
+    if len(infos) > SUMMARY_ABOVE and not as_json:
+        click.echo("\n".join(_summary(job_id, infos)))
         return 0
     effs = _efficiency(infos)
     for info in infos:
@@ -152,6 +157,28 @@ def status(job_id: str | None, as_json: bool) -> int:
         else:
             click.echo("\n".join(_describe(info, summary, advice)))
     return 0
+
+
+# An array of more tasks than this is summarised by state (--json still lists every task).
+SUMMARY_ABOVE = 20
+
+
+def _slurm_infos(job_id: str, record: JobRecord | None) -> list[JobInfo]:
+    """What SLURM knows of a job, an array, or every array a sweep was queued as."""
+    if record is not None and record.arrays and len(record.arrays) > 1:
+        return [info for array in record.arrays for info in query_jobs(str(array[0]))]
+    return query_jobs(job_id)
+
+
+def _summary(job_id: str, infos: Sequence[JobInfo]) -> list[str]:
+    """A big array's (or sweep's) tasks counted by state, those that failed named."""
+    from hpcdist.jobs.arrays import summary
+
+    states = [
+        (i.job_id, i.state, f"exit code {exit_text(i.exit_code, i.signal, i.reason)}")
+        for i in infos
+    ]
+    return [f"{job_id} {summary(states)[0]}", *summary(states)[1:]]
 
 
 # srun --label's prefix of each line (--rank-logs label): the task number, padded.

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import json
+import time
+from collections.abc import Callable
 from typing import Any
 
 import click
@@ -70,21 +72,34 @@ def _stopped_following(job_id: str) -> int:
 
 
 def _submitted_array(record: JobRecord, max_parallel: int | None, wait: bool) -> int:
-    """An array's tasks, each with its point and log; with --wait, every task to its end."""
+    """An array's tasks, each with its point and log (a big sweep: each array it was
+    queued as); with --wait, every task to its end."""
     from hpcdist.jobs.arrays import wait_for_tasks
+    from hpcdist.jobs.report import record_arrays, task_ids
 
     points = record.points or []
+    arrays = record_arrays(record)
     at_once = f", at most {max_parallel} at once" if max_parallel else ""
     click.echo(f"  array: {len(points)} tasks{at_once}")
-    for index, point in enumerate(points):
-        task = load_record(f"{record.job_id}_{index}")
-        log = record_log_names(task)[0][1]
-        click.echo(f"  {task.job_id}: {' '.join(point)}; log: {log}")
+    if arrays is not None and len(arrays) > 1:
+        click.echo(f"  queued as {len(arrays)} arrays (the site's MaxArraySize):")
+        for array in arrays:
+            last = array.first + array.count - 1
+            click.echo(f"    {array.array_id}: points {array.first}-{last}")
+    tasks = task_ids(record)
+    for task_id, point in tasks[:LISTED_TASKS]:
+        log = record_log_names(load_record(task_id))[0][1]
+        click.echo(f"  {task_id}: {' '.join(point)}; log: {log}")
+    if len(tasks) > LISTED_TASKS:
+        click.echo(f"  ... {len(tasks) - LISTED_TASKS} more (hpcdist status {record.job_id})")
     if not wait:
         return 0
     try:
         states = wait_for_tasks(
-            record.job_id, len(points), lambda task, state: click.echo(f"  {task} {state}")
+            record.job_id,
+            len(points),
+            _task_reporter(len(points)),
+            arrays=arrays,
         )
     except KeyboardInterrupt:
         return _stopped_following(record.job_id)
@@ -94,6 +109,28 @@ def _submitted_array(record: JobRecord, max_parallel: int | None, wait: bool) ->
 
     click.echo(table(collect(record.job_id)), nl=False)  # what `hpcdist report` prints
     return 0 if ended == len(states) else 1
+
+
+# Tasks of an array named one by one; a bigger one is followed by its counts.
+LISTED_TASKS = 20
+
+
+def _task_reporter(count: int) -> Callable[[str, str], None]:
+    """Each task's change of state, for a small array; a big one's count of ended tasks,
+    at most once a second."""
+    if count <= LISTED_TASKS:
+        return lambda task, state: click.echo(f"  {task} {state}")
+    ended: dict[str, bool] = {}
+    said = [0.0, -1]
+
+    def report(task: str, state: str) -> None:
+        ended[task] = state in FINAL_STATES
+        done = sum(ended.values())
+        if done != said[1] and (time.monotonic() - said[0] >= 1.0 or done == count):
+            click.echo(f"  {done} of {count} tasks ended")
+            said[:] = [time.monotonic(), done]
+
+    return report
 
 
 @click.command(name="cancel")

@@ -52,9 +52,14 @@ COLLECTIVE_TIMEOUT_ENV = "HPCDIST_COLLECTIVE_TIMEOUT"
 MARKER_DIR = ".hpcdist/requeue"
 
 
+# A sweep larger than the site's MaxArraySize is queued as several arrays of one script:
+# each array's tasks find their point at this offset plus SLURM_ARRAY_TASK_ID.
+SWEEP_OFFSET_VAR = "HPCDIST_SWEEP_OFFSET"
+
 # Variables a job inherits from the job it was submitted from, which would make the new job
-# believe it runs in the old one's allocation. SLURM_CONF names the cluster: it is kept.
-INHERITED_PREFIXES: tuple[str, ...] = ("SLURM_", "SBATCH_", "SRUN_", "SALLOC_")
+# believe it runs in the old one's allocation (or at another sweep's points). SLURM_CONF
+# names the cluster: it is kept.
+INHERITED_PREFIXES: tuple[str, ...] = ("SLURM_", "SBATCH_", "SRUN_", "SALLOC_", SWEEP_OFFSET_VAR)
 INHERITED_KEPT: tuple[str, ...] = ("SLURM_CONF",)
 
 

@@ -63,6 +63,9 @@ class JobRecord:
     # The folder the job runs in (its --chdir from the submit folder, else that folder):
     # where `report` finds its runs/. None in records written before it was kept.
     workdir: str | None = None
+    # A sweep's record: the arrays it was queued as ([array id, first point, tasks] each;
+    # several where the site's MaxArraySize requires), hpcdist.jobs.sweeparrays.
+    arrays: list[list[Any]] | None = None
 
     @property
     def local_process(self) -> ProcessIdentity | None:
@@ -148,8 +151,9 @@ _FIELD_TYPES: dict[str, tuple[type, ...]] = {
     "start_ticks": (int, type(None)),
     "points": (list, type(None)),
     "workdir": (str, type(None)),
+    "arrays": (list, type(None)),
 }
-_OPTIONAL_FIELDS = {"start_ticks", "points", "workdir"}
+_OPTIONAL_FIELDS = {"start_ticks", "points", "workdir", "arrays"}
 
 
 def _record_problem(data: Any) -> str:
@@ -173,9 +177,25 @@ def _record_problem(data: Any) -> str:
         isinstance(p, list) and all(isinstance(t, str) for t in p) for p in points
     ):
         return f"points is {points!r}"
+    if not _arrays_ok(data.get("arrays")):
+        return f"arrays is {data['arrays']!r}"
     if data["tasks"] < 1 or data["nodes"] < 1:
         return f"{data['nodes']} nodes, {data['tasks']} tasks"
     return ""
+
+
+def _arrays_ok(arrays: Any) -> bool:
+    """None, or [[array job id, first point, tasks], ...]."""
+    return arrays is None or all(
+        isinstance(a, list)
+        and len(a) == 3
+        and isinstance(a[0], str)
+        and a[0].isdigit()
+        and all(isinstance(n, int) and not isinstance(n, bool) for n in a[1:])
+        and a[1] >= 0
+        and a[2] >= 1
+        for a in arrays
+    )
 
 
 def scan_records(project_dir: Path | None = None) -> tuple[list[JobRecord], list[str]]:
@@ -247,7 +267,8 @@ def cancel(record: JobRecord) -> str:
     if state in FINAL_STATES:
         return state
     if record.executor == "slurm":
-        scancel(record.job_id)
+        for array in record.arrays or [[record.job_id]]:  # every array of a split sweep
+            scancel(str(array[0]))
         return state
     process = record.local_process
     if process is None or not process.is_running():

@@ -19,9 +19,10 @@ from pathlib import Path
 from typing import Any
 
 from hpcdist.facts.runs import RESULTS_FILE, RUNS_DIR
+from hpcdist.jobs.arrays import sweep_states
 from hpcdist.jobs.logpaths import job_logs
 from hpcdist.jobs.records import JobRecord, find_record, job_state, load_record
-from hpcdist.slurm.arrays import task_states
+from hpcdist.jobs.sweeparrays import SweepArray, from_lists, sweep_tasks
 from hpcdist.slurm.query import JobInfo, query_jobs
 from hpcdist.state.digests import DigestBook
 from hpcdist.state.folders import project_base
@@ -57,11 +58,17 @@ class Row:
 
 
 def task_ids(record: JobRecord) -> list[tuple[str, list[str]]]:
-    """(job id, overrides) of each training of a record: an array's tasks, or the job."""
+    """(job id, overrides) of each training of a record: a sweep's tasks (in the arrays it
+    was queued as), or the job."""
     points = record.points or [[]]
     if "_" not in record.job_id and record.points is not None and len(points) > 1:
-        return [(f"{record.job_id}_{i}", point) for i, point in enumerate(points)]
+        tasks = sweep_tasks(record.job_id, len(points), record_arrays(record))
+        return list(zip(tasks, points, strict=True))
     return [(record.job_id, points[0])]
+
+
+def record_arrays(record: JobRecord) -> list[SweepArray] | None:
+    return from_lists(record.arrays) if record.arrays else None
 
 
 def collect(job_id: str, project_dir: Path | None = None) -> list[Row]:
@@ -82,7 +89,8 @@ def collect(job_id: str, project_dir: Path | None = None) -> list[Row]:
         def logs() -> list[Path]:
             nonlocal infos
             if infos is None and record.executor == "slurm":  # asked only for a failed task
-                infos = {info.job_id: info for info in query_jobs(job_id)}
+                ids = [a.array_id for a in record_arrays(record) or []] or [job_id]
+                infos = {info.job_id: info for one in ids for info in query_jobs(one)}
             return _task_logs(record, task, infos or {}, folders, project_dir)
 
         return logs
@@ -126,7 +134,7 @@ def job_folder(record: JobRecord, project_dir: Path | None = None) -> Path:
 
 def _states(record: JobRecord, tasks: list[str]) -> dict[str, str]:
     if len(tasks) > 1 and record.executor == "slurm":
-        return task_states(record.job_id, len(tasks))
+        return sweep_states(record.job_id, len(tasks), record_arrays(record))
     return {tasks[0]: job_state(record)}
 
 

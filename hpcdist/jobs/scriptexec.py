@@ -23,13 +23,21 @@ import submitit
 class ScriptExecutor(submitit.SlurmExecutor):
     """A SlurmExecutor whose submission file is a given script, not one it writes."""
 
-    def __init__(self, folder: Path, script: str, tasks: int) -> None:
+    def __init__(
+        self, folder: Path, script: str, tasks: int, sbatch_args: tuple[str, ...] = ()
+    ) -> None:
         super().__init__(folder)
         self._script = script
         self._tasks = tasks
+        self._sbatch_args = sbatch_args
 
     def _make_submission_file_text(self, command: str, uid: str) -> str:
         return self._script
+
+    def _make_submission_command(self, submission_file_path: Path) -> list[str]:
+        # The options of one array of a split sweep (its tasks, its first point); the
+        # script's bytes stay those render printed.
+        return ["sbatch", *self._sbatch_args, str(submission_file_path)]
 
     def _num_tasks(self) -> int:
         return self._tasks
@@ -43,9 +51,15 @@ class ScriptExecutor(submitit.SlurmExecutor):
         return job
 
 
-def queue_slurm(folder: Path, script: Path, tasks: int, array_tasks: int | None) -> list[Any]:
+def queue_slurm(
+    folder: Path,
+    script: Path,
+    tasks: int,
+    array_tasks: int | None,
+    sbatch_args: tuple[str, ...] = (),
+) -> list[Any]:
     """Queue ``script`` through submitit; one handle, or one per array task."""
-    executor = ScriptExecutor(folder, script.read_text(encoding="utf-8"), tasks)
+    executor = ScriptExecutor(folder, script.read_text(encoding="utf-8"), tasks, sbatch_args)
     job = executor.queue()
     if array_tasks is None:
         return [job]

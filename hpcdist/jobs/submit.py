@@ -30,6 +30,7 @@ from hpcdist.errors import SpecError, UserError
 from hpcdist.facts.protocol import is_inherited
 from hpcdist.jobs.localjob import identify
 from hpcdist.jobs.records import JobRecord, save_record
+from hpcdist.jobs.sweeparrays import SweepArray, queue_sweep
 from hpcdist.render.script import render
 from hpcdist.slurm.cluster import require_controller, sbatch_test_only, slurm_config
 from hpcdist.slurm.timelimit import time_limit_minutes
@@ -174,11 +175,12 @@ def carry_out(plan: SubmitPlan, project_dir: Path | None = None) -> Submission:
         with clean_slurm_environment():
             if CHECK_PREFLIGHT in plan.checks:
                 preflight(plan, script)
-            jobs = _queue(plan, folder, script)
+            jobs, arrays = _queue(plan, folder, script)
     except BaseException:
         snapshot.remove_made()
         raise
-    return Submission(record=_save_records(plan, jobs, project_dir), executor=plan.executor)
+    record = _save_records(plan, jobs, arrays, project_dir)
+    return Submission(record=record, executor=plan.executor)
 
 
 def preflight(plan: SubmitPlan, script: Path) -> None:
@@ -193,24 +195,28 @@ def preflight(plan: SubmitPlan, script: Path) -> None:
         )
 
 
-def _queue(plan: SubmitPlan, folder: Path, script: Path) -> list[Any]:
-    """submitit queues the script: one job, or one handle per array task."""
+def _queue(
+    plan: SubmitPlan, folder: Path, script: Path
+) -> tuple[list[Any], list[SweepArray] | None]:
+    """submitit queues the script: one job, or one handle per array task (and the arrays
+    a sweep took, as many as the site's MaxArraySize requires)."""
     from hpcdist.jobs.scriptexec import queue_local, queue_slurm
 
     try:
         # submitit echoes sbatch's stderr; the one line below says what went wrong.
         with contextlib.redirect_stderr(io.StringIO()):
             if plan.executor == "slurm":
-                tasks = len(points(plan.spec)) if plan.swept else None
                 try:
-                    return queue_slurm(folder / "%j", script, plan.tasks, tasks)
+                    if plan.swept:
+                        return queue_sweep(plan.spec, folder, script, plan.tasks)
+                    return queue_slurm(folder / "%j", script, plan.tasks, None), None
                 finally:
                     mark_stale()  # the user's shared view asks the controller again
             timeout = time_limit_minutes(plan.spec.time)
             # One folder per local job, made now: the job starts before its id is known.
             job_folder = folder / f"local-{script.stem}"
             job_folder.mkdir(mode=0o700)
-            return [queue_local(job_folder, script, plan.workdir, timeout)]
+            return [queue_local(job_folder, script, plan.workdir, timeout)], None
     except (OSError, RuntimeError) as exc:  # sbatch missing, refused, or no controller
         reason = (str(exc).strip().splitlines() or [type(exc).__name__])[-1]
         raise UserError(f"the {plan.executor} executor could not submit the job: {reason}") from exc
@@ -234,7 +240,12 @@ def _say_where_state_lives(root: Path, project_dir: Path | None) -> None:
         )
 
 
-def _save_records(plan: SubmitPlan, jobs: list[Any], project_dir: Path | None) -> JobRecord:
+def _save_records(
+    plan: SubmitPlan,
+    jobs: list[Any],
+    arrays: list[SweepArray] | None,
+    project_dir: Path | None,
+) -> JobRecord:
     """One record per submitted job or array task (and one for an array as a whole)."""
     spec = plan.spec
     submitted = time.time()
@@ -270,6 +281,7 @@ def _save_records(plan: SubmitPlan, jobs: list[Any], project_dir: Path | None) -
                 job_id=array_id,
                 folder=str(Path(records[0].folder).parent),
                 points=task_points,
+                arrays=[array.to_list() for array in arrays or []] or None,
             ),
         )
     for record in records:

@@ -68,6 +68,7 @@ def protocol_context() -> dict[str, object]:
         "requeue_exit": protocol.REQUEUE_EXIT_CODE,
         "signal_var": protocol.SIGNAL_VAR,
         "marker_var": protocol.MARKER_VAR,
+        "sweep_offset_var": protocol.SWEEP_OFFSET_VAR,
     }
 
 

@@ -380,8 +380,9 @@ def slurm_job_state(job_id: str) -> str:
     exact = [row for row in rows or [] if job_id in (row["JobArrayID"], row["JobID"])]
     if len(exact) == 1:
         return base_state(exact[0]["State"])
-    if rows is None:
-        queue = slurm_tool(["squeue", "-t", "all", "-h", "-j", job_id, "-o", "%T"])
+    if not exact:  # not in the user's view: another user's job, or one submitted just now
+        argv = ["squeue", "-t", "all", "-h", "-j", job_id, "-o", "%T"]
+        queue = slurm_tool(argv) if rows is None else userjobs.shared_answer(argv)
         live = queue.stdout.strip().upper()
         if queue.returncode == 0 and live:
             return live

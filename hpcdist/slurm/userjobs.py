@@ -20,6 +20,7 @@ interval to ten times its answer. ``HPCDIST_SLURM_VIEW=off`` asks SLURM directly
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import fcntl
 import hashlib
 import json
@@ -172,6 +173,35 @@ class ViewState:
     failures: int = 0
     paused_until: float = float("-inf")
     answers: dict[str, dict[str, Any]] = field(default_factory=dict)  # argv -> result
+    _index: dict[str, list[Row]] | None = field(default=None, repr=False, compare=False)
+    _max_id: int | None = field(default=None, repr=False, compare=False)
+
+    def max_id(self) -> int:
+        """The highest job id in the view (0 for none)."""
+        if self._max_id is None:
+            self._max_id = max(
+                (
+                    int(row[key])
+                    for row in self.rows
+                    for key in ("JobID", "ArrayJobID")
+                    if row.get(key, "").isdigit()
+                ),
+                default=0,
+            )
+        return self._max_id
+
+    def rows_of(self, job_id: str) -> list[Row]:
+        """``rows_of(self.rows, job_id)``, from an index built once per view."""
+        if self._index is None:
+            index: dict[str, list[Row]] = {}
+            for row in self.rows:
+                keys = {row.get("JobArrayID", ""), row.get("ArrayJobID", "")}
+                if row.get("ArrayTaskID", "").isdigit():
+                    keys.add(row.get("JobID", ""))
+                for key in keys - {""}:
+                    index.setdefault(key, []).append(row)
+            self._index = index
+        return list(self._index.get(job_id, []))
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -210,17 +240,17 @@ class ViewState:
             return True  # the controller is left alone; the last answer stands
         age = now - self.at
         allowed = interval_s(self.rows, now, self.call_s)
-        if self.stale or (newer_than is not None and _newer(newer_than, self.rows)):
+        if self.stale:  # a submit or cancel of the user's since: asked once more, now
+            return age < SLOW_FACTOR * self.call_s
+        if newer_than is not None and _newer(newer_than, self):
             allowed = max(MIN_INTERVAL_S, SLOW_FACTOR * self.call_s)
         return age <= allowed
 
 
-def _newer(job_id: str, rows: Sequence[Row]) -> bool:
+def _newer(job_id: str, state: ViewState) -> bool:
     """A job id above every id in the view: submitted since it was asked."""
     head = job_id.partition("_")[0]
-    ids = [int(r["JobID"]) for r in rows if r.get("JobID", "").isdigit()]
-    ids += [int(r["ArrayJobID"]) for r in rows if r.get("ArrayJobID", "").isdigit()]
-    return head.isdigit() and not rows_of(rows, job_id) and int(head) > max(ids, default=0)
+    return head.isdigit() and int(head) > state.max_id()
 
 
 def view_path(environ: Mapping[str, str] | None = None) -> Path:
@@ -241,14 +271,14 @@ class SharedView:
         self.path = path
         self.runner = runner
         self.clock = clock
-        self._memo: tuple[tuple[int, int], ViewState] | None = None
+        self._memo: tuple[tuple[int, int, int], ViewState] | None = None
 
     def read(self) -> ViewState:
         try:
             info = os.stat(self.path)
         except FileNotFoundError:
             return ViewState()
-        mark = (info.st_mtime_ns, info.st_size)
+        mark = (info.st_ino, info.st_mtime_ns, info.st_size)  # a write is a new inode
         if self._memo is not None and self._memo[0] == mark:
             return self._memo[1]
         text = read_private(self.path, "SLURM view")  # another user's, or writable: refused
@@ -286,17 +316,22 @@ class SharedView:
 
     def rows(self, newer_than: str | None = None) -> list[Row]:
         """The user's rows, asking the controller only when the view is too old."""
+        return self.current(newer_than).rows
+
+    def current(self, newer_than: str | None = None) -> ViewState:
+        """The view, asked again of the controller only when it is too old."""
         state = self.read()
         if state.fresh(self.clock(), newer_than):
-            return state.rows
+            return state
         with self._locked():
             state = self.read()  # another process may have asked while this one waited
             if state.fresh(self.clock(), newer_than):
-                return state.rows
+                return state
             self.write(self._refresh(state))
-            return self.read().rows
+            return self.read()
 
     def _refresh(self, state: ViewState) -> ViewState:
+        state = dataclasses.replace(state, _index=None, _max_id=None)  # never the memo's
         started = self.clock()
         try:
             proc = self.runner(squeue_argv())
@@ -332,6 +367,7 @@ class SharedView:
                 return subprocess.CompletedProcess(argv, kept["rc"], kept["out"], kept["err"])
             proc = self.runner(argv)
             at = self.clock()
+            state = dataclasses.replace(state)
             state.answers = {k: v for k, v in state.answers.items() if at - v["at"] <= allowed}
             state.answers[key] = {"at": at, "rc": proc.returncode, "out": proc.stdout, "err": ""}
             state.answers[key]["err"] = proc.stderr
@@ -341,9 +377,7 @@ class SharedView:
     def mark_stale(self) -> None:
         """A job was submitted or cancelled: the next reader asks the controller again."""
         with self._locked():
-            state = self.read()
-            state.stale = True
-            self.write(state)
+            self.write(dataclasses.replace(self.read(), stale=True))
 
 
 _VIEWS: dict[Path, SharedView] = {}
@@ -364,7 +398,7 @@ def user_rows(job_id: str) -> list[Row] | None:
     """The view's rows of ``job_id`` ([] when the user has no such job the controller
     knows); None when the view is off."""
     view = shared_view()
-    return None if view is None else rows_of(view.rows(newer_than=job_id), job_id)
+    return None if view is None else view.current(newer_than=job_id).rows_of(job_id)
 
 
 def shared_answer(argv: list[str]) -> subprocess.CompletedProcess[str]:

@@ -19,8 +19,10 @@ from hpcdist.spec.jobspec import JobSpec
 from hpcdist.spec.workload import WORKLOAD, config_checker
 
 SET_FLAG, SWEEP_FLAG = "--set", "--sweep"
-# SLURM's default MaxArraySize is 1001 (task ids 0-1000).
-MAX_POINTS = 1000
+# A sweep's script holds every point (a line each): 50,000 points stay well below SLURM's
+# default largest batch script (4 MB). A site's MaxArraySize (1001 by default) splits a
+# sweep into several arrays of that script when it is submitted (hpcdist.slurm.limits).
+MAX_POINTS = 50_000
 _BRACKETS = {"[": "]", "{": "}"}
 
 Sweep = tuple[tuple[str, tuple[str, ...]], ...]
@@ -164,7 +166,7 @@ def check_sweep(spec: JobSpec) -> None:
     if len(all_points) > MAX_POINTS:
         raise SpecError(
             f"the sweep has {len(all_points)} points; expected at most {MAX_POINTS} "
-            "(SLURM's default MaxArraySize)"
+            "(its script holds every point)"
         )
     if spec.sweep and len(all_points) < 2:
         raise SpecError(

@@ -177,8 +177,8 @@ def test_an_array_record_reads_each_task_its_run_folder_and_results(
     )
     monkeypatch.setattr("hpcdist.jobs.report.query_jobs", lambda job: [info])
     monkeypatch.setattr(
-        "hpcdist.jobs.report.task_states",
-        lambda job, count: {"40_0": "FAILED", "40_1": "COMPLETED"},
+        "hpcdist.jobs.report.sweep_states",
+        lambda job, count, arrays: {"40_0": "FAILED", "40_1": "COMPLETED"},
     )
     rows = collect("40", tmp_path)
     assert [(r.job_id, r.state, r.best_val_loss, r.best, r.reason) for r in rows] == [

@@ -84,10 +84,7 @@ def test_each_array_task_gets_its_own_point_and_an_unknown_task_fails(
     task: int, tmp_path: Path
 ) -> None:
     script = render(spec_from_options(dict(SWEEP)))
-    lines = script.splitlines()
-    case = lines[lines.index('case "${SLURM_ARRAY_TASK_ID:-}" in') :]
-    case = case[: case.index("esac") + 1]
-    probe = "\n".join([*case, 'printf "%s\\n" "${point[@]}"'])
+    probe = "\n".join([*point_case(script), 'printf "%s\\n" "${point[@]}"'])
     run = subprocess.run(
         ["bash", "-c", probe],
         env={"SLURM_ARRAY_TASK_ID": str(task)},
@@ -105,7 +102,33 @@ def test_each_array_task_gets_its_own_point_and_an_unknown_task_fails(
         ["bash", "-c", probe], env={"SLURM_ARRAY_TASK_ID": "4"}, capture_output=True, text=True
     )
     assert missing.returncode == 2
-    assert "array task '4' is not a point of this sweep" in missing.stderr
+    assert "array task '4' (first point 0) is not a point of this sweep" in missing.stderr
+
+
+def point_case(script: str) -> list[str]:
+    """The script's lines that pick an array task's point: from the offset to the case."""
+    lines = script.splitlines()
+    start = next(n for n, ln in enumerate(lines) if ln.startswith('case "${HPCDIST_SWEEP_OFFSET'))
+    first_end = lines.index("esac", start)
+    return lines[start : lines.index("esac", first_end + 1) + 1]
+
+
+@pytest.mark.parametrize(
+    ("offset", "task", "point"),
+    [("0", "3", 3), ("2", "0", 2), ("2", "1", 3), ("", "1", 1), ("3", "1", None), ("x", "0", None)],
+)
+def test_a_part_of_a_split_sweep_finds_its_points_at_its_offset(
+    offset: str, task: str, point: int | None
+) -> None:
+    probe = "\n".join([*point_case(render(spec_from_options(dict(SWEEP)))), 'echo "${point[1]}"'])
+    env = {"SLURM_ARRAY_TASK_ID": task, "HPCDIST_SWEEP_OFFSET": offset}
+    run = subprocess.run(["bash", "-c", probe], env=env, capture_output=True, text=True)
+    values = ["training.lr=1e-3", "training.lr=1e-3", "training.lr=3e-3", "training.lr=3e-3"]
+    if point is None:
+        assert run.returncode == 2
+        assert f"array task '{task}' (first point {offset or 0})" in run.stderr
+    else:
+        assert (run.returncode, run.stdout.strip()) == (0, values[point])
 
 
 @pytest.mark.parametrize("payload", PAYLOADS)
@@ -136,9 +159,7 @@ def test_swept_values_reach_their_array_task_as_they_were_given(
         spec = spec_from_options({"profile": None, "sweep": (f"data.path=null,{value}",)})
     except SpecError:
         return  # refused (not a YAML value, unbalanced brackets): inert as well
-    lines = render(spec).splitlines()
-    case = lines[lines.index('case "${SLURM_ARRAY_TASK_ID:-}" in') :]
-    probe = "\n".join([*case[: case.index("esac") + 1], 'printf "%s\\n" "${point[@]}"'])
+    probe = "\n".join([*point_case(render(spec)), 'printf "%s\\n" "${point[@]}"'])
     run = subprocess.run(
         ["bash", "-c", probe], env={"SLURM_ARRAY_TASK_ID": "1"}, capture_output=True, text=True
     )
@@ -259,8 +280,13 @@ ALLOWED = "epochs, batch_size, lr, weight_decay"
             "sweep point 0 (model.hidden_sizes=[32,0]): 'model.hidden_sizes' entries must be >= 1",
         ),
         (
-            ["--sweep", "training.seed=" + ",".join(map(str, range(1001)))],
-            "the sweep has 1001 points; expected at most 1000",
+            [
+                "--sweep",
+                "training.seed=0,1",
+                "--sweep",
+                "training.lr=" + ",".join(f"{i}e-5" for i in range(25_001)),
+            ],
+            "the sweep has 50002 points; expected at most 50000",
         ),
         (["--max-parallel", "2"], "--max-parallel 2 needs --sweep"),
         (

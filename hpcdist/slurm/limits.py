@@ -1,0 +1,57 @@
+"""How many array tasks a site takes at once: ``MaxArraySize`` and ``MaxJobCount`` of
+``scontrol show config``, and a sweep's points split into the arrays they require."""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+
+from hpcdist.errors import UserError
+from hpcdist.slurm.tools import slurm_tool
+
+# SLURM's defaults (slurm.conf(5)): task ids 0..1000, 10,000 jobs in the controller.
+DEFAULT_MAX_ARRAY_SIZE = 1001
+DEFAULT_MAX_JOB_COUNT = 10000
+_SETTING = re.compile(r"^\s*(MaxArraySize|MaxJobCount)\s*=\s*(\d+)\s*$", re.MULTILINE)
+
+
+@dataclass(frozen=True)
+class ArrayLimits:
+    max_array_size: int  # task ids run from 0 to max_array_size - 1
+    max_job_count: int
+
+    @property
+    def tasks_per_array(self) -> int:
+        """The most tasks one array of a sweep holds: ids below MaxArraySize, and no more
+        tasks than the controller keeps jobs."""
+        return min(self.max_array_size, self.max_job_count)
+
+
+def parse_limits(text: str) -> ArrayLimits:
+    """The limits in ``scontrol show config`` output; SLURM's defaults where absent."""
+    found = {name: int(value) for name, value in _SETTING.findall(text)}
+    return ArrayLimits(
+        found.get("MaxArraySize", DEFAULT_MAX_ARRAY_SIZE),
+        found.get("MaxJobCount", DEFAULT_MAX_JOB_COUNT),
+    )
+
+
+def array_limits() -> ArrayLimits:
+    """This cluster's limits (one ``scontrol show config``)."""
+    proc = slurm_tool(["scontrol", "show", "config"])
+    if proc.returncode != 0:
+        reason = (proc.stderr.strip().splitlines() or ["no answer"])[-1]
+        raise UserError(f"scontrol show config failed ({reason}); expected a SLURM controller")
+    return parse_limits(proc.stdout)
+
+
+def split_points(count: int, limits: ArrayLimits) -> list[tuple[int, int]]:
+    """(first point, tasks) of each array a sweep of ``count`` points needs: every point
+    once, in order, each array as large as the site allows."""
+    size = limits.tasks_per_array
+    if size < 1:
+        raise UserError(
+            f"this cluster takes no job arrays (MaxArraySize={limits.max_array_size}, "
+            f"MaxJobCount={limits.max_job_count}); expected a site that allows them for --sweep"
+        )
+    return [(first, min(size, count - first)) for first in range(0, count, size)]
