@@ -30,7 +30,7 @@ from hpcdist.errors import SpecError, UserError
 from hpcdist.facts.protocol import is_inherited
 from hpcdist.jobs.localjob import identify
 from hpcdist.jobs.records import JobRecord, save_record
-from hpcdist.jobs.sweeparrays import SweepArray, queue_sweep
+from hpcdist.jobs.sweeparrays import SweepArray, first_array_args, queue_sweep, sweep_parts
 from hpcdist.render.script import render
 from hpcdist.slurm.cluster import require_controller, sbatch_test_only, slurm_config
 from hpcdist.slurm.timelimit import time_limit_minutes
@@ -173,9 +173,11 @@ def carry_out(plan: SubmitPlan, project_dir: Path | None = None) -> Submission:
         folder = state_dir("submitit", project_dir=project_dir)
         script = write_private(folder / f"job-{secrets.token_hex(8)}.sh", plan.script)
         with clean_slurm_environment():
+            # A sweep: the arrays the site's limits require (scontrol show config).
+            parts = sweep_parts(plan.spec) if plan.swept and plan.executor == "slurm" else []
             if CHECK_PREFLIGHT in plan.checks:
-                preflight(plan, script)
-            jobs, arrays = _queue(plan, folder, script)
+                preflight(plan, script, first_array_args(plan.spec, parts) if parts else ())
+            jobs, arrays = _queue(plan, folder, script, parts)
     except BaseException:
         snapshot.remove_made()
         raise
@@ -183,9 +185,10 @@ def carry_out(plan: SubmitPlan, project_dir: Path | None = None) -> Submission:
     return Submission(record=record, executor=plan.executor)
 
 
-def preflight(plan: SubmitPlan, script: Path) -> None:
-    """Ask SLURM whether it would run the file about to be queued (``sbatch --test-only``)."""
-    reason = sbatch_test_only(script)
+def preflight(plan: SubmitPlan, script: Path, options: tuple[str, ...] = ()) -> None:
+    """Ask SLURM whether it would run the file about to be queued (``sbatch --test-only``;
+    a split sweep's first array with its own options)."""
+    reason = sbatch_test_only(script, options)
     if reason:
         spec = plan.spec
         raise SpecError(
@@ -196,7 +199,7 @@ def preflight(plan: SubmitPlan, script: Path) -> None:
 
 
 def _queue(
-    plan: SubmitPlan, folder: Path, script: Path
+    plan: SubmitPlan, folder: Path, script: Path, parts: list[tuple[int, int]]
 ) -> tuple[list[Any], list[SweepArray] | None]:
     """submitit queues the script: one job, or one handle per array task (and the arrays
     a sweep took, as many as the site's MaxArraySize requires)."""
@@ -208,7 +211,7 @@ def _queue(
             if plan.executor == "slurm":
                 try:
                     if plan.swept:
-                        return queue_sweep(plan.spec, folder, script, plan.tasks)
+                        return queue_sweep(plan.spec, folder, script, plan.tasks, parts)
                     return queue_slurm(folder / "%j", script, plan.tasks, None), None
                 finally:
                     mark_stale()  # the user's shared view asks the controller again

@@ -87,14 +87,24 @@ def array_args(spec: JobSpec, first: int, count: int, previous: str | None) -> t
     return tuple(args)
 
 
+def sweep_parts(spec: JobSpec) -> list[tuple[int, int]]:
+    """(first point, tasks) of each array the site requires for ``spec``'s sweep."""
+    return split_points(len(points(spec)), site_limits())
+
+
+def first_array_args(spec: JobSpec, parts: Sequence[tuple[int, int]]) -> tuple[str, ...]:
+    """What ``sbatch --test-only`` is given to check the first array as it will be queued
+    (nothing for a sweep of one array: the script's own lines)."""
+    return array_args(spec, 0, parts[0][1], None) if len(parts) > 1 else ()
+
+
 def queue_sweep(
-    spec: JobSpec, folder: Path, script: Path, tasks: int
+    spec: JobSpec, folder: Path, script: Path, tasks: int, parts: Sequence[tuple[int, int]]
 ) -> tuple[list[Any], list[SweepArray]]:
-    """Queue the sweep's script as the arrays the site requires; a handle per task."""
+    """Queue the sweep's script as the arrays ``parts`` says; a handle per task."""
     from hpcdist.jobs.scriptexec import queue_slurm
 
     count = len(points(spec))
-    parts = split_points(count, site_limits())
     if len(parts) == 1:  # the script's own --array line: plain sbatch FILE
         jobs = queue_slurm(folder / "%j", script, tasks, count)
         return jobs, [SweepArray(str(jobs[0].job_id).partition("_")[0], 0, count)]

@@ -50,10 +50,11 @@ def require_controller(config: str) -> None:
         )
 
 
-def sbatch_test_only(script: Path) -> str:
-    """Why SLURM would not run ``script`` (``sbatch --test-only``); "" if it would."""
+def sbatch_test_only(script: Path, options: tuple[str, ...] = ()) -> str:
+    """Why SLURM would not run ``script`` (``sbatch --test-only``, with ``options`` as the
+    queued job will have them); "" if it would."""
     proc = subprocess.run(
-        ["sbatch", "--test-only", str(script)],
+        ["sbatch", "--test-only", *options, str(script)],
         capture_output=True,
         text=True,
         timeout=TEST_ONLY_TIMEOUT_S,

@@ -12,7 +12,11 @@ user's job) are kept beside it, keyed by their command line, on the same interva
 
 The interval follows the youngest unfinished job, as submitit's watcher does: half its age,
 at least ``MIN_INTERVAL_S``, at most ``MAX_INTERVAL_S`` (below SLURM's default MinJobAge, so
-no task ends unseen). A controller that refuses or fails is left alone for a growing pause
+no task ends unseen). A command's first question about a job (``status`` typed now) sees
+it as it is, unless another command had that fresh look at the job in the last
+``ONE_SHOT_EVERY_S`` (ten terminals running ``watch hpcdist status`` cost one look per
+interval); a process that asks again (``logs --follow``, ``submit --wait``) follows on the
+interval. A controller that refuses or fails is left alone for a growing pause
 (``BACKOFF_S`` doubling to ``MAX_BACKOFF_S``), and one that answers slowly sets the next
 interval to ten times its answer. ``HPCDIST_SLURM_VIEW=off`` asks SLURM directly each time.
 """
@@ -41,6 +45,8 @@ from hpcdist.state.statehome import make_state_base
 from hpcdist.state.trustedfile import read_private
 
 MIN_INTERVAL_S = 2.0
+ONE_SHOT_AGE_S = 1.0  # a command's first question: the view may be this old
+ONE_SHOT_EVERY_S = 30.0  # ... or older, where a command had a fresh look at the job lately
 MAX_INTERVAL_S = 60.0
 BACKOFF_S = 10.0
 MAX_BACKOFF_S = 300.0
@@ -173,6 +179,7 @@ class ViewState:
     failures: int = 0
     paused_until: float = float("-inf")
     answers: dict[str, dict[str, Any]] = field(default_factory=dict)  # argv -> result
+    forced: dict[str, float] = field(default_factory=dict)  # job -> its last fresh look
     _index: dict[str, list[Row]] | None = field(default=None, repr=False, compare=False)
     _max_id: int | None = field(default=None, repr=False, compare=False)
 
@@ -213,6 +220,7 @@ class ViewState:
             "failures": self.failures,
             "paused_until": None if self.paused_until == float("-inf") else self.paused_until,
             "answers": self.answers,
+            "forced": self.forced,
         }
 
     @classmethod
@@ -230,21 +238,36 @@ class ViewState:
                     float("-inf") if data["paused_until"] is None else float(data["paused_until"])
                 ),
                 answers=dict(data["answers"]),
+                forced={str(k): float(v) for k, v in data.get("forced", {}).items()},
             )
         except (KeyError, TypeError, ValueError, AttributeError):
             return cls()  # a view of another version or a torn one: asked again
 
-    def fresh(self, now: float, newer_than: str | None = None) -> bool:
-        """Whether the view may answer now without asking the controller."""
+    def fresh(self, now: float, newer_than: str | None = None, first: bool = False) -> bool:
+        """Whether the view may answer now without asking the controller; ``first``: the
+        process's first question about ``newer_than`` (a command typed now)."""
         if now < self.paused_until:
             return True  # the controller is left alone; the last answer stands
         age = now - self.at
-        allowed = interval_s(self.rows, now, self.call_s)
         if self.stale:  # a submit or cancel of the user's since: asked once more, now
             return age < SLOW_FACTOR * self.call_s
+        if first and self.one_shot_due(now, newer_than):
+            return False
+        allowed = interval_s(self.rows, now, self.call_s)
         if newer_than is not None and _newer(newer_than, self):
             allowed = max(MIN_INTERVAL_S, SLOW_FACTOR * self.call_s)
         return age <= allowed
+
+    def one_shot_due(self, now: float, job_id: str | None) -> bool:
+        """Whether a command's first question about a job earns a fresh look: the view is
+        older than ONE_SHOT_AGE_S and nobody had one for that job (an array: for any of
+        its tasks) in the last ONE_SHOT_EVERY_S."""
+        last = self.forced.get(_job_key(job_id), float("-inf"))
+        return now - self.at > ONE_SHOT_AGE_S and now - last > ONE_SHOT_EVERY_S
+
+
+def _job_key(job_id: str | None) -> str:
+    return "" if job_id is None else job_id.partition("_")[0]
 
 
 def _newer(job_id: str, state: ViewState) -> bool:
@@ -272,6 +295,7 @@ class SharedView:
         self.runner = runner
         self.clock = clock
         self._memo: tuple[tuple[int, int, int], ViewState] | None = None
+        self._asked: set[str] = set()  # the jobs this process asked about
 
     def read(self) -> ViewState:
         try:
@@ -319,15 +343,26 @@ class SharedView:
         return self.current(newer_than).rows
 
     def current(self, newer_than: str | None = None) -> ViewState:
-        """The view, asked again of the controller only when it is too old."""
+        """The view, asked again of the controller only when it is too old. A process's
+        first question about a job is a command typed now (``status``, ``report``): it may
+        see the job as it is, at most once per ONE_SHOT_EVERY_S for the job whatever the
+        number of processes; a process that asks again is following, on the interval."""
+        first = _job_key(newer_than) not in self._asked
+        self._asked.add(_job_key(newer_than))
         state = self.read()
-        if state.fresh(self.clock(), newer_than):
+        if state.fresh(self.clock(), newer_than, first):
             return state
         with self._locked():
             state = self.read()  # another process may have asked while this one waited
-            if state.fresh(self.clock(), newer_than):
+            now = self.clock()
+            if state.fresh(now, newer_than, first):
                 return state
-            self.write(self._refresh(state))
+            forced = first and state.one_shot_due(now, newer_than)
+            state = self._refresh(state)
+            if forced:
+                state.forced = {k: t for k, t in state.forced.items() if now - t < 3600}
+                state.forced[_job_key(newer_than)] = now
+            self.write(state)
             return self.read()
 
     def _refresh(self, state: ViewState) -> ViewState:

@@ -141,7 +141,9 @@ def test_readers_share_one_answer_per_interval(tmp_path: Path) -> None:
 def test_a_new_job_or_a_submit_asks_again_after_the_minimum(tmp_path: Path) -> None:
     squeue, clock = FakeSqueue(line("5")), Clock(T0 + 100)
     view = SharedView(tmp_path / "view.json", squeue, clock)
-    view.rows()
+    for job in (None, "6", "4"):  # this process follows them from now on
+        view.rows(newer_than=job)
+    assert len(squeue.calls) == 1
     clock.now += MIN_INTERVAL_S
     view.rows(newer_than="6")
     assert len(squeue.calls) == 1
@@ -155,6 +157,33 @@ def test_a_new_job_or_a_submit_asks_again_after_the_minimum(tmp_path: Path) -> N
     assert len(squeue.calls) == 3  # at once: the job just submitted is asked about next
     view.rows()
     assert len(squeue.calls) == 3
+
+
+def test_a_commands_first_question_sees_the_job_now_once_per_period(tmp_path: Path) -> None:
+    squeue, clock = FakeSqueue(line("5")), Clock(T0 + 1000)  # a 60 s interval
+    path = tmp_path / "view.json"
+
+    def command(job: str) -> None:  # one `hpcdist status JOB`: a process of its own
+        SharedView(path, squeue, clock).rows(newer_than=job)
+
+    command("5")
+    clock.now += userjobs.ONE_SHOT_AGE_S + 0.5
+    command("5")
+    command("5_3")  # a task of the same array: the array had its look
+    assert len(squeue.calls) == 1
+    clock.now = T0 + 1000 + userjobs.ONE_SHOT_EVERY_S
+    command("5_3")
+    assert len(squeue.calls) == 1
+    clock.now += 0.5
+    command("5_3")
+    assert len(squeue.calls) == 2
+    command("5")
+    assert len(squeue.calls) == 2
+    follower = SharedView(path, squeue, clock)
+    follower.rows(newer_than="5")
+    clock.now += 10
+    follower.rows(newer_than="5")  # following: the interval, 60 s
+    assert len(squeue.calls) == 2
 
 
 def test_a_refusing_controller_is_left_alone_for_a_growing_pause(tmp_path: Path) -> None:
