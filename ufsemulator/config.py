@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import functools
 import importlib.resources
 import math
 import signal
@@ -268,12 +269,18 @@ def _plain(value: Any) -> Any:
 _T = typing.TypeVar("_T")
 
 
+@functools.cache
+def _schema(cls: type) -> tuple[dict[str, Any], list[str]]:
+    """A config class's field types and names, worked out once (a sweep of thousands of
+    points builds a config for each)."""
+    return typing.get_type_hints(cls), [f.name for f in dataclasses.fields(cls)]
+
+
 def _build(cls: type[_T], data: Mapping[str, Any], prefix: str) -> _T:
     where = prefix.rstrip(".") or "config"
     if not isinstance(data, Mapping):
         raise ConfigError(f"'{where}' must be a mapping, got {data!r}")
-    hints = typing.get_type_hints(cls)
-    names = [f.name for f in dataclasses.fields(cls)]  # type: ignore[arg-type]
+    hints, names = _schema(cls)  # type: ignore[arg-type]
     for key in data:
         if key not in names:
             raise ConfigError(

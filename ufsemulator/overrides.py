@@ -10,13 +10,15 @@ No torch here: the CLI that renders and submits runs on login nodes.
 
 from __future__ import annotations
 
+import dataclasses
+import functools
 import re
 from collections.abc import Iterable, Mapping
 from typing import Any
 
 import yaml
 
-from ufsemulator.config import Config, ConfigError
+from ufsemulator.config import Config, ConfigError, _convert, _schema
 
 _KEY = re.compile(r"[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)*")
 
@@ -85,8 +87,64 @@ def config_with(base: Mapping[str, Any], texts: Iterable[str], flag: str = "--se
 
 
 def check_overrides(texts: Iterable[str], flag: str = "--set") -> Config:
-    """Validate overrides against the default config (``Config()``); the resulting Config."""
-    return config_with(Config().to_dict(), texts, flag)
+    """Validate overrides against the default config (``Config()``); the resulting Config.
+    Known keys are checked on the default config object, each section built again once
+    with its new values (its own checks run as in a full build): a sweep of thousands of
+    points is checked in a second. An unknown key or a whole section takes the full build,
+    whose message names what is allowed."""
+    parsed = [parse_override(text, flag) for text in texts]
+    changes = _changes(parsed)
+    if changes is None:
+        return Config.from_dict(apply_overrides(_default_dict(), parsed))
+    return _replaced(_default_config(), changes)
+
+
+@functools.cache
+def _default_config() -> Config:
+    return Config()
+
+
+def _default_dict() -> dict[str, Any]:
+    return _default_config().to_dict()
+
+
+def _changes(parsed: Iterable[tuple[str, Any]]) -> dict[str, Any] | None:
+    """The overrides as {section: {field: converted value}}, nested as the config is; None
+    where a key is not a field of the schema or names a whole section."""
+    out: dict[str, Any] = {}
+    for key, value in parsed:
+        cls: Any = Config
+        node = out
+        *sections, leaf = key.split(".")
+        for section in sections:
+            hints, names = _schema(cls)
+            if section not in names or not dataclasses.is_dataclass(hints[section]):
+                return None
+            cls = hints[section]
+            node = node.setdefault(section, {})
+            if not isinstance(node, dict):
+                return None
+        hints, names = _schema(cls)
+        if leaf not in names or dataclasses.is_dataclass(hints[leaf]):
+            return None
+        node[leaf] = _Value(_convert(hints[leaf], value, key))
+    return out
+
+
+class _Value:
+    """A converted leaf value (a plain dict is a section of changes)."""
+
+    def __init__(self, value: Any) -> None:
+        self.value = value
+
+
+def _replaced(obj: Any, changes: dict[str, Any]) -> Any:
+    """``obj`` with ``changes`` applied, each dataclass rebuilt once (its checks run)."""
+    values = {
+        name: change.value if isinstance(change, _Value) else _replaced(getattr(obj, name), change)
+        for name, change in changes.items()
+    }
+    return dataclasses.replace(obj, **values)
 
 
 def apply_to(config: Config, texts: Iterable[str], flag: str = "--set") -> Config:

@@ -22,9 +22,9 @@ class ArrayLimits:
 
     @property
     def tasks_per_array(self) -> int:
-        """The most tasks one array of a sweep holds: ids below MaxArraySize, and no more
-        tasks than the controller keeps jobs."""
-        return min(self.max_array_size, self.max_job_count)
+        """The most tasks one array of a sweep holds: ids below MaxArraySize, and fewer
+        tasks than the controller keeps jobs (slurmctld counts a pending array's tasks)."""
+        return min(self.max_array_size, self.max_job_count - 1)
 
 
 def parse_limits(text: str) -> ArrayLimits:
@@ -49,6 +49,13 @@ def split_points(count: int, limits: ArrayLimits) -> list[tuple[int, int]]:
     """(first point, tasks) of each array a sweep of ``count`` points needs: every point
     once, in order, each array as large as the site allows."""
     size = limits.tasks_per_array
+    if count >= limits.max_job_count:
+        raise UserError(
+            f"the sweep has {count} points; this cluster holds fewer than MaxJobCount="
+            f"{limits.max_job_count} jobs at once (scontrol show config), every task of a "
+            f"pending array counted: expected at most {limits.max_job_count - 1} points, "
+            "less the jobs already queued (split the sweep, or ask the site)"
+        )
     if size < 1:
         raise UserError(
             f"this cluster takes no job arrays (MaxArraySize={limits.max_array_size}, "

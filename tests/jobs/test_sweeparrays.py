@@ -41,17 +41,24 @@ def test_limits_are_read_from_scontrol_show_config_with_slurms_defaults() -> Non
         (1002, ArrayLimits(1001, 10000), [(0, 1001), (1001, 1)]),
         (3, ArrayLimits(3, 10000), [(0, 3)]),
         (4, ArrayLimits(3, 10000), [(0, 3), (3, 1)]),
-        (5, ArrayLimits(1001, 2), [(0, 2), (2, 2), (4, 1)]),
+        (5, ArrayLimits(1001, 6), [(0, 5)]),
+        (5, ArrayLimits(1001, 4), None),
+        (5, ArrayLimits(1001, 5), None),
+        (5, ArrayLimits(2, 10000), [(0, 2), (2, 2), (4, 1)]),
     ],
 )
 def test_a_sweep_is_split_at_the_sites_limit(
-    count: int, limits: ArrayLimits, expected: list[tuple[int, int]]
+    count: int, limits: ArrayLimits, expected: list[tuple[int, int]] | None
 ) -> None:
-    assert split_points(count, limits) == expected
+    if expected is None:  # the controller would refuse the tasks (MaxJobCount)
+        with pytest.raises(UserError, match=f"the sweep has {count} points; .*MaxJobCount="):
+            split_points(count, limits)
+    else:
+        assert split_points(count, limits) == expected
 
 
 def test_ten_thousand_points_take_ten_arrays_every_point_once() -> None:
-    parts = split_points(10_000, ArrayLimits(1001, 10000))
+    parts = split_points(10_000, ArrayLimits(1001, 20000))
     assert len(parts) == 10 and parts[-1] == (9009, 991)
     assert [p for first, size in parts for p in range(first, first + size)] == list(range(10_000))
 
