@@ -79,9 +79,18 @@ class JobRecord:
         return Path(self.folder) / local_log_name(self.job_id, rank, stream)
 
 
-def save_record(record: JobRecord, project_dir: Path | None = None) -> Path:
-    path = state_dir("jobs", project_dir=project_dir) / f"{record.job_id}.json"
-    write_atomic(path, json.dumps(asdict(record), indent=2) + "\n", mode=PRIVATE_FILE_MODE)
+def save_record(
+    record: JobRecord,
+    project_dir: Path | None = None,
+    durable: bool = True,
+    folder: Path | None = None,
+) -> Path:
+    """Write a job's record (``durable`` False: without fsync, for a sweep's task records,
+    which its own record holds too; ``folder``: the records' folder, checked already)."""
+    folder = folder or state_dir("jobs", project_dir=project_dir)
+    path = folder / f"{record.job_id}.json"
+    text = json.dumps(asdict(record), indent=2) + "\n"
+    write_atomic(path, text, mode=PRIVATE_FILE_MODE, durable=durable)
     return path
 
 

@@ -46,7 +46,7 @@ from hpcdist.state.trustedfile import read_private
 
 MIN_INTERVAL_S = 2.0
 ONE_SHOT_AGE_S = 1.0  # a command's first question: the view may be this old
-ONE_SHOT_EVERY_S = 30.0  # ... or older, where a command had a fresh look at the job lately
+ONE_SHOT_EVERY_S = 60.0  # ... or older, where a command had a fresh look at the job lately
 MAX_INTERVAL_S = 60.0
 BACKOFF_S = 10.0
 MAX_BACKOFF_S = 300.0
@@ -127,17 +127,26 @@ def _stamp(text: str) -> float | None:
         return None
 
 
-def interval_s(rows: Sequence[Row], now: float, last_call_s: float = 0.0) -> float:
-    """How old the view may be: half the age of the youngest unfinished job (submitit's
-    watcher backs off the same way), within [MIN_INTERVAL_S, MAX_INTERVAL_S]; at least
-    SLOW_FACTOR times the last answer's duration."""
-    submitted = [
-        stamp
+def youngest_submit(rows: Sequence[Row]) -> float | None:
+    """When the youngest unfinished job was submitted (None: none is unfinished)."""
+    stamps = {
+        row.get("SubmitTime", "")
         for row in rows
         if row.get("State", "").split()[0:1] and row["State"].split()[0] not in ENDED
-        if (stamp := _stamp(row.get("SubmitTime", ""))) is not None
-    ]
-    age = now - max(submitted) if submitted else MAX_INTERVAL_S * 2
+    }
+    found = [stamp for text in stamps if (stamp := _stamp(text)) is not None]
+    return max(found) if found else None
+
+
+def interval_s(
+    rows: Sequence[Row], now: float, last_call_s: float = 0.0, youngest: float | None = -1.0
+) -> float:
+    """How old the view may be: half the age of the youngest unfinished job (submitit's
+    watcher backs off the same way), within [MIN_INTERVAL_S, MAX_INTERVAL_S]; at least
+    SLOW_FACTOR times the last answer's duration. ``youngest``: that job's submission, if
+    known (else it is found in ``rows``)."""
+    submitted = youngest_submit(rows) if youngest == -1.0 else youngest
+    age = now - submitted if submitted is not None else MAX_INTERVAL_S * 2
     wanted = min(MAX_INTERVAL_S, max(MIN_INTERVAL_S, age / 2))
     return max(wanted, SLOW_FACTOR * last_call_s)
 
@@ -182,6 +191,13 @@ class ViewState:
     forced: dict[str, float] = field(default_factory=dict)  # job -> its last fresh look
     _index: dict[str, list[Row]] | None = field(default=None, repr=False, compare=False)
     _max_id: int | None = field(default=None, repr=False, compare=False)
+    _youngest: float | None = field(default=-1.0, repr=False, compare=False)
+
+    def interval(self, now: float) -> float:
+        """``interval_s`` of this view (its youngest job found once)."""
+        if self._youngest == -1.0:
+            self._youngest = youngest_submit(self.rows)
+        return interval_s(self.rows, now, self.call_s, self._youngest)
 
     def max_id(self) -> int:
         """The highest job id in the view (0 for none)."""
@@ -253,7 +269,7 @@ class ViewState:
             return age < SLOW_FACTOR * self.call_s
         if first and self.one_shot_due(now, newer_than):
             return False
-        allowed = interval_s(self.rows, now, self.call_s)
+        allowed = self.interval(now)
         if newer_than is not None and _newer(newer_than, self):
             allowed = max(MIN_INTERVAL_S, SLOW_FACTOR * self.call_s)
         return age <= allowed
@@ -366,7 +382,7 @@ class SharedView:
             return self.read()
 
     def _refresh(self, state: ViewState) -> ViewState:
-        state = dataclasses.replace(state, _index=None, _max_id=None)  # never the memo's
+        state = dataclasses.replace(state, _index=None, _max_id=None, _youngest=-1.0)
         started = self.clock()
         try:
             proc = self.runner(squeue_argv())
@@ -390,7 +406,7 @@ class SharedView:
         state = self.read()
         now = self.clock()
         kept = state.answers.get(key)
-        allowed = interval_s(state.rows, now, state.call_s)
+        allowed = state.interval(now)
         if kept is not None and now - float(kept["at"]) <= allowed:
             return subprocess.CompletedProcess(argv, int(kept["rc"]), kept["out"], kept["err"])
         if argv[0] != "sacct" and now < state.paused_until:  # the controller is left alone

@@ -20,11 +20,15 @@ def umask_mode(executable: bool = False) -> int:
     return (0o777 if executable else 0o666) & ~current_umask()
 
 
-def write_atomic(path: Path, text: str | bytes, mode: int | None = None) -> None:
+def write_atomic(
+    path: Path, text: str | bytes, mode: int | None = None, durable: bool = True
+) -> None:
     """Write text (or bytes) to a temporary file beside ``path``, fsync it, then rename it
     into place.
 
-    ``mode`` None: what the user's umask gives a new file (never a forced 0644)."""
+    ``mode`` None: what the user's umask gives a new file (never a forced 0644).
+    ``durable`` False: no fsync (still atomic for readers; for many small files that can
+    be made again, such as the records of a sweep's tasks)."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     final_mode = umask_mode() if mode is None else mode
@@ -34,7 +38,8 @@ def write_atomic(path: Path, text: str | bytes, mode: int | None = None) -> None
         with os.fdopen(fd, "wb") as handle:
             handle.write(data)
             handle.flush()
-            os.fsync(handle.fileno())
+            if durable:
+                os.fsync(handle.fileno())
         os.chmod(tmp, final_mode)
         os.replace(tmp, path)
     except BaseException:
