@@ -63,7 +63,8 @@ def fake_slurm(folder: Path, max_array_size: int) -> Path:
     tools = {
         "sbatch": _FAKE_SBATCH,
         "squeue": _FAKE_SQUEUE,
-        "scontrol": f"#!/bin/sh\nprintf 'MaxArraySize = {max_array_size}\\nMaxJobCount = 99999\\n'\n",
+        "scontrol": "#!/bin/sh\n"
+        f"echo 'MaxArraySize = {max_array_size}'\necho 'MaxJobCount = 99999'\n",
         "sacct": "#!/bin/sh\nexit 0\n",
         "scancel": "#!/bin/sh\nexit 0\n",
         "srun": "#!/bin/sh\nexit 0\n",
