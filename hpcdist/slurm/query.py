@@ -350,10 +350,14 @@ def recent_jobs(since: str = "now-1days") -> list[JobSummary]:
     view = userjobs.shared_view()
     if view is not None:
         rows = view.rows()
-        live = [
-            JobSummary(r["JobArrayID"], base_state(r["State"]), _duration(r["TimeUsed"]), r["Name"])
-            for r in rows
-        ]
+        live = fold_pending(
+            [
+                JobSummary(
+                    r["JobArrayID"], base_state(r["State"]), _duration(r["TimeUsed"]), r["Name"]
+                )
+                for r in rows
+            ]
+        )
     else:
         proc = _run(["squeue", "--me", "-t", "all", "-h", "-o", "%i|%T|%M|%j"])
         live = _summaries(proc.stdout) if proc is not None and proc.returncode == 0 else []
@@ -362,6 +366,30 @@ def recent_jobs(since: str = "now-1days") -> list[JobSummary]:
         live,
         _summaries(accounted.stdout) if accounted is not None and accounted.returncode == 0 else [],
     )
+
+
+def fold_pending(jobs: Sequence[JobSummary]) -> list[JobSummary]:
+    """The pending tasks of an array as one row, ``123_[5-999]``, as squeue shows them (a
+    sweep of thousands is one line until its tasks start)."""
+    out: list[JobSummary] = []
+    pending: dict[str, list[int]] = {}
+    for job in jobs:
+        array, _, task = job.job_id.partition("_")
+        if job.state == "PENDING" and task.isdigit():
+            pending.setdefault(array, []).append(int(task))
+        else:
+            out.append(job)
+    names = {job.job_id.partition("_")[0]: job.name for job in jobs}
+    for array, tasks in pending.items():
+        tasks.sort()
+        runs, start = [], tasks[0]
+        for before, after in zip(tasks, [*tasks[1:], None], strict=True):
+            if after != before + 1:
+                runs.append(f"{start}-{before}" if before != start else str(start))
+                start = after if after is not None else start
+        shown = runs[0] if len(tasks) == 1 else f"[{','.join(runs)}]"
+        out.append(JobSummary(f"{array}_{shown}", "PENDING", 0.0, names[array]))
+    return out
 
 
 def _duration(text: str) -> float | None:

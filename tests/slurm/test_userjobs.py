@@ -238,3 +238,20 @@ def test_processes_at_once_ask_squeue_once(tmp_path: Path) -> None:
     ]
     assert [proc.wait(timeout=120) for proc in procs] == [0] * 6
     assert calls.read_text().count("x") == 1
+
+
+@pytest.mark.parametrize(
+    ("tasks", "shown"),
+    [
+        ([("5_0", "RUNNING"), ("5_1", "PENDING"), ("5_2", "PENDING")], ["5_0", "5_[1-2]"]),
+        ([("5_1", "PENDING"), ("5_2", "PENDING"), ("5_4", "PENDING")], ["5_[1-2,4]"]),
+        ([("6_3", "PENDING"), ("7", "PENDING")], ["7", "6_3"]),
+    ],
+)
+def test_list_folds_an_arrays_pending_tasks_as_squeue_does(
+    tasks: list[tuple[str, str]], shown: list[str]
+) -> None:
+    from hpcdist.slurm.query import JobSummary, fold_pending
+
+    jobs = [JobSummary(job, state, 0.0, "sweep") for job, state in tasks]
+    assert [job.job_id for job in fold_pending(jobs)] == shown
