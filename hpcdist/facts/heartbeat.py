@@ -8,13 +8,16 @@ and whether it still moves.
      "epoch": 3, "epochs": 10, "step": 1200, "steps": 4000,
      "samples_per_s": 51234.5, "loss": 0.0123,
      "checkpoint_epoch": 2, "checkpoint_step": 800, "checkpoint_time": 1764265000.1,
-     "checkpoint_s": 0.42, "piece_started": 1764264900.0, "phase": "training",
-     "time": 1764265012.3}
+     "checkpoint_s": 0.42, "piece_started": 1764264900.0, "piece_step": 0,
+     "phase": "training", "time": 1764265012.3}
 
 ``epoch`` is the epoch being trained (1-based), ``step`` the optimizer steps done since the
 run began (all pieces), ``steps`` the planned total (``epochs`` x steps per epoch; early
 stopping may end sooner). ``checkpoint_*``: the last checkpoint written (the epoch and step it
-holds, when it was finished, how many seconds writing it took). Times are seconds since the
+holds, when it was finished, how many seconds writing it took, handing over and writing to
+disk together). ``piece_started`` and ``piece_step``: when this job (piece of the run) took its
+first step, and the step it started from, so a reader has the piece's whole rate, validation
+and checkpoints included. Times are seconds since the
 epoch (``time.time()``). Every field may be missing: a reader gets None (a newer writer may add
 fields, an older one may lack some); ``parse`` never raises.
 """
@@ -34,8 +37,9 @@ HEARTBEAT_VERSION = 1
 HEARTBEAT_EVERY_S = 5.0
 STALE_AFTER_S = 300.0
 # What the training is doing: the login node says "checkpointing" rather than "hang" for a
-# long checkpoint, and "done" once the training has ended.
-PHASES = ("starting", "training", "checkpointing", "done")
+# long checkpoint, "stopped" for a piece that checkpointed to be resumed by the next one,
+# and "done" once the training has ended.
+PHASES = ("starting", "training", "checkpointing", "stopped", "done")
 
 
 @dataclass(frozen=True)
@@ -56,6 +60,7 @@ class Heartbeat:
     checkpoint_time: float | None = None
     checkpoint_s: float | None = None
     piece_started: float | None = None
+    piece_step: int | None = None
     phase: str | None = None
     time: float | None = None
 

@@ -16,6 +16,7 @@ HPCDIST = [sys.executable, "-m", "hpcdist.cli.main"]
 MESH = "direct exchange over TCP (every rank to every rank)"
 RUN_FILES = {
     "checkpoint.pt",
+    "heartbeat.json",  # rank 0's progress, for `hpcdist status`
     "best_model.pt",
     "loss_curves.svg",
     "training_results.json",

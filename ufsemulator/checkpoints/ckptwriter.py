@@ -12,6 +12,7 @@ disk, which the loop does before it reports a stop and at its end.
 from __future__ import annotations
 
 import threading
+import time
 from pathlib import Path
 from typing import Any
 
@@ -38,9 +39,14 @@ class CheckpointWriter:
         self._error: BaseException | None = None
         self._thread: threading.Thread | None = None
         self.superseded = 0  # files not written because a newer state came first
+        # The last state on disk: the label it was handed over with, and when its write
+        # ended, as time.time() and time.perf_counter() (the heartbeat reports them).
+        self.last_written: tuple[Any, float, float] | None = None
+        self._labels: dict[int, Any] = {}
 
-    def submit(self, state: dict[str, Any], paths: list[Path]) -> None:
+    def submit(self, state: dict[str, Any], paths: list[Path], label: Any = None) -> None:
         frozen = snapshot(state)
+        self._labels[id(frozen)] = label
         wanted = set(paths)
         with self._cond:
             kept: list[tuple[dict[str, Any], list[Path]]] = []
@@ -49,6 +55,8 @@ class CheckpointWriter:
                 self.superseded += len(old_paths) - len(rest)
                 if rest:
                     kept.append((old, rest))
+                else:
+                    self._labels.pop(id(old), None)
             self._queue = [*kept, (frozen, list(paths))]
             if self._thread is None:
                 self._closing = False
@@ -67,6 +75,8 @@ class CheckpointWriter:
                 self._busy = True
             try:
                 write_all(state, paths, self.digests, self.anchor)
+                label = self._labels.pop(id(state), None)
+                self.last_written = (label, time.time(), time.perf_counter())
             except BaseException as exc:  # reported by wait(), in the training's thread
                 with self._cond:
                     self._error = self._error or exc

@@ -27,6 +27,7 @@ REPO = Path(__file__).resolve().parents[3]
 SMOKE = REPO / "ufsemulator" / "configs" / "smoke.yaml"
 RUN_FILES = {
     "checkpoint.pt",
+    "heartbeat.json",
     "best_model.pt",
     "model.pt",
     "model.md",
@@ -746,3 +747,32 @@ def test_training_flushes_subnormal_floats_on_the_cpu_while_it_runs(
     )
     assert seen and set(seen) == {0.0}
     assert product() != 0.0  # cleared for what runs after the loop
+
+
+@pytest.mark.filterwarnings("ignore:`torch.jit.load` is deprecated:DeprecationWarning")
+def test_run_id_and_heartbeat_of_a_finished_run(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    from hpcdist.facts.heartbeat import parse
+
+    monkeypatch.setenv("HPCDIST_RUN_ID", "41-beefed")
+    record = tmp_path / "state" / "41-0.train.json"
+    record.parent.mkdir()
+    monkeypatch.setenv("HPCDIST_RUN_RECORD", str(record))
+    result = run_single(monkeypatch, smoke(), run_dir=tmp_path / "run")
+    results = json.loads((tmp_path / "run" / "training_results.json").read_text())
+    assert results["run_id"] == "41-beefed"
+    beat = parse((tmp_path / "run" / "heartbeat.json").read_bytes())
+    assert beat is not None and beat.run_id == "41-beefed" and beat.phase == "done"
+    assert beat.epoch == beat.epochs == result.epochs_run == 3
+    assert beat.steps is not None and beat.step == beat.steps > 0 and beat.piece_step == 0
+    assert beat.checkpoint_epoch == 3 and beat.checkpoint_step == beat.steps
+    assert beat.checkpoint_s is not None and beat.checkpoint_s > 0
+    assert beat.loss == pytest.approx(result.final_train_loss)
+    piece = json.loads(record.read_text())
+    assert piece["run_id"] == "41-beefed" and piece["resumed_from"] is None
+    assert piece["run_dir"] == str(tmp_path / "run")
+    from ufsemulator.export.torchscript import read_extra_files
+
+    origin = json.loads(read_extra_files(tmp_path / "run" / "model.pt")["provenance.json"])
+    assert origin["run_id"] == "41-beefed"
