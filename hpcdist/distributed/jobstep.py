@@ -1,7 +1,8 @@
 """What a rendered batch script asks of hpcdist: ``python3 -m hpcdist.distributed.jobstep``.
 
     prepare   the job's private state: its folders checked (``hpcdist.state``), a new
-              secret, the log record, the requeue marker's path; prints the shell lines
+              secret, the log record, the requeue marker's path, the run it is a piece
+              of (``hpcdist.distributed.runpiece``); prints the shell lines
               (``export HPCDIST_SECRET_FILE=...``) the script evaluates
     gpus      this node's GPUs (``hpcdist.distributed.gpus``), as shell lines, or one line
               saying there are none
@@ -30,6 +31,7 @@ from typing import Any
 from hpcdist.distributed.gpus import count_gpus, listed_gpus
 from hpcdist.distributed.jobsecret import create_secret_file
 from hpcdist.distributed.requeue import SignalRelay, checkpointed, requeue_job
+from hpcdist.distributed.runpiece import start_piece
 from hpcdist.errors import UserError
 from hpcdist.facts.cpulayout import cpus_per_task
 from hpcdist.facts.protocol import (
@@ -41,6 +43,7 @@ from hpcdist.facts.protocol import (
     derive_port,
     port_seed,
 )
+from hpcdist.facts.runs import RUN_STATE_DIR
 from hpcdist.state.folders import jobs_root, state_dir
 from hpcdist.state.private import write_private
 from hpcdist.state.statehome import shared_reason
@@ -81,6 +84,9 @@ def prepare(
     lines = [f"export {SECRET_VAR}={shlex.quote(str(secret_file))}"]
     # Where this job's logs go, for `hpcdist logs` and `status` once SLURM has forgotten it.
     write_private(below(LOG_DIR), log_record + "\n")
+    # Which run this job is a piece of (HPCDIST_RUN_ID, its run folder), recorded for
+    # `hpcdist status RUN`.
+    lines += start_piece(env, state_dir(*Path(RUN_STATE_DIR).parts[1:], project_dir=project))
     if marker:
         marker_file = below(MARKER_DIR)
         marker_file.unlink(missing_ok=True)

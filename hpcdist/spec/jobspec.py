@@ -215,6 +215,23 @@ class JobSpec:
         metavar="JOB[:ok|any|notok]",
         owns=("dependency",),
     )
+    # One run across jobs (hpcdist.facts.runs): checked in validate.py.
+    continue_run: str | None = job_field(
+        None,
+        "Continue run RUN (a run id of `hpcdist list`): the job trains on in that run's "
+        "folder under its id; with --after, a chain of jobs is one run.",
+        flag="--continue",
+        profile=False,
+        metavar="RUN",
+    )
+    tracker_env: tuple[str, ...] = job_field(
+        (),
+        "An environment variable naming your tracker's run (WANDB_RUN_ID, "
+        "NEPTUNE_CUSTOM_RUN_ID): set to the run id in every job of the run, so its metrics "
+        "continue in one tracker run; repeatable.",
+        multiple=True,
+        metavar="VAR",
+    )
     # Site options: what a real cluster asks of its jobs (hpcdist/spec/siteopts.py checks them).
     constraint: str | None = job_field(
         None, "Node features the job needs, e.g. 'a100&ib'.", sbatch="constraint"

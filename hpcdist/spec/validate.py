@@ -14,6 +14,7 @@ from hpcdist.slurm.timelimit import time_limit_seconds
 from hpcdist.spec.jobspec import AUTO, JOB_OPTIONS, LAUNCHERS, JobSpec
 from hpcdist.spec.loginpaths import check_login_paths
 from hpcdist.spec.profiles import Profile
+from hpcdist.spec.runopts import check_run_options
 from hpcdist.spec.siteopts import check_site
 from hpcdist.spec.sweep import check_sweep
 from hpcdist.state.workfolder import check_working_folder
@@ -42,6 +43,7 @@ def validate(spec: JobSpec, profile: Profile) -> None:
     _check_time_and_limits(spec, profile)
     _check_job_environment(spec)
     check_sweep(spec)
+    check_run_options(spec)
     if spec.output.endswith(".sh"):
         raise SpecError(
             f"--output {spec.output!r} names the job's log, as in sbatch; expected "
