@@ -77,5 +77,5 @@ def test_a_bad_given_run_id_is_refused(root: Path, bad: str) -> None:
     if not bad:  # empty: not given at all
         assert decide_run_id(env, root, token="aa") == "41-aa"
         return
-    with pytest.raises(UserError, match="HPCDIST_RUN_ID: .* is not a run id"):
+    with pytest.raises(UserError, match=r"HPCDIST_RUN_ID: .* is not a run id"):
         decide_run_id(env, root)
