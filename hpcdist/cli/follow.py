@@ -117,6 +117,11 @@ def status(job_id: str | None, as_json: bool) -> int:
     """State of any SLURM job (default: the newest submitted from this folder): the reason
     while it waits; nodes, elapsed time against the limit, exit code and signal, restarts
     and log paths; after the end, how well it used its CPUs, memory and time."""
+    from hpcdist.cli import runs
+
+    run = runs.load_run(job_id) if job_id is not None else None
+    if run is not None:  # a run id: the whole run
+        return runs.show_run(run, as_json)
     job_id = check_job_id(job_id) if job_id is not None else _newest_id()
     record = find_record(job_id)
     infos = [] if record is not None and record.executor != "slurm" else query_jobs(job_id)
@@ -151,6 +156,9 @@ def status(job_id: str | None, as_json: bool) -> int:
             click.echo(json.dumps(data))
         else:
             click.echo("\n".join(_describe(info, summary, advice)))
+    run = runs.run_of_job(job_id)
+    if run is not None and not as_json:  # the run this job is a piece of, and its progress
+        click.echo("\n".join(runs.run_lines(run)))
     return 0
 
 
@@ -278,7 +286,17 @@ def _split_logs(paths: list[tuple[Path, bool]], rank: int | None) -> list[tuple[
 )
 @click.option("--follow", "follow_", is_flag=True, help="Keep printing until the job ends.")
 def logs(job_id: str, rank: int | None, follow_: bool) -> int:
-    """Print a job's log (stdout, then stderr): any SLURM job, or one of this folder."""
+    """Print a job's log (stdout, then stderr): any SLURM job, or one of this folder; a run's
+    (``hpcdist list``'s RUN): every piece's, one after the other."""
+    from hpcdist.cli import runs
+
+    run = runs.load_run(job_id)
+    if run is not None:
+        if follow_:  # the pieces before it have ended: follow the last
+            job_id = run.last.job_id
+        else:
+            click.echo(runs.merged_log(run), nl=False)
+            return 0
     record = find_record(job_id)
     info = None
     if record is None or record.executor == "slurm":
@@ -365,7 +383,8 @@ def _slurm_view(
 
 @click.command(name="list")
 def list_command() -> int:
-    """This folder's jobs and this user's SLURM jobs of the last day, newest first."""
+    """This folder's jobs and this user's SLURM jobs of the last day, newest first, the
+    jobs of one run (RUN) together."""
     from hpcdist.slurm.query import recent_jobs
 
     now = time.time()
@@ -375,7 +394,7 @@ def list_command() -> int:
     records = {record.job_id: record for record in found}
     # One sacct call reaches back to the oldest SLURM record too: no query per record.
     since = min([now - 86400] + [r.submitted for r in records.values() if r.executor == "slurm"])
-    click.echo(f"{'JOB':>12}  {'STATE':<11} {'ELAPSED':>10}  {'EXECUTOR':<8} NAME")
+    click.echo(f"{'JOB':>12}  {'STATE':<11} {'ELAPSED':>10}  {'EXECUTOR':<8} {'RUN':<16} NAME")
     slurm = {
         job.job_id: job
         for job in recent_jobs(time.strftime("%Y-%m-%dT%H:%M:%S", time.localtime(since - 60)))
@@ -395,8 +414,14 @@ def list_command() -> int:
         (job.job_id, job.state, format_duration(job.elapsed_s or 0), "-", job.name)
         for job in slurm.values()
     )
-    for job_id, shown_state, shown_elapsed, executor, name in sorted(rows, key=_newest_first):
-        click.echo(f"{job_id:>12}  {shown_state:<11} {shown_elapsed:>10}  {executor:<8} {name}")
+    from hpcdist.cli.runs import group_by_run
+    from hpcdist.jobs.runs import runs_by_job
+
+    for run, row in group_by_run(sorted(rows, key=_newest_first), runs_by_job()):
+        job_id, shown_state, shown_elapsed, executor, name = row
+        click.echo(
+            f"{job_id:>12}  {shown_state:<11} {shown_elapsed:>10}  {executor:<8} {run:<16} {name}"
+        )
     return 0
 
 
