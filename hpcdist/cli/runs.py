@@ -225,15 +225,21 @@ def _piece_text(piece: Piece) -> str:
         text = read_log_text(Path(info.stdout))
     except (OSError, UserError):
         return ""
-    starts: list[tuple[int, int]] = []  # (line index, restart)
+    return start_of(text, piece.restart)
+
+
+def start_of(text: str, restart: int) -> str:
+    """The lines of one start (``restart``) of a job in its log, which holds every start
+    (appended), each from its script's first line on; "" if that start is not there."""
     lines = text.splitlines(keepends=True)
-    for index, line in enumerate(lines):
-        match = _PIECE_LINE.match(line.rstrip("\n"))
-        if match:
-            starts.append((index, int(match.group(2))))
-    mine = [i for i, (_, restart) in enumerate(starts) if restart == piece.restart]
+    starts = [
+        (index, int(match.group(2)))
+        for index, line in enumerate(lines)
+        if (match := _PIECE_LINE.match(line.rstrip("\n")))
+    ]
+    mine = [i for i, (_, number) in enumerate(starts) if number == restart]
     if not mine:
-        return text if piece.restart == 0 and not starts else ""
+        return text if restart == 0 and not starts else ""
     begin = 0 if mine[-1] == 0 else starts[mine[-1]][0]
     end = starts[mine[-1] + 1][0] if mine[-1] + 1 < len(starts) else len(lines)
     return "".join(lines[begin:end])

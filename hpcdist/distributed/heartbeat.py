@@ -38,6 +38,8 @@ class HeartbeatWriter:
         self.fixed, self.every_s = fixed, every_s
         self._clock, self._wall = clock, wall
         self._next = clock()  # the first step's beat says the training has begun
+        if fixed.piece_started is None:  # made as the piece's first step begins
+            self.fixed = dataclasses.replace(fixed, piece_started=wall())
         self._last: tuple[float, int] | None = None  # (clock, step) of the last beat
         self.written = 0
         self.stopped = False
@@ -57,11 +59,8 @@ class HeartbeatWriter:
         if self._last is not None and now > self._last[0] and step > self._last[1]:
             rate = (step - self._last[1]) * rows_per_step / (now - self._last[0])
         self._last = (now, step)
-        fixed = self.fixed
-        if fixed.piece_started is None:
-            fixed = self.fixed = dataclasses.replace(fixed, piece_started=self._wall())
         beat = dataclasses.replace(
-            fixed, step=step, samples_per_s=rate, time=self._wall(), **values
+            self.fixed, step=step, samples_per_s=rate, time=self._wall(), **values
         )
         try:
             write_atomic(self.path, beat.to_bytes())
