@@ -3,9 +3,12 @@ default model, batch 1000) with rank 0's heartbeat off, at its interval (5 s) an
 every step's chance 50x more often (0.1 s), taking turns in one process, so that the
 machine's state is the same for each. Per variant: the median time a step takes in the
 timed epochs (the steps alone: validation and checkpoints are outside them), and its ratio to
-the loop without the heartbeat.
+the loop without the heartbeat, of the medians and of the fastest runs (on a shared machine
+the fastest run is the one least disturbed). Then the two costs themselves, timed alone: the
+check a step makes (``due()``) and one write of the heartbeat (``beat()``: write, fsync,
+rename), and what they add to a step at the default interval.
 
-    python -m bench.heartbeat_cost                  # 100,000 rows, 6 epochs, 7 rounds
+    python -m bench.heartbeat_cost                  # 100,000 rows, 6 epochs, 15 rounds
     python -m bench.heartbeat_cost --short          # CI: 4,000 rows, 2 epochs, 1 round
 """
 
@@ -18,6 +21,7 @@ import io
 import json
 import statistics
 import tempfile
+import time
 from pathlib import Path
 from typing import Any
 
@@ -79,7 +83,34 @@ def measure(rows: int, epochs: int, rounds: int) -> dict[str, Any]:
         for name, every in VARIANTS.items():
             times[name].append(one_run(shards, epochs, every))
     medians = {name: statistics.median(values) for name, values in times.items()}
-    return {"rows": rows, "epochs": epochs, "rounds": rounds, "times": times, "medians": medians}
+    parts = costs(calls=200_000 if rounds > 1 else 2_000, writes=50 if rounds > 1 else 3)
+    return {
+        "rows": rows,
+        "epochs": epochs,
+        "rounds": rounds,
+        "times": times,
+        "medians": medians,
+        **parts,
+    }
+
+
+def costs(calls: int, writes: int) -> dict[str, float]:
+    """Seconds of one ``due()`` (no beat due) and of one ``beat()`` (a write), medians."""
+    with tempfile.TemporaryDirectory(prefix="bench-heartbeat-") as folder:
+        writer = HeartbeatWriter(Path(folder), Heartbeat(run_id="bench", steps=10**6))
+        writer.beat(1, 1000.0)  # the next is due in 5 s: every due() below says no
+        due = []
+        for _ in range(5):
+            started = time.perf_counter()
+            for _ in range(calls):
+                writer.due()
+            due.append((time.perf_counter() - started) / calls)
+        beats = []
+        for step in range(writes):
+            started = time.perf_counter()
+            writer.beat(step + 2, 1000.0, epoch=1, loss=0.5)
+            beats.append(time.perf_counter() - started)
+    return {"due_s": statistics.median(due), "beat_s": statistics.median(beats)}
 
 
 def table(result: dict[str, Any]) -> str:
@@ -95,6 +126,15 @@ def table(result: dict[str, Any]) -> str:
             f"{name:<12} {1e3 * median:>9.4f} {1e3 * min(values):>9.4f} "
             f"{1e3 * max(values):>9.4f} {median / off:>6.3f}x"
         )
+    step = result["medians"]["off"]
+    added = result["due_s"] / step + result["beat_s"] / 5.0  # a share of the time
+    lines.append(
+        f"due() {1e9 * result['due_s']:.0f} ns a step, beat() {1e3 * result['beat_s']:.3f} ms "
+        f"a write: at one write per 5 s, {100 * added:.4f}% of a {1e3 * step:.3f} ms step"
+    )
+    fastest = {name: min(values) for name, values in result["times"].items()}
+    ratios = ", ".join(f"{n} {v / fastest['off']:.3f}x" for n, v in fastest.items() if n != "off")
+    lines.append(f"fastest runs against the fastest without: {ratios}")
     return "\n".join(lines)
 
 
@@ -102,7 +142,7 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m bench.heartbeat_cost")
     parser.add_argument("--rows", type=int, default=100_000)
     parser.add_argument("--epochs", type=int, default=6)
-    parser.add_argument("--rounds", type=int, default=7)
+    parser.add_argument("--rounds", type=int, default=15)
     parser.add_argument("--short", action="store_true", help="CI: a few seconds")
     parser.add_argument("--json", type=Path, help="also write the numbers here")
     args = parser.parse_args(argv)

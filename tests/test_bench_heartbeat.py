@@ -29,4 +29,6 @@ def test_heartbeat_cost_short_mode_prints_ratios_against_the_loop_without(
     result = json.loads(out.read_text())
     assert set(result["medians"]) == {"off", "every 5 s", "every 0.1 s"}
     assert all(value > 0 for value in result["medians"].values())
+    assert result["due_s"] > 0 and result["beat_s"] > 0
+    assert "due() " in proc.stdout and "% of a " in proc.stdout
     assert "Epoch" not in proc.stdout  # the loop's own lines are not the table's
