@@ -20,7 +20,12 @@ from typing import TYPE_CHECKING, Any
 if TYPE_CHECKING:
     # The names of __all__, for type checkers; at run time __getattr__ loads them.
     from hpcdist.distributed.group import *  # noqa: F403
-    from hpcdist.distributed.heartbeat import HeartbeatWriter, heartbeat_for, record_piece
+    from hpcdist.distributed.heartbeat import (
+        HeartbeatWriter,
+        continue_run,
+        heartbeat_for,
+        record_piece,
+    )
     from hpcdist.facts.protocol import MARKER_VAR, REQUEUE_EXIT_CODE, RUN_DIR_VAR, SIGNAL_VAR
     from hpcdist.facts.runs import RESULTS_FILE, RUN_ID_VAR, RUNS_DIR, run_name
 
@@ -47,6 +52,7 @@ __all__ = [
     "allocated_gpus",
     "cleanup_distributed",
     "collective_timeout_s",
+    "continue_run",
     "derive_port",
     "distributed",
     "expand_nodelist",
@@ -75,6 +81,7 @@ _FACTS = {
     "RUN_ID_VAR": "hpcdist.facts.runs",
     "HeartbeatWriter": "hpcdist.distributed.heartbeat",
     "heartbeat_for": "hpcdist.distributed.heartbeat",
+    "continue_run": "hpcdist.distributed.heartbeat",
     "record_piece": "hpcdist.distributed.heartbeat",
 }
 

@@ -8,19 +8,23 @@ heartbeat stops: it never ends a training.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import json
 import os
 import sys
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, MutableMapping
 from pathlib import Path
 from typing import Any
 
 from hpcdist.distributed.requeue import restarts_so_far
-from hpcdist.facts.heartbeat import HEARTBEAT_EVERY_S, HEARTBEAT_FILE, Heartbeat
-from hpcdist.facts.runs import RUN_ID_VAR, RUN_RECORD_VAR, run_name
+from hpcdist.distributed.runpiece import TRAIN_SUFFIX
+from hpcdist.facts.heartbeat import HEARTBEAT_EVERY_S, HEARTBEAT_FILE, Heartbeat, parse
+from hpcdist.facts.runs import RUN_ID_VAR, RUN_RECORD_VAR, run_id_problem, run_name
 from hpcdist.state.fileutil import write_atomic
+from hpcdist.state.private import PrivacyError, write_private
+from hpcdist.state.trustedfile import read_private, read_trusted
 
 
 class HeartbeatWriter:
@@ -113,3 +117,56 @@ def record_piece(
         print(f"hpcdist: run record not written: {path}: {exc.strerror}", file=sys.stderr)
         return None
     return path
+
+
+def continue_run(
+    checkpoint_dir: Path, environ: MutableMapping[str, str] | None = None
+) -> str | None:
+    """Rank 0 of a training that resumes a checkpoint (``--resume``, a run folder of the
+    config) written by another run: that run's id, from the heartbeat beside the checkpoint,
+    becomes this job's (``HPCDIST_RUN_ID``, for its results and export), and this piece's
+    record moves to that run's where it is of the same folder. None: nothing changed."""
+    env = os.environ if environ is None else environ
+    mine = env.get(RUN_ID_VAR, "").strip()
+    try:
+        found = read_trusted(
+            checkpoint_dir / HEARTBEAT_FILE, "heartbeat", checkpoint_dir.parent, check_root=False
+        )
+    except (OSError, PrivacyError):
+        return None
+    beat = parse(found.data)
+    theirs = beat.run_id if beat is not None else None
+    if not theirs or theirs == mine or run_id_problem(theirs):
+        return None
+    env[RUN_ID_VAR] = theirs
+    record = env.get(RUN_RECORD_VAR, "").strip()
+    if record:
+        moved = _move_piece(Path(record), theirs)
+        if moved is not None:
+            env[RUN_RECORD_VAR] = str(moved)
+    print(
+        f"hpcdist: continuing run {theirs}, whose checkpoint this job resumes "
+        f"(it was started as run {mine or 'none'})",
+        file=sys.stderr,
+        flush=True,
+    )
+    return theirs
+
+
+def _move_piece(record: Path, run_id: str) -> Path | None:
+    """This piece's file, from its run's record to run ``run_id``'s beside it; the new path
+    of the training's note. None where that run has no record here."""
+    target = record.parent.parent / run_id
+    piece = record.with_name(record.name.removesuffix(TRAIN_SUFFIX) + ".json")
+    if not target.is_dir():
+        return None
+    try:
+        data = json.loads(read_private(piece, "run record"))
+        data["run_id"] = run_id
+        write_private(target / piece.name, json.dumps(data) + "\n", "hpcdist's run record")
+        piece.unlink()
+        with contextlib.suppress(OSError):  # the run this job was started as: now empty
+            record.parent.rmdir()
+    except (OSError, ValueError, PrivacyError):
+        return None
+    return target / record.name

@@ -88,3 +88,33 @@ def test_record_piece_only_where_the_script_named_a_record(tmp_path: Path) -> No
     assert record_piece(tmp_path / "run", resumed, env) == where
     assert where.stat().st_mode & 0o077 == 0  # private state
     assert '"resumed_from": {"epoch": 2, "step": 80' in where.read_text()
+
+
+def test_resuming_another_runs_checkpoint_continues_that_run(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from hpcdist.distributed.heartbeat import continue_run
+
+    old = tmp_path / "runs" / "41"
+    old.mkdir(parents=True)
+    (old / HEARTBEAT_FILE).write_bytes(Heartbeat(run_id="41-aa", phase="stopped").to_bytes())
+    (old / HEARTBEAT_FILE).chmod(0o644)
+    root = tmp_path / ".hpcdist" / "runs"
+    for run in ("41-aa", "60-bb"):
+        (root / run).mkdir(parents=True, mode=0o700)
+    piece = root / "60-bb" / "60-0.json"
+    piece.write_text('{"run_id": "60-bb", "job_id": "60"}')
+    piece.chmod(0o600)
+    env = {"HPCDIST_RUN_ID": "60-bb", "HPCDIST_RUN_RECORD": str(root / "60-bb" / "60-0.train.json")}
+    assert continue_run(old, env) == "41-aa"
+    assert env["HPCDIST_RUN_ID"] == "41-aa"
+    assert env["HPCDIST_RUN_RECORD"] == str(root / "41-aa" / "60-0.train.json")
+    assert '"run_id": "41-aa"' in (root / "41-aa" / "60-0.json").read_text()
+    assert not (root / "60-bb").exists()  # the run it was started as had nothing else
+    assert "continuing run 41-aa" in capsys.readouterr().err
+    # The same run again, no heartbeat, or one another user could have written: no change.
+    assert continue_run(old, env) is None
+    assert continue_run(tmp_path, {"HPCDIST_RUN_ID": "x-1"}) is None
+    (old / HEARTBEAT_FILE).chmod(0o666)
+    other = {"HPCDIST_RUN_ID": "70-cc"}
+    assert continue_run(old, other) is None and other["HPCDIST_RUN_ID"] == "70-cc"

@@ -31,6 +31,7 @@ from hpcdist.distributed import (
     DistContext,
     DistEnv,
     cleanup_distributed,
+    continue_run,
     record_piece,
     setup_distributed,
     single_process,
@@ -247,6 +248,8 @@ def _train(ctx: DistContext, inputs: _TrainInputs, clock: _Clock) -> TrainResult
     run_dir = runfiles.resolve_run_dir(ctx, config, inputs.run_dir, inputs.resume)
     checkpoint, resume = _requeued(ctx, run_dir, inputs.checkpoint, inputs.resume)
     if ctx.is_main:  # this piece of the run, for `hpcdist status RUN`
+        if checkpoint is not None:  # another run's checkpoint: that run goes on
+            continue_run(Path(str(resume)).parent)
         record_piece(run_dir, _resumed_from(checkpoint, resume))
     # Before any data is read or step taken: a bad export name, unit or level fails now,
     # not after the training it would have thrown away.
