@@ -16,6 +16,7 @@ import json
 import os
 import secrets
 import shlex
+import sys
 import time
 from collections.abc import Mapping
 from pathlib import Path
@@ -23,6 +24,7 @@ from pathlib import Path
 from hpcdist.errors import UserError
 from hpcdist.facts.protocol import RESTARTS_VAR, RUN_DIR_VAR
 from hpcdist.facts.runs import (
+    CONTINUE_JOB_VAR,
     RUN_ID_VAR,
     RUN_RECORD_VAR,
     RUNS_DIR,
@@ -70,13 +72,26 @@ def decide_run_id(env: Mapping[str, str], root: Path, token: str | None = None) 
         found = run_of_job(root, job)
         if found is not None:
             return found
+    earlier = env.get(CONTINUE_JOB_VAR, "").strip()
+    if earlier:  # --continue JOB: the run that job was a piece of
+        found = run_of_job(root, earlier)
+        if found is not None:
+            return found
+        print(
+            f"hpcdist: --continue {earlier}: job {earlier} started no run from this folder; "
+            "this job starts a new one",
+            file=sys.stderr,
+        )
     return new_run_id(job, token or secrets.token_hex(3))
 
 
 def last_run_dir(folder: Path) -> str | None:
-    """Where the run's last piece trained (its training's note), if any piece said so."""
-    notes = sorted(folder.glob(f"*{TRAIN_SUFFIX}"), key=lambda path: path.stat().st_mtime)
-    for path in reversed(notes):
+    """Where the run's last piece trained (its training's note, else where its script
+    pointed it), if any piece said so."""
+    files = sorted(folder.glob("*.json"), key=lambda path: path.stat().st_mtime)
+    notes = [path for path in files if path.name.endswith(TRAIN_SUFFIX)]
+    pieces = [path for path in files if not path.name.endswith(TRAIN_SUFFIX)]
+    for path in [*reversed(notes), *reversed(pieces)]:
         try:
             found = json.loads(read_private(path, "run record"))
         except (OSError, ValueError):
@@ -92,7 +107,8 @@ def start_piece(env: Mapping[str, str], root: Path, now: float | None = None) ->
     folder = private_dir(root / run_id, "hpcdist's run record", root)
     job = run_name(env) or "local"
     run_dir = env.get(RUN_DIR_VAR, "").strip()
-    if not run_dir and env.get(RUN_ID_VAR, "").strip():
+    continued = env.get(RUN_ID_VAR, "").strip() or env.get(CONTINUE_JOB_VAR, "").strip()
+    if not run_dir and continued:
         run_dir = last_run_dir(folder) or ""  # --continue: where the run trained
     run_dir = run_dir or f"{RUNS_DIR}/{job}"
     restart = slurm_restarts(env)

@@ -34,6 +34,8 @@ def run_name(env: Mapping[str, str]) -> str | None:
 RUN_ID_VAR = "HPCDIST_RUN_ID"
 RUN_RECORD_VAR = "HPCDIST_RUN_RECORD"  # the piece's file of the run's record, for the training
 RUN_STATE_DIR = ".hpcdist/runs"
+# ``--continue JOB``: the run of that job (decided when this job starts, after JOB's).
+CONTINUE_JOB_VAR = "HPCDIST_CONTINUE_JOB"
 # The tracker variables (``--tracker-env``) the script set from the run id.
 TRACKER_ENV_VAR = "HPCDIST_TRACKER_ENV"
 _RUN_ID_CHARS = frozenset("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789_-.")
@@ -45,6 +47,12 @@ def run_id_problem(text: str) -> str:
     if not text or len(text) > 64 or text.startswith(".") or not set(text) <= _RUN_ID_CHARS:
         return f"{text!r} is not a run id; expected 1-64 letters, digits, '_', '-' or '.'"
     return ""
+
+
+def is_job_id(text: str) -> bool:
+    """``1234`` or ``1234_5`` (an array task): a job's id, never a run id (which has a '-')."""
+    head, _, task = text.partition("_")
+    return head.isdigit() and (not task or task.isdigit()) and text.isascii()
 
 
 def new_run_id(first_job: str, token: str) -> str:

@@ -9,6 +9,7 @@ from pathlib import Path
 import jinja2
 
 from hpcdist.facts import protocol
+from hpcdist.facts.runs import is_job_id
 from hpcdist.render.directives import (
     CPUS_VAR,
     ShellWord,
@@ -59,6 +60,7 @@ def _environment() -> jinja2.Environment:
         trim_blocks=True,
     )
     env.filters["q"] = quote
+    env.tests["job_id"] = is_job_id  # --continue JOB rather than RUN
     return env
 
 

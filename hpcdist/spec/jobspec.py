@@ -218,11 +218,12 @@ class JobSpec:
     # One run across jobs (hpcdist.facts.runs): checked in validate.py.
     continue_run: str | None = job_field(
         None,
-        "Continue run RUN (a run id of `hpcdist list`): the job trains on in that run's "
-        "folder under its id; with --after, a chain of jobs is one run.",
+        "Continue run RUN (a run id of `hpcdist list`), or the run of job JOB: the job "
+        "trains on in that run's folder under its id; with --after JOB, a chain of jobs is "
+        "one run.",
         flag="--continue",
         profile=False,
-        metavar="RUN",
+        metavar="RUN|JOB",
     )
     tracker_env: tuple[str, ...] = job_field(
         (),

@@ -1,7 +1,10 @@
 """``--continue RUN`` and ``--tracker-env VAR``: one run across jobs (``hpcdist.facts.runs``).
 
 The rendered script sets ``HPCDIST_RUN_ID`` to RUN before hpcdist's runner records the job
-as a piece of that run, and each tracker variable to the run id once it is decided.
+as a piece of that run (or, for ``--continue JOB``, ``HPCDIST_CONTINUE_JOB``: the runner
+finds JOB's run when this job starts, so a chain ``--after JOB --continue JOB`` can be
+submitted before JOB has started), and each tracker variable to the run id once it is
+decided.
 """
 
 from __future__ import annotations
@@ -11,7 +14,7 @@ from pathlib import Path
 
 from hpcdist.errors import SpecError
 from hpcdist.facts.protocol import is_inherited
-from hpcdist.facts.runs import RUN_STATE_DIR, run_id_problem
+from hpcdist.facts.runs import RUN_STATE_DIR, is_job_id, run_id_problem
 from hpcdist.spec.jobspec import JobSpec
 from hpcdist.state.folders import jobs_root
 
@@ -34,14 +37,16 @@ def check_run_options(spec: JobSpec) -> None:
     run = spec.continue_run
     if run is None:
         return
-    problem = run_id_problem(run)
-    if problem:
-        raise SpecError(f"--continue {problem}")
     if spec.sweep:
         raise SpecError(
             f"--continue {run!r} with --sweep: a run is one training, a sweep many; "
             "continue one point's run at a time"
         )
+    if is_job_id(run):  # the run of that job, known once it has started (--after JOB)
+        return
+    problem = run_id_problem(run)
+    if problem:
+        raise SpecError(f"--continue {problem}")
     if not (run_records() / run).is_dir():
         raise SpecError(
             f"--continue {run!r}: no run of that id was started from this folder; expected "

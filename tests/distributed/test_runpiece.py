@@ -79,3 +79,16 @@ def test_a_bad_given_run_id_is_refused(root: Path, bad: str) -> None:
         return
     with pytest.raises(UserError, match=r"HPCDIST_RUN_ID: .* is not a run id"):
         decide_run_id(env, root)
+
+
+def test_continue_job_finds_that_jobs_run_when_this_job_starts(
+    root: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    first = _exports(start_piece({"SLURM_JOB_ID": "41"}, root))
+    chained = _exports(start_piece({"SLURM_JOB_ID": "42", "HPCDIST_CONTINUE_JOB": "41"}, root))
+    assert chained["HPCDIST_RUN_ID"] == first["HPCDIST_RUN_ID"]
+    # Where the run's last piece was pointed (its training has not said otherwise).
+    assert chained["HPCDIST_RUN_DIR"] == str(root.parent.parent / "runs" / "41")
+    alone = _exports(start_piece({"SLURM_JOB_ID": "43", "HPCDIST_CONTINUE_JOB": "40"}, root))
+    assert alone["HPCDIST_RUN_ID"].startswith("43-") and alone["HPCDIST_RUN_DIR"] == "runs/43"
+    assert "job 40 started no run from this folder" in capsys.readouterr().err

@@ -42,12 +42,21 @@ def test_continue_names_a_run_of_this_folder(folder: Path) -> None:
     assert '#SBATCH --dependency="afterany:41"' in script
 
 
+def test_continue_a_jobs_run_is_found_when_the_job_starts(folder: Path) -> None:
+    code, script, _ = _render("--continue", "41", "--after", "41")
+    assert code == 0, script
+    assert script.index("export HPCDIST_CONTINUE_JOB=41") < script.index("jobstep prepare")
+    assert "export HPCDIST_RUN_ID=" not in script
+
+
 @pytest.mark.parametrize(
     ("flags", "said"),
     [
         (("--continue", "41-abd"), "--continue '41-abd': no run of that id"),
         (("--continue", "a;b"), "--continue 'a;b' is not a run id"),
         (("--continue", "41-abc", "--sweep", "training.lr=1,2"), "with --sweep"),
+        (("--continue", "41", "--sweep", "training.lr=1,2"), "with --sweep"),
+        (("--continue", "41_x"), "--continue '41_x': no run of that id"),
         (("--tracker-env", "WANDB RUN"), "--tracker-env 'WANDB RUN' is not an environment"),
         (("--tracker-env", "1X"), "--tracker-env '1X' is not an environment"),
         (("--tracker-env", "SLURM_JOB_NAME"), "hpcdist's or SLURM's own"),
