@@ -126,3 +126,54 @@ def test_a_requeued_training_is_one_run_with_its_pieces(
     listed = _hpcdist(tmp_path, "list").stdout
     assert re.search(rf"^ +{job} +COMPLETED .* {re.escape(run_id)} ", listed, re.M), listed
     print(f"measured: run {run_id}: piece 1 stopped at epoch {stopped}\n{status.stdout}")
+
+
+def _chain_script(folder: Path, name: str, config: Path, **flags: object) -> Path:
+    spec = spec_from_options(
+        {
+            "profile": "local",
+            "mode": "gloo",
+            "nodes": 1,
+            "cpus_per_task": 1,
+            "job_name": name,
+            "time": "10:00",
+            # Each rank says which tracker run it would log to, then trains.
+            "command": "bash -c 'echo tracker=$WANDB_RUN_ID; exec python3 -m ufsemulator "
+            f"train --config {config}'",
+            "tracker_env": ("WANDB_RUN_ID",),
+            **flags,
+        }
+    )
+    script = folder / f"{name}.sh"
+    script.write_text(render(spec))
+    return script
+
+
+def test_a_chain_continued_with_continue_job_is_one_run(
+    slurm_cluster: SlurmCluster, tmp_path: Path
+) -> None:
+    """`--after A --continue A`, queued before A starts: B trains on in A's run folder,
+    from A's last checkpoint, under A's run id (and tracker id)."""
+    first_config, second_config = tmp_path / "a.yaml", tmp_path / "b.yaml"
+    first_config.write_text(CONFIG.format(epochs=2))
+    second_config.write_text(CONFIG.format(epochs=4))
+    held = sbatch(_chain_script(tmp_path, "a", first_config), "--hold", cwd=tmp_path, wait=False)
+    a = held.job_id
+    b_script = _chain_script(
+        tmp_path, "b", second_config, after=(str(a),), continue_run=str(a)
+    )
+    b = sbatch(b_script, cwd=tmp_path, wait=False).job_id
+    run_slurm("scontrol", "release", str(a))
+    assert job_state(b, timeout=400) == "COMPLETED", _log(tmp_path, "b", b)
+    results = json.loads((tmp_path / "runs" / str(a) / "training_results.json").read_text())
+    run_id = results["run_id"]
+    assert run_id.startswith(f"{a}-") and results["status"] == "completed"
+    assert len(results["history"]["train_loss"]) == 4  # two epochs of A's, two of B's
+    assert not (tmp_path / "runs" / str(b)).exists()
+    assert "Resuming from" in _log(tmp_path, "b", b)
+    status = _hpcdist(tmp_path, "status", run_id).stdout
+    assert status.splitlines()[0] == f"run {run_id}: 2 pieces, jobs {a}, {b}"
+    assert re.search(rf"^ +2 +{b} +0 +COMPLETED .*  epoch 2, step \d+ ", status, re.M), status
+    # The tracker variable of every piece was the run id.
+    for name, job in (("a", a), ("b", b)):
+        assert re.findall(r"tracker=(\S*)", _log(tmp_path, name, job)) == [run_id], name
