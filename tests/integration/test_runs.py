@@ -159,9 +159,7 @@ def test_a_chain_continued_with_continue_job_is_one_run(
     second_config.write_text(CONFIG.format(epochs=4))
     held = sbatch(_chain_script(tmp_path, "a", first_config), "--hold", cwd=tmp_path, wait=False)
     a = held.job_id
-    b_script = _chain_script(
-        tmp_path, "b", second_config, after=(str(a),), continue_run=str(a)
-    )
+    b_script = _chain_script(tmp_path, "b", second_config, after=(str(a),), continue_run=str(a))
     b = sbatch(b_script, cwd=tmp_path, wait=False).job_id
     run_slurm("scontrol", "release", str(a))
     assert job_state(b, timeout=400) == "COMPLETED", _log(tmp_path, "b", b)
