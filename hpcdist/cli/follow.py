@@ -116,10 +116,11 @@ def _describe(info: JobInfo, summary: str | None, advice: str | None) -> list[st
 def status(job_id: str | None, as_json: bool) -> int:
     """State of any SLURM job (default: the newest submitted from this folder): the reason
     while it waits; nodes, elapsed time against the limit, exit code and signal, restarts
-    and log paths; after the end, how well it used its CPUs, memory and time."""
+    and log paths; after the end, how well it used its CPUs, memory and time. Of a run
+    (RUN of `hpcdist list`, or a job of one): its pieces and the training's progress."""
     from hpcdist.cli import runs
 
-    run = runs.load_run(job_id) if job_id is not None else None
+    run = runs.run_or_job(job_id)
     if run is not None:  # a run id: the whole run
         return runs.show_run(run, as_json)
     job_id = check_job_id(job_id) if job_id is not None else _newest_id()
@@ -290,7 +291,7 @@ def logs(job_id: str, rank: int | None, follow_: bool) -> int:
     (``hpcdist list``'s RUN): every piece's, one after the other."""
     from hpcdist.cli import runs
 
-    run = runs.load_run(job_id)
+    run = runs.run_or_job(job_id)
     if run is not None:
         if follow_:  # the pieces before it have ended: follow the last
             job_id = run.last.job_id

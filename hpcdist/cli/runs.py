@@ -18,6 +18,7 @@ import click
 
 from hpcdist.errors import UserError
 from hpcdist.facts.heartbeat import Heartbeat
+from hpcdist.facts.runs import is_job_id
 from hpcdist.jobs.logread import read_log_text
 from hpcdist.jobs.progress import Forecast, forecast
 from hpcdist.jobs.runs import Piece, Run, load_run, read_heartbeat, run_of_job
@@ -28,6 +29,20 @@ from hpcdist.slurm.query import Attempt, job_attempts, query_job
 def find_run(name: str) -> Run | None:
     """The run ``name`` is the id of, else the run of job ``name``."""
     return load_run(name) or run_of_job(name)
+
+
+def run_or_job(name: str | None) -> Run | None:
+    """The run ``name`` names (``status``, ``logs``); None for a job id (or no name); one
+    line for a name that is neither."""
+    if name is None or is_job_id(name):
+        return None
+    run = load_run(name)
+    if run is None:
+        raise UserError(
+            f"{name!r} is neither a job id (1234, 1234_5) nor a run started from this folder; "
+            "expected one of `hpcdist list`"
+        )
+    return run
 
 
 def attempts_of(run: Run) -> dict[tuple[str, int], Attempt]:

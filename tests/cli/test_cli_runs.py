@@ -155,3 +155,30 @@ def test_a_silent_running_job_is_called_a_possible_hang_with_advice() -> None:
     assert "--collective-timeout" in lines
     ended = "\n".join(progress_lines(beat, _attempt("COMPLETED", 900.0, 1001.0, 4100.0), 1400.0))
     assert "may hang" not in ended and "ends:" not in ended
+
+
+def test_status_and_logs_of_a_run_through_the_command_line(
+    records: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from click.testing import CliRunner
+
+    from hpcdist.cli import runs
+    from hpcdist.cli.main import cli
+
+    monkeypatch.chdir(records.parent.parent)
+    monkeypatch.delenv("HPCDIST_HOME", raising=False)
+    ended = Attempt("41", "REQUEUED", 4.0, 10.0, 19.0, 9.0, 600.0, "node1")
+    monkeypatch.setattr(runs, "job_attempts", lambda job: [ended] if job == "41" else [])
+    monkeypatch.setattr(runs, "query_job", lambda job: None)
+    result = CliRunner().invoke(cli, ["status", "41-ab"])
+    assert result.exit_code == 0, result.output
+    lines = result.stdout.splitlines()
+    assert lines[0] == "run 41-ab: 3 pieces, jobs 41, 45"
+    assert lines[2].split() == ["1", "41", "0", "REQUEUED", "0:00:06", "0:00:09", "start"]
+    assert lines[3].split()[:4] == ["2", "41", "1", "UNKNOWN"]
+    assert "no heartbeat yet" in result.stdout
+    logs = CliRunner().invoke(cli, ["logs", "41-ab"])
+    assert logs.exit_code == 0
+    assert logs.stdout.count("==> run 41-ab, piece ") == 3 and "(no log found)" in logs.stdout
+    bad = CliRunner().invoke(cli, ["status", "41-zz"])
+    assert bad.exit_code == 2 and "neither a job id" in bad.stderr
