@@ -137,6 +137,7 @@ def status(job_id: str | None, as_json: bool) -> int:
         )
         return 0
     effs = _efficiency(infos)
+    run = runs.run_of_job(job_id)  # the run this job is a piece of, and its progress
     for info in infos:
         info = _with_log_paths(info)
         eff, summary, advice = effs.get(info.job_id, (None, None, None))
@@ -154,11 +155,11 @@ def status(job_id: str | None, as_json: bool) -> int:
                     "advice": advice,
                 }
             )
+            data["run"] = None if run is None else runs.run_json(run)
             click.echo(json.dumps(data))
         else:
             click.echo("\n".join(_describe(info, summary, advice)))
-    run = runs.run_of_job(job_id)
-    if run is not None and not as_json:  # the run this job is a piece of, and its progress
+    if run is not None and not as_json:
         click.echo("\n".join(runs.run_lines(run)))
     return 0
 

@@ -82,6 +82,10 @@ def test_a_requeued_training_is_one_run_with_its_pieces(
     assert re.search(r"ends: +\d\d:\d\d:\d\d \(in [\d:-]+\); (fits|does not fit)", shown), shown
     run_id = re.search(r"^run (\S+): 1 piece, jobs " + str(job) + "$", shown, re.M).group(1)
     assert run_id.startswith(f"{job}-")
+    data = json.loads(_hpcdist(tmp_path, "status", "--json", str(job)).stdout)
+    forecast = data["run"]["forecast"]
+    assert data["run"]["run_id"] == run_id and forecast["steps"] == total
+    assert forecast["steps_per_s"] > 0 and forecast["end"] > data["run"]["heartbeat"]["time"]
 
     # The requeue: TERM, a checkpoint, the job back in the queue under its own id.
     _wait_for((run_dir / "checkpoint.pt").exists, 120, "the first checkpoint")
