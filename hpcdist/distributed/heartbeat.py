@@ -22,7 +22,13 @@ from typing import Any
 from hpcdist.distributed.requeue import restarts_so_far
 from hpcdist.distributed.runpiece import TRAIN_SUFFIX
 from hpcdist.facts.heartbeat import HEARTBEAT_EVERY_S, HEARTBEAT_FILE, Heartbeat, parse
-from hpcdist.facts.runs import RUN_ID_VAR, RUN_RECORD_VAR, run_id_problem, run_name
+from hpcdist.facts.runs import (
+    RUN_ID_VAR,
+    RUN_RECORD_VAR,
+    TRACKER_ENV_VAR,
+    run_id_problem,
+    run_name,
+)
 from hpcdist.state.fileutil import umask_mode, write_atomic
 from hpcdist.state.private import PrivacyError, write_private
 from hpcdist.state.trustedfile import read_private, read_trusted
@@ -142,7 +148,8 @@ def continue_run(
 ) -> str | None:
     """Rank 0 of a training that resumes a checkpoint (``--resume``, a run folder of the
     config) written by another run: that run's id, from the heartbeat beside the checkpoint,
-    becomes this job's (``HPCDIST_RUN_ID``, for its results and export), and this piece's
+    becomes this job's (``HPCDIST_RUN_ID``, for its results and export, and the variables of
+    ``--tracker-env``, in this process: a tracker started after this call), and this piece's
     record moves to that run's where it is of the same folder. None: nothing changed."""
     env = os.environ if environ is None else environ
     mine = env.get(RUN_ID_VAR, "").strip()
@@ -157,6 +164,9 @@ def continue_run(
     if not theirs or theirs == mine or run_id_problem(theirs):
         return None
     env[RUN_ID_VAR] = theirs
+    for var in filter(None, env.get(TRACKER_ENV_VAR, "").split(",")):
+        if env.get(var) == mine:  # --tracker-env: the tracker continues that run too
+            env[var] = theirs
     record = env.get(RUN_RECORD_VAR, "").strip()
     if record:
         moved = _move_piece(Path(record), theirs)

@@ -105,9 +105,16 @@ def test_resuming_another_runs_checkpoint_continues_that_run(
     piece = root / "60-bb" / "60-0.json"
     piece.write_text('{"run_id": "60-bb", "job_id": "60"}')
     piece.chmod(0o600)
-    env = {"HPCDIST_RUN_ID": "60-bb", "HPCDIST_RUN_RECORD": str(root / "60-bb" / "60-0.train.json")}
+    env = {
+        "HPCDIST_RUN_ID": "60-bb",
+        "HPCDIST_RUN_RECORD": str(root / "60-bb" / "60-0.train.json"),
+        "HPCDIST_TRACKER_ENV": "WANDB_RUN_ID,OTHER",
+        "WANDB_RUN_ID": "60-bb",
+        "OTHER": "chosen by the user",
+    }
     assert continue_run(old, env) == "41-aa"
-    assert env["HPCDIST_RUN_ID"] == "41-aa"
+    assert env["HPCDIST_RUN_ID"] == env["WANDB_RUN_ID"] == "41-aa"
+    assert env["OTHER"] == "chosen by the user"
     assert env["HPCDIST_RUN_RECORD"] == str(root / "41-aa" / "60-0.train.json")
     assert '"run_id": "41-aa"' in (root / "41-aa" / "60-0.json").read_text()
     assert not (root / "60-bb").exists()  # the run it was started as had nothing else

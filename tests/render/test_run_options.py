@@ -31,6 +31,7 @@ def test_tracker_variables_are_set_after_the_run_id_is_decided(folder: Path) -> 
     for var in ("WANDB_RUN_ID", "NEPTUNE_X"):
         assert script.index(f'export {var}="${{HPCDIST_RUN_ID}}"') > decided
     assert "export HPCDIST_RUN_ID=" not in script  # no --continue: the job decides
+    assert "export HPCDIST_TRACKER_ENV=WANDB_RUN_ID,NEPTUNE_X" in script
     assert subprocess.run(["bash", "-n"], input=script, text=True).returncode == 0
 
 
