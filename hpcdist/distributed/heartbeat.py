@@ -29,7 +29,8 @@ from hpcdist.facts.runs import (
     run_id_problem,
     run_name,
 )
-from hpcdist.state.fileutil import umask_mode, write_atomic
+from hpcdist.state.fileutil import write_atomic
+from hpcdist.state.outputs import output_mode
 from hpcdist.state.private import PrivacyError, write_private
 from hpcdist.state.trustedfile import read_private, read_trusted
 
@@ -92,7 +93,7 @@ def replace_file(path: Path, data: bytes) -> None:
     try:
         with os.fdopen(fd, "wb") as handle:
             handle.write(data)
-            os.fchmod(handle.fileno(), umask_mode())
+            os.fchmod(handle.fileno(), output_mode())  # never writable by others
         os.replace(tmp, path)
     except BaseException:
         with contextlib.suppress(OSError):

@@ -3,6 +3,7 @@ seconds by a clock it reads once a step, atomically, never ending a training."""
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 import pytest
@@ -125,3 +126,12 @@ def test_resuming_another_runs_checkpoint_continues_that_run(
     (old / HEARTBEAT_FILE).chmod(0o666)
     other = {"HPCDIST_RUN_ID": "70-cc"}
     assert continue_run(old, other) is None and other["HPCDIST_RUN_ID"] == "70-cc"
+
+
+def test_a_loose_umask_leaves_the_heartbeat_writable_by_nobody_else(tmp_path: Path) -> None:
+    previous = os.umask(0o002)
+    try:
+        _writer(tmp_path, Clock()).beat(1, 1.0)
+    finally:
+        os.umask(previous)
+    assert (tmp_path / HEARTBEAT_FILE).stat().st_mode & 0o777 == 0o644
