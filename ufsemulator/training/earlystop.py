@@ -15,7 +15,7 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
-from hpcdist.distributed.warnlead import (
+from hpcdist.distributed import (
     CheckpointTiming,
     last_checkpoint_time,
     record_checkpoint_time,
