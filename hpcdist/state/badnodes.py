@@ -15,22 +15,27 @@ from hpcdist.facts.badnodes import (
     records_to_json,
     still_bad,
 )
-from hpcdist.state.folders import state_dir
+from hpcdist.state.folders import jobs_root, state_dir
 from hpcdist.state.private import write_private
 from hpcdist.state.trustedfile import read_private
 
 _WHAT = "bad-node record"
 
 
+def _name(run: str) -> str:
+    return (run.replace("/", "_") or "run") + ".json"
+
+
 def record_path(run: str, project_dir: Path | None = None) -> Path:
-    """The record of the run whose folder is named ``run`` (``runs/<run>``)."""
-    safe = run.replace("/", "_") or "run"
-    return state_dir(BAD_NODES_DIR, project_dir=project_dir) / f"{safe}.json"
+    """The record of the run whose folder is named ``run`` (``runs/<run>``); its folder
+    created private or checked."""
+    return state_dir(BAD_NODES_DIR, project_dir=project_dir) / _name(run)
 
 
 def read_bad_nodes(run: str, now: float, project_dir: Path | None = None) -> list[BadNode]:
-    """The run's nodes still held back at ``now``; [] where none were recorded."""
-    path = record_path(run, project_dir)
+    """The run's nodes still held back at ``now``; [] where none were recorded. Creates
+    nothing (``hpcdist status`` reads it)."""
+    path = jobs_root(project_dir) / BAD_NODES_DIR / _name(run)
     try:
         text = read_private(path, _WHAT)
     except FileNotFoundError:
