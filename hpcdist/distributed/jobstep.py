@@ -153,7 +153,8 @@ def run(args: argparse.Namespace) -> int:
         if not left_behind:
             return status
         # A node broke the step: the run goes on from its last checkpoint, elsewhere.
-        requeued = requeue_job(os.environ, args.max_restarts, terminated, resubmit=args.script)
+        cause = "a node failed the step"
+        requeued = requeue_job(os.environ, args.max_restarts, terminated, args.script, cause)
         return 0 if requeued else status
     if marker is not None:
         marker.unlink(missing_ok=True)

@@ -82,11 +82,12 @@ def requeue_job(
     max_restarts: int | None,
     terminated: bool,
     resubmit: str | None = None,
+    cause: str = "checkpoint written",
 ) -> bool:
     """Requeue this job (or submit ``resubmit``, its script, again); whether it was done.
 
     ``terminated``: the job got SIGTERM (requeued only if preempted). Without ``resubmit``
-    a refused ``scontrol requeue`` leaves the job to SLURM."""
+    a refused ``scontrol requeue`` leaves the job to SLURM. ``cause``: for the log line."""
     job = env.get("SLURM_JOB_ID", "")
     if not job:
         return False
@@ -105,7 +106,7 @@ def requeue_job(
     # Nodes a failure of this run named, still held back: the next piece runs elsewhere.
     exclude = badnodes.for_next_piece(env)
     if control.has_scontrol():
-        _say(f"checkpoint written, requeueing {f'array task {task}' if task else f'job {job}'}")
+        _say(f"{cause}, requeueing {f'array task {task}' if task else f'job {job}'}")
         if control.requeue(task or job):
             if exclude and not control.exclude_nodes(task or job, exclude):
                 _say(f"could not exclude {','.join(exclude)} from the requeued job")
