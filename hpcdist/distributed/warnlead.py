@@ -5,9 +5,9 @@ folder's ``checkpoint_timing.json``). Where the lead between SLURM's warning and
 (``--signal=USR2@N``, in ``$HPCDIST_SIGNAL_LEAD``) is shorter than that time plus a margin
 (``hpcdist.facts.leads``), the warning would come too late: rank 0's ``EarlyCheckpoint``
 asks for the stop itself, once the job's end (``SLURM_JOB_END_TIME``, else ``scontrol``'s
-``EndTime``) is nearer than the checkpoint, the margin and whatever write is still on its
-way to disk, and says so in the log. The stop then runs as if the warning had come: rank 0
-checkpoints and asks for the requeue.
+``EndTime``) is nearer than two checkpoints and the margin (the stop may find a write of
+the same length just begun, which it waits for), and says so in the log. The stop then
+runs as if the warning had come: rank 0 checkpoints and asks for the requeue.
 """
 
 from __future__ import annotations
@@ -38,9 +38,8 @@ __all__ = [
 ]
 
 POLL_S = 1.0
-# (the last checkpoint's seconds, or None before any was measured; seconds the write now
-# on its way to disk may still take)
-Measure = Callable[[], tuple[float | None, float]]
+# The last checkpoint's seconds, or None before any was measured.
+Measure = Callable[[], float | None]
 
 
 def job_end_time(env: Mapping[str, str]) -> float | None:
@@ -61,10 +60,10 @@ def given_lead_s(env: Mapping[str, str]) -> float | None:
     return float(text) if text.isdigit() else None
 
 
-def stop_at(end: float, checkpoint_s: float, in_flight_s: float) -> float:
-    """When to stop at the latest so that the write on its way, then the checkpoint of the
+def stop_at(end: float, checkpoint_s: float) -> float:
+    """When to stop at the latest so that a write just begun, then the checkpoint of the
     stop, and the margin all fit before ``end``. Pure."""
-    return end - in_flight_s - needed_lead_s(checkpoint_s)
+    return end - checkpoint_s - needed_lead_s(checkpoint_s)
 
 
 class EarlyCheckpoint:
@@ -89,10 +88,10 @@ class EarlyCheckpoint:
         """Whether the stop was asked for (now or before)."""
         if self.fired:
             return True
-        seconds, in_flight = self.measure()
+        seconds = self.measure()
         if seconds is None or self.lead_s >= needed_lead_s(seconds):
             return False  # SLURM's warning comes in time for it
-        when = stop_at(self.end, seconds, in_flight)
+        when = stop_at(self.end, seconds)
         if not self._told:
             self._told = True
             self.say(

@@ -41,29 +41,27 @@ def test_end_time_from_scontrol_and_from_slurm_job_end_time(
     assert job_end_time({}) is None
 
 
-def _watch(
-    lead: float, seconds: float | None, in_flight: float = 0.0
-) -> tuple[EarlyCheckpoint, list[str]]:
+def _watch(lead: float, seconds: float | None) -> tuple[EarlyCheckpoint, list[str]]:
     said: list[str] = []
     stops: list[bool] = []
     watch = EarlyCheckpoint(
         end=1000.0,
         lead_s=lead,
-        measure=lambda: (seconds, in_flight),
+        measure=lambda: seconds,
         stop=lambda: stops.append(True),
         say=said.append,
     )
     return watch, said
 
 
-def test_a_checkpoint_longer_than_the_lead_stops_at_the_end_minus_its_time() -> None:
-    watch, said = _watch(lead=10, seconds=40.0, in_flight=7.0)
-    due = stop_at(1000.0, 40.0, 7.0)
-    assert due == 1000.0 - 7.0 - 50.0
+def test_a_checkpoint_longer_than_the_lead_stops_at_the_end_minus_two_of_it() -> None:
+    watch, said = _watch(lead=10, seconds=40.0)
+    due = stop_at(1000.0, 40.0)
+    assert due == 1000.0 - 40.0 - 50.0  # one write just begun, the stop's, the margin
     assert not watch.check(due - 0.5)
     assert "shorter than the last checkpoint (40.0 s)" in said[0]
     assert watch.check(due) and watch.fired
-    assert "checkpointing early, 57 s before SLURM ends the job" in said[-1]
+    assert "checkpointing early, 90 s before SLURM ends the job" in said[-1]
     assert watch.check(due + 100) and len(said) == 2  # once
 
 
@@ -82,10 +80,10 @@ def test_nothing_measured_yet_means_no_early_stop() -> None:
 
 
 def test_watch_needs_a_lead_and_an_end(monkeypatch: pytest.MonkeyPatch) -> None:
-    assert warnlead.watch_job_end({}, lambda: (1.0, 0.0), lambda: None) is None
+    assert warnlead.watch_job_end({}, lambda: 1.0, lambda: None) is None
     env = {"HPCDIST_SIGNAL_LEAD": "10"}
     monkeypatch.setattr(warnlead, "job_end_time", lambda env: None)
-    assert warnlead.watch_job_end(env, lambda: (1.0, 0.0), lambda: None) is None
+    assert warnlead.watch_job_end(env, lambda: 1.0, lambda: None) is None
 
 
 def test_recorded_checkpoint_time_round_trips_through_the_run_folder(

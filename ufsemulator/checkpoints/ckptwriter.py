@@ -42,7 +42,6 @@ class CheckpointWriter:
         # Told of every state on disk with the seconds its write took (the checkpoint's
         # measured time); a test slows every write by ``delay_s``.
         self.on_written, self.delay_s = on_written, delay_s
-        self.busy_since: float | None = None  # time.monotonic() the current write began
         self.last_seconds: float | None = None  # what the last write took
         self._cond = threading.Condition()
         self._queue: list[tuple[dict[str, Any], list[Path]]] = []
@@ -78,7 +77,7 @@ class CheckpointWriter:
                     return
                 state, paths = self._queue.pop(0)
                 self._busy = True
-                self.busy_since = began = time.monotonic()
+                began = time.monotonic()
             try:
                 if self.delay_s > 0:
                     time.sleep(self.delay_s)
@@ -92,15 +91,7 @@ class CheckpointWriter:
             finally:
                 with self._cond:
                     self._busy = False
-                    self.busy_since = None
                     self._cond.notify_all()
-
-    def in_flight_s(self, now: float) -> float:
-        """How long the write now on its way may still take, by the last one's time."""
-        began, last = self.busy_since, self.last_seconds
-        if began is None or last is None:
-            return 0.0
-        return max(0.0, last - (now - began))
 
     def wait(self, reraise: bool = True) -> None:
         """Block until every state handed over is on disk; the first write error since the

@@ -50,11 +50,9 @@ def stop_before_the_end(
         return
     recorded = last_checkpoint_time(run_dir)
 
-    def measure() -> tuple[float | None, float]:
+    def measure() -> float | None:
         seconds = writer.last_seconds
-        if seconds is None and recorded is not None:
-            seconds = recorded.seconds
-        return seconds, writer.in_flight_s(time.monotonic())
+        return recorded.seconds if seconds is None and recorded is not None else seconds
 
     watcher = watch_job_end(os.environ, measure, stop)
     try:
