@@ -31,8 +31,9 @@ from hpcdist.state.badnodes import add_bad_nodes, read_bad_nodes
 
 _NODE_FAILURE = re.compile(r"^srun: error: Node failure on (\S+)", re.M)
 _TASK = re.compile(r"^srun: error: ([^\s:]+): tasks? ([0-9,\-]+): (.+?)\s*$", re.M)
-# A line of an NCCL or gloo error that may name the peer it lost.
-_NETWORK = re.compile(r"nccl|gloo|socket|peer", re.I)
+# A line of an NCCL or gloo error, naming the peer it lost after "peer" or "remote" (a
+# rank's own host, or the master's, named elsewhere in a line says nothing of the peer).
+_NETWORK = re.compile(r"nccl|gloo|socket", re.I)
 _FAILED = re.compile(r"error|fail|closed|reset|timed? ?out|abort", re.I)
 # How much of the log a failed step is searched for (its end: the failure is there).
 _LOG_TAIL = 4 << 20
@@ -55,7 +56,10 @@ def named_nodes(log: str, nodes: Sequence[str]) -> list[tuple[str, str]]:
         node, tasks, how = first.groups()
         if how != "Terminated" and not how.startswith("Exited with exit code"):
             found.setdefault(node, f"task {tasks} {how}")
-    words = {node: re.compile(rf"(?<![\w.-]){re.escape(node)}(?![\w-])") for node in nodes}
+    words = {
+        node: re.compile(rf"\b(?:peer|remote)\b.*?(?<![\w.-]){re.escape(node)}(?![\w-])", re.I)
+        for node in nodes
+    }
     for line in log.splitlines():
         if _NETWORK.search(line) and _FAILED.search(line) and not line.startswith("srun: "):
             for node, word in words.items():
@@ -135,22 +139,32 @@ def after_failure(env: Mapping[str, str], mark: LogMark, now: float | None = Non
     return [record.node for record in records]
 
 
-def for_next_piece(env: Mapping[str, str], now: float | None = None) -> list[str]:
-    """The nodes the run's next piece must stay off (their hold not yet run out)."""
+def _held(env: Mapping[str, str], now: float | None) -> list[BadNode]:
     if hold_s(env) is None or not run_key(env):
         return []
-    now = time.time() if now is None else now
     try:
-        held = read_bad_nodes(run_key(env), now, _project(env))
+        return read_bad_nodes(run_key(env), time.time() if now is None else now, _project(env))
     except (UserError, OSError) as exc:
         _say(f"bad-node record not read: {exc}")
         return []
+
+
+def for_next_piece(env: Mapping[str, str], now: float | None = None) -> list[str]:
+    """The nodes the run's next piece must stay off (their hold not yet run out)."""
+    held = _held(env, now)
     for record in held:
         _say(
             f"excluding node {record.node} from the next piece ({record.reason}, until "
             f"{_clock(record.until)})"
         )
     return [record.node for record in held]
+
+
+def say_held(env: Mapping[str, str], now: float | None = None) -> None:
+    """One line, as a piece starts, for each node the run is kept off."""
+    for record in _held(env, now):
+        until = _clock(record.until)
+        _say(f"this run is kept off node {record.node} ({record.reason}, until {until})")
 
 
 def _clock(seconds: float) -> str:

@@ -27,7 +27,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from hpcdist.distributed.badnodes import LogMark, after_failure, hold_s
+from hpcdist.distributed.badnodes import LogMark, after_failure, hold_s, say_held
 from hpcdist.distributed.gpus import count_gpus, listed_gpus
 from hpcdist.distributed.jobsecret import create_secret_file
 from hpcdist.distributed.requeue import SignalRelay, checkpointed, requeue_job
@@ -138,6 +138,7 @@ def run(args: argparse.Namespace) -> int:
         relay = SignalRelay(signal.Signals[f"SIG{args.warning}"]).install()
     # Where the job's log ends now: a failed step's lines after it may name a bad node.
     mark = LogMark() if hold_s(os.environ) is not None else None
+    say_held(os.environ)
     child = subprocess.Popen(args.command, env=safe_python_env(os.environ))
     if relay is not None:
         relay.attach(child.pid, pending=args.warned == 1)

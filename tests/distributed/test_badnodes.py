@@ -55,6 +55,13 @@ def test_network_error_line_names_the_peer_but_not_a_longer_name() -> None:
     other = "0: gloo error: Connection reset by peer node10:29500\n0: Master: node1:29500\n"
     assert named_nodes(other, NODES) == []
     assert named_nodes("0: gloo: connected to node2\n", NODES) == []
+    # The communication check's FAIL line names the rank's own host and the master: neither
+    # is the peer that failed.
+    fail = (
+        "FAIL: all_reduce did not finish within 65 s (rank 1/2 on node2, master "
+        "node1:29500, backend gloo); is every rank running and the master reachable?\n"
+    )
+    assert named_nodes(fail, NODES) == []
 
 
 def test_hold_runs_out_at_until_and_the_latest_record_wins() -> None:
@@ -98,6 +105,8 @@ def test_failed_step_records_the_node_for_the_hold_and_the_next_piece_excludes_i
     assert for_next_piece(job_env, now=1000.0 + 3599) == ["node2"]
     assert "excluding node node2" in capsys.readouterr().err
     assert for_next_piece(job_env, now=1000.0 + 3600) == []
+    badnodes.say_held(job_env, now=1001.0)
+    assert "this run is kept off node node2 (task 1 Killed, until " in capsys.readouterr().err
     record = tmp_path / ".hpcdist" / "badnodes" / "77.json"
     assert os.stat(record).st_mode & 0o777 == 0o600
     # A resubmitted job is the same run: it reads the first job's record.
@@ -124,3 +133,53 @@ def test_a_record_others_can_write_is_refused_not_used(
     record.chmod(0o666)
     assert badnodes.for_next_piece(job_env, now=2.0) == []
     assert "bad-node record not read" in capsys.readouterr().err
+
+
+def _stand_in_slurm(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, scontrol: bool) -> Path:
+    """scontrol (whose job shows ExcNodeList=node9) and sbatch that record their calls."""
+    bindir, calls = tmp_path / "bin", tmp_path / "calls"
+    bindir.mkdir()
+    tools = {"sbatch": f'echo "sbatch $*" >> {calls}'}
+    if scontrol:
+        tools["scontrol"] = (
+            f'echo "scontrol $*" >> {calls}; '
+            'if [ "$1" = show ]; then echo "   ReqNodeList=(null) ExcNodeList=node9"; fi'
+        )
+    for name, body in tools.items():
+        (bindir / name).write_text(f"#!/bin/bash\n{body}\n")
+        (bindir / name).chmod(0o755)
+    monkeypatch.setenv("PATH", str(bindir))
+    return calls
+
+
+@pytest.mark.parametrize(
+    ("scontrol", "expected"),
+    [
+        # SLURM refuses ExcNodeList for a running job: set once the job is pending again,
+        # beside the job's own exclusions.
+        (
+            True,
+            [
+                "scontrol requeue 77",
+                "scontrol show job 77",
+                "scontrol update JobId=77 ExcNodeList=node9,node2",
+            ],
+        ),
+        # No scontrol: the script submitted again, kept off the node.
+        (False, ["sbatch --exclude=node2 job.sh"]),
+    ],
+)
+def test_the_requeued_or_resubmitted_piece_is_kept_off_the_bad_node(
+    tmp_path: Path,
+    job_env: dict[str, str],
+    monkeypatch: pytest.MonkeyPatch,
+    scontrol: bool,
+    expected: list[str],
+) -> None:
+    from hpcdist.distributed.requeue import requeue_job
+
+    assert after_failure(job_env, _mark_then_write(tmp_path, "", KILLED))
+    calls = _stand_in_slurm(tmp_path, monkeypatch, scontrol)
+    env = {**job_env, "PATH": os.environ["PATH"]}
+    assert requeue_job(env, 3, False, "job.sh", "a node failed the step")
+    assert calls.read_text().splitlines() == expected

@@ -42,6 +42,7 @@ def test_a_killed_rank_requeues_the_run_without_its_node_and_it_completes(
     assert f"hpcdist: node {bad} named by task 1 Killed" in log, log
     assert f"hpcdist: excluding node {bad} from the next piece" in log, log
     assert f"hpcdist: a node failed the step, requeueing job {job.job_id}" in log, log
+    assert f"hpcdist: this run is kept off node {bad} (task 1 Killed, until " in log, log
     pieces = re.findall(r"^hpcdist: job \d+ on (\S+), restart (\d+)$", log, re.M)
     assert [restart for _, restart in pieces] == ["0", "1"], log
     second = run_slurm("scontrol", "show", "hostnames", pieces[1][0]).stdout.split()
