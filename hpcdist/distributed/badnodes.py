@@ -65,7 +65,7 @@ def named_nodes(log: str, nodes: Sequence[str]) -> list[tuple[str, str]]:
             for node, word in words.items():
                 if word.search(line):
                     found.setdefault(node, f"a network error: {line.strip()[:160]}")
-    return [(node, why) for node, why in found.items() if node in nodes or not nodes]
+    return [(node, why) for node, why in found.items() if node in nodes]
 
 
 class LogMark:
@@ -120,7 +120,7 @@ def after_failure(env: Mapping[str, str], mark: LogMark, now: float | None = Non
         nodes = expand_nodelist(env.get("SLURM_JOB_NODELIST", ""), "SLURM_JOB_NODELIST")
     except ValueError:
         nodes = []
-    found = named_nodes(mark.written_since(), nodes)
+    found = named_nodes(mark.written_since(), nodes) if nodes else []
     if not found:
         return []
     now = time.time() if now is None else now

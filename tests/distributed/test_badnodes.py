@@ -44,6 +44,10 @@ def test_srun_report_names_the_first_task_killed(log: str, expected: list[tuple[
     assert named_nodes(log, NODES) == expected
 
 
+def test_outside_a_slurm_allocation_no_node_is_named() -> None:
+    assert named_nodes(KILLED, []) == []
+
+
 def test_network_error_line_names_the_peer_but_not_a_longer_name() -> None:
     nccl = (
         "1: torch.distributed.DistBackendError: NCCL error: remote process exited or there "
