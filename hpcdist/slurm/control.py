@@ -41,8 +41,9 @@ def is_preempted(job: str) -> bool:
 
 
 def end_time(shown: str) -> float | None:
-    """The ``EndTime`` of ``scontrol show job``'s text as seconds since the epoch (SLURM
-    prints the controller's local time, which is this node's); None if it has none. Pure."""
+    """The ``EndTime`` of ``scontrol show job``'s text as seconds since the epoch (scontrol
+    prints local time, that of the node it runs on, which is this one); None if it has
+    none. Pure."""
     found = _END_TIME.search(shown)
     return datetime.fromisoformat(found.group(1)).timestamp() if found else None
 
