@@ -19,6 +19,7 @@ import click
 
 from hpcdist.errors import UserError
 from hpcdist.facts.launch import rank_log_pattern
+from hpcdist.jobs.badnodeview import describe_held, held_nodes
 from hpcdist.jobs.logpaths import job_logs
 from hpcdist.jobs.logread import printable, read_log_bytes, read_log_text
 from hpcdist.jobs.records import (
@@ -141,27 +142,37 @@ def status(job_id: str | None, as_json: bool) -> int:
     for info in infos:
         info = _with_log_paths(info)
         eff, summary, advice = effs.get(info.job_id, (None, None, None))
+        held = held_nodes(info.job_id)  # nodes the run's next pieces are kept off
         if as_json:
-            data: dict[str, Any] = dataclasses.asdict(info)
-            data["efficiency"] = (
-                None
-                if eff is None
-                else {
-                    **dataclasses.asdict(eff),
-                    "cpu_fraction": eff.cpu_fraction,
-                    "memory_fraction": eff.memory_fraction,
-                    "time_fraction": eff.time_fraction,
-                    "summary": summary,
-                    "advice": advice,
-                }
-            )
+            data = _job_json(info, eff, summary, advice)
+            data["excluded_nodes"] = [record.to_dict() for record in held]
             data["run"] = None if run is None else runs.run_json(run)
             click.echo(json.dumps(data))
         else:
-            click.echo("\n".join(_describe(info, summary, advice)))
+            lines = _describe(info, summary, advice)
+            if held:
+                lines.append(f"  {'excluded:':<11} {describe_held(held)}")
+            click.echo("\n".join(lines))
     if run is not None and not as_json:
         click.echo("\n".join(runs.run_lines(run)))
     return 0
+
+
+def _job_json(info: JobInfo, eff: Any, summary: str | None, advice: str | None) -> dict[str, Any]:
+    data: dict[str, Any] = dataclasses.asdict(info)
+    data["efficiency"] = (
+        None
+        if eff is None
+        else {
+            **dataclasses.asdict(eff),
+            "cpu_fraction": eff.cpu_fraction,
+            "memory_fraction": eff.memory_fraction,
+            "time_fraction": eff.time_fraction,
+            "summary": summary,
+            "advice": advice,
+        }
+    )
+    return data
 
 
 # srun --label's prefix of each line (--rank-logs label): the task number, padded.

@@ -26,6 +26,12 @@ if TYPE_CHECKING:
         heartbeat_for,
         record_piece,
     )
+    from hpcdist.distributed.warnlead import (
+        CheckpointTiming,
+        last_checkpoint_time,
+        record_checkpoint_time,
+        watch_job_end,
+    )
     from hpcdist.facts.protocol import MARKER_VAR, REQUEUE_EXIT_CODE, RUN_DIR_VAR, SIGNAL_VAR
     from hpcdist.facts.runs import RESULTS_FILE, RUN_ID_VAR, RUNS_DIR, run_name
 
@@ -42,6 +48,7 @@ __all__ = [
     "RUN_DIR_VAR",
     "RUN_ID_VAR",
     "SIGNAL_VAR",
+    "CheckpointTiming",
     "DistContext",
     "DistEnv",
     "DistEnvError",
@@ -59,7 +66,9 @@ __all__ = [
     "expand_tasks_per_node",
     "flight_recorder_files",
     "heartbeat_for",
+    "last_checkpoint_time",
     "network_hint",
+    "record_checkpoint_time",
     "record_piece",
     "resolve_env",
     "run_name",
@@ -67,6 +76,7 @@ __all__ = [
     "setup_distributed",
     "single_process",
     "task_device",
+    "watch_job_end",
 ]
 # Where the names of __all__ that are not the process group's come from (the job protocol's
 # names, the run naming, rank 0's heartbeat and run record).
@@ -83,6 +93,11 @@ _FACTS = {
     "heartbeat_for": "hpcdist.distributed.heartbeat",
     "continue_run": "hpcdist.distributed.heartbeat",
     "record_piece": "hpcdist.distributed.heartbeat",
+    # The checkpoint's measured time and the early checkpoint before SLURM's kill.
+    "CheckpointTiming": "hpcdist.distributed.warnlead",
+    "last_checkpoint_time": "hpcdist.distributed.warnlead",
+    "record_checkpoint_time": "hpcdist.distributed.warnlead",
+    "watch_job_end": "hpcdist.distributed.warnlead",
 }
 
 

@@ -51,8 +51,8 @@ def run_id_problem(text: str) -> str:
 
 def is_job_id(text: str) -> bool:
     """``1234`` or ``1234_5`` (an array task): a job's id, never a run id (which has a '-')."""
-    head, _, task = text.partition("_")
-    return head.isdigit() and (not task or task.isdigit()) and text.isascii()
+    head, sep, task = text.partition("_")
+    return head.isdigit() and (not sep or task.isdigit()) and text.isascii()
 
 
 def new_run_id(first_job: str, token: str) -> str:

@@ -58,6 +58,7 @@ def test_continue_a_jobs_run_is_found_when_the_job_starts(folder: Path) -> None:
         (("--continue", "41-abc", "--sweep", "training.lr=1,2"), "with --sweep"),
         (("--continue", "41", "--sweep", "training.lr=1,2"), "with --sweep"),
         (("--continue", "41_x"), "--continue '41_x': no run of that id"),
+        (("--continue", "41_"), "--continue '41_': no run of that id"),
         (("--tracker-env", "WANDB RUN"), "--tracker-env 'WANDB RUN' is not an environment"),
         (("--tracker-env", "1X"), "--tracker-env '1X' is not an environment"),
         (("--tracker-env", "SLURM_JOB_NAME"), "hpcdist's or SLURM's own"),
