@@ -142,7 +142,7 @@ def status(job_id: str | None, as_json: bool) -> int:
     for info in infos:
         info = _with_log_paths(info)
         eff, summary, advice = effs.get(info.job_id, (None, None, None))
-        held = held_nodes(info.job_id)  # nodes the run's next pieces are kept off
+        held = held_nodes(_bad_node_key(run, info.job_id))  # the run's next pieces avoid
         if as_json:
             data = _job_json(info, eff, summary, advice)
             data["excluded_nodes"] = [record.to_dict() for record in held]
@@ -441,3 +441,11 @@ def list_command() -> int:
 def _newest_first(row: tuple[str, ...]) -> tuple[int, int, str]:
     head, _, task = row[0].partition("_")
     return (-int(head) if head.isdigit() else 0, -int(task) if task.isdigit() else 0, row[0])
+
+
+def _bad_node_key(run: Any, job_id: str) -> str:
+    """Whose bad-node record a job's status shows: its run folder's name, as the job keys
+    it (``hpcdist.distributed.badnodes.run_key``; a ``--continue`` piece trains in the
+    first job's folder), else the job id."""
+    run_dir = run.last.run_dir if run is not None and run.pieces else ""
+    return Path(run_dir).name if run_dir else job_id

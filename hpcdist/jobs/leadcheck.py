@@ -35,7 +35,24 @@ def run_folders(spec: JobSpec) -> list[Path]:
         Path(v) for k, v in (o.partition("=")[::2] for o in spec.overrides) if k == "output.run_dir"
     ]
     found += [Path(value) for key, value in spec.env if key == RUN_DIR_VAR]
+    found += _continued(spec.continue_run)
     return list(dict.fromkeys(found))
+
+
+def _continued(run_or_job: str | None) -> list[Path]:
+    """The folder a ``--continue RUN`` (or ``--continue JOB``) job trains in, where this
+    folder's run records know it already."""
+    if not run_or_job:
+        return []
+    from hpcdist.jobs.runs import load_run, run_of_job
+
+    try:
+        run = load_run(run_or_job) or run_of_job(run_or_job)
+    except (OSError, ValueError):
+        return []
+    if run is None or not run.pieces or not run.last.run_dir:
+        return []
+    return [Path(run.last.run_dir)]
 
 
 def _from_command(words: tuple[str, ...]) -> Iterator[Path]:

@@ -182,3 +182,13 @@ def test_status_and_logs_of_a_run_through_the_command_line(
     assert logs.stdout.count("==> run 41-ab, piece ") == 3 and "(no log found)" in logs.stdout
     bad = CliRunner().invoke(cli, ["status", "41-zz"])
     assert bad.exit_code == 2 and "neither a job id" in bad.stderr
+
+
+def test_status_reads_the_bad_nodes_of_the_folder_the_run_trains_in(records: Path) -> None:
+    # The job keys its bad-node record by its run folder's name (a --continue piece trains
+    # in the first job's folder); status looks it up the same way, else by the job id.
+    from hpcdist.cli.follow import _bad_node_key
+
+    run = load_run("41-ab", records)
+    assert _bad_node_key(run, "45") == "41"
+    assert _bad_node_key(None, "45") == "45"

@@ -3,6 +3,7 @@ checkpoint needs; the bad-node flags reach the script."""
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import pytest
@@ -74,3 +75,23 @@ def test_bad_node_flags_reach_the_script_and_a_bad_hold_is_one_line(
     assert (code, out) == (2, "")
     assert err.strip() == "hpcdist: error: --bad-node-hold must be >= 1 second, got 0"
     assert _render(capsys, "--bad-node-hold", "1")[0] == 0
+
+
+@pytest.mark.parametrize(("given", "found"), [("41-ab", True), ("41", True), ("42", False)])
+def test_a_continued_run_is_checked_in_the_folder_its_records_name(
+    recorded: Path, tmp_path: Path, given: str, found: bool
+) -> None:
+    # --continue RUN (or JOB): the run's last piece trained in runs/12, which the flag
+    # itself never names.
+    piece = tmp_path / ".hpcdist" / "runs" / "41-ab" / "41-0.json"
+    piece.parent.mkdir(parents=True, mode=0o700)
+    (tmp_path / ".hpcdist").chmod(0o700)
+    (tmp_path / ".hpcdist" / "runs").chmod(0o700)
+    record = {"job_id": "41", "restart": 0, "started": 1, "run_dir": str(recorded)}
+    piece.write_text(json.dumps({**record, "workdir": str(tmp_path)}))
+    piece.chmod(0o600)
+    spec = spec_from_options(
+        {"mode": "gloo", "nodes": 2, "signal": "USR2@10", "continue_run": given}
+    )
+    assert run_folders(spec) == ([recorded] if found else [])
+    assert ("last checkpoint in" in lead_warning(spec)) is found
