@@ -81,6 +81,14 @@ def sbatch_directives(spec: JobSpec) -> list[Directive]:
                 ),
             )
         )
+    if spec.array is not None:
+        rows.append(
+            Directive(
+                "array",
+                spec.array,
+                comment="Job array: every task runs this job; SLURM_ARRAY_TASK_ID tells them apart.",
+            )
+        )
     dependency = dependency_value(spec.after)
     if dependency is not None:
         rows.append(Directive("dependency", dependency))

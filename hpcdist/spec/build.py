@@ -13,6 +13,7 @@ from typing import Any
 from hpcdist.errors import SpecError
 from hpcdist.facts.cpulayout import cpus_per_task
 from hpcdist.facts.protocol import COLLECTIVE_TIMEOUT_ENV
+from hpcdist.spec.grammar import node_count
 from hpcdist.spec.joboption import JobOption
 from hpcdist.spec.jobspec import (
     _NCCL_ENV,
@@ -84,6 +85,8 @@ def _merged(profile: Profile, flags: Mapping[str, Any]) -> dict[str, Any]:
     site = {"partition": profile.partition, "account": profile.account, "qos": profile.qos}
     merged.update({k: v for k, v in site.items() if v is not None})
     merged.update({k: v for k, v in flags.items() if v is not None and v != ()})
+    where = "--nodes" if flags.get("nodes") is not None else profile.key("defaults.nodes")
+    merged["nodes"] = node_count(where, merged["nodes"])
     return merged
 
 
@@ -235,6 +238,11 @@ def _as_declared(option: JobOption, value: Any) -> Any:
         return tuple(value or ())
     if option.value_type == "bool":
         return bool(value)
+    if option.value_type == "exclusive":
+        # True (whole nodes), False, or a kind (user, mcs) that validation checks.
+        return value if isinstance(value, str) and value not in ("", "true") else bool(value)
+    if option.value_type == "nodes":
+        return node_count("--nodes", value)
     if value is None:
         return None
     if option.value_type == "int":

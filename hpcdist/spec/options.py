@@ -17,6 +17,7 @@ import click
 from hpcdist.errors import SpecError
 from hpcdist.spec.build import build_spec
 from hpcdist.spec.dependency import parse_after
+from hpcdist.spec.grammar import node_count
 from hpcdist.spec.joboption import JobOption
 from hpcdist.spec.jobspec import AUTO, JOB_OPTIONS, JobSpec
 from hpcdist.spec.logfolder import private_logs
@@ -42,10 +43,29 @@ class _GpuCount(click.ParamType):
             self.fail(f"{value!r} is not an integer nor 'auto'", param, ctx)
 
 
-_TYPES: dict[str, Any] = {"str": None, "int": int, "bool": None, "count": _GpuCount()}
+class _NodeCount(click.ParamType):
+    """SLURM's node count, ``4`` or ``MIN-MAX``; a range of two counts is refused in one line."""
+
+    name = "N"
+
+    def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> Any:
+        return node_count("--nodes", value)
+
+
+_TYPES: dict[str, Any] = {
+    "str": None,
+    "int": int,
+    "bool": None,
+    "count": _GpuCount(),
+    "nodes": _NodeCount(),
+}
+# --no-exclusive: its own option (--exclusive takes an optional value, user or mcs).
+_NO_EXCLUSIVE = "no_exclusive"
 
 
 def _click_option(option: JobOption) -> Callable[[F], F]:
+    if option.value_type == "exclusive":
+        return _exclusive_options(option)
     names = [option.flag] + ([option.short] if option.short else [])
     kwargs: dict[str, Any] = {"default": None, "help": option.help, "metavar": option.metavar}
     if option.choices:
@@ -55,6 +75,19 @@ def _click_option(option: JobOption) -> Callable[[F], F]:
     if option.multiple:
         kwargs.update(multiple=True, default=())
     return click.option(*names, option.name, **kwargs)
+
+
+def _exclusive_options(option: JobOption) -> Callable[[F], F]:
+    """``--exclusive`` (whole nodes), ``--exclusive=user|mcs``, and ``--no-exclusive``."""
+    on, off = option.flag.split("/")
+    with_value = click.option(
+        on, option.name, is_flag=False, flag_value="", default=None, help=option.help,
+        metavar="[=user|mcs]",
+    )
+    without = click.option(
+        off, _NO_EXCLUSIVE, is_flag=True, default=None, help="Not --exclusive (over a profile's)."
+    )
+    return lambda func: with_value(without(func))
 
 
 # Options that are not fields of the JobSpec: where its values come from.
@@ -97,6 +130,7 @@ def spec_from_options(options: dict[str, Any]) -> JobSpec:
     if backend and flags.get("mode") and flags["mode"] != backend:
         raise SpecError(f"--backend {backend!r} contradicts --mode {flags['mode']!r}")
     flags["mode"] = flags.get("mode") or backend
+    _fold_exclusive(flags)
     flags["env"] = tuple(_parse_env(item) for item in flags.get("env") or ())
     flags["overrides"] = parse_sets(flags.get("overrides") or ())
     flags["sweep"] = parse_sweeps(flags.get("sweep") or ())
@@ -127,6 +161,16 @@ def options_profile(options: dict[str, Any]) -> Profile:
         options.get("profile") or os.environ.get("HPCDIST_PROFILE") or DEFAULT_PROFILE,
         trust=bool(options.get("trust_profile", False)),
     )
+
+
+def _fold_exclusive(flags: dict[str, Any]) -> None:
+    """--exclusive alone is True, --exclusive=user its kind, --no-exclusive False."""
+    if flags.pop(_NO_EXCLUSIVE, None):
+        if flags.get("exclusive") is not None:
+            raise SpecError("--exclusive and --no-exclusive contradict each other; give one")
+        flags["exclusive"] = False
+    elif flags.get("exclusive") == "":
+        flags["exclusive"] = True
 
 
 def _parse_env(item: str) -> tuple[str, str]:
