@@ -83,7 +83,9 @@ def _check_slurm_spelling(item: str, text: str) -> None:
         if kind == SINGLETON and not colon:
             continue
         if kind not in TYPES or not all(_TERM_JOB.fullmatch(job) for job in jobs.split(":")):
-            raise SpecError(f"{AFTER_FLAG} {item!r}: {term!r} is not a SLURM dependency; {_EXPECTED}")
+            raise SpecError(
+                f"{AFTER_FLAG} {item!r}: {term!r} is not a SLURM dependency; {_EXPECTED}"
+            )
 
 
 def dependency_value(after: After) -> str | None:

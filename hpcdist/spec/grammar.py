@@ -47,8 +47,24 @@ _SIGNAL_NAMES = {
     "TTOU": 22,
     "URG": 23,
     "XCPU": 24,
+    # Names SLURM 22.05 refuses and 24.11 takes; none of them is a warning a job catches.
+    "ILL": 4,
+    "TRAP": 5,
+    "BUS": 7,
+    "FPE": 8,
+    "SEGV": 11,
+    "PIPE": 13,
+    "CHLD": 17,
+    "XFSZ": 25,
+    "VTALRM": 26,
+    "PROF": 27,
+    "WINCH": 28,
+    "IO": 29,
+    "POLL": 29,
+    "PWR": 30,
+    "SYS": 31,
 }
-_SIGNAL_NUMBERS = {number: name for name, number in _SIGNAL_NAMES.items()}
+_SIGNAL_NUMBERS = {number: name for name, number in reversed(_SIGNAL_NAMES.items())}
 # The warnings a job can catch and checkpoint on (the runner traps them).
 WARNING_SIGNALS = ("USR1", "USR2", "TERM", "INT", "HUP", "URG", "CONT")
 _SIGNAL = re.compile(r"(?:([BRbr]+):)?([A-Za-z0-9]+)(?:@([0-9]*))?")
@@ -125,37 +141,41 @@ def check_mail_type(where: str, value: str) -> None:
         raise SpecError(f"{where} {value!r} names no mail type; expected e.g. END,FAIL")
 
 
-# --nodes: N or MIN-MAX (SLURM starts the job on anything between the two).
-_NODE_COUNT = re.compile(r"([0-9]+)(?:-([0-9]+))?")
+# --nodes: N, MIN-MAX, or (SLURM >= 23.02) MIN-MAX:STEP and comma lists of counts.
+_NODE_COUNTS = re.compile(r"([0-9]+)(?:-([0-9]*)(?::([0-9]+))?)?")
 
 
 def node_count(where: str, value: object) -> int:
-    """A node count of ``--nodes`` or a profile: ``4``, or a range whose ends agree
-    (``4-4``). hpcdist lays the ranks out before the job starts, so a range is refused."""
+    """A node count of ``--nodes`` or a profile: ``4``, or a range or list whose counts all
+    agree (``4-4``). hpcdist lays the ranks out before the job starts, so a choice of
+    counts is refused."""
     if isinstance(value, int) and not isinstance(value, bool):
         return value
     text = str(value)
     if re.fullmatch(r"-?[0-9]+", text):
         return int(text)  # a count below 1 is refused with the job's other counts
-    match = _NODE_COUNT.fullmatch(text)
-    if match is None:
+    counts: set[int] = set()
+    for item in text.split(","):
+        match = _NODE_COUNTS.fullmatch(item)
+        if match is None:
+            raise SpecError(
+                f"{where} {text!r} is not a SLURM node count; expected a number such as 4 "
+                "(or a range MIN-MAX)"
+            )
+        low, high, step = match.groups()
+        if high is not None and (high == "" or int(high) < int(low)):
+            raise SpecError(
+                f"{where} {text!r}: the most nodes {high or 'none'} is fewer than the least "
+                f"{low} (SLURM refuses it); expected MIN-MAX with MIN <= MAX"
+            )
+        counts.update(range(int(low), int(high or low) + 1, int(step or 1) or 1))
+    if len(counts) > 1:
         raise SpecError(
-            f"{where} {text!r} is not a SLURM node count; expected a number such as 4 "
-            "(or a range MIN-MAX)"
-        )
-    low, high = int(match.group(1)), int(match.group(2) or match.group(1))
-    if high < low:
-        raise SpecError(
-            f"{where} {text!r}: the most nodes {high} is fewer than the least {low} (SLURM "
-            "refuses it); expected MIN-MAX with MIN <= MAX"
-        )
-    if high != low:
-        raise SpecError(
-            f"{where} {text!r} lets SLURM choose between {low} and {high} nodes; hpcdist "
+            f"{where} {text!r} lets SLURM choose among {len(counts)} node counts; hpcdist "
             "lays the ranks out (world size, rank 0's node) before the job starts and needs "
-            f"one count: expected e.g. {where} {low}"
+            f"one count: expected e.g. {where} {min(counts)}"
         )
-    return low
+    return counts.pop()
 
 
 # --exclusive[=user|mcs] (no value: whole nodes).

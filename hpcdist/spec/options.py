@@ -81,7 +81,12 @@ def _exclusive_options(option: JobOption) -> Callable[[F], F]:
     """``--exclusive`` (whole nodes), ``--exclusive=user|mcs``, and ``--no-exclusive``."""
     on, off = option.flag.split("/")
     with_value = click.option(
-        on, option.name, is_flag=False, flag_value="", default=None, help=option.help,
+        on,
+        option.name,
+        is_flag=False,
+        flag_value="",
+        default=None,
+        help=option.help,
         metavar="[=user|mcs]",
     )
     without = click.option(

@@ -195,12 +195,13 @@ def _check_nodes(spec: JobSpec) -> None:
         try:
             names = expand_nodelist(nodes, flag)
         except NodeListError as exc:
-            raise SpecError(str(exc)) from exc
+            raise SpecError(f"{exc} (SLURM refuses it)") from exc
         if flag == "--nodelist" and len(set(names)) > spec.nodes:
             raise SpecError(
                 f"--nodelist {nodes!r} names {len(set(names))} nodes, more than --nodes "
-                f"{spec.nodes} (SLURM refuses it: the job must run on every node named); "
-                f"expected at most {spec.nodes} names, or --nodes {len(set(names))}"
+                f"{spec.nodes}: SLURM 22.05 refuses the job, later releases run it on "
+                f"{spec.nodes} of them; expected at most {spec.nodes} names, or --nodes "
+                f"{len(set(names))}"
             )
 
 
