@@ -86,7 +86,7 @@ def sbatch_directives(spec: JobSpec) -> list[Directive]:
             Directive(
                 "array",
                 spec.array,
-                comment="Job array: every task runs this job; SLURM_ARRAY_TASK_ID tells them apart.",
+                comment="Job array: every task runs this job; SLURM_ARRAY_TASK_ID tells them apart",
             )
         )
     dependency = dependency_value(spec.after)
