@@ -217,6 +217,17 @@ def test_after_takes_slurms_dependency_grammar(
         (["-o", "."], "--output '.' is a folder; SLURM opens the log as a file there"),
         (["-o", "/tmp"], "--output '/tmp' is a folder; SLURM opens the log as a file there"),
         (["-e", "logs/"], "--error 'logs/' is a folder; SLURM opens the log as a file there"),
+        (
+            ["--env", "HPCDIST_SIGNAL=USR1"],
+            "--env 'HPCDIST_SIGNAL=USR1': hpcdist sets HPCDIST_SIGNAL for every rank itself; "
+            "use --signal instead",
+        ),
+        (
+            ["--env", "OMP_NUM_THREADS=7"],
+            "--env 'OMP_NUM_THREADS=7': hpcdist sets OMP_NUM_THREADS for every rank of a CPU "
+            "job (its CPU layout) itself; use --threads-per-task instead",
+        ),
+        (["--env", "HPCDIST_CPUS_PER_TASK=3"], "use --cpus-per-task instead"),
     ],
 )
 @pytest.mark.parametrize("command", COMMANDS)
@@ -236,3 +247,24 @@ def test_a_job_name_with_a_slash_is_fine_where_no_log_name_holds_it(
     (tmp_path / "logs").mkdir()
     spec = spec_from_options({"profile": None, "output": "logs/%x-%j.out"})
     assert _directives(render(spec))["output"] == "logs/%x-%j.out"
+
+
+def test_a_gpu_jobs_thread_count_from_env_reaches_its_ranks() -> None:
+    spec = spec_from_options(
+        {"profile": None, "mode": "nccl", "gpus_per_node": 1, "env": ("OMP_NUM_THREADS=7",)}
+    )
+    exports = [ln for ln in render(spec).splitlines() if ln.startswith("export OMP_NUM_THREADS")]
+    assert exports[-1] == "export OMP_NUM_THREADS=7"  # after the script's own, so it wins
+
+
+def test_a_profiles_owned_variable_is_named_as_its_key(tmp_path: Path) -> None:
+    site = tmp_path / "site.yaml"
+    site.write_text("gloo_env:\n  OMP_WAIT_POLICY: passive\n")
+    site.chmod(0o600)
+    with pytest.raises(SpecError) as info:
+        spec_from_options({"profile": str(site), "mode": "gloo"})
+    assert str(info.value) == (
+        f"profile 'site' ({site}) key gloo_env 'OMP_WAIT_POLICY=passive': hpcdist sets "
+        "OMP_WAIT_POLICY for every rank of a CPU job (its CPU layout) itself; use "
+        "--omp-wait-policy instead"
+    )
