@@ -11,8 +11,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from hpcdist.errors import SpecError
-from hpcdist.facts.cpulayout import cpus_per_task
-from hpcdist.facts.cpulayout import CPUS_VAR
+from hpcdist.facts.cpulayout import CPUS_VAR, cpus_per_task
 from hpcdist.facts.protocol import (
     COLLECTIVE_TIMEOUT_ENV,
     LOCAL_FOLDER_VAR,

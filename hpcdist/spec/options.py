@@ -14,7 +14,7 @@ from typing import Any, TypeVar
 
 import click
 
-from hpcdist.errors import SpecError
+from hpcdist.errors import ProfileError, SpecError
 from hpcdist.spec.build import build_spec
 from hpcdist.spec.dependency import parse_after
 from hpcdist.spec.grammar import node_count
@@ -27,6 +27,7 @@ from hpcdist.spec.sweep import parse_sets, parse_sweeps
 from hpcdist.spec.validate import current_folder
 
 F = TypeVar("F", bound=Callable[..., Any])
+PROFILE_ENV = "HPCDIST_PROFILE"
 
 
 class _GpuCount(click.ParamType):
@@ -162,10 +163,16 @@ def options_profile(options: dict[str, Any]) -> Profile:
     named = options.get("profile")
     if named is not None and not str(named).strip():
         raise SpecError(f"--profile is empty ({named!r}); leave it out or name a profile")
-    return load_profile(
-        options.get("profile") or os.environ.get("HPCDIST_PROFILE") or DEFAULT_PROFILE,
-        trust=bool(options.get("trust_profile", False)),
-    )
+    from_env = os.environ.get(PROFILE_ENV) if not named else None
+    try:
+        return load_profile(
+            named or from_env or DEFAULT_PROFILE, trust=bool(options.get("trust_profile", False))
+        )
+    except ProfileError as exc:
+        if from_env and str(exc).startswith("--profile "):
+            # The name came from the environment: the message names where it was set.
+            raise ProfileError(PROFILE_ENV + str(exc).removeprefix("--profile")) from None
+        raise
 
 
 def _fold_exclusive(flags: dict[str, Any]) -> None:

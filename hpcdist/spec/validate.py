@@ -89,9 +89,12 @@ def _check_ntasks(spec: JobSpec, ntasks: int) -> None:
             "one task on every node"
         )
     if spec.mode not in ("gloo", "test") or spec.on_gpus:
+        got = f"--mode {spec.mode}"
+        if spec.mode == "test":
+            got += f" with --gpus-per-node {spec.gpus_per_node} (one task per GPU)"
         raise SpecError(
-            f"--ntasks {ntasks} needs a CPU job (--mode gloo or test), got --mode {spec.mode}"
-            + (" on GPUs (one task per GPU: --gpus-per-node)" if spec.on_gpus else "")
+            f"--ntasks {ntasks} needs ranks on CPUs (--mode gloo, or --mode test without GPUs), "
+            f"got {got}"
         )
     if spec.launcher == "torchrun":
         raise SpecError(
@@ -210,6 +213,7 @@ def _check_cpus(spec: JobSpec, profile: Profile) -> None:
     if isinstance(tasks, int) and tasks < 1:
         raise SpecError(f"--tasks-per-node must be >= 1, got {tasks}")
     if not isinstance(cpus, int):
+        _check_threads(spec, 1)  # GPU counted at run time: --threads-per-task is refused
         return
     if cpus < 1:
         raise SpecError(f"--cpus-per-task must be >= 1, got {cpus}")
@@ -291,9 +295,13 @@ def _bash_syntax_error(line: str) -> str | None:
         except ValueError as exc:
             return str(exc)
         return None
+    lines = proc.stderr.strip().splitlines()
+    if any("here-document" in line for line in lines):
+        # bash only warns of a here-document that the line leaves open: the script's next
+        # lines would be read into it, and the job would fail when it starts.
+        return "a here-document (<<) that this line does not close"
     if proc.returncode == 0:
         return None
-    lines = proc.stderr.strip().splitlines()
     if not lines:
         return "syntax error"
     return lines[-1].removeprefix("bash: ").removeprefix("-c: ")
