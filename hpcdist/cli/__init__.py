@@ -7,7 +7,6 @@ May import every room; nothing imports it.
 
 from __future__ import annotations
 
-
 import sys
 
 # Exit status of a command ended by Ctrl-C (128 + SIGINT), as a shell reports it.

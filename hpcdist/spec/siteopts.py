@@ -188,6 +188,12 @@ def _check_mail(spec: JobSpec) -> None:
 
 def _check_nodes(spec: JobSpec) -> None:
     check_exclusive("--exclusive", spec.exclusive)
+    if isinstance(spec.exclusive, str) and spec.gpus_auto:
+        raise SpecError(
+            f"--exclusive={spec.exclusive} with --mode nccl and no GPU count: such a job takes "
+            "whole nodes (--exclusive) to count their GPUs when it starts; expected "
+            "--gpus-per-node N, or --exclusive alone"
+        )
     for flag, nodes in (("--nodelist", spec.nodelist), ("--exclude", spec.exclude)):
         if nodes is None or "/" in nodes:  # with a slash: a file of node names
             continue

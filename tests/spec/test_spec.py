@@ -47,7 +47,7 @@ BAD_REQUESTS: list[tuple[list[str], str]] = [
     ),
     (
         ["--nodes", "2-4"],
-        "--nodes '2-4' lets SLURM choose between 2 and 4 nodes; hpcdist lays the ranks out "
+        "--nodes '2-4' lets SLURM choose among 3 node counts; hpcdist lays the ranks out "
         "(world size, rank 0's node) before the job starts and needs one count: expected e.g. "
         "--nodes 2",
     ),
@@ -176,7 +176,8 @@ BAD_REQUESTS: list[tuple[list[str], str]] = [
     ),
     (
         ["--signal", "PIPE@5"],
-        "--signal 'PIPE@5' is not a SLURM signal;" + _SIGNAL_EXPECTED,
+        "--signal 'PIPE@5': SLURM would send PIPE, which the job cannot catch to checkpoint; "
+        "hpcdist needs one of USR1, USR2, TERM, INT, HUP, URG, CONT, e.g. USR2@90",
     ),
     (["--env", "NOEQUALS"], "--env 'NOEQUALS'; expected KEY=VALUE"),
     (["--env", "1BAD=x"], "--env '1BAD' is not a variable name; expected [A-Za-z_][A-Za-z0-9_]*"),
