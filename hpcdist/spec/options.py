@@ -146,6 +146,11 @@ def spec_from_options(options: dict[str, Any]) -> JobSpec:
     )
     command = flags.pop("command", None)
     if command is not None:
+        if "\n" in command or "\r" in command or "\x00" in command:
+            # shlex would read a newline as a space: `a<newline>b` would run as `a b`
+            raise SpecError(
+                f"--command {command!r} contains a newline or NUL; expected one command line"
+            )
         try:
             flags["command"] = tuple(shlex.split(command))
         except ValueError as exc:

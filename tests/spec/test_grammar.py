@@ -228,6 +228,7 @@ def test_after_takes_slurms_dependency_grammar(
             "job (its CPU layout) itself; use --threads-per-task instead",
         ),
         (["--env", "HPCDIST_CPUS_PER_TASK=3"], "use --cpus-per-task instead"),
+        (["--command", "a\nb"], "--command 'a\\nb' contains a newline or NUL; expected one"),
     ],
 )
 @pytest.mark.parametrize("command", COMMANDS)
@@ -268,3 +269,9 @@ def test_a_profiles_owned_variable_is_named_as_its_key(tmp_path: Path) -> None:
         "OMP_WAIT_POLICY for every rank of a CPU job (its CPU layout) itself; use "
         "--omp-wait-policy instead"
     )
+
+
+def test_a_plain_array_needs_slurm(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.chdir(tmp_path)
+    said = _refused(["submit", "--executor", "local"], ["--array", "0-3"], tmp_path)
+    assert said.startswith("--array needs SLURM; the local executor runs on this machine")
