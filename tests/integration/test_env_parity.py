@@ -12,7 +12,12 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 from tests.integration.conftest import SlurmCluster, job_state, sbatch, slurm_env
+
+# The variables SLURM gives a step differ between versions (26.05 adds SLURM_JOB_SLUID).
+pytestmark = pytest.mark.slurm_versions
 
 HPCDIST = [sys.executable, "-m", "hpcdist.cli.main"]
 # Each rank writes its environment to env-<job id>-<rank>.json in the job's folder.
@@ -26,7 +31,7 @@ USER_ENV = ("--env", "MY_SETTING=a b", "--env", "LITERAL=$HOME")
 # Variables whose values name one job: its id, times, ports, the files made for it.
 _PER_JOB = re.compile(
     r"SLURM_(JOB_ID|JOBID|TASK_PID|JOB_START_TIME|JOB_END_TIME|STEP_RESV_PORTS|SRUN_COMM_PORT"
-    r"|STEP_LAUNCHER_PORT|STEP_ID|STEPID)|MASTER_PORT|HPCDIST_(SECRET_FILE|REQUEUE_MARKER)"
+    r"|STEP_LAUNCHER_PORT|STEP_ID|STEPID|[A-Z_]*SLUID)|MASTER_PORT|HPCDIST_(SECRET_FILE|REQUEUE_MARKER)"
     r"|_|OLDPWD"
 )
 
