@@ -27,6 +27,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
+from hpcdist.distributed.badnodes import LogMark, after_failure, hold_s, say_held
 from hpcdist.distributed.gpus import count_gpus, listed_gpus
 from hpcdist.distributed.jobsecret import create_secret_file
 from hpcdist.distributed.requeue import SignalRelay, checkpointed, requeue_job
@@ -135,16 +136,27 @@ def run(args: argparse.Namespace) -> int:
     relay = None
     if args.warning:
         relay = SignalRelay(signal.Signals[f"SIG{args.warning}"]).install()
+    # Where the job's log ends now: a failed step's lines after it may name a bad node.
+    mark = LogMark() if hold_s(os.environ) is not None else None
+    say_held(os.environ)
     child = subprocess.Popen(args.command, env=safe_python_env(os.environ))
     if relay is not None:
         relay.attach(child.pid, pending=args.warned == 1)
     code = child.wait()
     status = 128 - code if code < 0 else code  # as bash reports a death by signal
+    marker = Path(os.environ[MARKER_VAR]) if os.environ.get(MARKER_VAR) else None
+    left_behind = []
+    if status != 0 and mark is not None and not checkpointed(status, marker):
+        left_behind = after_failure(os.environ, mark)
     if not args.requeue:
         return status
-    marker = Path(os.environ[MARKER_VAR]) if os.environ.get(MARKER_VAR) else None
     if not checkpointed(status, marker):
-        return status
+        if not left_behind:
+            return status
+        # A node broke the step: the run goes on from its last checkpoint, elsewhere.
+        cause = "a node failed the step"
+        requeued = requeue_job(os.environ, args.max_restarts, terminated, args.script, cause)
+        return 0 if requeued else status
     if marker is not None:
         marker.unlink(missing_ok=True)
     requeued = requeue_job(os.environ, args.max_restarts, terminated, resubmit=args.script)
