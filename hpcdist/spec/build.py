@@ -12,6 +12,7 @@ from typing import Any
 
 from hpcdist.errors import SpecError
 from hpcdist.facts.cpulayout import CPUS_VAR, cpus_per_task
+from hpcdist.facts.leads import SIGNAL_LEAD_VAR
 from hpcdist.facts.protocol import (
     COLLECTIVE_TIMEOUT_ENV,
     LOCAL_FOLDER_VAR,
@@ -125,6 +126,7 @@ def _tasks_and_cpus(
 # is --signal's, the local executor shares its CPUs by the layout), so it is refused.
 _OWNED_ENV = {
     SIGNAL_VAR: "--signal",
+    SIGNAL_LEAD_VAR: "--signal (its @SECONDS)",
     CPUS_VAR: "--cpus-per-task",
     COLLECTIVE_TIMEOUT_ENV: "--collective-timeout",
     MARKER_VAR: "nothing: hpcdist's runner sets it for each job",
