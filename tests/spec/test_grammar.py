@@ -275,3 +275,20 @@ def test_a_plain_array_needs_slurm(tmp_path: Path, monkeypatch: pytest.MonkeyPat
     monkeypatch.chdir(tmp_path)
     said = _refused(["submit", "--executor", "local"], ["--array", "0-3"], tmp_path)
     assert said.startswith("--array needs SLURM; the local executor runs on this machine")
+
+
+def test_a_profiles_unlimited_max_time_is_no_limit_and_its_unlimited_default_is_refused(
+    tmp_path: Path,
+) -> None:
+    site = tmp_path / "site.yaml"
+    site.write_text("max_time: UNLIMITED\n")
+    site.chmod(0o600)
+    spec = spec_from_options({"profile": str(site), "time": "30-00:00:00"})
+    assert _directives(render(spec))["time"] == "30-00:00:00"
+    site.write_text("defaults:\n  time: infinite\n")
+    with pytest.raises(SpecError) as info:
+        spec_from_options({"profile": str(site)})
+    assert str(info.value).startswith(
+        f"profile 'site' ({site}) key defaults.time 'infinite' asks SLURM for no time limit; "
+        "hpcdist needs a finite time limit"
+    )
