@@ -34,6 +34,9 @@ _EXPECTED = (
     f"{', '.join(TYPES)}) or singleton, joined by , (all) or ? (any)"
 )
 
+# SLURM's controller takes both, yet does not say how they combine.
+_ONE_SEPARATOR = "sbatch(1) allows one separator per job, , or ? (how both combine is undefined)"
+
 After = tuple[str, ...]  # sbatch dependency terms, all of which must hold
 
 
@@ -61,7 +64,7 @@ def parse_after(items: Sequence[str]) -> After:
     if either and len(terms) > 1:
         raise SpecError(
             f"{AFTER_FLAG} {either[0]!r} (any one of) with other --after conditions (all of): "
-            "SLURM takes one separator, , or ?; expected the whole condition in one --after"
+            f"{_ONE_SEPARATOR}; expected the whole condition in one --after"
         )
     return terms
 
@@ -74,7 +77,7 @@ def _is_slurm_spelling(text: str) -> bool:
 def _check_slurm_spelling(item: str, text: str) -> None:
     if "," in text and "?" in text:
         raise SpecError(
-            f"{AFTER_FLAG} {item!r} joins terms by both , and ?; SLURM takes one separator: "
+            f"{AFTER_FLAG} {item!r} joins terms by both , and ?; {_ONE_SEPARATOR}: "
             "expected , (all must hold) or ? (any one is enough)"
         )
     for term in re.split(r"[,?]", text):

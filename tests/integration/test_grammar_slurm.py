@@ -145,6 +145,10 @@ def _dependency(job: int) -> Iterator[Case]:
     ]
     for value in [*good, *bad]:
         yield Case("dependency", value, (("mode", "test"), ("after", (value,))))
+    # the controller takes both separators, which sbatch(1) says is one too many
+    for value in [f"afterok:{j},afterany:{j}?afternotok:{j}", f"afterok:{j}?after:{j},singleton"]:
+        flags = (("mode", "test"), ("after", (value,)))
+        yield Case("dependency", value, flags, deliberate="allows one separator per job")
     # hpcdist's own short spelling is the sbatch value it renders
     for short, value in [(j, f"afterok:{j}"), (f"{j}:any", f"afterany:{j}")]:
         yield Case("dependency", value, (("mode", "test"), ("after", (short,))))
