@@ -1,7 +1,8 @@
 """What a rendered batch script asks of hpcdist: ``python3 -m hpcdist.distributed.jobstep``.
 
     prepare   the job's private state: its folders checked (``hpcdist.state``), a new
-              secret, the log record, the requeue marker's path; prints the shell lines
+              secret, the log record, the requeue marker's path, the run it is a piece
+              of (``hpcdist.distributed.runpiece``); prints the shell lines
               (``export HPCDIST_SECRET_FILE=...``) the script evaluates
     gpus      this node's GPUs (``hpcdist.distributed.gpus``), as shell lines, or one line
               saying there are none
@@ -27,9 +28,11 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
+from hpcdist.distributed.badnodes import LogMark, after_failure, hold_s, say_held
 from hpcdist.distributed.gpus import count_gpus, listed_gpus
 from hpcdist.distributed.jobsecret import create_secret_file
 from hpcdist.distributed.requeue import SignalRelay, checkpointed, requeue_job
+from hpcdist.distributed.runpiece import start_piece
 from hpcdist.errors import UserError
 from hpcdist.facts.cpulayout import cpus_per_task
 from hpcdist.facts.protocol import (
@@ -41,6 +44,7 @@ from hpcdist.facts.protocol import (
     derive_port,
     port_seed,
 )
+from hpcdist.facts.runs import RUN_STATE_DIR
 from hpcdist.state.folders import jobs_root, state_dir
 from hpcdist.state.private import write_private
 from hpcdist.state.statehome import shared_reason
@@ -81,6 +85,9 @@ def prepare(
     lines = [f"export {SECRET_VAR}={shlex.quote(str(secret_file))}"]
     # Where this job's logs go, for `hpcdist logs` and `status` once SLURM has forgotten it.
     write_private(below(LOG_DIR), log_record + "\n")
+    # Which run this job is a piece of (HPCDIST_RUN_ID, its run folder), recorded for
+    # `hpcdist status RUN`.
+    lines += start_piece(env, state_dir(*Path(RUN_STATE_DIR).parts[1:], project_dir=project))
     if marker:
         marker_file = below(MARKER_DIR)
         marker_file.unlink(missing_ok=True)
@@ -135,16 +142,27 @@ def run(args: argparse.Namespace) -> int:
     relay = None
     if args.warning:
         relay = SignalRelay(signal.Signals[f"SIG{args.warning}"]).install()
+    # Where the job's log ends now: a failed step's lines after it may name a bad node.
+    mark = LogMark() if hold_s(os.environ) is not None else None
+    say_held(os.environ)
     child = subprocess.Popen(args.command, env=safe_python_env(os.environ))
     if relay is not None:
         relay.attach(child.pid, pending=args.warned == 1)
     code = child.wait()
     status = 128 - code if code < 0 else code  # as bash reports a death by signal
+    marker = Path(os.environ[MARKER_VAR]) if os.environ.get(MARKER_VAR) else None
+    left_behind = []
+    if status != 0 and mark is not None and not checkpointed(status, marker):
+        left_behind = after_failure(os.environ, mark)
     if not args.requeue:
         return status
-    marker = Path(os.environ[MARKER_VAR]) if os.environ.get(MARKER_VAR) else None
     if not checkpointed(status, marker):
-        return status
+        if not left_behind:
+            return status
+        # A node broke the step: the run goes on from its last checkpoint, elsewhere.
+        cause = "a node failed the step"
+        requeued = requeue_job(os.environ, args.max_restarts, terminated, args.script, cause)
+        return 0 if requeued else status
     if marker is not None:
         marker.unlink(missing_ok=True)
     requeued = requeue_job(os.environ, args.max_restarts, terminated, resubmit=args.script)

@@ -299,6 +299,7 @@ def _save_records(
 
 # What only SLURM can honour: the local executor runs on this machine, whatever they ask.
 _SLURM_ONLY = (
+    "array",
     "constraint",
     "exclusive",
     "reservation",

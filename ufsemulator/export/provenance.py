@@ -178,11 +178,14 @@ def build(
     data: Mapping[str, Any] | None = None,
     metrics: Mapping[str, Any] | None = None,
     source: str | None = None,
+    run_id: str | None = None,
 ) -> dict[str, Any]:
-    """The provenance record; what is not known (an export of a bare model) is null."""
+    """The provenance record; what is not known (an export of a bare model) is null.
+    ``run_id``: the training's id across its requeued and resubmitted jobs."""
     import torch
 
     return {
+        "run_id": run_id,
         "format_version": FORMAT_VERSION,
         "package": "hpcdist (ufsemulator)",
         "package_version": package_version(),
