@@ -36,17 +36,20 @@ def expand_pattern(
     name: str,
     rank: int | None = None,
     user: str | None = None,
+    raw_id: str | None = None,
 ) -> str:
     """A log file name pattern as SLURM expands it (sbatch(1), "filename pattern"):
-    ``%j`` the job id (of an array task: ``%A_%a`` as hpcdist names it), ``%A``/``%a`` the
-    array's job and task ids, ``%x`` the job name, ``%t`` the task (rank), ``%u`` the user,
-    ``%%`` a percent sign; a width zero-pads (``%4j``). ``%t`` stays as it is where no rank
-    is asked for; node names (``%N``, ``%n``) and the step (``%s``) stay too."""
+    ``%j`` the job's own id (``raw_id``: an array task has one of its own, which is not
+    ``%A_%a``), ``%A``/``%a`` the array's job and task ids, ``%x`` the job name, ``%t`` the
+    task (rank), ``%u`` the user, ``%%`` a percent sign; a width zero-pads (``%4j``). ``%t``
+    stays as it is where no rank is asked for; node names (``%N``, ``%n``) and the step
+    (``%s``) stay too."""
     array_job, _, array_task = job_id.partition("_")
+    own = raw_id or job_id
     values = {
-        "j": job_id,
-        "J": job_id,
-        "A": array_job,
+        "j": own,
+        "J": own,
+        "A": array_job if array_task else own,
         "a": array_task or "4294967294",  # what SLURM writes for a job outside an array
         "x": name,
         "u": user or getpass.getuser(),
@@ -74,6 +77,7 @@ class LogPaths:
     stderr: Path | None
     looked: tuple[str, ...]
     per_rank: bool = False  # the rank's own files (``--rank-logs split``), not the job's
+    guessed: bool = False  # a file named for the job, not a path SLURM or a record gave
 
     def files(self) -> list[tuple[Path, bool]]:
         """(path, is stderr) of each distinct log, stdout first."""
@@ -86,25 +90,27 @@ class LogPaths:
 def job_logs(
     info: JobInfo, rank: int | None = None, state_folders: Sequence[Path] = ()
 ) -> LogPaths:
-    """The logs of ``info`` (rank ``rank``'s own files where the job split them): SLURM's
-    own paths while it knows them (they hold what sbatch's command line changed too),
-    else the patterns of the job's log record, expanded here."""
+    """The logs of ``info`` (rank ``rank``'s own files where the job split them): the
+    controller's own paths while it knows the job (they hold what sbatch's command line
+    changed too); after, the patterns of the job's log record, expanded here; without a
+    record, sacct's path (SLURM >= 23.02), and last a file in WorkDir named for the job."""
     looked: list[str] = []
     workdir = Path(info.workdir) if info.workdir else None
     folders = list(dict.fromkeys([*state_folders, *([workdir] if workdir else [])]))
-    # While SLURM names the logs, the record only tells whether a rank has files of its own.
-    needed = info.stdout is None or rank is not None
-    record = _read_record(info.job_id, folders, looked) if needed else None
+    controller = info.source == "scontrol" and info.stdout is not None
+    # While the controller names the logs, the record only tells whether a rank has its own.
+    needed = not controller or rank is not None
+    record = _read_record(_record_names(info), folders, looked) if needed else None
     split = record is not None and record.get("rank_logs") == "split" and rank is not None
-    if info.stdout is not None:
+    if controller or (record is None and info.stdout is not None):
+        assert info.stdout is not None
         looked.insert(0, f"SLURM's StdOut {info.stdout}")
         stdout, stderr = info.stdout, info.stderr or info.stdout
         if split:
             stdout, stderr = (rank_log_pattern(p, str(rank)) for p in (stdout, stderr))
         return LogPaths(Path(stdout), Path(stderr), tuple(looked), per_rank=split)
     if record is None:
-        looked.append(f"SLURM's StdOut of job {info.job_id} (unknown)")
-        return LogPaths(None, None, tuple(looked))
+        return _guessed(info, looked)
     base = workdir or Path.cwd()
 
     def path(pattern: str | None) -> Path | None:
@@ -112,7 +118,8 @@ def job_logs(
             return None
         if split:
             pattern = rank_log_pattern(pattern, str(rank))
-        expanded = Path(expand_pattern(pattern, info.job_id, str(record.get("name", ""))))
+        name = str(record.get("name", ""))
+        expanded = Path(expand_pattern(pattern, info.job_id, name, raw_id=info.raw_id))
         return expanded if expanded.is_absolute() else base / expanded
 
     stdout_path = path(record.get("output"))
@@ -120,12 +127,29 @@ def job_logs(
     return LogPaths(stdout_path, stderr_path, tuple(looked), per_rank=split)
 
 
+def _record_names(info: JobInfo) -> list[str]:
+    """The names the job's log record may have: the job's own id (the script writes it
+    under SLURM_JOB_ID, which for an array task is not ``A_a``), then the id asked."""
+    return list(dict.fromkeys(n for n in (info.raw_id, info.job_id) if n))
+
+
+def _guessed(info: JobInfo, looked: list[str]) -> LogPaths:
+    """Neither SLURM nor a record names the logs: a file in WorkDir named for the job, said
+    to be a guess; or none."""
+    looked.append(f"SLURM's StdOut of job {info.job_id} (unknown)")
+    if info.guessed_log is None:
+        return LogPaths(None, None, tuple(looked))
+    looked.append(f"a file named for the job in its WorkDir: {info.guessed_log} (a guess)")
+    guess = Path(info.guessed_log)
+    return LogPaths(guess, guess, tuple(looked), guessed=True)
+
+
 def _read_record(
-    job_id: str, folders: Sequence[Path], looked: list[str]
+    names: Sequence[str], folders: Sequence[Path], looked: list[str]
 ) -> Mapping[str, str | None] | None:
-    for folder in folders:
+    for folder, name in ((f, n) for f in folders for n in names):
         try:
-            path = jobs_root(folder) / LOG_RECORDS / job_id
+            path = jobs_root(folder) / LOG_RECORDS / name
         except (OSError, PrivacyError):
             continue
         looked.append(str(path))

@@ -69,6 +69,11 @@ class JobInfo:
     stderr: str | None
     workdir: str | None
     source: str  # "scontrol" or "sacct"
+    # The job's own id (an array task's differs from "123_4"): its %j, its log record's name.
+    raw_id: str | None = None
+    # A log in WorkDir whose name holds the id, where SLURM (< 23.02 sacct) names none: a
+    # guess, read only where the job's own log record is missing, never taken for SLURM's.
+    guessed_log: str | None = None
 
 
 def _none(value: str | None) -> str | None:
@@ -108,6 +113,7 @@ def from_scontrol(record: Mapping[str, str]) -> JobInfo:
         stderr=_none(record.get("StdErr")),
         workdir=_none(record.get("WorkDir")),
         source="scontrol",
+        raw_id=_none(record.get("JobId")),
     )
 
 
@@ -137,8 +143,7 @@ def from_sacct(rows: Sequence[Mapping[str, str]], job_id: str) -> JobInfo | None
     code, signal = parse_exit_code(row.get("ExitCode", "0:0"))
     workdir = _none(row.get("WorkDir"))
     stdout = sacct_log_path(row.get("StdOut"), row)
-    if stdout is None and workdir is not None:
-        stdout = guess_log(Path(workdir), job_id)
+    guessed = guess_log(Path(workdir), job_id) if stdout is None and workdir else None
     return JobInfo(
         job_id=job_id,
         name=row.get("JobName", ""),
@@ -155,6 +160,8 @@ def from_sacct(rows: Sequence[Mapping[str, str]], job_id: str) -> JobInfo | None
         stderr=sacct_log_path(row.get("StdErr"), row) or stdout,
         workdir=workdir,
         source="sacct",
+        raw_id=_none(row.get("JobIDRaw")),
+        guessed_log=guessed,
     )
 
 
@@ -206,13 +213,18 @@ def guess_log(workdir: Path, job_id: str) -> str | None:
     named = re.compile(rf"(?<![0-9]){re.escape(job_id)}(?![0-9])")
     try:
         found = sorted(
-            path
+            (_looks_like_stderr(path.name), path)
             for path in workdir.iterdir()
             if path.suffix in (".out", ".log") and named.search(path.name) and path.is_file()
         )
     except OSError:
         return None
-    return str(found[0]) if found else None
+    return str(found[0][1]) if found else None
+
+
+def _looks_like_stderr(name: str) -> bool:
+    """``e-123.log``, ``x-123.err.log``: a guess's last choice for a job's stdout."""
+    return bool(re.search(r"(^e[-_.]|err)", name))
 
 
 def _run(argv: Sequence[str]) -> subprocess.CompletedProcess[str] | None:

@@ -13,8 +13,10 @@ from pathlib import Path
 
 import pytest
 
+from hpcdist.render.script import render
 from hpcdist.slurm.probe import parse_version
 from hpcdist.slurm.query import from_sacct, sacct_rows
+from hpcdist.spec.options import spec_from_options
 from tests.integration.conftest import SlurmCluster, run_slurm, sbatch, slurm_env, unlabel
 
 pytestmark = pytest.mark.slurm_versions
@@ -153,15 +155,61 @@ def test_logs_of_a_job_the_controller_forgot_come_from_sacct(
     else:
         assert raw == [None]  # no StdOut field: the log is found in the WorkDir
     info = from_sacct(rows, str(job.job_id))
-    assert info is not None and info.stdout == str(real)
+    assert info is not None and (info.stdout or info.guessed_log) == str(real)
     # `hpcdist logs` once scontrol no longer knows the job (MinJobAge after its end).
+    logs = hpcdist("logs", str(job.job_id), cwd=tmp_path, env=_forgotten(tmp_path))
+    assert logs.returncode == 0, logs.stderr
+    assert unlabel(logs.stdout) == "from-the-batch-step\n"
+
+
+def _forgotten(tmp_path: Path) -> dict[str, str]:
+    """An environment whose scontrol has forgotten every job, as it does MinJobAge after
+    a job's end: hpcdist then learns of the job from sacct alone."""
     stub = tmp_path / "stub"
-    stub.mkdir()
+    stub.mkdir(exist_ok=True)
     (stub / "scontrol").write_text(
         "#!/bin/sh\necho 'slurm_load_jobs error: Invalid job id specified' >&2\nexit 1\n"
     )
     (stub / "scontrol").chmod(0o755)
-    path = f"{stub}{os.pathsep}{os.environ['PATH']}"
-    logs = hpcdist("logs", str(job.job_id), cwd=tmp_path, env={"PATH": path})
-    assert logs.returncode == 0, logs.stderr
-    assert unlabel(logs.stdout) == "from-the-batch-step\n"
+    return {"PATH": f"{stub}{os.pathsep}{os.environ['PATH']}"}
+
+
+def test_a_forgotten_rendered_jobs_logs_come_from_its_record_rank_by_rank(
+    slurm_cluster: SlurmCluster, tmp_path: Path
+) -> None:
+    """-o o-%j.log -e e-%j.log --rank-logs split: status names both files and logs --rank 1
+    shows rank 1's file once scontrol forgot the job; also for an array task, whose record
+    the script wrote under the task's own job id."""
+    spec = spec_from_options(
+        {
+            "profile": "local",
+            "mode": "gloo",
+            "nodes": 2,
+            "cpus_per_task": 1,
+            "output": "o-%j.log",
+            "error": "e-%j.log",
+            "rank_logs": "split",
+            "command": COMMCHECK,
+        }
+    )
+    script = tmp_path / "job.sh"
+    script.write_text(render(spec))
+    single = sbatch(script, cwd=tmp_path, wait=False).job_id
+    array = sbatch(script, "--array=1", cwd=tmp_path, wait=False).job_id
+    env = _forgotten(tmp_path)
+    assert slurm_cluster.job_state(single) == "COMPLETED"
+    assert slurm_cluster.job_state(array) == "COMPLETED"  # its one task
+    _complete_record(str(single), "hpcdist-commcheck")
+    status = hpcdist("status", str(single), cwd=tmp_path, env=env)
+    assert status.returncode == 0, status.stderr
+    assert f"stdout:     {tmp_path}/o-{single}.log\n" in status.stdout, status.stdout
+    assert f"stderr:     {tmp_path}/e-{single}.log\n" in status.stdout, status.stdout
+    task = f"{array}_1"
+    rows = _complete_record(task, "hpcdist-commcheck")
+    (own_id,) = [r["JobIDRaw"] for r in rows if r["JobID"] == task]
+    for job, own in ((str(single), str(single)), (task, own_id)):
+        for rank in (0, 1):
+            logs = hpcdist("logs", job, "--rank", str(rank), cwd=tmp_path, env=env)
+            assert logs.returncode == 0, logs.stderr
+            file = tmp_path / f"o-{own}.rank{rank}.log"
+            assert logs.stdout == file.read_text() and f"[Rank {rank}]" in logs.stdout
