@@ -35,6 +35,8 @@ SACCT_FIELDS = (
     "TotalCPU",
     "AllocCPUS",
     "MaxRSS",
+    "AveRSS",
+    "NTasks",
     "ReqMem",
     "NNodes",
     "NodeList",
@@ -101,7 +103,7 @@ def from_scontrol(record: Mapping[str, str]) -> JobInfo:
         job_id=task_id(record),
         name=record.get("JobName", ""),
         state=base_state(record.get("JobState", "")),
-        reason=_pending_reason(record),
+        reason=current_reason(base_state(record.get("JobState", "")), _pending_reason(record)),
         nodes=_none(record.get("NodeList")),
         num_nodes=_int(record.get("NumNodes"), 0),
         elapsed_s=parse_duration(record.get("RunTime", "")),
@@ -128,6 +130,26 @@ def _pending_reason(record: Mapping[str, str]) -> str | None:
     return reason
 
 
+# Why a job waits (squeue(1), "JOB REASON CODES"): SLURM leaves the last one on a job that
+# ran, or was cancelled while it waited, where it no longer says anything true.
+_WAITING_REASON = re.compile(
+    r"(Resources|Priority|Dependency|BeginTime|Licenses|Cleaning|JobHeld\w*|JobArrayTaskLimit"
+    r"|ReqNodeNotAvail|Reservation\w*|Partition\w*|Assoc\w*|QOS\w*|Nodes required)\b.*"
+)
+# States in which the job still waits for something, and a waiting reason is current.
+_WAITING_STATES = frozenset(
+    {"PENDING", "REQUEUED", "REQUEUE_HOLD", "REQUEUE_FED", "SUSPENDED", "RESV_DEL_HOLD"}
+)
+
+
+def current_reason(state: str, reason: str | None) -> str | None:
+    """SLURM's reason where it is true now: why a job waits while it waits, why it ended
+    (NonZeroExitCode, TimeLimit, NodeDown, ...) after; never a stale waiting reason."""
+    if reason is None or state in _WAITING_STATES:
+        return reason
+    return None if _WAITING_REASON.fullmatch(reason) else reason
+
+
 def job_rows(rows: Sequence[Mapping[str, str]]) -> list[Mapping[str, str]]:
     """The job-level rows of a sacct table (``123``, ``123_4``), not its steps (``123.0``)."""
     return [row for row in rows if "." not in row.get("JobID", "")]
@@ -148,7 +170,7 @@ def from_sacct(rows: Sequence[Mapping[str, str]], job_id: str) -> JobInfo | None
         job_id=job_id,
         name=row.get("JobName", ""),
         state=base_state(row.get("State", "")),
-        reason=_none(row.get("Reason")),
+        reason=current_reason(base_state(row.get("State", "")), _none(row.get("Reason"))),
         nodes=_none(row.get("NodeList")),
         num_nodes=_int(row.get("NNodes"), 0),
         elapsed_s=parse_duration(row.get("Elapsed", "")),

@@ -54,7 +54,7 @@ def test_status_of_a_completed_job_with_efficiency(slurm: dict[str, JobInfo]) ->
         "  restarts:   0",
         "  stdout:     /tmp/jobsfx/hpcdist-commcheck-9569844.out",
         "  efficiency: CPU not recorded, memory not recorded, wall time 0.2% (0:00:04 of 0:30:00)",
-        "  advice:     it used 0.2% of its time limit: --time=0:01:00 would do and starts sooner "
+        "  advice:     it used 0.2% of its time limit: --time=0:02:00 would do and starts sooner "
         "(backfill)",
     ]
 
