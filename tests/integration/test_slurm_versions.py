@@ -213,3 +213,58 @@ def test_a_forgotten_rendered_jobs_logs_come_from_its_record_rank_by_rank(
             assert logs.returncode == 0, logs.stderr
             file = tmp_path / f"o-{own}.rank{rank}.log"
             assert logs.stdout == file.read_text() and f"[Rank {rank}]" in logs.stdout
+
+
+HOLD_MEMORY = """#!/bin/bash
+srun python3 -c '
+import os, pathlib, time
+held = bytearray(200 * 1024 * 1024)
+held[::4096] = b"x" * len(held[::4096])
+go = pathlib.Path("release")
+while not go.exists():
+    time.sleep(0.2)
+'
+"""
+
+
+def _step_max_rss_kb(step: str) -> int:
+    proc = run_slurm("sstat", "-j", step, "-n", "-P", "-o", "MaxRSS", check=False)
+    values = [v.strip().rstrip("K") for v in proc.stdout.splitlines() if v.strip()]
+    return int(values[0]) if values and values[0].isdigit() else 0
+
+
+def test_efficiency_sums_the_memory_of_two_ranks_a_node(
+    slurm_cluster: SlurmCluster, tmp_path: Path
+) -> None:
+    """Each rank holds 200 MB until SLURM has measured it (sstat), then ends: the status
+    line counts both ranks of a node against the request per node."""
+    job = sbatch(
+        HOLD_MEMORY,
+        "--nodes=2",
+        "--ntasks-per-node=2",
+        "--cpus-per-task=1",
+        "--mem=1000M",
+        "--time=10",
+        "--job-name=twoanode",
+        cwd=tmp_path,
+        wait=False,
+    )
+    deadline = time.monotonic() + 180
+    while _step_max_rss_kb(f"{job.job_id}.0") < 200 * 1024:
+        assert time.monotonic() < deadline, "SLURM never measured the ranks' memory"
+        time.sleep(0.5)
+    (tmp_path / "release").touch()
+    assert slurm_cluster.job_state(job.job_id) == "COMPLETED"
+    _complete_record(str(job.job_id), "twoanode")
+    status = hpcdist("status", str(job.job_id), cwd=tmp_path)
+    assert status.returncode == 0, status.stderr
+    line = next(ln for ln in status.stdout.splitlines() if "efficiency:" in ln)
+    found = re.search(r"memory (\d+\.\d)% \(peak (\d+) MB a node \(2 tasks of up to (\d+) MB", line)
+    assert found is not None, line
+    percent, node_mb, task_mb = float(found[1]), int(found[2]), int(found[3])
+    assert 200 <= task_mb < 500 and 2 * task_mb <= node_mb < 1000, line
+    assert percent == pytest.approx(node_mb / 10, abs=0.2)  # of 1000 MB a node
+    advice = next(ln for ln in status.stdout.splitlines() if "advice:" in ln)
+    advised = re.search(r"--mem=(\d+)M would do", advice)
+    assert advised is not None, advice  # under half of 1000 MB a node was used
+    assert node_mb < int(advised[1]) < 1000, advice  # both ranks of the node, with room
