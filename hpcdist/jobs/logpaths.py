@@ -162,3 +162,83 @@ def _read_record(
         if isinstance(data, dict) and isinstance(data.get("output"), str):
             return data
     return None
+
+
+# States in which a job has not started (yet, or again): its log may still come.
+_NOT_STARTED = frozenset({"PENDING", "REQUEUED", "REQUEUE_HOLD", "CONFIGURING"})
+# A job in these states has ended (or SLURM forgot it): a missing log will not come.
+_ENDED = frozenset(
+    {
+        "COMPLETED",
+        "FAILED",
+        "CANCELLED",
+        "TIMEOUT",
+        "OUT_OF_MEMORY",
+        "NODE_FAIL",
+        "PREEMPTED",
+        "BOOT_FAIL",
+        "DEADLINE",
+        "UNKNOWN",
+    }
+)
+
+
+def missing_log(whose: str, state: str, paths: Sequence[Path]) -> str:
+    """One line for a log that is not there, true to the job's state: not started yet, not
+    written yet, or never written (an ended job's log will not appear)."""
+    where = ", ".join(str(path) for path in paths)
+    if state in _NOT_STARTED:
+        return f"{whose} has not started ({state}): no log yet; it will be {where}"
+    if state in _ENDED:
+        return f"{whose} ({state}) left no log at {where} (never written, or removed since)"
+    return f"{whose} ({state}) has no log yet at {where}"
+
+
+def array_tasks(job_id: str, found: Sequence[JobInfo]) -> list[JobInfo]:
+    """The tasks (or waiting task ranges, ``A_[2-3]``) of ``job_id`` where it names a job
+    array rather than one job: [] for one job or one task."""
+    if "_" in job_id:
+        return []
+    return [info for info in found if info.job_id.startswith(job_id + "_")]
+
+
+def array_logs_line(job_id: str, tasks: Sequence[JobInfo], shown: int = 6) -> str:
+    """One line for ``logs`` of an array's id: each task has a log of its own, named by
+    its task id; the tasks SLURM knows, with their states, and how to pick one."""
+    listed = ", ".join(f"{task.job_id} {task.state}" for task in tasks[:shown])
+    more = f" and {len(tasks) - shown} more" if len(tasks) > shown else ""
+    ran = [task.job_id for task in tasks if "[" not in task.job_id]
+    if not ran:
+        return (
+            f"job {job_id} is a job array whose tasks have not started ({listed}); each "
+            f"task will have a log of its own: hpcdist logs {job_id}_<task>, e.g. {job_id}_0"
+        )
+    return (
+        f"job {job_id} is a job array; each task has a log of its own: hpcdist logs "
+        f"{job_id}_<task>, e.g. hpcdist logs {ran[0]} (tasks: {listed}{more})"
+    )
+
+
+def no_log_line(
+    info: JobInfo, state: str, rank: int | None, paths: Sequence[Path], folders: Sequence[Path]
+) -> str:
+    """``missing_log`` for a job, or for a rank of its: where the job's ranks wrote files
+    of their own and this one wrote none, which ranks did (a rank the job never had)."""
+    job = info.job_id
+    if rank is None:
+        return missing_log(f"job {job}", state, paths)
+    whose = f"rank {rank} of job {job}"
+    if state not in _ENDED or not job_logs(info, rank, folders).per_rank:
+        return missing_log(whose, state, paths)
+    wrote = [
+        k
+        for k in range(min(rank, 4096))
+        if any(path.is_file() for path, _ in job_logs(info, k, folders).files())
+    ]
+    if not wrote:
+        return missing_log(whose, state, paths)
+    listed = str(wrote[0]) if len(wrote) == 1 else f"{wrote[0]}-{wrote[-1]}"
+    return (
+        f"{whose} ({state}) left no log at {', '.join(map(str, paths))}; rank {listed} of "
+        f"the job wrote one: is {rank} a rank of job {job}?"
+    )

@@ -89,10 +89,13 @@ def _int(value: str | None, default: int = 0) -> int:
 
 
 def task_id(record: Mapping[str, str]) -> str:
-    """``123_4`` for an array task (scontrol gives its own JobId, which is not that)."""
+    """``123_4`` for an array task (scontrol gives its own JobId, which is not that);
+    ``123_[5-9%2]`` for the tasks of an array that have not started."""
     array_job, array_task = record.get("ArrayJobId"), record.get("ArrayTaskId")
     if array_job and array_task and array_task.isdigit():
         return f"{array_job}_{array_task}"
+    if array_job and _none(array_task):  # the tasks that wait, as squeue shows them
+        return f"{array_job}_[{array_task}]"
     return record["JobId"]
 
 
@@ -290,7 +293,11 @@ def query_jobs(job_id: str) -> list[JobInfo]:
 
 def query_job(job_id: str) -> JobInfo | None:
     """The one job (or array task) ``job_id`` names; None if SLURM does not know it."""
-    found = query_jobs(job_id)
+    return pick_job(query_jobs(job_id), job_id)
+
+
+def pick_job(found: Sequence[JobInfo], job_id: str) -> JobInfo | None:
+    """The one of ``found`` (query_jobs' answer) that ``job_id`` names; None if none."""
     exact = [info for info in found if info.job_id == job_id]
     if exact:
         return exact[0]
