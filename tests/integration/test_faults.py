@@ -168,6 +168,9 @@ def test_scontrol_requeue_resumes_and_scancel_leaves_the_checkpoint_intact(
 
     _wait_for(resumed, 240, "the requeued job to resume from its checkpoint")
     log = _log(tmp_path, "requeued", job.job_id)
+    # SLURM requeued it: said so, never "not requeueing ... without a preemption".
+    assert f"job {job.job_id} is requeued by SLURM itself" in log, log
+    assert "not requeueing" not in log, log
     resumed_epoch = int(re.findall(r"Resuming from \S+ \(epoch (\d+), restart 1\)", log)[-1])
     assert resumed_epoch >= 1
     _wait_for(
