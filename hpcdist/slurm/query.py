@@ -363,10 +363,25 @@ def slurm_job_state(job_id: str) -> str:
     live = queue.stdout.strip().upper()
     if queue.returncode == 0 and live:
         return live
-    proc = slurm_tool(["sacct", "-j", job_id, "-X", "-n", "-P", "-o", "State"])
-    states = [line.split()[0] for line in proc.stdout.splitlines() if line.strip()]
-    # "CANCELLED by 0" -> CANCELLED; a requeued job lists its latest attempt last.
-    return states[-1].upper() if states else "UNKNOWN"
+    proc = slurm_tool(["sacct", "-j", job_id, "-X", "-n", "-P", "-o", "JobID,State"])
+    return sacct_state(proc.stdout, job_id)
+
+
+def sacct_state(text: str, job_id: str) -> str:
+    """The state of ``job_id`` from ``sacct -X -n -P -o JobID,State``: "CANCELLED by 0" is
+    CANCELLED; a requeued job lists its latest attempt last. An array's own row stands for
+    its tasks that have not started and reads PENDING while they run: where its tasks have
+    rows, their states answer (one line each, as squeue's do)."""
+    rows = [line.split("|", 1) for line in text.splitlines() if "|" in line]
+    states = {}
+    for row_id, state in rows:
+        if state.strip():
+            states[row_id.strip()] = state.split()[0].upper()
+    tasks = [state for row_id, state in states.items() if row_id.startswith(job_id + "_")]
+    if tasks:
+        return "\n".join(tasks)
+    own = [state.split()[0].upper() for row_id, state in rows if row_id.strip() == job_id]
+    return own[-1] if own else "UNKNOWN"
 
 
 def controller_knows(job: str) -> bool:
