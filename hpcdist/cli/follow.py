@@ -82,15 +82,33 @@ def exit_text(code: int, signal_number: int, reason: str | None) -> str:
     """``3``, ``0, killed by signal 9 (SIGKILL)``; SLURM also writes numbers there that are
     no signal (a launch failure reads 0:53): said as such, with the reason."""
     if signal_number == 0:
-        return str(code)
+        return _shell_status(code)
     try:
         name = signal.Signals(signal_number).name
     except ValueError:
         name = None
     if name is not None and signal_number < signal.SIGRTMIN:
-        return f"{code}, killed by signal {signal_number} ({name})"
+        return (
+            f"{code}, killed by signal {signal_number} ({name}){_OOM if signal_number == 9 else ''}"
+        )
     why = f"; reason {reason}" if reason else ""
     return f"{code} (no signal: SLURM's signal field reads {signal_number}{why})"
+
+
+_OOM = ": likely out of memory (the OOM killer's signal), see the memory under efficiency"
+
+
+def _shell_status(code: int) -> str:
+    """An exit code as the shell reports a death by signal (128 + N): the batch script's
+    runner exits 137 where srun saw a rank die of SIGKILL."""
+    try:
+        name = signal.Signals(code - 128).name if 128 < code < 128 + signal.SIGRTMIN else None
+    except ValueError:
+        name = None
+    if name is None:
+        return str(code)
+    oom = _OOM if code == 137 else ""
+    return f"{code} (128 + {code - 128}: a rank was killed by signal {code - 128}, {name}){oom}"
 
 
 def _describe(info: JobInfo, summary: str | None, advice: str | None) -> list[str]:
@@ -161,7 +179,7 @@ def status(job_id: str | None, as_json: bool) -> int:
 
 
 # srun --label's prefix of each line (--rank-logs label): the task number, padded.
-_LABEL = re.compile(r" *([0-9]+): ")
+_LABEL = re.compile(r"^ *([0-9]+): ")
 
 
 def _rank_filter(rank: int | None) -> Callable[[str], bool]:

@@ -29,6 +29,7 @@ from typing import Any
 
 from hpcdist.distributed.gpus import count_gpus, listed_gpus
 from hpcdist.distributed.jobsecret import create_secret_file
+from hpcdist.distributed.rankdeath import LogWatch, report
 from hpcdist.distributed.requeue import SignalRelay, checkpointed, requeue_job
 from hpcdist.errors import UserError
 from hpcdist.facts.cpulayout import cpus_per_task
@@ -135,20 +136,19 @@ def run(args: argparse.Namespace) -> int:
     relay = None
     if args.warning:
         relay = SignalRelay(signal.Signals[f"SIG{args.warning}"]).install()
+    watch = LogWatch()  # srun's lines about its ranks' ends, appended to the job's log
     child = subprocess.Popen(args.command, env=safe_python_env(os.environ))
     if relay is not None:
         relay.attach(child.pid, pending=args.warned == 1)
     code = child.wait()
     status = 128 - code if code < 0 else code  # as bash reports a death by signal
-    if not args.requeue:
-        return status
     marker = Path(os.environ[MARKER_VAR]) if os.environ.get(MARKER_VAR) else None
-    if not checkpointed(status, marker):
-        return status
+    if not args.requeue or not checkpointed(status, marker):
+        return report(watch, status, os.environ)
     if marker is not None:
         marker.unlink(missing_ok=True)
     requeued = requeue_job(os.environ, args.max_restarts, terminated, resubmit=args.script)
-    return 0 if requeued else status
+    return 0 if requeued else report(watch, status, os.environ)
 
 
 def narrow_logs(fds: tuple[int, ...] = (1, 2)) -> None:

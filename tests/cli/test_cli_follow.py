@@ -204,3 +204,12 @@ def test_a_forgotten_rendered_job_with_split_logs_finds_each_ranks_file(
         "the job wrote one: is 2 a rank of job 9569844?\n"
     )
     assert "yet" not in missing.stderr
+
+
+def test_only_sruns_label_at_the_start_of_a_line_is_removed() -> None:
+    shown = cli_follow._unlabel(0)
+    assert shown("0: [Rank 0] epoch 1\n") == "[Rank 0] epoch 1\n"
+    assert shown("  0: x\n") == "x\n"
+    # srun's own line names node1: it keeps its words ("nodetask 0" before).
+    line = "srun: error: node1: task 0: Terminated\n"
+    assert shown(line) == line

@@ -96,7 +96,25 @@ def test_the_users_own_flag_is_named_as_the_flag(
     ("code", "number", "reason", "said"),
     [
         (3, 0, None, "3"),
-        (0, 9, None, "0, killed by signal 9 (SIGKILL)"),
+        (
+            0,
+            9,
+            None,
+            "0, killed by signal 9 (SIGKILL): likely out of memory (the OOM killer's signal), "
+            "see the memory under efficiency",
+        ),
+        (0, 15, None, "0, killed by signal 15 (SIGTERM)"),
+        # The runner exits 137 where srun saw a rank die of SIGKILL.
+        (
+            137,
+            0,
+            "NonZeroExitCode",
+            "137 (128 + 9: a rank was killed by signal 9, SIGKILL): likely out of memory (the "
+            "OOM killer's signal), see the memory under efficiency",
+        ),
+        (143, 0, None, "143 (128 + 15: a rank was killed by signal 15, SIGTERM)"),
+        (128, 0, None, "128"),
+        (255, 0, None, "255"),  # 128 + 127: no signal of this machine
         (
             0,
             53,

@@ -211,7 +211,8 @@ def test_killed_rank_fails_the_job_quickly_naming_the_rank(
     slurm_cluster: SlurmCluster, tmp_path: Path
 ) -> None:
     job = sbatch(_training_job(tmp_path, "victim", epochs=2000), cwd=tmp_path, wait=False)
-    _wait_for(lambda: "Epoch 3/" in _log(tmp_path, "victim", job.job_id), 180, "training")
+    checkpoint = tmp_path / "runs" / str(job.job_id) / "checkpoint.pt"
+    _wait_for(checkpoint.exists, 180, "the first checkpoint")
     pid = _rank_pid(str(tmp_path / "victim.yaml"), rank=1)
     assert pid is not None, "rank 1's process not found"
     killed = time.monotonic()
@@ -223,6 +224,11 @@ def test_killed_rank_fails_the_job_quickly_naming_the_rank(
     assert elapsed < 60, f"the job took {elapsed:.0f} s to fail"
     print(f"measured: killed rank 1, job FAILED {elapsed:.1f} s later")
     assert re.search(r"task 1: Killed", log), log
+    # Said plainly, not as the TERM srun sent the others or a peer's traceback.
+    assert "hpcdist: rank 1 was killed by signal 9 (SIGKILL): likely out of memory" in log, log
+    assert f"--set output.run_dir=runs/{job.job_id}" in log, log  # it had checkpointed
+    status = run_slurm("scontrol", "show", "job", str(job.job_id), check=False).stdout
+    assert "ExitCode=137:0" in status, status
 
 
 def test_two_trainings_on_the_same_nodes_both_finish_apart(
