@@ -19,6 +19,7 @@ import click
 
 from hpcdist.errors import UserError
 from hpcdist.facts.launch import rank_log_pattern
+from hpcdist.jobs.badnodeview import describe_held, held_nodes
 from hpcdist.jobs.logpaths import (
     array_logs_line,
     array_tasks,
@@ -158,8 +159,10 @@ def status(job_id: str | None, as_json: bool) -> int:
     for info in infos:
         info = _with_log_paths(info)
         eff, summary, advice = effs.get(info.job_id, (None, None, None))
+        held = held_nodes(info.job_id)  # nodes the run's next pieces are kept off
         if as_json:
             data: dict[str, Any] = dataclasses.asdict(info)
+            data["excluded_nodes"] = [record.to_dict() for record in held]
             data["efficiency"] = (
                 None
                 if eff is None
@@ -174,7 +177,10 @@ def status(job_id: str | None, as_json: bool) -> int:
             )
             click.echo(json.dumps(data))
         else:
-            click.echo("\n".join(_describe(info, summary, advice)))
+            lines = _describe(info, summary, advice)
+            if held:
+                lines.append(f"  {'excluded:':<11} {describe_held(held)}")
+            click.echo("\n".join(lines))
     return 0
 
 

@@ -20,6 +20,12 @@ from typing import TYPE_CHECKING, Any
 if TYPE_CHECKING:
     # The names of __all__, for type checkers; at run time __getattr__ loads them.
     from hpcdist.distributed.group import *  # noqa: F403
+    from hpcdist.distributed.warnlead import (
+        CheckpointTiming,
+        last_checkpoint_time,
+        record_checkpoint_time,
+        watch_job_end,
+    )
     from hpcdist.facts.protocol import MARKER_VAR, REQUEUE_EXIT_CODE, RUN_DIR_VAR, SIGNAL_VAR
     from hpcdist.facts.runs import RESULTS_FILE, RUNS_DIR, run_name
 
@@ -35,6 +41,7 @@ __all__ = [
     "RUNS_DIR",
     "RUN_DIR_VAR",
     "SIGNAL_VAR",
+    "CheckpointTiming",
     "DistContext",
     "DistEnv",
     "DistEnvError",
@@ -49,13 +56,16 @@ __all__ = [
     "expand_nodelist",
     "expand_tasks_per_node",
     "flight_recorder_files",
+    "last_checkpoint_time",
     "network_hint",
+    "record_checkpoint_time",
     "resolve_env",
     "run_name",
     "select_device",
     "setup_distributed",
     "single_process",
     "task_device",
+    "watch_job_end",
 ]
 # Where the names of __all__ that are not the process group's come from.
 _FACTS = {
@@ -66,6 +76,11 @@ _FACTS = {
     "RESULTS_FILE": "hpcdist.facts.runs",
     "RUNS_DIR": "hpcdist.facts.runs",
     "run_name": "hpcdist.facts.runs",
+    # The checkpoint's measured time and the early checkpoint before SLURM's kill.
+    "CheckpointTiming": "hpcdist.distributed.warnlead",
+    "last_checkpoint_time": "hpcdist.distributed.warnlead",
+    "record_checkpoint_time": "hpcdist.distributed.warnlead",
+    "watch_job_end": "hpcdist.distributed.warnlead",
 }
 
 

@@ -5,21 +5,21 @@ A rank the kernel's out-of-memory killer ends dies by SIGKILL; srun then writes
 ``srun: error: node2: task 1: Killed`` (``Out Of Memory`` where the cgroup counts the kill)
 and ends the other ranks with TERM, so its own status names the TERM, and the ranks that
 lost a peer print tracebacks. The runner reads what srun appended to the log while it
-ran and names the killed rank and its signal in one line, exits 137 (128 + SIGKILL) so
-that SLURM's exit code says it too, and tells how to resume from the job's checkpoint.
+ran (``badnodes.LogMark``), names the killed rank and its signal in one line, exits 137
+(128 + SIGKILL) so that SLURM's exit code says it too, and tells how to resume from the
+job's checkpoint.
 
 Standard library only: the batch script runs it before anything else of the job.
 """
 
 from __future__ import annotations
 
-import os
 import re
-import stat
 import sys
 from collections.abc import Mapping
 from pathlib import Path
 
+from hpcdist.distributed.badnodes import LogMark
 from hpcdist.facts.protocol import RUN_DIR_VAR
 from hpcdist.facts.runs import RUNS_DIR, run_name
 
@@ -70,40 +70,13 @@ def resume_lines(env: Mapping[str, str], workdir: Path) -> list[str]:
     ]
 
 
-class LogWatch:
-    """What the process's own stderr (the job's log, opened by SLURM) gains from now on;
-    nothing where stderr is no regular file of this user."""
-
-    def __init__(self, fd: int = 2) -> None:
-        self.path: Path | None = None
-        self.offset = 0
-        try:
-            info = os.fstat(fd)
-            if stat.S_ISREG(info.st_mode) and info.st_uid == os.geteuid():
-                self.path = Path(os.readlink(f"/proc/self/fd/{fd}"))
-                self.offset = info.st_size
-        except OSError:
-            self.path = None
-
-    def appended(self, limit: int = 1 << 20) -> str:
-        """The text appended since, its last ``limit`` bytes (srun's lines come last)."""
-        if self.path is None:
-            return ""
-        try:
-            with self.path.open("rb") as handle:
-                size = handle.seek(0, os.SEEK_END)
-                handle.seek(max(self.offset, size - limit))
-                return handle.read().decode(errors="replace")
-        except OSError:
-            return ""
-
-
-def report(watch: LogWatch, status: int, env: Mapping[str, str]) -> int:
-    """After srun ended with ``status``: the killed ranks and the resume route said on
-    stderr; the status to exit with (137 where a rank died of SIGKILL)."""
+def report(mark: LogMark, status: int, env: Mapping[str, str]) -> int:
+    """After srun ended with ``status``: the killed ranks (from what srun wrote to the log
+    since ``mark``) and the resume route said on stderr; the status to exit with (137
+    where a rank died of SIGKILL)."""
     if status == 0:
         return status
-    killed = killed_ranks(watch.appended())
+    killed = killed_ranks(mark.written_since())
     job = run_name(env) or env.get("SLURM_JOB_ID", "")
     lines = killed_lines(killed, job) + resume_lines(env, Path.cwd())
     for line in lines:

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import jinja2
 
-from hpcdist.facts import protocol
+from hpcdist.facts import badnodes, leads, protocol
 from hpcdist.render.directives import (
     CPUS_VAR,
     ShellWord,
@@ -68,6 +68,8 @@ def protocol_context() -> dict[str, object]:
         "requeue_exit": protocol.REQUEUE_EXIT_CODE,
         "signal_var": protocol.SIGNAL_VAR,
         "marker_var": protocol.MARKER_VAR,
+        "signal_lead_var": leads.SIGNAL_LEAD_VAR,
+        "bad_node_hold_var": badnodes.BAD_NODE_HOLD_VAR,
     }
 
 
@@ -113,6 +115,7 @@ def render(spec: JobSpec) -> str:
         runner=bool(options),
         runner_options=options,
         runner_signals=signals,
+        signal_lead=leads.signal_lead_s(spec.signal),
         **protocol_context(),
     )
 

@@ -173,6 +173,19 @@ class JobSpec:
         owns=("requeue", "no-requeue"),
     )
     max_restarts: int = job_field(3, "Requeue at most this many times.", value_type="int")
+    exclude_bad_nodes: bool = job_field(
+        True,
+        "Keep the run's requeued or resubmitted pieces off a node that a failure named (a "
+        "rank's death, a network error), for --bad-node-hold.",
+        flag="--exclude-bad-nodes/--no-exclude-bad-nodes",
+        value_type="bool",
+    )
+    bad_node_hold: int = job_field(
+        3600,
+        "Seconds a node that a failure named stays excluded from the run's next pieces.",
+        value_type="int",
+        metavar="SECONDS",
+    )
     collective_timeout: int | None = job_field(
         None,
         "Limit for joining the process group and for every collective: a hung peer "

@@ -117,6 +117,8 @@ def _check_time_and_limits(spec: JobSpec, profile: Profile) -> None:
         raise SpecError(f"--collective-timeout must be >= 1 second, got {spec.collective_timeout}")
     if spec.max_restarts < 0:
         raise SpecError(f"--max-restarts must be >= 0, got {spec.max_restarts}")
+    if spec.bad_node_hold < 1:
+        raise SpecError(f"--bad-node-hold must be >= 1 second, got {spec.bad_node_hold}")
 
 
 def _check_job_environment(spec: JobSpec) -> None:

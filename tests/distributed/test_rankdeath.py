@@ -9,9 +9,9 @@ from pathlib import Path
 
 import pytest
 
+from hpcdist.distributed.badnodes import LogMark
 from hpcdist.distributed.rankdeath import (
     KILLED_STATUS,
-    LogWatch,
     killed_lines,
     killed_ranks,
     report,
@@ -80,7 +80,7 @@ def test_the_runner_reads_only_what_srun_appended_and_exits_137_for_a_killed_ran
     monkeypatch.chdir(tmp_path)
     fd = os.open(log, os.O_WRONLY | os.O_APPEND)
     try:
-        watch = LogWatch(fd)
+        watch = LogMark((fd,))
         assert report(watch, 143, {"SLURM_JOB_ID": "77"}) == 143  # nothing new: srun's own
         os.write(fd, SRUN_LINES.encode())
         assert report(watch, 0, {"SLURM_JOB_ID": "77"}) == 0
@@ -95,7 +95,7 @@ def test_the_runner_reads_only_what_srun_appended_and_exits_137_for_a_killed_ran
 def test_a_stderr_that_is_no_file_is_not_read(tmp_path: Path) -> None:
     read, write = os.pipe()
     try:
-        assert LogWatch(write).appended() == ""
+        assert LogMark((write,)).written_since() == ""
     finally:
         os.close(read)
         os.close(write)

@@ -223,7 +223,9 @@ def _rank_pid(run_marker: str, rank: int) -> int | None:
 def test_killed_rank_fails_the_job_quickly_naming_the_rank(
     slurm_cluster: SlurmCluster, tmp_path: Path
 ) -> None:
-    job = sbatch(_training_job(tmp_path, "victim", epochs=2000), cwd=tmp_path, wait=False)
+    # Not requeued elsewhere (tests/integration/test_badnodes.py): the failure is the job's end.
+    script = _training_job(tmp_path, "victim", epochs=ENDLESS, exclude_bad_nodes=False)
+    job = sbatch(script, cwd=tmp_path, wait=False)
     checkpoint = tmp_path / "runs" / str(job.job_id) / "checkpoint.pt"
     _wait_for(checkpoint.exists, 180, "the first checkpoint")
     pid = _rank_pid(str(tmp_path / "victim.yaml"), rank=1)

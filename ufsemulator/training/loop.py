@@ -31,14 +31,13 @@ import torch.distributed as dist
 from torch import nn
 
 from hpcdist.distributed import DistContext
-from hpcdist.state import default_book
 from ufsemulator.checkpoints.checkpoint import capture_rng
-from ufsemulator.checkpoints.ckptwriter import CheckpointWriter
 from ufsemulator.checkpoints.state import EpochRecord, RunProgress, TrainingState
 from ufsemulator.config import Config
 from ufsemulator.errors import CheckpointError
 from ufsemulator.model.emulator import EmulatorMLP, ModelConfig
 from ufsemulator.training.adam import FusedAdam
+from ufsemulator.training.earlystop import stop_before_the_end, timed_writer
 from ufsemulator.training.fullstate import full_model_state, full_state, sharded, unwrap
 from ufsemulator.training.gradreduce import LocalAllReduce, gradient_allreduce
 from ufsemulator.training.gradsync import reduce_gradients
@@ -155,7 +154,8 @@ class Loop:
         # Every write walks to the run folder from the working folder again, checking each
         # folder it opens: a run folder swapped for another user's is refused, not written.
         anchor = run_anchor(run_dir)
-        self._writer = CheckpointWriter(default_book(), anchor) if ctx.is_main else None
+        delay = cfg.test_checkpoint_delay_s
+        self._writer = timed_writer(run_dir, anchor, delay) if ctx.is_main else None
         self.times = LoopTimes()
 
     def _cuda_graphs(self) -> tuple[GraphedSteps | None, str]:
@@ -318,7 +318,8 @@ class Loop:
         # thread's: it is cleared again at the end, for the code that runs after the loop.
         torch.set_flush_denormal(True)
         try:
-            status = self._run()
+            with stop_before_the_end(self._writer, self.flag.set, self.run_dir):
+                status = self._run()
         except BaseException:
             if self._writer is not None:
                 self._writer.close(reraise=False)  # the training error is the one to see

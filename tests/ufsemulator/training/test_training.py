@@ -10,6 +10,7 @@ import socket
 import subprocess
 import sys
 import textwrap
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -27,6 +28,7 @@ REPO = Path(__file__).resolve().parents[3]
 SMOKE = REPO / "ufsemulator" / "configs" / "smoke.yaml"
 RUN_FILES = {
     "checkpoint.pt",
+    "checkpoint_timing.json",
     "best_model.pt",
     "model.pt",
     "model.md",
@@ -696,6 +698,25 @@ def test_failed_capture_goes_on_eagerly_and_trains_like_the_plain_loop(
         monkeypatch, smoke(epochs=6, batch_size=32, cuda_graph=False), run_dir=tmp_path / "b"
     )
     assert_same_weights(failed.model, plain.model)
+
+
+def test_a_job_ending_before_its_checkpoint_fits_checkpoints_early_on_its_own(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # SLURM ends this job now and warns 1 s before: no checkpoint of 0.5 s plus the margin
+    # fits, so the training stops itself once it has measured one (it trains until then).
+    monkeypatch.setenv("HPCDIST_SIGNAL_LEAD", "1")
+    monkeypatch.setenv("SLURM_JOB_END_TIME", str(int(time.time())))
+    config = smoke(epochs=1_000_000, test_checkpoint_delay_s=0.5)
+    result = run_single(monkeypatch, config, run_dir=tmp_path / "run")
+    out = capsys.readouterr().out
+    assert result.status == "preempted", out
+    assert "warning lead 1 s is shorter than the last checkpoint" in out
+    assert "hpcdist: checkpointing early" in out
+    timing = json.loads((tmp_path / "run" / "checkpoint_timing.json").read_text())
+    assert timing["seconds"] >= 0.5
+    stopped = load_checkpoint(tmp_path / "run" / "checkpoint.pt")
+    assert stopped["epoch"] == result.epochs_run < 1_000_000
 
 
 def test_loop_hooks_watch_every_step_and_may_end_the_run(
