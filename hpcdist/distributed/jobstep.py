@@ -31,6 +31,7 @@ from typing import Any
 from hpcdist.distributed.badnodes import LogMark, after_failure, hold_s, say_held
 from hpcdist.distributed.gpus import count_gpus, listed_gpus
 from hpcdist.distributed.jobsecret import create_secret_file
+from hpcdist.distributed.rankdeath import report
 from hpcdist.distributed.requeue import SignalRelay, checkpointed, requeue_job
 from hpcdist.distributed.runpiece import start_piece
 from hpcdist.errors import UserError
@@ -142,8 +143,9 @@ def run(args: argparse.Namespace) -> int:
     relay = None
     if args.warning:
         relay = SignalRelay(signal.Signals[f"SIG{args.warning}"]).install()
-    # Where the job's log ends now: a failed step's lines after it may name a bad node.
-    mark = LogMark() if hold_s(os.environ) is not None else None
+    # Where the job's log ends now: a failed step's lines after it name a killed rank, or
+    # a bad node.
+    mark = LogMark()
     say_held(os.environ)
     child = subprocess.Popen(args.command, env=safe_python_env(os.environ))
     if relay is not None:
@@ -152,21 +154,21 @@ def run(args: argparse.Namespace) -> int:
     status = 128 - code if code < 0 else code  # as bash reports a death by signal
     marker = Path(os.environ[MARKER_VAR]) if os.environ.get(MARKER_VAR) else None
     left_behind = []
-    if status != 0 and mark is not None and not checkpointed(status, marker):
+    if status != 0 and hold_s(os.environ) is not None and not checkpointed(status, marker):
         left_behind = after_failure(os.environ, mark)
     if not args.requeue:
-        return status
+        return report(mark, status, os.environ)
     if not checkpointed(status, marker):
         if not left_behind:
-            return status
+            return report(mark, status, os.environ)
         # A node broke the step: the run goes on from its last checkpoint, elsewhere.
         cause = "a node failed the step"
         requeued = requeue_job(os.environ, args.max_restarts, terminated, args.script, cause)
-        return 0 if requeued else status
+        return 0 if requeued else report(mark, status, os.environ)
     if marker is not None:
         marker.unlink(missing_ok=True)
     requeued = requeue_job(os.environ, args.max_restarts, terminated, resubmit=args.script)
-    return 0 if requeued else status
+    return 0 if requeued else report(mark, status, os.environ)
 
 
 def narrow_logs(fds: tuple[int, ...] = (1, 2)) -> None:

@@ -20,6 +20,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import re
 import shlex
 import signal
 import subprocess
@@ -75,6 +76,43 @@ def batch_environ(env: Mapping[str, str], folder: Path, bindir: Path) -> dict[st
     return out
 
 
+# The script's warning, as SLURM reads it: ``#SBATCH --signal="[B:]SIG[@SECONDS]"``.
+_WARNING = re.compile(r'^#SBATCH --signal="?(?:(B):)?(?:SIG)?([A-Z0-9]+)(?:@[0-9]+)?"?\s*$', re.M)
+# What submitit's local controller sends at (time limit - signal_delay_s): its USR2.
+CONTROLLER_WARNING = signal.SIGUSR2
+SRUN_PID = "srun.pid"  # the running stand-in's pid, in the job's folder
+
+
+def script_warning(text: str) -> tuple[signal.Signals, bool] | None:
+    """The warning signal a script asks for, and whether SLURM sends it to the batch
+    shell alone (``B:``) rather than to the step's tasks; None if it asks for none."""
+    found = _WARNING.search(text)
+    if found is None:
+        return None
+    name = found.group(2)
+    try:
+        number = signal.Signals(int(name)) if name.isdigit() else signal.Signals[f"SIG{name}"]
+    except (KeyError, ValueError):
+        return None
+    return number, found.group(1) == "B"
+
+
+def _deliver_warning(
+    warning: tuple[signal.Signals, bool], shell: subprocess.Popen[bytes], folder: Path
+) -> None:
+    """The controller's warning, delivered where SLURM delivers the script's: to the batch
+    shell for ``B:``, else to the step's tasks (through the running srun stand-in)."""
+    sent, batch_only = warning
+    if batch_only:
+        _signal_all([shell], sent)
+        return
+    try:
+        pid = int((folder / SRUN_PID).read_text().strip())
+        os.kill(pid, sent)
+    except (OSError, ValueError):
+        pass  # no step runs: SLURM's warning would reach no task either
+
+
 def batch(folder: Path, script: Path, workdir: str | None) -> int:
     """Run ``script`` with bash as a batch shell of this machine; its exit code.
     ``folder`` may name the job by ``%j``, as submitit's folders do."""
@@ -88,6 +126,11 @@ def batch(folder: Path, script: Path, workdir: str | None) -> int:
     env = batch_environ(os.environ, folder, bindir)
     child = subprocess.Popen(["bash", str(script)], env=env, cwd=workdir)
     _relay_to([child])
+    warning = script_warning(script.read_text(errors="replace"))
+    if warning is not None:
+        signal.signal(
+            CONTROLLER_WARNING, lambda signum, frame: _deliver_warning(warning, child, folder)
+        )
     code = _status(child.wait())
     write_atomic(
         folder / LOCAL_BATCH_EXIT, json.dumps({"returncode": code, "finished": time.time()})
@@ -170,7 +213,9 @@ def srun(argv: Sequence[str]) -> int:
             env = task_environ(os.environ, step, rank, cores)
             children.append(subprocess.Popen(step.command, env=env, stdout=out, stderr=err))
     _relay_to(children)
+    write_atomic(folder / SRUN_PID, f"{os.getpid()}\n")  # where the batch sends the warning
     codes = _wait_all(children, step.kill_on_bad_exit)
+    (folder / SRUN_PID).unlink(missing_ok=True)
     for rank, code in enumerate(codes):
         record = {"rank": rank, "returncode": code, "finished": time.time()}
         write_atomic(exit_record(folder, rank), json.dumps(record))

@@ -98,6 +98,16 @@ def requeue_job(
         return False
     restarts = restarts_so_far(env)
     preempted = terminated and control.is_preempted(job)
+    if (
+        terminated
+        and not preempted
+        and control.requeued_by_slurm(job, env.get("SLURM_RESTART_COUNT"))
+    ):
+        _say(
+            f"job {job} is requeued by SLURM itself (scontrol requeue, or a node that "
+            "failed): it resumes from its checkpoint"
+        )
+        return True
     why = refusal(job, restarts, max_restarts, terminated, preempted)
     if why:
         _say(f"not requeueing: {why}")

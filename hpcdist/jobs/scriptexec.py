@@ -69,11 +69,17 @@ def queue_slurm(
     ]
 
 
-def queue_local(folder: Path, script: Path, workdir: str, timeout_min: float) -> Any:
-    """Run ``script`` on this machine through submitit's local executor; its handle."""
+def queue_local(
+    folder: Path, script: Path, workdir: str, timeout_min: float, lead_s: int | None = None
+) -> Any:
+    """Run ``script`` on this machine through submitit's local executor; its handle.
+    ``lead_s``: the script's warning comes that long before the time limit (submitit's
+    controller signals the batch task, which delivers the script's own signal)."""
     executor = submitit.LocalExecutor(folder=folder)
     # One task: the batch shell, which starts the ranks itself (localstep's srun).
     executor.update_parameters(tasks_per_node=1, timeout_min=timeout_min)
+    if lead_s is not None:
+        executor.update_parameters(signal_delay_s=lead_s)
     argv = [
         sys.executable,
         "-m",

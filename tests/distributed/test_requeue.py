@@ -118,7 +118,11 @@ def test_resubmission_hides_this_jobs_slurm_variables() -> None:
 
 
 def _tools(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, preempt_time: str | None, requeue_rc: int
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    preempt_time: str | None,
+    requeue_rc: int,
+    restarts: int = 0,
 ) -> Path:
     """scontrol (None: missing) and sbatch stand-ins that record their calls; PATH holds
     nothing else of SLURM's."""
@@ -132,7 +136,8 @@ def _tools(
     if preempt_time is not None:
         tools["scontrol"] = (
             f'echo "scontrol $*" >> {quote(str(calls))}; '
-            f'if [ "$1" = show ]; then echo "   PreemptTime={preempt_time} SuspendTime=None"; '
+            f'if [ "$1" = show ]; then echo "   Requeue=1 Restarts={restarts} BatchFlag=1"; '
+            f'echo "   PreemptTime={preempt_time} SuspendTime=None"; '
             f"exit 0; fi; exit {requeue_rc}"
         )
     for name, body in tools.items():
@@ -159,7 +164,8 @@ RESUBMITTED = "job.sh run_dir={} restarts=2 job=unset conf=/etc/slurm/slurm.conf
     ("preempt_time", "terminated", "expected", "calls"),
     [
         ("2026-11-26T13:41:02", True, True, ["scontrol show job 77", "scontrol requeue 77"]),
-        ("None", True, False, ["scontrol show job 77"]),  # scancel or the time limit
+        # scancel or the time limit: neither preempted nor requeued by SLURM
+        ("None", True, False, ["scontrol show job 77", "scontrol show job 77"]),
         ("None", False, True, ["scontrol requeue 77"]),  # the warning: no TERM to ask about
     ],
 )
@@ -174,6 +180,28 @@ def test_requeue_after_term_only_when_preempted(
     recorded = _tools(tmp_path, monkeypatch, preempt_time, requeue_rc=0)
     assert requeue_job(_job(), 3, terminated, resubmit="job.sh") is expected
     assert _calls(recorded) == calls
+
+
+@pytest.mark.parametrize(
+    ("slurm_restarts", "own", "by_slurm"),
+    [(1, "", True), (3, "2", True), (0, "", False), (2, "2", False)],
+)
+def test_a_requeue_by_slurm_itself_is_said_as_such(
+    slurm_restarts: int,
+    own: str,
+    by_slurm: bool,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """scontrol requeue or a node that failed: TERM without a preemption, and SLURM's
+    Restarts already one ahead of the job's SLURM_RESTART_COUNT."""
+    recorded = _tools(tmp_path, monkeypatch, "None", requeue_rc=0, restarts=slurm_restarts)
+    assert requeue_job(_job(SLURM_RESTART_COUNT=own), 9, True, "job.sh") is by_slurm
+    err = capsys.readouterr().err
+    assert ("job 77 is requeued by SLURM itself" in err) is by_slurm
+    assert ("not requeueing: job 77 was ended (TERM) without a preemption" in err) is not by_slurm
+    assert "scontrol requeue 77" not in _calls(recorded)
 
 
 @pytest.mark.parametrize(("restarts", "expected"), [("2", True), ("3", False)])
