@@ -45,7 +45,7 @@ id=$(( $(cat "$state/next" 2>/dev/null || echo 700000) ))
 echo $((id + 1)) > "$state/next"
 now="$(date +%Y-%m-%dT%H:%M:%S)"
 row='%s_%s\x1f%s\x1f%s\x1f%s\x1fPENDING\x1fJobHeldUser\x1f\x1f1\x1f0:00\x1fUNLIMITED'
-row+='\x1f0\x1f0\x1f/dev/null\x1f/dev/null\x1f%s\x1f%s\x1fN/A\x1f(null)\x1fme\x1fsweep\x1f\n'
+row+='\x1f0\x1f0\x1f/dev/null\x1f/dev/null\x1f%s\x1f%s\x1fN/A\x1fN/A\x1f(null)\x1fme\x1fsweep\x1f\n'
 for ((i = 0; i <= ${range:-0}; i++)); do
   printf "$row" "$id" "$i" "$id" "$id" "$i" "$PWD" "$now"
 done >> "$state/rows"

@@ -294,7 +294,9 @@ def view_record(row: Mapping[str, str]) -> dict[str, str]:
         "StdOut": sacct_log_path(row.get("STDOUT"), names) or "",
         "StdErr": sacct_log_path(row.get("STDERR"), names) or "",
         "WorkDir": row.get("WorkDir", ""),
+        "SubmitTime": row.get("SubmitTime", ""),
         "StartTime": row.get("StartTime", ""),
+        "EndTime": row.get("EndTime", ""),
         "Dependency": row.get("Dependency", ""),
     }
 

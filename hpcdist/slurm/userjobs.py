@@ -54,7 +54,7 @@ SLOW_FACTOR = 10.0  # an answer that took d seconds: the next one no sooner than
 LOCK_WAIT_S = 60.0
 KEEP_ENDED_S = 2 * 86400.0  # how long the view keeps a job the controller forgot
 ENV_SWITCH = "HPCDIST_SLURM_VIEW"
-FORMAT_VERSION = 1
+FORMAT_VERSION = 2
 
 # squeue --Format fields, each followed by a unit separator (a name may hold any other
 # character); the view's row keys are these names.
@@ -76,6 +76,7 @@ FIELDS = (
     "WorkDir",
     "SubmitTime",
     "StartTime",
+    "EndTime",
     "Dependency",
     "UserName",
     "Name",
@@ -447,9 +448,30 @@ def shared_view(runner: Runner = slurm_tool) -> SharedView | None:
 
 def user_rows(job_id: str) -> list[Row] | None:
     """The view's rows of ``job_id`` ([] when the user has no such job the controller
-    knows); None when the view is off."""
+    knows); None when the view is off. A running job's TimeUsed is brought up to now (the
+    view's age added)."""
     view = shared_view()
-    return None if view is None else view.current(newer_than=job_id).rows_of(job_id)
+    if view is None:
+        return None
+    state = view.current(newer_than=job_id)
+    rows = state.rows_of(job_id)
+    age = max(0.0, view.clock() - state.at) if state.at != float("-inf") else 0.0
+    return [_aged(row, age) if row.get("State") == "RUNNING" and age >= 1 else row for row in rows]
+
+
+def _aged(row: Row, age_s: float) -> Row:
+    used = _seconds(row.get("TimeUsed", ""))
+    return row if used is None else {**row, "TimeUsed": str(int(used + age_s))}
+
+
+def _seconds(text: str) -> float | None:
+    """squeue's TimeUsed (``[D-][H:]M:SS``) in seconds; None if it is not one."""
+    days, _, clock = text.strip().rpartition("-")
+    parts = clock.split(":")
+    if not all(part.isdigit() for part in parts) or (not days.isdigit() and days):
+        return None
+    seconds = sum(int(v) * m for v, m in zip(reversed(parts), (1, 60, 3600), strict=False))
+    return seconds + 86400 * int(days or 0)
 
 
 def shared_answer(argv: list[str]) -> subprocess.CompletedProcess[str]:

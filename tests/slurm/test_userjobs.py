@@ -255,3 +255,16 @@ def test_list_folds_an_arrays_pending_tasks_as_squeue_does(
 
     jobs = [JobSummary(job, state, 0.0, "sweep") for job, state in tasks]
     assert [job.job_id for job in fold_pending(jobs)] == shown
+
+
+def test_a_running_jobs_time_used_is_brought_up_to_now() -> None:
+    from hpcdist.slurm.userjobs import _aged, _seconds
+
+    assert [_seconds(t) for t in ("1:05", "2:01:05", "1-00:00:01", "N/A")] == [
+        65,
+        7265,
+        86401,
+        None,
+    ]
+    assert _aged({"TimeUsed": "1:05"}, 10.4)["TimeUsed"] == "75"
+    assert _aged({"TimeUsed": "INVALID"}, 10.4)["TimeUsed"] == "INVALID"
