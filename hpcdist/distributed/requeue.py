@@ -3,9 +3,12 @@
 The script's runner (``hpcdist.distributed.jobstep run``) ends here once the training has
 checkpointed, whether the script was queued by ``hpcdist submit`` or by ``sbatch``:
 
-- ``refusal`` is the decision, pure: a job ended by TERM is requeued only if SLURM picked it
-  for preemption (never the user's scancel or the time limit), and only while it has
-  restarts left;
+- ``refusal`` and ``ending`` are the decision, pure: a job ended by TERM is requeued only if
+  SLURM picked it for preemption (never the user's scancel or the time limit), only while it
+  has restarts left, and only while the controller still runs it: a ``scancel`` turns the job
+  ``COMPLETING`` before its TERM reaches anyone (and ``scontrol requeue`` would bring even a
+  cancelled job back), and a job the command requeued itself (Lightning's auto-requeue) is
+  not requeued a second time (nor submitted again);
 - ``requeue_job`` carries it out: ``scontrol requeue`` (an array task alone), else, where
   scontrol is missing or the site refuses, the script submitted again with ``sbatch``
   without this job's ``SLURM_*`` variables (the SLURM calls: ``hpcdist.slurm.control``);
@@ -60,6 +63,24 @@ def refusal(
     return ""
 
 
+def ending(job: str, view: control.JobView | None, run_restarts: int) -> str:
+    """Why the controller's view forbids a requeue now; "" if it allows one. Pure.
+
+    ``run_restarts``: this run's ``SLURM_RESTART_COUNT``. A job requeued since it started
+    (by anyone: the command itself) counts more; a job SLURM is ending and did not preempt
+    was cancelled by its user or reached its time limit."""
+    if view is None:
+        return ""
+    if view.restarts is not None and view.restarts > run_restarts:
+        return (
+            f"job {job} was requeued already while it ran (restart {view.restarts}: the "
+            "command requeued it itself, e.g. Lightning's auto-requeue); not a second time"
+        )
+    if view.state and view.state != "RUNNING" and not view.preempted:
+        return f"job {job} is {view.state}: cancelled (scancel) or at its time limit"
+    return ""
+
+
 def array_task(env: Mapping[str, str]) -> str | None:
     """``<array job>_<task>`` for an array task, which is requeued alone; else None."""
     task = env.get("SLURM_ARRAY_TASK_ID", "").strip()
@@ -95,8 +116,14 @@ def requeue_job(
         _say("a local job is not requeued; its checkpoint is kept for --resume")
         return False
     restarts = restarts_so_far(env)
-    preempted = terminated and control.is_preempted(job)
-    why = refusal(job, restarts, max_restarts, terminated, preempted)
+    # Asked right before the requeue: a scancel may have come while the ranks checkpointed,
+    # its TERM not yet here.
+    view = control.show_job(job) if control.has_scontrol() else None
+    preempted = terminated and view is not None and view.preempted
+    run_restarts = int(env.get("SLURM_RESTART_COUNT", "").strip() or 0)
+    why = ending(job, view, run_restarts) or refusal(
+        job, restarts, max_restarts, terminated, preempted
+    )
     if why:
         _say(f"not requeueing: {why}")
         return False

@@ -8,6 +8,7 @@ import re
 import shutil
 import subprocess
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 
 SCONTROL_TIMEOUT_S = 30.0
 # A job SLURM picked for preemption shows when (``scontrol show job``); others show None.
@@ -18,8 +19,35 @@ def has_scontrol() -> bool:
     return shutil.which("scontrol") is not None
 
 
-def is_preempted(job: str) -> bool:
-    """Whether SLURM picked ``job`` for preemption (False where scontrol cannot say)."""
+@dataclass(frozen=True)
+class JobView:
+    """What the controller says of a running job about to be requeued.
+
+    ``state``: ``RUNNING`` while nothing ends it; a user's ``scancel`` (or the time limit)
+    turns it ``COMPLETING`` at once, before any signal reaches the job, and a requeue
+    (``scontrol requeue``, by anyone) raises ``restarts``. "" where scontrol did not say."""
+
+    state: str
+    restarts: int | None
+    preempted: bool
+
+
+_STATE = re.compile(r"\bJobState=(\S+)")
+_RESTARTS = re.compile(r"\bRestarts=([0-9]+)")
+
+
+def parse_job_view(shown: str) -> JobView:
+    """``scontrol show job``'s text as a JobView. Pure."""
+    state, restarts = _STATE.search(shown), _RESTARTS.search(shown)
+    return JobView(
+        state=state[1] if state else "",
+        restarts=int(restarts[1]) if restarts else None,
+        preempted=_PREEMPTED.search(shown) is not None,
+    )
+
+
+def show_job(job: str) -> JobView | None:
+    """The controller's view of ``job``; None where scontrol cannot say."""
     try:
         shown = subprocess.run(
             ["scontrol", "show", "job", job],
@@ -28,8 +56,14 @@ def is_preempted(job: str) -> bool:
             timeout=SCONTROL_TIMEOUT_S,
         ).stdout
     except (OSError, subprocess.SubprocessError):
-        return False
-    return _PREEMPTED.search(shown) is not None
+        return None
+    return parse_job_view(shown) if shown.strip() else None
+
+
+def is_preempted(job: str) -> bool:
+    """Whether SLURM picked ``job`` for preemption (False where scontrol cannot say)."""
+    view = show_job(job)
+    return view is not None and view.preempted
 
 
 def requeue(target: str) -> bool:

@@ -118,10 +118,15 @@ def test_resubmission_hides_this_jobs_slurm_variables() -> None:
 
 
 def _tools(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, preempt_time: str | None, requeue_rc: int
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    preempt_time: str | None,
+    requeue_rc: int,
+    shown: str = "JobState=RUNNING Reason=None",
+    restarts: str = "0",
 ) -> Path:
     """scontrol (None: missing) and sbatch stand-ins that record their calls; PATH holds
-    nothing else of SLURM's."""
+    nothing else of SLURM's. ``shown`` and ``restarts``: what ``scontrol show job`` says."""
     bindir = tmp_path / "bin"
     bindir.mkdir()
     calls = tmp_path / "calls"
@@ -132,7 +137,8 @@ def _tools(
     if preempt_time is not None:
         tools["scontrol"] = (
             f'echo "scontrol $*" >> {quote(str(calls))}; '
-            f'if [ "$1" = show ]; then echo "   PreemptTime={preempt_time} SuspendTime=None"; '
+            f'if [ "$1" = show ]; then echo "   {shown}"; echo "   Requeue=1 Restarts={restarts}"; '
+            f'echo "   PreemptTime={preempt_time} SuspendTime=None"; '
             f"exit 0; fi; exit {requeue_rc}"
         )
     for name, body in tools.items():
@@ -160,7 +166,7 @@ RESUBMITTED = "job.sh run_dir={} restarts=2 job=unset conf=/etc/slurm/slurm.conf
     [
         ("2026-11-26T13:41:02", True, True, ["scontrol show job 77", "scontrol requeue 77"]),
         ("None", True, False, ["scontrol show job 77"]),  # scancel or the time limit
-        ("None", False, True, ["scontrol requeue 77"]),  # the warning: no TERM to ask about
+        ("None", False, True, ["scontrol show job 77", "scontrol requeue 77"]),  # the warning
     ],
 )
 def test_requeue_after_term_only_when_preempted(
@@ -186,7 +192,8 @@ def test_requeue_stops_at_max_restarts(
 ) -> None:
     recorded = _tools(tmp_path, monkeypatch, "None", requeue_rc=0)
     assert requeue_job(_job(SLURM_RESTART_COUNT=restarts), 3, False, "job.sh") is expected
-    assert _calls(recorded) == (["scontrol requeue 77"] if expected else [])
+    show = ["scontrol show job 77"]
+    assert _calls(recorded) == (show + ["scontrol requeue 77"] if expected else show)
     if not expected:
         assert "not requeueing: restart 3 reached --max-restarts 3" in capsys.readouterr().err
 
@@ -195,7 +202,7 @@ def test_array_task_requeues_alone(tmp_path: Path, monkeypatch: pytest.MonkeyPat
     recorded = _tools(tmp_path, monkeypatch, "None", requeue_rc=0)
     env = _job(SLURM_ARRAY_JOB_ID="70", SLURM_ARRAY_TASK_ID="4")
     assert requeue_job(env, 3, False, "job.sh")
-    assert _calls(recorded) == ["scontrol requeue 70_4"]
+    assert _calls(recorded) == ["scontrol show job 77", "scontrol requeue 70_4"]
 
 
 @pytest.mark.parametrize(
@@ -204,7 +211,11 @@ def test_array_task_requeues_alone(tmp_path: Path, monkeypatch: pytest.MonkeyPat
         # No scontrol on the node: submitted again, without this job's SLURM_* variables.
         (None, False, ["sbatch " + RESUBMITTED.format("runs/77")]),
         # The site refuses the requeue: the same.
-        ("None", False, ["scontrol requeue 77", "sbatch " + RESUBMITTED.format("runs/77")]),
+        (
+            "None",
+            False,
+            ["scontrol show job 77", "scontrol requeue 77", "sbatch " + RESUBMITTED.format("runs/77")],
+        ),
         # An array task: a one-task array with the same task id.
         (None, True, ["sbatch --array=4 " + RESUBMITTED.format("runs/70_4")]),
     ],
@@ -235,6 +246,40 @@ def test_a_submitit_task_leaves_a_refused_requeue_to_slurm(
     recorded = _tools(tmp_path, monkeypatch, preempt_time, requeue_rc=1)
     assert not requeue_job(_job(), None, False)
     assert [c for c in _calls(recorded) if c.startswith("sbatch")] == []
+
+
+@pytest.mark.parametrize(
+    ("shown", "restarts", "terminated", "why"),
+    [
+        # A scancel while the ranks wrote the checkpoint: the controller ends the job before
+        # its TERM reaches this process; scontrol requeue would bring it back.
+        ("JobState=COMPLETING Reason=None", "1", False, "job 77 is COMPLETING: cancelled"),
+        # The command requeued the job itself (Lightning): neither requeued nor resubmitted.
+        ("JobState=COMPLETING Reason=None", "2", True, "job 77 was requeued already"),
+        ("JobState=RUNNING Reason=None", "2", False, "job 77 was requeued already"),
+    ],
+)
+def test_a_job_slurm_is_ending_or_was_requeued_is_never_requeued(
+    shown: str,
+    restarts: str,
+    terminated: bool,
+    why: str,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    recorded = _tools(tmp_path, monkeypatch, "None", 0, shown, restarts)
+    assert not requeue_job(_job(SLURM_RESTART_COUNT="1"), 3, terminated, resubmit="job.sh")
+    assert _calls(recorded) == ["scontrol show job 77"]  # no requeue, no sbatch
+    assert f"not requeueing: {why}" in capsys.readouterr().err
+    # The other side: the same run, still RUNNING and not requeued by anyone, is requeued.
+    recorded.unlink()
+    (tmp_path / "bin" / "scontrol").write_text(
+        f'#!/bin/bash\necho "scontrol $*" >> {quote(str(recorded))}\n'
+        'if [ "$1" = show ]; then echo "JobState=RUNNING Restarts=1 PreemptTime=None"; fi\n'
+    )
+    assert requeue_job(_job(SLURM_RESTART_COUNT="1"), 3, False, resubmit="job.sh")
+    assert _calls(recorded) == ["scontrol show job 77", "scontrol requeue 77"]
 
 
 def test_no_job_id_no_requeue(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
