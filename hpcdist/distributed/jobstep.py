@@ -6,8 +6,10 @@
     gpus      this node's GPUs (``hpcdist.distributed.gpus``), as shell lines, or one line
               saying there are none
     run       started with ``exec`` in the script's place, so that SLURM's TERM and the
-              ``B:`` warning reach it: runs srun, passes the warning on to it, waits, then
-              requeues the job if rank 0 asked for it (``hpcdist.distributed.requeue``)
+              ``B:`` warning reach it: runs srun, passes a ``B:`` warning on to it, waits,
+              then requeues the job if rank 0 asked for it (``hpcdist.distributed.requeue``),
+              or says that the warning killed the command, or that the command requeued
+              the job itself
 
 ``hpcdist submit`` queues the same script, so there is one job protocol, run here.
 Standard library only: it runs before anything else of the job.
@@ -29,7 +31,15 @@ from typing import Any
 
 from hpcdist.distributed.gpus import count_gpus, listed_gpus
 from hpcdist.distributed.jobsecret import create_secret_file
-from hpcdist.distributed.requeue import SignalRelay, checkpointed, requeue_job
+from hpcdist.distributed.requeue import (
+    SignalRelay,
+    checkpointed,
+    requeue_job,
+    requeued_by_command,
+    say,
+    warning_death,
+    warning_signal,
+)
 from hpcdist.errors import UserError
 from hpcdist.facts.cpulayout import cpus_per_task
 from hpcdist.facts.protocol import (
@@ -132,18 +142,20 @@ def run(args: argparse.Namespace) -> int:
         # A preemption sends TERM here as well as to the ranks: caught, this process outlives
         # srun, whose ranks checkpoint on it, and can requeue the job.
         signal.signal(signal.SIGTERM, on_term)
-    relay = None
-    if args.warning:
-        relay = SignalRelay(signal.Signals[f"SIG{args.warning}"]).install()
+    warning = warning_signal(args.warning)
+    relay = SignalRelay(warning).install() if args.relay and warning is not None else None
     child = subprocess.Popen(args.command, env=safe_python_env(os.environ))
     if relay is not None:
         relay.attach(child.pid, pending=args.warned == 1)
     code = child.wait()
     status = 128 - code if code < 0 else code  # as bash reports a death by signal
-    if not args.requeue:
-        return status
     marker = Path(os.environ[MARKER_VAR]) if os.environ.get(MARKER_VAR) else None
-    if not checkpointed(status, marker):
+    if not (args.requeue and checkpointed(status, marker)):
+        said = warning_death(status, args.warning) or (
+            requeued_by_command(os.environ) if terminated else ""
+        )
+        if said:
+            say(said)
         return status
     if marker is not None:
         marker.unlink(missing_ok=True)
@@ -188,7 +200,8 @@ def _parser() -> argparse.ArgumentParser:
     count = steps.add_parser("gpus", help="count this node's GPUs")
     count.add_argument("--cpus-per-task", type=int, help="each task's CPUs (default: shared)")
     launch = steps.add_parser("run", help="run srun, pass the warning on, requeue")
-    launch.add_argument("--warning", help="the signal to pass on to srun (B:), e.g. USR1")
+    launch.add_argument("--warning", help="the job's --signal, e.g. USR2@90 or B:USR1@60")
+    launch.add_argument("--relay", action="store_true", help="pass the warning on to srun")
     launch.add_argument(
         "--warned", type=int, choices=(0, 1), default=0, help="1: the warning came before srun"
     )

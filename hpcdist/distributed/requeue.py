@@ -30,9 +30,12 @@ from typing import Any
 
 from hpcdist.facts.protocol import (
     LOCAL_FOLDER_VAR,
+    MARKER_VAR,
     REQUEUE_EXIT_CODE,
     RESTARTS_VAR,
     RUN_DIR_VAR,
+    SIGNAL_VAR,
+    WARNING_KILLED,
     is_inherited,
 )
 from hpcdist.facts.runs import RUNS_DIR, run_name
@@ -113,7 +116,7 @@ def requeue_job(
     if env.get(LOCAL_FOLDER_VAR):
         # A job of this machine (``--executor local``): no queue to go back to. Its
         # checkpoint stays; `submit --resume` starts from it.
-        _say("a local job is not requeued; its checkpoint is kept for --resume")
+        say("a local job is not requeued; its checkpoint is kept for --resume")
         return False
     restarts = restarts_so_far(env)
     # Asked right before the requeue: a scancel may have come while the ranks checkpointed,
@@ -125,11 +128,11 @@ def requeue_job(
         job, restarts, max_restarts, terminated, preempted
     )
     if why:
-        _say(f"not requeueing: {why}")
+        say(f"not requeueing: {why}")
         return False
     task = array_task(env)
     if control.has_scontrol():
-        _say(f"checkpoint written, requeueing {f'array task {task}' if task else f'job {job}'}")
+        say(f"checkpoint written, requeueing {f'array task {task}' if task else f'job {job}'}")
         if control.requeue(task or job):
             return True
     if resubmit is None:
@@ -137,12 +140,53 @@ def requeue_job(
     # The site refuses the requeue (a preemption that cancels) or has no scontrol here: a new
     # job resumes from this one's run folder; an array task again as a one-task array with
     # the same task id, so the same point of a sweep.
-    _say(f"no requeue (scontrol missing or refused), resubmitting {resubmit} with sbatch")
+    say(f"no requeue (scontrol missing or refused), resubmitting {resubmit} with sbatch")
     task_id = env.get("SLURM_ARRAY_TASK_ID", "").strip()
     why_not = control.resubmit(resubmit, task_id, resubmit_env(env, restarts))
     if why_not:
-        _say(f"cannot resubmit: {why_not}")
+        say(f"cannot resubmit: {why_not}")
     return not why_not
+
+
+def warning_signal(given: str | None) -> signal.Signals | None:
+    """The signal of a ``--signal`` value (``B:USR1@60`` -> SIGUSR1); None for none."""
+    if not given:
+        return None
+    name = given.removeprefix("B:").partition("@")[0]
+    return signal.Signals.__members__.get(f"SIG{name}")
+
+
+def warning_death(status: int, given: str | None) -> str:
+    """What the runner says of a command that the warning signal killed (it exited as
+    bash reports a death by that signal: 128 + its number), with the settings that make
+    it checkpoint instead; "" for any other end. Pure."""
+    warning = warning_signal(given)
+    if warning is None or status != 128 + warning:
+        return ""
+    name = warning.name
+    return (
+        f"{WARNING_KILLED} {name} (--signal {given}): it does not catch it, so it wrote no "
+        "checkpoint and hpcdist does not requeue it. To checkpoint on the warning: Lightning "
+        "checkpoints and requeues itself on SLURMEnvironment's requeue_signal, SIGUSR1 by "
+        f"default: submit with --signal USR1@<seconds>, or give Trainer(plugins="
+        f"[SLURMEnvironment(requeue_signal=signal.{name})]); other code: catch {name} (named "
+        f"in ${SIGNAL_VAR}), save, then exit {REQUEUE_EXIT_CODE} or create the file "
+        f"${MARKER_VAR}, and hpcdist requeues the job; --signal '' sends no warning"
+    )
+
+
+def requeued_by_command(env: Mapping[str, str]) -> str:
+    """After a TERM: whether the command requeued this job itself (Lightning's auto-requeue
+    runs ``scontrol requeue``, which TERMs the job), said in a line; "" if not."""
+    job = env.get("SLURM_JOB_ID", "")
+    view = control.show_job(job) if job and control.has_scontrol() else None
+    run_restarts = int(env.get("SLURM_RESTART_COUNT", "").strip() or 0)
+    if view is None or view.restarts is None or view.restarts <= run_restarts:
+        return ""
+    return (
+        f"the command requeued job {job} itself (restart {view.restarts}, e.g. Lightning's "
+        "auto-requeue); hpcdist does not requeue it again"
+    )
 
 
 class SignalRelay:
@@ -178,5 +222,5 @@ class SignalRelay:
         self.forward()
 
 
-def _say(line: str) -> None:
+def say(line: str) -> None:
     print(f"hpcdist: {line}", file=sys.stderr, flush=True)
