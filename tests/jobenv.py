@@ -19,7 +19,7 @@ def install_job_python(bindir: Path) -> Path:
     python = bindir / "python3"
     root = shlex.quote(str(Path(hpcdist.__file__).resolve().parents[1]))
     python.write_text(
-        f'#!/bin/bash\nPYTHONPATH={root}${{PYTHONPATH:+:$PYTHONPATH}} '
+        f"#!/bin/bash\nPYTHONPATH={root}${{PYTHONPATH:+:$PYTHONPATH}} "
         f'exec {shlex.quote(sys.executable)} "$@"\n'
     )
     python.chmod(0o755)

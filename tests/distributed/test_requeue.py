@@ -193,7 +193,7 @@ def test_requeue_stops_at_max_restarts(
     recorded = _tools(tmp_path, monkeypatch, "None", requeue_rc=0)
     assert requeue_job(_job(SLURM_RESTART_COUNT=restarts), 3, False, "job.sh") is expected
     show = ["scontrol show job 77"]
-    assert _calls(recorded) == (show + ["scontrol requeue 77"] if expected else show)
+    assert _calls(recorded) == ([*show, "scontrol requeue 77"] if expected else show)
     if not expected:
         assert "not requeueing: restart 3 reached --max-restarts 3" in capsys.readouterr().err
 
@@ -214,7 +214,11 @@ def test_array_task_requeues_alone(tmp_path: Path, monkeypatch: pytest.MonkeyPat
         (
             "None",
             False,
-            ["scontrol show job 77", "scontrol requeue 77", "sbatch " + RESUBMITTED.format("runs/77")],
+            [
+                "scontrol show job 77",
+                "scontrol requeue 77",
+                "sbatch " + RESUBMITTED.format("runs/77"),
+            ],
         ),
         # An array task: a one-task array with the same task id.
         (None, True, ["sbatch --array=4 " + RESUBMITTED.format("runs/70_4")]),

@@ -511,10 +511,8 @@ def test_requeue_marker_requeues_even_when_srun_reports_a_killed_rank(
     assert not (tmp_path / ".hpcdist" / "requeue" / "77").exists()
     if with_scontrol:
         # Asked first whether the job still runs (a scancel would end it), then requeued.
-        assert (tmp_path / "scontrol-argv").read_text().split() == ["show", "job", "77"] + [
-            "requeue",
-            "77",
-        ]
+        called = (tmp_path / "scontrol-argv").read_text().split()
+        assert called == ["show", "job", "77", "requeue", "77"]
         assert not (tmp_path / "sbatch-argv").exists()
         return
     assert "no requeue (scontrol missing or refused), resubmitting" in proc.stderr
