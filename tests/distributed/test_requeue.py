@@ -12,6 +12,7 @@ from pathlib import Path
 
 import pytest
 
+from hpcdist.cli.follow import warning_killed
 from hpcdist.distributed.requeue import (
     SignalRelay,
     array_task,
@@ -20,9 +21,10 @@ from hpcdist.distributed.requeue import (
     requeue_job,
     restarts_so_far,
     resubmit_env,
+    warning_death,
 )
 from hpcdist.facts.launch import ignoring
-from hpcdist.facts.protocol import REQUEUE_EXIT_CODE
+from hpcdist.facts.protocol import REQUEUE_EXIT_CODE, WARNING_KILLED
 from hpcdist.render.script import quote
 
 
@@ -356,3 +358,41 @@ def test_ignoring_starts_a_command_that_outlives_the_named_warning() -> None:
         ignoring(["USR2"], [sys.executable, "-c", _SELF_SIGNAL]), capture_output=True, text=True
     )
     assert other.returncode == -10 and other.stdout == ""
+
+
+# ------------------------------------------------------------ the warning, the user's
+
+
+@pytest.mark.parametrize(
+    ("status", "given", "said"),
+    [
+        (140, "USR2@90", True),  # 128 + SIGUSR2: the command did not catch it
+        (138, "B:USR1@60", True),
+        (140, "USR1@60", False),  # killed by another signal than the warning
+        (REQUEUE_EXIT_CODE, "USR2@90", False),  # it caught the warning and asked a requeue
+        (0, "USR2@90", False),
+        (1, "USR2@90", False),
+        (140, None, False),  # no warning: nothing to say
+    ],
+)
+def test_the_runner_says_when_the_warning_killed_the_command(
+    status: int, given: str | None, said: bool
+) -> None:
+    line = warning_death(status, given)
+    assert bool(line) is said
+    if said:
+        name = "SIGUSR2" if "USR2" in str(given) else "SIGUSR1"
+        assert line.startswith(f"{WARNING_KILLED} {name} (--signal {given}): it does not catch")
+        # What makes it checkpoint: Lightning's setting, or the protocol for other code.
+        assert f"SLURMEnvironment(requeue_signal=signal.{name})" in line
+        assert "--signal USR1@<seconds>" in line and "$HPCDIST_REQUEUE_MARKER" in line
+
+
+def test_status_shows_the_runners_line_about_the_warning(tmp_path: Path) -> None:
+    log = tmp_path / "job.out"
+    line = warning_death(140, "USR2@90")
+    log.write_text(f"hpcdist: job 7 on node1, restart 0\nsrun: error: task 0\nhpcdist: {line}\n")
+    assert warning_killed(str(log)) == line
+    log.write_text("hpcdist: job 7 on node1, restart 0\n")
+    assert warning_killed(str(log)) is None
+    assert warning_killed(None) is None
