@@ -136,6 +136,11 @@ def run(args: argparse.Namespace) -> int:
     def on_term(signum: int, frame: Any) -> None:
         nonlocal terminated
         terminated = True
+        # Said now: a command that requeued the job itself (Lightning) may outlast SLURM's
+        # KillWait, which then ends this process too.
+        said = requeued_by_command(os.environ)
+        if said:
+            say(said)
 
     narrow_logs()
     if args.requeue:
@@ -151,9 +156,7 @@ def run(args: argparse.Namespace) -> int:
     status = 128 - code if code < 0 else code  # as bash reports a death by signal
     marker = Path(os.environ[MARKER_VAR]) if os.environ.get(MARKER_VAR) else None
     if not (args.requeue and checkpointed(status, marker)):
-        said = warning_death(status, args.warning) or (
-            requeued_by_command(os.environ) if terminated else ""
-        )
+        said = warning_death(status, args.warning)
         if said:
             say(said)
         return status
