@@ -18,6 +18,7 @@ folder, where ``hpcdist status`` and ``logs`` read them. Standard library only.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import shlex
@@ -45,6 +46,12 @@ from hpcdist.state.fileutil import write_atomic
 FOLDER_VAR = LOCAL_FOLDER_VAR
 # Signals the stand-in and the batch task pass on to what they started.
 _RELAYED = (signal.SIGTERM, signal.SIGINT, signal.SIGUSR1, signal.SIGUSR2)
+# What submitit's local executor warns its task with before the time limit; the batch task
+# sends the job's own warning (--signal) instead, where SLURM would: every rank of the step
+# (through the srun stand-in, whose pid it leaves in the job's folder), or the batch shell
+# for B:.
+_SUBMITIT_WARNING = signal.SIGUSR2
+STEP_PID = "step.pid"
 # How long ranks have after a TERM before they are killed (SLURM's KillWait).
 KILL_WAIT_S = 5.0
 
@@ -75,9 +82,10 @@ def batch_environ(env: Mapping[str, str], folder: Path, bindir: Path) -> dict[st
     return out
 
 
-def batch(folder: Path, script: Path, workdir: str | None) -> int:
+def batch(folder: Path, script: Path, workdir: str | None, warning: str | None = None) -> int:
     """Run ``script`` with bash as a batch shell of this machine; its exit code.
-    ``folder`` may name the job by ``%j``, as submitit's folders do."""
+    ``folder`` may name the job by ``%j``, as submitit's folders do; ``warning``: the job's
+    ``--signal``, sent in the place of submitit's own warning."""
     folder = Path(str(folder).replace("%j", os.environ.get("SUBMITIT_LOCAL_JOB_ID", "0")))
     folder.mkdir(parents=True, exist_ok=True)
     bindir = Path(tempfile.mkdtemp(prefix="hpcdist-srun-"))
@@ -88,6 +96,7 @@ def batch(folder: Path, script: Path, workdir: str | None) -> int:
     env = batch_environ(os.environ, folder, bindir)
     child = subprocess.Popen(["bash", str(script)], env=env, cwd=workdir)
     _relay_to([child])
+    signal.signal(_SUBMITIT_WARNING, lambda *_: _warn(folder, child, warning))
     code = _status(child.wait())
     write_atomic(
         folder / LOCAL_BATCH_EXIT, json.dumps({"returncode": code, "finished": time.time()})
@@ -95,6 +104,23 @@ def batch(folder: Path, script: Path, workdir: str | None) -> int:
     stand_in.unlink(missing_ok=True)
     bindir.rmdir()
     return code
+
+
+def _warn(folder: Path, shell: subprocess.Popen[bytes], warning: str | None) -> None:
+    """submitit's warning came: the job's own signal to the ranks, or to the batch shell
+    (``B:``); nothing where the job asked for none."""
+    if not warning:
+        return
+    signum = signal.Signals[f"SIG{warning.removeprefix('B:').partition('@')[0]}"]
+    if warning.startswith("B:"):
+        _signal_all([shell], signum)
+        return
+    try:
+        step = int((folder / STEP_PID).read_text())
+    except (OSError, ValueError):
+        return  # no step runs yet: SLURM too warns only the steps that run
+    with contextlib.suppress(ProcessLookupError):
+        os.kill(step, signum)
 
 
 @dataclass(frozen=True)
@@ -159,6 +185,7 @@ def srun(argv: Sequence[str]) -> int:
     """Start the step's ranks here, wait for them, and exit as srun would."""
     step = parse_srun(argv)
     folder = Path(os.environ[FOLDER_VAR])
+    write_atomic(folder / STEP_PID, str(os.getpid()))
     job = os.environ.get("SLURM_JOB_ID", "0")
     cores = os.cpu_count() or 1
     children = []
@@ -218,6 +245,7 @@ def _parser() -> argparse.ArgumentParser:
     run.add_argument("folder", type=Path, help="the job's folder: its logs and exit codes")
     run.add_argument("script", type=Path, help="the rendered script")
     run.add_argument("--chdir", help="the folder the script runs in")
+    run.add_argument("--warning", help="the job's --signal, sent for submitit's warning")
     steps.add_parser("srun", help="srun's stand-in: srun OPTIONS COMMAND, ranks started here")
     return parser
 
@@ -228,7 +256,7 @@ def main(argv: list[str] | None = None) -> int:
         if argv[:1] == ["srun"]:  # srun's own options follow: not ours to parse
             return srun(argv[1:])
         args = _parser().parse_args(argv)
-        return batch(args.folder, args.script, args.chdir)
+        return batch(args.folder, args.script, args.chdir, args.warning)
     except (ValueError, OSError, KeyError) as exc:
         print(f"hpcdist: {exc}", file=sys.stderr)
         return 1

@@ -164,14 +164,20 @@ def warning_death(status: int, given: str | None) -> str:
     if warning is None or status != 128 + warning:
         return ""
     name = warning.name
+    lightning = (
+        "Lightning checkpoints and requeues itself on SIGUSR1 under the srun launcher "
+        "(SLURMEnvironment's auto-requeue; under torchrun it has none)"
+        if warning == signal.SIGUSR1
+        else "Lightning (srun launcher) checkpoints and requeues itself on SLURMEnvironment's "
+        "requeue_signal, SIGUSR1 by default: submit with --signal USR1@<seconds>, or give "
+        f"Trainer(plugins=[SLURMEnvironment(requeue_signal=signal.{name})])"
+    )
     return (
         f"{WARNING_KILLED} {name} (--signal {given}): it does not catch it, so it wrote no "
-        "checkpoint and hpcdist does not requeue it. To checkpoint on the warning: Lightning "
-        "checkpoints and requeues itself on SLURMEnvironment's requeue_signal, SIGUSR1 by "
-        f"default: submit with --signal USR1@<seconds>, or give Trainer(plugins="
-        f"[SLURMEnvironment(requeue_signal=signal.{name})]); other code: catch {name} (named "
-        f"in ${SIGNAL_VAR}), save, then exit {REQUEUE_EXIT_CODE} or create the file "
-        f"${MARKER_VAR}, and hpcdist requeues the job; --signal '' sends no warning"
+        f"checkpoint and hpcdist does not requeue it. To checkpoint on the warning: {lightning}; "
+        f"other code: catch {name} (named in ${SIGNAL_VAR}), save, then exit "
+        f"{REQUEUE_EXIT_CODE} or create the file ${MARKER_VAR}, and hpcdist requeues the job; "
+        "--signal '' sends no warning"
     )
 
 

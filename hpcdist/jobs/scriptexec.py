@@ -55,11 +55,20 @@ def queue_slurm(folder: Path, script: Path, tasks: int, array_tasks: int | None)
     ]
 
 
-def queue_local(folder: Path, script: Path, workdir: str, timeout_min: float) -> Any:
-    """Run ``script`` on this machine through submitit's local executor; its handle."""
+def queue_local(
+    folder: Path, script: Path, workdir: str, timeout_min: float, warning: str | None = None
+) -> Any:
+    """Run ``script`` on this machine through submitit's local executor; its handle.
+
+    ``warning``: the job's ``--signal`` (``USR1@60``). submitit warns its task with USR2 that
+    many seconds before the limit; the task turns it into the job's own signal, sent where
+    SLURM would send it (``hpcdist.distributed.localstep``)."""
     executor = submitit.LocalExecutor(folder=folder)
+    seconds = (warning or "").partition("@")[2]
     # One task: the batch shell, which starts the ranks itself (localstep's srun).
-    executor.update_parameters(tasks_per_node=1, timeout_min=timeout_min)
+    executor.update_parameters(
+        tasks_per_node=1, timeout_min=timeout_min, signal_delay_s=int(seconds or 60)
+    )
     argv = [
         sys.executable,
         "-m",
@@ -69,5 +78,6 @@ def queue_local(folder: Path, script: Path, workdir: str, timeout_min: float) ->
         str(script),
         "--chdir",
         workdir,
+        *([f"--warning={warning}"] if warning else []),
     ]
     return executor._submit_command(shlex.join(argv))

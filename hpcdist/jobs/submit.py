@@ -206,7 +206,7 @@ def _queue(plan: SubmitPlan, folder: Path, script: Path) -> list[Any]:
             # One folder per local job, made now: the job starts before its id is known.
             job_folder = folder / f"local-{script.stem}"
             job_folder.mkdir(mode=0o700)
-            return [queue_local(job_folder, script, plan.workdir, timeout)]
+            return [queue_local(job_folder, script, plan.workdir, timeout, plan.spec.signal)]
     except (OSError, RuntimeError) as exc:  # sbatch missing, refused, or no controller
         reason = (str(exc).strip().splitlines() or [type(exc).__name__])[-1]
         raise UserError(f"the {plan.executor} executor could not submit the job: {reason}") from exc

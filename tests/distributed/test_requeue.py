@@ -384,8 +384,13 @@ def test_the_runner_says_when_the_warning_killed_the_command(
         name = "SIGUSR2" if "USR2" in str(given) else "SIGUSR1"
         assert line.startswith(f"{WARNING_KILLED} {name} (--signal {given}): it does not catch")
         # What makes it checkpoint: Lightning's setting, or the protocol for other code.
-        assert f"SLURMEnvironment(requeue_signal=signal.{name})" in line
-        assert "--signal USR1@<seconds>" in line and "$HPCDIST_REQUEUE_MARKER" in line
+        if name == "SIGUSR2":
+            assert "Trainer(plugins=[SLURMEnvironment(requeue_signal=signal.SIGUSR2)])" in line
+            assert "--signal USR1@<seconds>" in line
+        else:  # Lightning's own signal: it catches it under srun's launcher only
+            assert "on SIGUSR1 under the srun launcher" in line and "Trainer(" not in line
+        assert f"catch {name} (named in $HPCDIST_SIGNAL)" in line
+        assert "exit 85 or create the file $HPCDIST_REQUEUE_MARKER" in line
 
 
 def test_status_shows_the_runners_line_about_the_warning(tmp_path: Path) -> None:
