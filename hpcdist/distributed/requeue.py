@@ -176,8 +176,7 @@ def warning_death(status: int, given: str | None) -> str:
         f"{WARNING_KILLED} {name} (--signal {given}): it does not catch it, so it wrote no "
         f"checkpoint and hpcdist does not requeue it. To checkpoint on the warning: {lightning}; "
         f"other code: catch {name} (named in ${SIGNAL_VAR}), save, then exit "
-        f"{REQUEUE_EXIT_CODE} or create the file ${MARKER_VAR}, and hpcdist requeues the job; "
-        "--signal '' sends no warning"
+        f"{REQUEUE_EXIT_CODE} or create the file ${MARKER_VAR}, and hpcdist requeues the job"
     )
 
 

@@ -104,7 +104,7 @@ def warning_text(spec: JobSpec) -> str:
     """Which signal the command gets before the time limit, and where (``--signal``): what
     ``render`` writes above the directive and ``submit`` prints."""
     if spec.signal is None:
-        return "none (--signal ''); at the time limit SLURM sends TERM, then KILL"
+        return "none; at the time limit SLURM sends TERM, then KILL"
     seconds = spec.signal.partition("@")[2] or "60"  # SLURM's default
     where = (
         "the batch shell, and hpcdist's runner passes it on to every rank"

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import shutil
 import signal
@@ -589,12 +590,21 @@ def test_batch_shell_signal_is_passed_on_to_srun(tmp_path: Path) -> None:
     spec = spec_from_options({"profile": None, "mode": "gloo", "nodes": 2, "signal": "B:USR2@90"})
     script = render(spec)
     assert '#SBATCH --signal="B:USR2@90"' in script
+    # Which signal the command gets, said above the directive.
+    said = "# The warning: SIGUSR2 about 90 s before the time limit (SLURM may send it up to a"
+    assert f"{said} minute early) to the batch shell, and hpcdist's runner passes it on" in script
     assert "trap 'warned=1' USR2\n" in script  # from the first line, kept until srun runs
     assert 'jobstep run --warning=B:USR2@90 --relay --warned="${warned}" ' in script
     assert _bash_n(script, tmp_path).returncode == 0
     plain = render(spec_from_options({"profile": None, "mode": "gloo", "nodes": 2}))
     # SLURM signals the tasks itself: nothing to pass on; the runner knows the warning.
     assert "jobstep run --warning=USR2@90 --requeue " in plain and "--relay" not in plain
+    assert (
+        "about 90 s before the time limit (SLURM may send it up to a minute early) to every rank"
+        in plain
+    )
+    silent = render(dataclasses.replace(spec, signal=None))
+    assert "--warning" not in silent and "# The warning" not in silent
 
 
 @pytest.mark.parametrize("early", [False, True], ids=["while-srun-runs", "before-srun-starts"])
