@@ -45,6 +45,12 @@ export MKL_NUM_THREADS=1
 export HPCDIST_CPUS_PER_TASK=2
 # The warning signal's name, for the command: hpcdist's training catches it to checkpoint.
 export HPCDIST_SIGNAL=USR2
+# SLURM warns 90 s before the time limit. Where the run's checkpoint takes longer
+# (it measures each), the training checkpoints earlier on its own, by the job's end time.
+export HPCDIST_SIGNAL_LEAD=90
+# A node that a failure names (a killed rank, a network error) is left out of this run's
+# requeued or resubmitted pieces for this many seconds (--bad-node-hold).
+export HPCDIST_BAD_NODE_HOLD=3600
 # <<< environment
 
 # hpcdist's state of this job (its secret, its requeue marker, its log record) lives in

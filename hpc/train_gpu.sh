@@ -45,6 +45,12 @@ export OMP_NUM_THREADS="${SLURM_CPUS_PER_TASK:-1}"
 export MKL_NUM_THREADS="${SLURM_CPUS_PER_TASK:-1}"
 # The warning signal's name, for the command: hpcdist's training catches it to checkpoint.
 export HPCDIST_SIGNAL=USR2
+# SLURM warns 90 s before the time limit. Where the run's checkpoint takes longer
+# (it measures each), the training checkpoints earlier on its own, by the job's end time.
+export HPCDIST_SIGNAL_LEAD=90
+# A node that a failure names (a killed rank, a network error) is left out of this run's
+# requeued or resubmitted pieces for this many seconds (--bad-node-hold).
+export HPCDIST_BAD_NODE_HOLD=3600
 export NCCL_DEBUG=WARN
 export TORCH_NCCL_ASYNC_ERROR_HANDLING=1
 export TORCH_NCCL_TRACE_BUFFER_SIZE=2000

@@ -147,8 +147,16 @@ class TrainingConfig:
     # Stop (completed) at the first epoch whose validation loss is at or below this
     # (normalised units); None: train the epochs (or until early stopping).
     target_val_loss: float | None = None
+    # For tests only: every checkpoint write waits this long first, as a slow disk would
+    # (the job then checkpoints early where its warning lead is too short).
+    test_checkpoint_delay_s: float = 0.0
 
     def __post_init__(self) -> None:
+        if not 0.0 <= self.test_checkpoint_delay_s < math.inf:
+            raise ConfigError(
+                "'training.test_checkpoint_delay_s' must be a number >= 0, got "
+                f"{self.test_checkpoint_delay_s}"
+            )
         if not 0.0 < self.val_fraction < 1.0:
             raise ConfigError(f"'training.val_fraction' must be in (0, 1), got {self.val_fraction}")
         if not 0.0 <= self.lr_warmup_epochs < math.inf:

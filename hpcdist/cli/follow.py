@@ -20,6 +20,7 @@ import click
 from hpcdist.errors import UserError
 from hpcdist.facts.launch import rank_log_pattern
 from hpcdist.facts.protocol import WARNING_KILLED
+from hpcdist.jobs.badnodeview import describe_held, held_nodes
 from hpcdist.jobs.logpaths import job_logs
 from hpcdist.jobs.logread import printable, read_log_bytes, read_log_text
 from hpcdist.jobs.records import (
@@ -133,7 +134,13 @@ def warning_killed(log: str | None) -> str | None:
 def status(job_id: str | None, as_json: bool) -> int:
     """State of any SLURM job (default: the newest submitted from this folder): the reason
     while it waits; nodes, elapsed time against the limit, exit code and signal, restarts
-    and log paths; after the end, how well it used its CPUs, memory and time."""
+    and log paths; after the end, how well it used its CPUs, memory and time. Of a run
+    (RUN of `hpcdist list`, or a job of one): its pieces and the training's progress."""
+    from hpcdist.cli import runs
+
+    run = runs.run_or_job(job_id)
+    if run is not None:  # a run id: the whole run
+        return runs.show_run(run, as_json)
     job_id = check_job_id(job_id) if job_id is not None else _newest_id()
     record = find_record(job_id)
     infos = [] if record is not None and record.executor != "slurm" else query_jobs(job_id)
@@ -148,28 +155,42 @@ def status(job_id: str | None, as_json: bool) -> int:
         )
         return 0
     effs = _efficiency(infos)
+    run = runs.run_of_job(job_id)  # the run this job is a piece of, and its progress
     for info in infos:
         info = _with_log_paths(info)
         eff, summary, advice = effs.get(info.job_id, (None, None, None))
+        held = held_nodes(_bad_node_key(run, info.job_id))  # the run's next pieces avoid
         if as_json:
-            data: dict[str, Any] = dataclasses.asdict(info)
-            data["warning"] = warning_killed(info.stdout) if info.state in FINAL_STATES else None
-            data["efficiency"] = (
-                None
-                if eff is None
-                else {
-                    **dataclasses.asdict(eff),
-                    "cpu_fraction": eff.cpu_fraction,
-                    "memory_fraction": eff.memory_fraction,
-                    "time_fraction": eff.time_fraction,
-                    "summary": summary,
-                    "advice": advice,
-                }
-            )
+            data = _job_json(info, eff, summary, advice)
+            data["excluded_nodes"] = [record.to_dict() for record in held]
+            data["run"] = None if run is None else runs.run_json(run)
             click.echo(json.dumps(data))
         else:
-            click.echo("\n".join(_describe(info, summary, advice)))
+            lines = _describe(info, summary, advice)
+            if held:
+                lines.append(f"  {'excluded:':<11} {describe_held(held)}")
+            click.echo("\n".join(lines))
+    if run is not None and not as_json:
+        click.echo("\n".join(runs.run_lines(run)))
     return 0
+
+
+def _job_json(info: JobInfo, eff: Any, summary: str | None, advice: str | None) -> dict[str, Any]:
+    data: dict[str, Any] = dataclasses.asdict(info)
+    data["warning"] = warning_killed(info.stdout) if info.state in FINAL_STATES else None
+    data["efficiency"] = (
+        None
+        if eff is None
+        else {
+            **dataclasses.asdict(eff),
+            "cpu_fraction": eff.cpu_fraction,
+            "memory_fraction": eff.memory_fraction,
+            "time_fraction": eff.time_fraction,
+            "summary": summary,
+            "advice": advice,
+        }
+    )
+    return data
 
 
 # srun --label's prefix of each line (--rank-logs label): the task number, padded.
@@ -296,7 +317,17 @@ def _split_logs(paths: list[tuple[Path, bool]], rank: int | None) -> list[tuple[
 )
 @click.option("--follow", "follow_", is_flag=True, help="Keep printing until the job ends.")
 def logs(job_id: str, rank: int | None, follow_: bool) -> int:
-    """Print a job's log (stdout, then stderr): any SLURM job, or one of this folder."""
+    """Print a job's log (stdout, then stderr): any SLURM job, or one of this folder; a run's
+    (``hpcdist list``'s RUN): every piece's, one after the other."""
+    from hpcdist.cli import runs
+
+    run = runs.run_or_job(job_id)
+    if run is not None:
+        if follow_:  # the pieces before it have ended: follow the last
+            job_id = run.last.job_id
+        else:
+            click.echo(runs.merged_log(run), nl=False)
+            return 0
     record = find_record(job_id)
     info = None
     if record is None or record.executor == "slurm":
@@ -383,7 +414,8 @@ def _slurm_view(
 
 @click.command(name="list")
 def list_command() -> int:
-    """This folder's jobs and this user's SLURM jobs of the last day, newest first."""
+    """This folder's jobs and this user's SLURM jobs of the last day, newest first, the
+    jobs of one run (RUN) together."""
     from hpcdist.slurm.query import recent_jobs
 
     now = time.time()
@@ -393,7 +425,7 @@ def list_command() -> int:
     records = {record.job_id: record for record in found}
     # One sacct call reaches back to the oldest SLURM record too: no query per record.
     since = min([now - 86400] + [r.submitted for r in records.values() if r.executor == "slurm"])
-    click.echo(f"{'JOB':>12}  {'STATE':<11} {'ELAPSED':>10}  {'EXECUTOR':<8} NAME")
+    click.echo(f"{'JOB':>12}  {'STATE':<11} {'ELAPSED':>10}  {'EXECUTOR':<8} {'RUN':<16} NAME")
     slurm = {
         job.job_id: job
         for job in recent_jobs(time.strftime("%Y-%m-%dT%H:%M:%S", time.localtime(since - 60)))
@@ -413,11 +445,25 @@ def list_command() -> int:
         (job.job_id, job.state, format_duration(job.elapsed_s or 0), "-", job.name)
         for job in slurm.values()
     )
-    for job_id, shown_state, shown_elapsed, executor, name in sorted(rows, key=_newest_first):
-        click.echo(f"{job_id:>12}  {shown_state:<11} {shown_elapsed:>10}  {executor:<8} {name}")
+    from hpcdist.cli.runs import group_by_run
+    from hpcdist.jobs.runs import runs_by_job
+
+    for run, row in group_by_run(sorted(rows, key=_newest_first), runs_by_job()):
+        job_id, shown_state, shown_elapsed, executor, name = row
+        click.echo(
+            f"{job_id:>12}  {shown_state:<11} {shown_elapsed:>10}  {executor:<8} {run:<16} {name}"
+        )
     return 0
 
 
 def _newest_first(row: tuple[str, ...]) -> tuple[int, int, str]:
     head, _, task = row[0].partition("_")
     return (-int(head) if head.isdigit() else 0, -int(task) if task.isdigit() else 0, row[0])
+
+
+def _bad_node_key(run: Any, job_id: str) -> str:
+    """Whose bad-node record a job's status shows: its run folder's name, as the job keys
+    it (``hpcdist.distributed.badnodes.run_key``; a ``--continue`` piece trains in the
+    first job's folder), else the job id."""
+    run_dir = run.last.run_dir if run is not None and run.pieces else ""
+    return Path(run_dir).name if run_dir else job_id

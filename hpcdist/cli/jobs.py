@@ -35,8 +35,11 @@ from hpcdist.spec.options import job_options, spec_from_options
 def submit(executor: str, dry_run: bool, wait: bool, no_preflight: bool, **options: Any) -> int:
     """Queue the script `render` prints through submitit; print its id, state and logs."""
     from hpcdist.jobs import submit as submission
+    from hpcdist.jobs.leadcheck import lead_warning
 
     spec = spec_from_options(options)
+    if warning := lead_warning(spec):
+        click.echo(warning, err=True)
     # One plan: --dry-run prints it, a submission carries it out.
     plan = submission.plan_submission(spec, executor, preflight_check=not no_preflight)
     if dry_run:

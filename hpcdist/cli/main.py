@@ -92,9 +92,13 @@ def cli() -> None:
 @click.option("--force", is_flag=True, help="Overwrite --script if it exists.")
 def render(out: Path | None, force: bool, **options: Any) -> int:
     """Print the sbatch script for a job; change nothing."""
+    from hpcdist.jobs.leadcheck import lead_warning
     from hpcdist.render.script import render as render_spec
 
-    script = render_spec(spec_from_options(options))
+    spec = spec_from_options(options)
+    script = render_spec(spec)
+    if warning := lead_warning(spec):
+        click.echo(warning, err=True)
     if out is None:
         click.echo(script, nl=False)
         return 0

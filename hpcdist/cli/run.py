@@ -91,10 +91,10 @@ def run(**options: Any) -> int:
     from hpcdist.render.script import render
 
     spec = spec_from_options(run_options(options, allocation))
-    if spec.sweep or spec.after:
-        # An allocation runs one step now: a sweep is a job array and --after a wait in
-        # the queue, which only sbatch (submit, or the rendered script) can ask for.
-        flag = "--sweep" if spec.sweep else "--after"
+    if spec.sweep or spec.after or spec.array:
+        # An allocation runs one step now: a sweep or --array is a job array and --after a
+        # wait in the queue, which only sbatch (submit, or the rendered script) can ask for.
+        flag = "--sweep" if spec.sweep else "--array" if spec.array else "--after"
         raise UserError(
             f"{flag} needs a job of its own (a job array, a dependency); expected "
             "`hpcdist submit` or `hpcdist render`, or --set for one point here"

@@ -20,8 +20,20 @@ from typing import TYPE_CHECKING, Any
 if TYPE_CHECKING:
     # The names of __all__, for type checkers; at run time __getattr__ loads them.
     from hpcdist.distributed.group import *  # noqa: F403
+    from hpcdist.distributed.heartbeat import (
+        HeartbeatWriter,
+        continue_run,
+        heartbeat_for,
+        record_piece,
+    )
+    from hpcdist.distributed.warnlead import (
+        CheckpointTiming,
+        last_checkpoint_time,
+        record_checkpoint_time,
+        watch_job_end,
+    )
     from hpcdist.facts.protocol import MARKER_VAR, REQUEUE_EXIT_CODE, RUN_DIR_VAR, SIGNAL_VAR
-    from hpcdist.facts.runs import RESULTS_FILE, RUNS_DIR, run_name
+    from hpcdist.facts.runs import RESULTS_FILE, RUN_ID_VAR, RUNS_DIR, run_name
 
 # The public API, listed here once: hpcdist.distributed.group defines or re-exports each,
 # but for the job protocol's names and the run naming (``_FACTS``).
@@ -34,30 +46,40 @@ __all__ = [
     "RESULTS_FILE",
     "RUNS_DIR",
     "RUN_DIR_VAR",
+    "RUN_ID_VAR",
     "SIGNAL_VAR",
+    "CheckpointTiming",
     "DistContext",
     "DistEnv",
     "DistEnvError",
     "DistributedInitError",
+    "HeartbeatWriter",
     "NodeListError",
     "Source",
     "allocated_gpus",
     "cleanup_distributed",
     "collective_timeout_s",
+    "continue_run",
     "derive_port",
     "distributed",
     "expand_nodelist",
     "expand_tasks_per_node",
     "flight_recorder_files",
+    "heartbeat_for",
+    "last_checkpoint_time",
     "network_hint",
+    "record_checkpoint_time",
+    "record_piece",
     "resolve_env",
     "run_name",
     "select_device",
     "setup_distributed",
     "single_process",
     "task_device",
+    "watch_job_end",
 ]
-# Where the names of __all__ that are not the process group's come from.
+# Where the names of __all__ that are not the process group's come from (the job protocol's
+# names, the run naming, rank 0's heartbeat and run record).
 _FACTS = {
     "MARKER_VAR": "hpcdist.facts.protocol",
     "REQUEUE_EXIT_CODE": "hpcdist.facts.protocol",
@@ -66,6 +88,16 @@ _FACTS = {
     "RESULTS_FILE": "hpcdist.facts.runs",
     "RUNS_DIR": "hpcdist.facts.runs",
     "run_name": "hpcdist.facts.runs",
+    "RUN_ID_VAR": "hpcdist.facts.runs",
+    "HeartbeatWriter": "hpcdist.distributed.heartbeat",
+    "heartbeat_for": "hpcdist.distributed.heartbeat",
+    "continue_run": "hpcdist.distributed.heartbeat",
+    "record_piece": "hpcdist.distributed.heartbeat",
+    # The checkpoint's measured time and the early checkpoint before SLURM's kill.
+    "CheckpointTiming": "hpcdist.distributed.warnlead",
+    "last_checkpoint_time": "hpcdist.distributed.warnlead",
+    "record_checkpoint_time": "hpcdist.distributed.warnlead",
+    "watch_job_end": "hpcdist.distributed.warnlead",
 }
 
 

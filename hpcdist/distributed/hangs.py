@@ -62,3 +62,16 @@ def flight_recorder_files(env: Mapping[str, str]) -> dict[str, str]:
     )
     prefix = os.path.join(os.path.abspath(run_dir), "nccl_trace_rank_")
     return dict.fromkeys(_TRACE_FILE_ENVS, prefix)
+
+
+def hang_advice(timeout_s: float | None = None) -> str:
+    """What to do about a training whose heartbeat stopped while its job runs (``hpcdist
+    status``): what ends a hung collective, and where to look."""
+    limit = f"{timeout_s:.0f} s" if timeout_s else f"{DEFAULT_TIMEOUT_S:.0f} s by default"
+    return (
+        "a rank may wait in a collective for a peer that died or hangs: the job's collective "
+        f"timeout (--collective-timeout, {limit}) ends it with a message naming the "
+        "collective; read the last lines of every rank (hpcdist logs JOB), set "
+        f"{_TRACE_BUFFER_ENVS[0]} in the profile so NCCL's flight recorder dumps into the run "
+        "folder, and cancel the job if it stays silent"
+    )

@@ -1,7 +1,8 @@
 """What a rendered batch script asks of hpcdist: ``python3 -m hpcdist.distributed.jobstep``.
 
     prepare   the job's private state: its folders checked (``hpcdist.state``), a new
-              secret, the log record, the requeue marker's path; prints the shell lines
+              secret, the log record, the requeue marker's path, the run it is a piece
+              of (``hpcdist.distributed.runpiece``); prints the shell lines
               (``export HPCDIST_SECRET_FILE=...``) the script evaluates
     gpus      this node's GPUs (``hpcdist.distributed.gpus``), as shell lines, or one line
               saying there are none
@@ -25,10 +26,11 @@ import socket
 import stat
 import subprocess
 import sys
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
+from hpcdist.distributed.badnodes import LogMark, after_failure, hold_s, say_held
 from hpcdist.distributed.gpus import count_gpus, listed_gpus
 from hpcdist.distributed.jobsecret import create_secret_file
 from hpcdist.distributed.requeue import (
@@ -40,6 +42,7 @@ from hpcdist.distributed.requeue import (
     warning_death,
     warning_signal,
 )
+from hpcdist.distributed.runpiece import start_piece
 from hpcdist.errors import UserError
 from hpcdist.facts.cpulayout import cpus_per_task
 from hpcdist.facts.protocol import (
@@ -51,6 +54,7 @@ from hpcdist.facts.protocol import (
     derive_port,
     port_seed,
 )
+from hpcdist.facts.runs import RUN_STATE_DIR
 from hpcdist.state.folders import jobs_root, state_dir
 from hpcdist.state.private import write_private
 from hpcdist.state.statehome import shared_reason
@@ -91,6 +95,9 @@ def prepare(
     lines = [f"export {SECRET_VAR}={shlex.quote(str(secret_file))}"]
     # Where this job's logs go, for `hpcdist logs` and `status` once SLURM has forgotten it.
     write_private(below(LOG_DIR), log_record + "\n")
+    # Which run this job is a piece of (HPCDIST_RUN_ID, its run folder), recorded for
+    # `hpcdist status RUN`.
+    lines += start_piece(env, state_dir(*Path(RUN_STATE_DIR).parts[1:], project_dir=project))
     if marker:
         marker_file = below(MARKER_DIR)
         marker_file.unlink(missing_ok=True)
@@ -149,20 +156,44 @@ def run(args: argparse.Namespace) -> int:
         signal.signal(signal.SIGTERM, on_term)
     warning = warning_signal(args.warning)
     relay = SignalRelay(warning).install() if args.relay and warning is not None else None
+    # Where the job's log ends now: a failed step's lines after it may name a bad node.
+    mark = LogMark() if hold_s(os.environ) is not None else None
+    say_held(os.environ)
     child = subprocess.Popen(args.command, env=safe_python_env(os.environ))
     if relay is not None:
         relay.attach(child.pid, pending=args.warned == 1)
     code = child.wait()
     status = 128 - code if code < 0 else code  # as bash reports a death by signal
+    return _after_step(args, status, mark, lambda: terminated)
+
+
+def _after_step(
+    args: argparse.Namespace, status: int, mark: LogMark | None, terminated: Callable[[], bool]
+) -> int:
+    """The step ended with ``status``: say that the warning killed the command, or requeue
+    the job (rank 0 asked, or a node broke the step); the runner's exit status."""
     marker = Path(os.environ[MARKER_VAR]) if os.environ.get(MARKER_VAR) else None
-    if not (args.requeue and checkpointed(status, marker)):
-        said = warning_death(status, args.warning)
-        if said:
-            say(said)
+    asked = checkpointed(status, marker)
+    killed = "" if asked else warning_death(status, args.warning)
+    if killed:
+        # The command's own end (it did not catch the warning), not a node's failure.
+        say(killed)
         return status
+    left_behind = []
+    if status != 0 and mark is not None and not asked:
+        left_behind = after_failure(os.environ, mark)
+    if not args.requeue:
+        return status
+    if not asked:
+        if not left_behind:
+            return status
+        # A node broke the step: the run goes on from its last checkpoint, elsewhere.
+        cause = "a node failed the step"
+        requeued = requeue_job(os.environ, args.max_restarts, terminated(), args.script, cause)
+        return 0 if requeued else status
     if marker is not None:
         marker.unlink(missing_ok=True)
-    requeued = requeue_job(os.environ, args.max_restarts, terminated, resubmit=args.script)
+    requeued = requeue_job(os.environ, args.max_restarts, terminated(), resubmit=args.script)
     return 0 if requeued else status
 
 

@@ -28,6 +28,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
+from hpcdist.distributed import badnodes
 from hpcdist.facts.protocol import (
     LOCAL_FOLDER_VAR,
     MARKER_VAR,
@@ -105,11 +106,12 @@ def requeue_job(
     max_restarts: int | None,
     terminated: bool,
     resubmit: str | None = None,
+    cause: str = "checkpoint written",
 ) -> bool:
     """Requeue this job (or submit ``resubmit``, its script, again); whether it was done.
 
     ``terminated``: the job got SIGTERM (requeued only if preempted). Without ``resubmit``
-    a refused ``scontrol requeue`` leaves the job to SLURM."""
+    a refused ``scontrol requeue`` leaves the job to SLURM. ``cause``: for the log line."""
     job = env.get("SLURM_JOB_ID", "")
     if not job:
         return False
@@ -131,9 +133,13 @@ def requeue_job(
         say(f"not requeueing: {why}")
         return False
     task = array_task(env)
+    # Nodes a failure of this run named, still held back: the next piece runs elsewhere.
+    exclude = badnodes.for_next_piece(env)
     if control.has_scontrol():
-        say(f"checkpoint written, requeueing {f'array task {task}' if task else f'job {job}'}")
+        say(f"{cause}, requeueing {f'array task {task}' if task else f'job {job}'}")
         if control.requeue(task or job):
+            if exclude and not control.exclude_nodes(task or job, exclude):
+                say(f"could not exclude {','.join(exclude)} from the requeued job")
             return True
     if resubmit is None:
         return False
@@ -142,7 +148,9 @@ def requeue_job(
     # the same task id, so the same point of a sweep.
     say(f"no requeue (scontrol missing or refused), resubmitting {resubmit} with sbatch")
     task_id = env.get("SLURM_ARRAY_TASK_ID", "").strip()
-    why_not = control.resubmit(resubmit, task_id, resubmit_env(env, restarts))
+    # sbatch's --exclude replaces the script's own: that one is kept beside the bad nodes.
+    exclude = [*control.excluded_nodes(job), *exclude] if exclude else []
+    why_not = control.resubmit(resubmit, task_id, resubmit_env(env, restarts), exclude)
     if why_not:
         say(f"cannot resubmit: {why_not}")
     return not why_not

@@ -275,6 +275,7 @@ def _save_records(plan: SubmitPlan, jobs: list[Any], project_dir: Path | None) -
 
 # What only SLURM can honour: the local executor runs on this machine, whatever they ask.
 _SLURM_ONLY = (
+    "array",
     "constraint",
     "exclusive",
     "reservation",

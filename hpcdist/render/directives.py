@@ -71,18 +71,7 @@ def sbatch_directives(spec: JobSpec) -> list[Directive]:
     rows += gpu_directives(spec)
     if spec.signal is not None:
         rows.append(Directive("signal", spec.signal, comment=f"The warning: {warning_text(spec)}."))
-    array = array_range(spec)
-    if array is not None:
-        rows.append(
-            Directive(
-                "array",
-                array,
-                comment=(
-                    "One array task per point of the sweep, each a whole job of this shape"
-                    + (f", at most {spec.max_parallel} at once." if spec.max_parallel else ".")
-                ),
-            )
-        )
+    rows += _array_rows(spec)
     dependency = dependency_value(spec.after)
     if dependency is not None:
         rows.append(Directive("dependency", dependency))
@@ -115,6 +104,19 @@ def warning_text(spec: JobSpec) -> str:
         f"SIG{spec.warning_signal} about {seconds} s before the time limit (SLURM may send it up "
         f"to a minute early) to {where}; hpcdist sends the command no other signal"
     )
+
+
+def _array_rows(spec: JobSpec) -> list[Directive]:
+    """The job array: a sweep's (one task per point), or --array's (every task this job)."""
+    array = array_range(spec)
+    if array is not None:
+        at_once = f", at most {spec.max_parallel} at once." if spec.max_parallel else "."
+        comment = "One array task per point of the sweep, each a whole job of this shape"
+        return [Directive("array", array, comment=comment + at_once)]
+    if spec.array is not None:
+        comment = "Job array: every task runs this job; SLURM_ARRAY_TASK_ID tells them apart."
+        return [Directive("array", spec.array, comment=comment)]
+    return []
 
 
 def _task_count(spec: JobSpec) -> Directive:

@@ -8,8 +8,9 @@ from pathlib import Path
 
 import jinja2
 
-from hpcdist.facts import protocol
+from hpcdist.facts import badnodes, leads, protocol
 from hpcdist.facts.launch import AGENT_VAR, torchrun_agent
+from hpcdist.facts.runs import is_job_id
 from hpcdist.render.directives import (
     CPUS_VAR,
     ShellWord,
@@ -60,6 +61,7 @@ def _environment() -> jinja2.Environment:
         trim_blocks=True,
     )
     env.filters["q"] = quote
+    env.tests["job_id"] = is_job_id  # --continue JOB rather than RUN
     return env
 
 
@@ -69,6 +71,8 @@ def protocol_context() -> dict[str, object]:
         "requeue_exit": protocol.REQUEUE_EXIT_CODE,
         "signal_var": protocol.SIGNAL_VAR,
         "marker_var": protocol.MARKER_VAR,
+        "signal_lead_var": leads.SIGNAL_LEAD_VAR,
+        "bad_node_hold_var": badnodes.BAD_NODE_HOLD_VAR,
     }
 
 
@@ -121,6 +125,7 @@ def render(spec: JobSpec) -> str:
         runner_signals=signals,
         agent_var=AGENT_VAR,
         torchrun_agent=_agent(spec),
+        signal_lead=leads.signal_lead_s(spec.signal),
         **protocol_context(),
     )
 

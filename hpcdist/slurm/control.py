@@ -9,14 +9,31 @@ import shutil
 import subprocess
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from datetime import datetime
 
 SCONTROL_TIMEOUT_S = 30.0
 # A job SLURM picked for preemption shows when (``scontrol show job``); others show None.
 _PREEMPTED = re.compile(r"PreemptTime=[0-9]")
+_EXCLUDED = re.compile(r"\bExcNodeList=(\S+)")
+# When SLURM will end the job (its time limit), in the controller's local time.
+_END_TIME = re.compile(r"\bEndTime=(\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d)\b")
 
 
 def has_scontrol() -> bool:
     return shutil.which("scontrol") is not None
+
+
+def _show_job(job: str) -> str:
+    """``scontrol show job``'s text; "" where scontrol cannot say."""
+    try:
+        return subprocess.run(
+            ["scontrol", "show", "job", job],
+            capture_output=True,
+            text=True,
+            timeout=SCONTROL_TIMEOUT_S,
+        ).stdout
+    except (OSError, subprocess.SubprocessError):
+        return ""
 
 
 @dataclass(frozen=True)
@@ -48,22 +65,45 @@ def parse_job_view(shown: str) -> JobView:
 
 def show_job(job: str) -> JobView | None:
     """The controller's view of ``job``; None where scontrol cannot say."""
-    try:
-        shown = subprocess.run(
-            ["scontrol", "show", "job", job],
-            capture_output=True,
-            text=True,
-            timeout=SCONTROL_TIMEOUT_S,
-        ).stdout
-    except (OSError, subprocess.SubprocessError):
-        return None
+    shown = _show_job(job)
     return parse_job_view(shown) if shown.strip() else None
 
 
 def is_preempted(job: str) -> bool:
     """Whether SLURM picked ``job`` for preemption (False where scontrol cannot say)."""
-    view = show_job(job)
-    return view is not None and view.preempted
+    return _PREEMPTED.search(_show_job(job)) is not None
+
+
+def end_time(shown: str) -> float | None:
+    """The ``EndTime`` of ``scontrol show job``'s text as seconds since the epoch (scontrol
+    prints local time, that of the node it runs on, which is this one); None if it has
+    none. Pure."""
+    found = _END_TIME.search(shown)
+    return datetime.fromisoformat(found.group(1)).timestamp() if found else None
+
+
+def job_end_time(job: str) -> float | None:
+    """When SLURM will end ``job`` (``EndTime``), None where scontrol cannot say."""
+    return end_time(_show_job(job))
+
+
+def excluded_nodes(job: str) -> list[str]:
+    """The nodes ``job`` is kept off now (``ExcNodeList``, as SLURM writes it)."""
+    found = _EXCLUDED.search(_show_job(job))
+    return [found.group(1)] if found and found.group(1) != "(null)" else []
+
+
+def exclude_nodes(job: str, nodes: Sequence[str]) -> bool:
+    """Keep pending ``job``'s next run off ``nodes``; whether SLURM took it. SLURM refuses
+    this for a running job ("Job is no longer pending execution"): a requeued job is
+    updated right after ``requeue``, while it waits out the requeue's hold (BeginTime)."""
+    # The job's own exclusions (its --exclude, earlier pieces') are kept.
+    listed = ",".join([*excluded_nodes(job), *nodes])
+    argv = ["scontrol", "update", f"JobId={job}", f"ExcNodeList={listed}"]
+    try:
+        return subprocess.run(argv, timeout=SCONTROL_TIMEOUT_S).returncode == 0
+    except (OSError, subprocess.SubprocessError):
+        return False
 
 
 def requeue(target: str) -> bool:
@@ -75,10 +115,17 @@ def requeue(target: str) -> bool:
         return False
 
 
-def resubmit(script: str, array_task: str, env: Mapping[str, str]) -> str:
-    """``sbatch`` ``script`` again (as a one-task array with ``array_task``'s id, if any), in
-    ``env``; "" if it was queued, else why not."""
-    argv: Sequence[str] = ["sbatch", *([f"--array={array_task}"] if array_task else []), script]
+def resubmit(
+    script: str, array_task: str, env: Mapping[str, str], exclude: Sequence[str] = ()
+) -> str:
+    """``sbatch`` ``script`` again (as a one-task array with ``array_task``'s id, if any;
+    kept off the nodes ``exclude``), in ``env``; "" if it was queued, else why not."""
+    argv: Sequence[str] = [
+        "sbatch",
+        *([f"--array={array_task}"] if array_task else []),
+        *([f"--exclude={','.join(exclude)}"] if exclude else []),
+        script,
+    ]
     try:
         code = subprocess.run(argv, env=dict(env)).returncode
     except OSError as exc:

@@ -10,6 +10,7 @@ from __future__ import annotations
 import re
 import shutil
 import subprocess
+import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -332,3 +333,87 @@ def controller_knows(job: str) -> bool:
     """Whether the controller knows ``job`` (queued, running or recently ended: squeue)."""
     proc = slurm_tool(["squeue", "-t", "all", "-h", "-j", job, "-o", "%i"])
     return proc.returncode == 0 and bool(proc.stdout.strip())
+
+
+@dataclass(frozen=True)
+class Attempt:
+    """One start of a job: a requeued job has one per start (sacct ``-D``), each with its
+    own submit (the requeue), start and end."""
+
+    job_id: str
+    state: str
+    submit: float | None  # seconds since the epoch
+    start: float | None
+    end: float | None
+    elapsed_s: float | None
+    limit_s: float | None
+    nodes: str | None
+
+    @property
+    def queued_s(self) -> float | None:
+        """Seconds it waited in the queue (None before it starts)."""
+        if self.submit is None or self.start is None or self.state == "PENDING":
+            return None
+        return max(0.0, self.start - self.submit)
+
+
+def parse_time(text: str | None) -> float | None:
+    """Seconds since the epoch of a SLURM timestamp (``2026-11-27T18:20:11``, local
+    time); None for ``Unknown``, ``None`` or ''."""
+    value = _none(text)
+    if value is None:
+        return None
+    try:
+        return time.mktime(time.strptime(value, "%Y-%m-%dT%H:%M:%S"))
+    except ValueError:
+        return None
+
+
+def _attempt(job_id: str, fields: Mapping[str, str], names: Mapping[str, str]) -> Attempt:
+    return Attempt(
+        job_id=job_id,
+        state=base_state(fields.get(names["state"], "")),
+        submit=parse_time(fields.get(names["submit"])),
+        start=parse_time(fields.get(names["start"])),
+        end=parse_time(fields.get(names["end"])),
+        elapsed_s=parse_duration(fields.get(names["elapsed"], "")),
+        limit_s=parse_duration(fields.get(names["limit"], "")),
+        nodes=_none(fields.get(names["nodes"])),
+    )
+
+
+_SACCT_NAMES = {
+    "state": "State",
+    "submit": "Submit",
+    "start": "Start",
+    "end": "End",
+    "elapsed": "Elapsed",
+    "limit": "Timelimit",
+    "nodes": "NodeList",
+}
+_SCONTROL_NAMES = {
+    "state": "JobState",
+    "submit": "SubmitTime",
+    "start": "StartTime",
+    "end": "EndTime",
+    "elapsed": "RunTime",
+    "limit": "TimeLimit",
+    "nodes": "NodeList",
+}
+
+
+def job_attempts(job_id: str) -> list[Attempt]:
+    """Every start of ``job_id``, oldest first: the database's rows of the ended ones, the
+    controller's view of the latest (the database lags it)."""
+    rows = [row for row in job_rows(sacct_rows(job_id)) if row.get("JobID") == job_id]
+    attempts = [_attempt(job_id, row, _SACCT_NAMES) for row in rows]
+    live = [rec for rec in scontrol_records(job_id) if task_id(rec) == job_id]
+    if not live:
+        return attempts
+    now = _attempt(job_id, live[0], _SCONTROL_NAMES)
+    ended = [
+        a
+        for a in attempts
+        if a.state not in ("PENDING", "RUNNING") and (a.start is None or a.start != now.start)
+    ]
+    return [*ended, now]

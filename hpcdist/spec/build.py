@@ -11,8 +11,17 @@ from collections.abc import Mapping
 from typing import Any
 
 from hpcdist.errors import SpecError
-from hpcdist.facts.cpulayout import cpus_per_task
-from hpcdist.facts.protocol import COLLECTIVE_TIMEOUT_ENV
+from hpcdist.facts.cpulayout import CPUS_VAR, cpus_per_task
+from hpcdist.facts.leads import SIGNAL_LEAD_VAR
+from hpcdist.facts.protocol import (
+    COLLECTIVE_TIMEOUT_ENV,
+    LOCAL_FOLDER_VAR,
+    MARKER_VAR,
+    RESTARTS_VAR,
+    SECRET_VAR,
+    SIGNAL_VAR,
+)
+from hpcdist.spec.grammar import node_count
 from hpcdist.spec.joboption import JobOption
 from hpcdist.spec.jobspec import (
     _NCCL_ENV,
@@ -84,6 +93,8 @@ def _merged(profile: Profile, flags: Mapping[str, Any]) -> dict[str, Any]:
     site = {"partition": profile.partition, "account": profile.account, "qos": profile.qos}
     merged.update({k: v for k, v in site.items() if v is not None})
     merged.update({k: v for k, v in flags.items() if v is not None and v != ()})
+    where = "--nodes" if flags.get("nodes") is not None else profile.key("defaults.nodes")
+    merged["nodes"] = node_count(where, merged["nodes"])
     return merged
 
 
@@ -110,8 +121,34 @@ def _tasks_and_cpus(
     return tasks, cpus
 
 
+# Variables hpcdist itself gives every rank, with the flag that sets each: a value of the
+# user's would reach the ranks on one path and not the other (the warning the runner traps
+# is --signal's, the local executor shares its CPUs by the layout), so it is refused.
+_OWNED_ENV = {
+    SIGNAL_VAR: "--signal",
+    SIGNAL_LEAD_VAR: "--signal (its @SECONDS)",
+    CPUS_VAR: "--cpus-per-task",
+    COLLECTIVE_TIMEOUT_ENV: "--collective-timeout",
+    MARKER_VAR: "nothing: hpcdist's runner sets it for each job",
+    SECRET_VAR: "nothing: hpcdist's runner sets it for each job",
+    RESTARTS_VAR: "nothing: hpcdist's runner sets it for each job",
+    LOCAL_FOLDER_VAR: "nothing: the local executor sets it for each job",
+    "HPCDIST_RANK_ENV": "nothing: each rank's start sets it",
+}
+# A CPU job's thread counts are its CPU layout's (--threads-per-task, --omp-wait-policy).
+_LAYOUT_ENV = {
+    "OMP_NUM_THREADS": "--threads-per-task",
+    "MKL_NUM_THREADS": "--threads-per-task",
+    "OMP_WAIT_POLICY": "--omp-wait-policy",
+}
+
+
 def _environment(profile: Profile, merged: Mapping[str, Any], on_gpus: bool) -> dict[str, str]:
     """The profile's variables, its NCCL or gloo ones, then --env and the collective timeout."""
+    side = "nccl_env" if on_gpus else "gloo_env"
+    for key_name, values in (("env", profile.env), (side, _side_env(profile, on_gpus))):
+        _check_owned_env(values, profile.key(key_name), on_gpus)
+    _check_owned_env(dict(merged["env"]), "--env", on_gpus)
     env = dict(profile.env)
     if on_gpus:
         env.update(profile.nccl_env)
@@ -124,6 +161,23 @@ def _environment(profile: Profile, merged: Mapping[str, Any], on_gpus: bool) -> 
     if timeout is not None:
         env[COLLECTIVE_TIMEOUT_ENV] = str(int(timeout))
     return env
+
+
+def _side_env(profile: Profile, on_gpus: bool) -> Mapping[str, str]:
+    return profile.nccl_env if on_gpus else profile.gloo_env
+
+
+def _check_owned_env(values: Mapping[str, str], where: str, on_gpus: bool) -> None:
+    owned = _OWNED_ENV if on_gpus else {**_OWNED_ENV, **_LAYOUT_ENV}
+    for key, value in values.items():
+        if key in owned:
+            use = owned[key]
+            instead = use if use.startswith("nothing") else f"use {use} instead"
+            whose = " of a CPU job (its CPU layout)" if key in _LAYOUT_ENV else ""
+            raise SpecError(
+                f"{where} {f'{key}={value}'!r}: hpcdist sets {key} for every rank{whose} "
+                f"itself; {instead}"
+            )
 
 
 def _drop_what_does_not_apply(
@@ -235,6 +289,11 @@ def _as_declared(option: JobOption, value: Any) -> Any:
         return tuple(value or ())
     if option.value_type == "bool":
         return bool(value)
+    if option.value_type == "exclusive":
+        # True (whole nodes), False, or a kind (user, mcs) that validation checks.
+        return value if isinstance(value, str) and value not in ("", "true") else bool(value)
+    if option.value_type == "nodes":
+        return node_count("--nodes", value)
     if value is None:
         return None
     if option.value_type == "int":

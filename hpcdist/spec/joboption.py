@@ -40,7 +40,7 @@ class JobOption:
     help: str
     flag: str  # the long option, e.g. "--mem"
     short: str | None = None
-    value_type: str = "str"  # str | int | bool | count (int or "auto")
+    value_type: str = "str"  # str | int | bool | count (int or "auto") | nodes | exclusive
     choices: tuple[str, ...] = ()
     multiple: bool = False  # repeatable flag, a tuple in the spec
     profile: bool = True  # a profile's ``defaults:`` may preset it

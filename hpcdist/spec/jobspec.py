@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from typing import Any, Literal
 
 from hpcdist.facts.cpulayout import WAIT_POLICIES, CpuLayout, cpu_layout
+from hpcdist.spec.grammar import parse_signal
 from hpcdist.spec.joboption import DERIVED, JobOption, job_field, job_options
 
 Mode = Literal["threads", "gloo", "nccl", "test"]
@@ -53,7 +54,13 @@ class JobSpec:
     """A validated job request; ``build_spec`` makes one from defaults < profile < flags."""
 
     mode: Mode = job_field("gloo", "Kind of job.", choices=MODES)
-    nodes: int = job_field(1, "Number of nodes.", short="-N", value_type="int", owns=("nodes",))
+    nodes: int = job_field(
+        1,
+        "Number of nodes (a range MIN-MAX only where MIN = MAX).",
+        short="-N",
+        value_type="nodes",
+        owns=("nodes",),
+    )
     tasks_per_node: Count = job_field(
         DERIVED,
         "Ranks per node (default: 1, or one per GPU for nccl).",
@@ -173,6 +180,19 @@ class JobSpec:
         owns=("requeue", "no-requeue"),
     )
     max_restarts: int = job_field(3, "Requeue at most this many times.", value_type="int")
+    exclude_bad_nodes: bool = job_field(
+        True,
+        "Keep the run's requeued or resubmitted pieces off a node that a failure named (a "
+        "rank's death, a network error), for --bad-node-hold.",
+        flag="--exclude-bad-nodes/--no-exclude-bad-nodes",
+        value_type="bool",
+    )
+    bad_node_hold: int = job_field(
+        3600,
+        "Seconds a node that a failure named stays excluded from the run's next pieces.",
+        value_type="int",
+        metavar="SECONDS",
+    )
     collective_timeout: int | None = job_field(
         None,
         "Limit for joining the process group and for every collective: a hung peer "
@@ -197,7 +217,6 @@ class JobSpec:
         multiple=True,
         profile=False,
         metavar="KEY=V1,V2,...",
-        owns=("array",),
     )
     max_parallel: int | None = job_field(
         None,
@@ -206,24 +225,52 @@ class JobSpec:
         profile=False,
         metavar="K",
     )
-    after: tuple[tuple[str, str], ...] = job_field(
+    array: str | None = job_field(
+        None,
+        "Job array task ids, as sbatch's --array: e.g. 0-15, 1,3,5-7 or 0-15:2%4 (at most 4 "
+        "at once); every task runs the same job, SLURM_ARRAY_TASK_ID tells them apart.",
+        profile=False,
+        metavar="IDS[%K]",
+        owns=("array",),
+    )
+    after: tuple[str, ...] = job_field(
         (),
-        "Start only after job JOB has ended: ok (the default: completed), any, or notok; "
-        "repeatable (sbatch --dependency).",
+        "Start only after job JOB has ended: ok (the default: completed), any, or notok; or "
+        "any sbatch --dependency value (afterok:J+10, aftercorr:J, singleton, ? for any "
+        "one); repeatable, all must hold.",
         multiple=True,
         profile=False,
-        metavar="JOB[:ok|any|notok]",
+        metavar="JOB[:ok|any|notok]|DEPENDENCY",
         owns=("dependency",),
+    )
+    # One run across jobs (hpcdist.facts.runs): checked in validate.py.
+    continue_run: str | None = job_field(
+        None,
+        "Continue run RUN (a run id of `hpcdist list`), or the run of job JOB: the job "
+        "trains on in that run's folder under its id; with --after JOB, a chain of jobs is "
+        "one run.",
+        flag="--continue",
+        profile=False,
+        metavar="RUN|JOB",
+    )
+    tracker_env: tuple[str, ...] = job_field(
+        (),
+        "An environment variable naming your tracker's run (WANDB_RUN_ID, "
+        "NEPTUNE_CUSTOM_RUN_ID): set to the run id in every job of the run, so its metrics "
+        "continue in one tracker run; repeatable.",
+        multiple=True,
+        metavar="VAR",
     )
     # Site options: what a real cluster asks of its jobs (hpcdist/spec/siteopts.py checks them).
     constraint: str | None = job_field(
         None, "Node features the job needs, e.g. 'a100&ib'.", sbatch="constraint"
     )
-    exclusive: bool = job_field(
+    exclusive: bool | str = job_field(
         False,
-        "Whole nodes, shared with no other job.",
+        "Whole nodes, shared with no other job; --exclusive=user or =mcs: shared only with "
+        "your own jobs (or your MCS label's), as sbatch's --exclusive.",
         flag="--exclusive/--no-exclusive",
-        value_type="bool",
+        value_type="exclusive",
         sbatch="exclusive",
     )
     reservation: str | None = job_field(None, "Run in this reservation.", sbatch="reservation")
@@ -365,12 +412,12 @@ class JobSpec:
         ``B:USR2@90``), or None."""
         if self.signal is None:
             return None
-        return self.signal.removeprefix("B:").partition("@")[0]
+        return parse_signal("--signal", self.signal).name
 
     @property
     def warns_batch_shell(self) -> bool:
         """``--signal=B:...``: SLURM signals the batch shell alone, which passes it on."""
-        return self.signal is not None and self.signal.startswith("B:")
+        return self.signal is not None and parse_signal("--signal", self.signal).batch_shell
 
 
 JOB_OPTIONS: tuple[JobOption, ...] = tuple(job_options(JobSpec))

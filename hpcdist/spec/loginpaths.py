@@ -38,6 +38,7 @@ def check_login_paths(
         if refused:
             raise SpecError(f"--chdir {spec.workdir!r}: {refused}")
     for flag, value in (("--output", spec.output), ("--error", spec.error)):
+        _check_log_name(spec, flag, value, base, is_dir)
         folder = log_folder(base, value)
         if folder is not None and not is_dir(folder):
             where = "" if spec.workdir is None else f" (relative to --chdir {spec.workdir!r})"
@@ -46,6 +47,27 @@ def check_login_paths(
                 "an existing folder (SLURM does not create it and the job would fail at "
                 "launch)"
             )
+
+
+def _check_log_name(
+    spec: JobSpec, flag: str, value: str | None, base: PurePath, is_dir: IsDir
+) -> None:
+    """A log name SLURM cannot open as a file: an existing folder (``-o .``, ``-o /tmp``),
+    or a job name with ``/`` put in it by ``%x`` (a folder that does not exist)."""
+    if value is None:
+        return
+    if "%x" in value and "/" in spec.job_name:
+        raise SpecError(
+            f"--job-name {spec.job_name!r} has a '/', and {flag} {value!r} puts the job's name "
+            "in the log's path (%x): SLURM would look for a folder of that name and the job "
+            "would fail at launch; expected a job name without '/'"
+        )
+    if "%" not in value and (value.endswith("/") or is_dir(base / value)):
+        raise SpecError(
+            f"{flag} {value!r} is a folder; SLURM opens the log as a file there and the job "
+            f"would fail at launch: expected a file name, e.g. {flag} "
+            f"{str(PurePath(value) / '%x-%j.out')!r}"
+        )
 
 
 def log_folder(base: PurePath, log: str | None) -> PurePath | None:

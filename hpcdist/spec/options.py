@@ -14,9 +14,10 @@ from typing import Any, TypeVar
 
 import click
 
-from hpcdist.errors import SpecError
+from hpcdist.errors import ProfileError, SpecError
 from hpcdist.spec.build import build_spec
 from hpcdist.spec.dependency import parse_after
+from hpcdist.spec.grammar import node_count
 from hpcdist.spec.joboption import JobOption
 from hpcdist.spec.jobspec import AUTO, JOB_OPTIONS, JobSpec
 from hpcdist.spec.logfolder import private_logs
@@ -26,6 +27,7 @@ from hpcdist.spec.sweep import parse_sets, parse_sweeps
 from hpcdist.spec.validate import current_folder
 
 F = TypeVar("F", bound=Callable[..., Any])
+PROFILE_ENV = "HPCDIST_PROFILE"
 
 
 class _GpuCount(click.ParamType):
@@ -42,10 +44,29 @@ class _GpuCount(click.ParamType):
             self.fail(f"{value!r} is not an integer nor 'auto'", param, ctx)
 
 
-_TYPES: dict[str, Any] = {"str": None, "int": int, "bool": None, "count": _GpuCount()}
+class _NodeCount(click.ParamType):
+    """SLURM's node count, ``4`` or ``MIN-MAX``; a range of two counts is refused in one line."""
+
+    name = "N"
+
+    def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> Any:
+        return node_count("--nodes", value)
+
+
+_TYPES: dict[str, Any] = {
+    "str": None,
+    "int": int,
+    "bool": None,
+    "count": _GpuCount(),
+    "nodes": _NodeCount(),
+}
+# --no-exclusive: its own option (--exclusive takes an optional value, user or mcs).
+_NO_EXCLUSIVE = "no_exclusive"
 
 
 def _click_option(option: JobOption) -> Callable[[F], F]:
+    if option.value_type == "exclusive":
+        return _exclusive_options(option)
     names = [option.flag] + ([option.short] if option.short else [])
     kwargs: dict[str, Any] = {"default": None, "help": option.help, "metavar": option.metavar}
     if option.choices:
@@ -55,6 +76,24 @@ def _click_option(option: JobOption) -> Callable[[F], F]:
     if option.multiple:
         kwargs.update(multiple=True, default=())
     return click.option(*names, option.name, **kwargs)
+
+
+def _exclusive_options(option: JobOption) -> Callable[[F], F]:
+    """``--exclusive`` (whole nodes), ``--exclusive=user|mcs``, and ``--no-exclusive``."""
+    on, off = option.flag.split("/")
+    with_value = click.option(
+        on,
+        option.name,
+        is_flag=False,
+        flag_value="",
+        default=None,
+        help=option.help,
+        metavar="[=user|mcs]",
+    )
+    without = click.option(
+        off, _NO_EXCLUSIVE, is_flag=True, default=None, help="Not --exclusive (over a profile's)."
+    )
+    return lambda func: with_value(without(func))
 
 
 # Options that are not fields of the JobSpec: where its values come from.
@@ -97,6 +136,7 @@ def spec_from_options(options: dict[str, Any]) -> JobSpec:
     if backend and flags.get("mode") and flags["mode"] != backend:
         raise SpecError(f"--backend {backend!r} contradicts --mode {flags['mode']!r}")
     flags["mode"] = flags.get("mode") or backend
+    _fold_exclusive(flags)
     flags["env"] = tuple(_parse_env(item) for item in flags.get("env") or ())
     flags["overrides"] = parse_sets(flags.get("overrides") or ())
     flags["sweep"] = parse_sweeps(flags.get("sweep") or ())
@@ -106,6 +146,11 @@ def spec_from_options(options: dict[str, Any]) -> JobSpec:
     )
     command = flags.pop("command", None)
     if command is not None:
+        if "\n" in command or "\r" in command or "\x00" in command:
+            # shlex would read a newline as a space: `a<newline>b` would run as `a b`
+            raise SpecError(
+                f"--command {command!r} contains a newline or NUL; expected one command line"
+            )
         try:
             flags["command"] = tuple(shlex.split(command))
         except ValueError as exc:
@@ -123,10 +168,26 @@ def options_profile(options: dict[str, Any]) -> Profile:
     named = options.get("profile")
     if named is not None and not str(named).strip():
         raise SpecError(f"--profile is empty ({named!r}); leave it out or name a profile")
-    return load_profile(
-        options.get("profile") or os.environ.get("HPCDIST_PROFILE") or DEFAULT_PROFILE,
-        trust=bool(options.get("trust_profile", False)),
-    )
+    from_env = os.environ.get(PROFILE_ENV) if not named else None
+    try:
+        return load_profile(
+            named or from_env or DEFAULT_PROFILE, trust=bool(options.get("trust_profile", False))
+        )
+    except ProfileError as exc:
+        if from_env and str(exc).startswith("--profile "):
+            # The name came from the environment: the message names where it was set.
+            raise ProfileError(PROFILE_ENV + str(exc).removeprefix("--profile")) from None
+        raise
+
+
+def _fold_exclusive(flags: dict[str, Any]) -> None:
+    """--exclusive alone is True, --exclusive=user its kind, --no-exclusive False."""
+    if flags.pop(_NO_EXCLUSIVE, None):
+        if flags.get("exclusive") is not None:
+            raise SpecError("--exclusive and --no-exclusive contradict each other; give one")
+        flags["exclusive"] = False
+    elif flags.get("exclusive") == "":
+        flags["exclusive"] = True
 
 
 def _parse_env(item: str) -> tuple[str, str]:

@@ -15,6 +15,13 @@ from typing import Any
 
 from hpcdist.errors import SpecError
 from hpcdist.slurm.nodelist import NodeListError, expand_nodelist
+from hpcdist.spec.grammar import (
+    check_constraint,
+    check_exclusive,
+    check_mail_type,
+    check_memory,
+    check_node_list_chars,
+)
 from hpcdist.spec.jobspec import (
     AUTO,
     CONTAINER_RUNTIMES,
@@ -37,6 +44,24 @@ OWNED_SBATCH: dict[str, str] = {
 }
 # gres is the GPUs' when hpcdist asks for GPUs; otherwise (gres=nvme:1) it passes through.
 _GRES_OWNER = "--gpus-per-node and --gpu-type"
+
+# sbatch options that change the sbatch client itself (what it prints, whether it queues,
+# what it queues, the environment the job starts with) rather than the job: hpcdist reads
+# sbatch's answer and queues its own script, so each is refused with what to use instead.
+SBATCH_CLIENT: dict[str, str] = {
+    "parsable": "makes sbatch print the job id alone, which hpcdist reads as a failure",
+    "quiet": "hides the job id sbatch prints, which hpcdist reads to follow the job",
+    "wait": "makes sbatch wait for the job's end; use hpcdist submit --wait",
+    "test-only": "makes sbatch queue nothing; use hpcdist submit --dry-run",
+    "wrap": "replaces hpcdist's script by a command; use --command",
+    "help": "makes sbatch print its help and queue nothing",
+    "usage": "makes sbatch print its usage and queue nothing",
+    "version": "makes sbatch print its version and queue nothing",
+    "clusters": "queues the job on another cluster, where hpcdist cannot follow it",
+}
+# --export without ALL starts the job without the login environment that hpcdist's script
+# needs (PATH to python, the activated environment, HPCDIST_* variables).
+_EXPORT = "export"
 
 # srun options hpcdist writes itself for the job step.
 OWNED_SRUN: dict[str, str] = {
@@ -65,21 +90,6 @@ _SRUN_SHORT = {
     "-G": "--gpus",
 }
 
-MAIL_TYPES = (
-    "NONE",
-    "BEGIN",
-    "END",
-    "FAIL",
-    "REQUEUE",
-    "ALL",
-    "INVALID_DEPEND",
-    "STAGE_OUT",
-    "TIME_LIMIT",
-    "TIME_LIMIT_90",
-    "TIME_LIMIT_80",
-    "TIME_LIMIT_50",
-    "ARRAY_TASKS",
-)
 # Container options that would hide the job's environment (SLURM_*, MASTER_*, HPCDIST_*)
 # from the ranks inside.
 _ENV_HIDING = ("--cleanenv", "-e", "--containall", "-C", "--no-container-env")
@@ -88,8 +98,6 @@ _SBATCH_KEY = re.compile(r"[a-z][a-z0-9-]*[a-z0-9]")
 _SRUN_ARG = re.compile(r"(--[a-z][a-z0-9-]*[a-z0-9](=.*)?|-[A-Za-z])", re.S)
 _BIND = re.compile(r"[A-Za-z0-9_:,.]+")
 _GPU_TYPE = re.compile(r"[A-Za-z0-9_.-]+")
-_MEMORY = re.compile(r"[0-9]+[KMGT]?")
-_CONSTRAINT = re.compile(r"[A-Za-z0-9_.&|,:*\[\]()!-]+")
 _FEATURE = re.compile(r"[A-Za-z_][A-Za-z0-9_.-]*")
 _MAIL_USER = re.compile(r"[^\s,;]+")
 
@@ -134,8 +142,9 @@ def check_site(spec: JobSpec, profile: Profile) -> None:
     _check_choice("--gpu-request", spec.gpu_request, GPU_REQUESTS)
     _check_choice("--rank-logs", spec.rank_logs, RANK_LOGS)
     _check_choice("--container-runtime", spec.container_runtime, CONTAINER_RUNTIMES)
-    for key, _ in spec.sbatch_options:
+    for key, value in spec.sbatch_options:
         _check_sbatch_key(key, spec)
+        _check_sbatch_client(key, value)
     for arg in spec.srun_args:
         _check_srun_arg("--srun-arg", arg)
     _check_gpu_shape(spec, profile)
@@ -160,8 +169,7 @@ def _check_binding(spec: JobSpec) -> None:
 def _check_mem_per_gpu(spec: JobSpec) -> None:
     if spec.mem_per_gpu is None:
         return
-    if not _MEMORY.fullmatch(spec.mem_per_gpu):
-        raise SpecError(f"--mem-per-gpu {spec.mem_per_gpu!r}; expected a size such as 40G or 8000M")
+    check_memory("--mem-per-gpu", spec.mem_per_gpu)
     if spec.memory is not None:
         raise SpecError(
             f"--mem {spec.memory!r} and --mem-per-gpu {spec.mem_per_gpu!r}; expected "
@@ -173,23 +181,34 @@ def _check_mem_per_gpu(spec: JobSpec) -> None:
 
 def _check_mail(spec: JobSpec) -> None:
     if spec.mail_type is not None:
-        for kind in spec.mail_type.split(","):
-            if kind not in MAIL_TYPES:
-                raise SpecError(
-                    f"--mail-type {spec.mail_type!r}: {kind!r} is not a mail type; "
-                    f"expected a comma list of {', '.join(MAIL_TYPES)}"
-                )
+        check_mail_type("--mail-type", spec.mail_type)
     if spec.mail_user is not None and not _MAIL_USER.fullmatch(spec.mail_user):
         raise SpecError(f"--mail-user {spec.mail_user!r}; expected one address or user name")
 
 
 def _check_nodes(spec: JobSpec) -> None:
+    check_exclusive("--exclusive", spec.exclusive)
+    if isinstance(spec.exclusive, str) and spec.gpus_auto:
+        raise SpecError(
+            f"--exclusive={spec.exclusive} with --mode nccl and no GPU count: such a job takes "
+            "whole nodes (--exclusive) to count their GPUs when it starts; expected "
+            "--gpus-per-node N, or --exclusive alone"
+        )
     for flag, nodes in (("--nodelist", spec.nodelist), ("--exclude", spec.exclude)):
-        if nodes is not None and "/" not in nodes:  # with a slash: a file of node names
-            try:
-                expand_nodelist(nodes, flag)
-            except NodeListError as exc:
-                raise SpecError(str(exc)) from exc
+        if nodes is None or "/" in nodes:  # with a slash: a file of node names
+            continue
+        check_node_list_chars(flag, nodes)
+        try:
+            names = expand_nodelist(nodes, flag)
+        except NodeListError as exc:
+            raise SpecError(f"{exc} (SLURM refuses it)") from exc
+        if flag == "--nodelist" and len(set(names)) > spec.nodes:
+            raise SpecError(
+                f"--nodelist {nodes!r} names {len(set(names))} nodes, more than --nodes "
+                f"{spec.nodes}: SLURM 22.05 refuses the job, later releases run it on "
+                f"{spec.nodes} of them; expected at most {spec.nodes} names, or --nodes "
+                f"{len(set(names))}"
+            )
 
 
 def _check_choice(flag: str, value: str, choices: tuple[str, ...]) -> None:
@@ -216,6 +235,23 @@ def _check_sbatch_key(key: str, spec: JobSpec) -> None:
         owner = _GRES_OWNER
     if owner is not None:
         raise SpecError(f"--sbatch {key!r} is hpcdist's own option; use {owner} instead")
+
+
+def _check_sbatch_client(key: str, value: str | None) -> None:
+    """Refuse an option that changes sbatch itself rather than the job (SBATCH_CLIENT)."""
+    shown = key if value is None else f"{key}={value}"
+    reason = _owner(SBATCH_CLIENT, key)
+    if reason is not None:
+        raise SpecError(f"--sbatch {shown!r} {reason}; leave it out")
+    # (an abbreviation of export is one of export-file too: sbatch refuses it as ambiguous)
+    if key == _EXPORT:
+        kinds = [word.strip().upper() for word in (value or "").split(",")]
+        if "ALL" not in kinds:
+            raise SpecError(
+                f"--sbatch {shown!r} would start the job without the environment hpcdist's "
+                "script needs (PATH, the activated environment); expected export=ALL[,VAR=VALUE] "
+                "or --env VAR=VALUE"
+            )
 
 
 def _check_srun_arg(flag: str, arg: str) -> None:
@@ -250,10 +286,7 @@ def _check_gpu_shape(spec: JobSpec, profile: Profile) -> None:
 def _check_constraint(constraint: str | None, profile: Profile) -> None:
     if constraint is None:
         return
-    if not _CONSTRAINT.fullmatch(constraint):
-        raise SpecError(
-            f"--constraint {constraint!r}; expected node features joined by & | or , e.g. 'a100&ib'"
-        )
+    check_constraint("--constraint", constraint)
     if profile.features:
         for name in _FEATURE.findall(constraint):
             if name not in profile.features:

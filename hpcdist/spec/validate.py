@@ -10,10 +10,20 @@ from dataclasses import fields
 from pathlib import Path
 
 from hpcdist.errors import SpecError
-from hpcdist.slurm.timelimit import time_limit_seconds
+from hpcdist.slurm.timelimit import parse_time_limit, time_limit_seconds
+from hpcdist.spec.grammar import (
+    MAX_NAME_BYTES,
+    MAX_PATH_BYTES,
+    array_task_ids,
+    check_length,
+    check_memory,
+    parse_signal,
+    partitions,
+)
 from hpcdist.spec.jobspec import AUTO, JOB_OPTIONS, LAUNCHERS, JobSpec
 from hpcdist.spec.loginpaths import check_login_paths
 from hpcdist.spec.profiles import Profile
+from hpcdist.spec.runopts import check_run_options
 from hpcdist.spec.siteopts import check_site
 from hpcdist.spec.sweep import check_sweep
 from hpcdist.state.workfolder import check_working_folder
@@ -24,11 +34,9 @@ _FLAG_NAMES = {o.name: o.flag.partition("/")[0] for o in JOB_OPTIONS} | {
     "profile_source": "--profile",
 }
 _ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
-_MEMORY = re.compile(r"[0-9]+[KMGT]?")
-_SIGNAL = re.compile(r"(B:)?(USR1|USR2|TERM|INT|HUP|URG|CONT)(@[0-9]+)?")
-# The longest values the testbed's SLURM 22.05 accepted (one more character: "Pathname of a
-# file, directory or other parameter too long").
-MAX_NAME, MAX_PATH = 1024, 4096
+# The longest values SLURM takes, in bytes (one more: "Pathname of a file, directory or
+# other parameter too long").
+MAX_NAME, MAX_PATH = MAX_NAME_BYTES, MAX_PATH_BYTES
 _PATH_FIELDS = ("output", "error", "workdir")
 
 
@@ -41,7 +49,9 @@ def validate(spec: JobSpec, profile: Profile) -> None:
     _check_cpus(spec, profile)
     _check_time_and_limits(spec, profile)
     _check_job_environment(spec)
+    _check_array(spec)
     check_sweep(spec)
+    check_run_options(spec)
     if spec.output.endswith(".sh"):
         raise SpecError(
             f"--output {spec.output!r} names the job's log, as in sbatch; expected "
@@ -81,9 +91,12 @@ def _check_ntasks(spec: JobSpec, ntasks: int) -> None:
             "one task on every node"
         )
     if spec.mode not in ("gloo", "test") or spec.on_gpus:
+        got = f"--mode {spec.mode}"
+        if spec.mode == "test":
+            got += f" with --gpus-per-node {spec.gpus_per_node} (one task per GPU)"
         raise SpecError(
-            f"--ntasks {ntasks} needs a CPU job (--mode gloo or test), got --mode {spec.mode}"
-            + (" on GPUs (one task per GPU: --gpus-per-node)" if spec.on_gpus else "")
+            f"--ntasks {ntasks} needs ranks on CPUs (--mode gloo, or --mode test without GPUs), "
+            f"got {got}"
         )
     if spec.launcher == "torchrun":
         raise SpecError(
@@ -96,27 +109,51 @@ def _check_time_and_limits(spec: JobSpec, profile: Profile) -> None:
     """--time and the warning signal that must fit in it, the partition, launcher, memory,
     collective timeout and restarts."""
     seconds = time_limit_seconds(spec.time)
-    if profile.max_time is not None and seconds > _profile_time(profile):
+    most = _profile_time(profile)
+    if most is not None and seconds > most:
         raise SpecError(
             f"--time {spec.time!r} exceeds profile {profile.name!r} limit of {profile.max_time}"
         )
-    if profile.partitions and spec.partition not in profile.partitions:
-        raise SpecError(
-            f"--partition {spec.partition!r} is not in profile {profile.name!r}; "
-            f"expected one of {', '.join(profile.partitions)}"
-        )
+    _check_partitions(spec, profile)
     if spec.launcher not in LAUNCHERS:
         raise SpecError(f"--launcher {spec.launcher!r}; expected one of {', '.join(LAUNCHERS)}")
-    if spec.memory is not None and not _MEMORY.fullmatch(spec.memory):
-        raise SpecError(f"--mem {spec.memory!r}; expected a size such as 4000M, 16G or 0")
-    if spec.signal is not None and not _SIGNAL.fullmatch(spec.signal):
-        raise SpecError(f"--signal {spec.signal!r}; expected [B:]SIGNAL[@SECONDS], e.g. USR2@90")
+    if spec.memory is not None:
+        check_memory("--mem", spec.memory)
     if spec.signal is not None:
         _check_warning_fits(spec.signal, spec.time, seconds)
     if spec.collective_timeout is not None and spec.collective_timeout < 1:
         raise SpecError(f"--collective-timeout must be >= 1 second, got {spec.collective_timeout}")
     if spec.max_restarts < 0:
         raise SpecError(f"--max-restarts must be >= 0, got {spec.max_restarts}")
+    if spec.bad_node_hold < 1:
+        raise SpecError(f"--bad-node-hold must be >= 1 second, got {spec.bad_node_hold}")
+
+
+def _check_array(spec: JobSpec) -> None:
+    """--array: SLURM's grammar; a sweep makes its own array (one task per point)."""
+    if spec.array is None:
+        return
+    array_task_ids("--array", spec.array)
+    if spec.sweep:
+        raise SpecError(
+            f"--array {spec.array!r} with --sweep: the sweep makes the job array itself (one "
+            "task per point); expected one of them (--max-parallel limits a sweep's tasks)"
+        )
+
+
+def _check_partitions(spec: JobSpec, profile: Profile) -> None:
+    """--partition: one, or a comma list SLURM picks the first that can start the job from."""
+    if spec.partition is None:
+        return
+    names = partitions(spec.partition)
+    if not names:
+        raise SpecError(f"--partition {spec.partition!r} names no partition; expected e.g. debug")
+    for name in names:
+        if profile.partitions and name not in profile.partitions:
+            raise SpecError(
+                f"--partition {spec.partition!r}: {name!r} is not in profile {profile.name!r}; "
+                f"expected one or a comma list of {', '.join(profile.partitions)}"
+            )
 
 
 def _check_job_environment(spec: JobSpec) -> None:
@@ -180,6 +217,7 @@ def _check_cpus(spec: JobSpec, profile: Profile) -> None:
     if isinstance(tasks, int) and tasks < 1:
         raise SpecError(f"--tasks-per-node must be >= 1, got {tasks}")
     if not isinstance(cpus, int):
+        _check_threads(spec, 1)  # GPU counted at run time: --threads-per-task is refused
         return
     if cpus < 1:
         raise SpecError(f"--cpus-per-task must be >= 1, got {cpus}")
@@ -202,20 +240,19 @@ def _check_cpus(spec: JobSpec, profile: Profile) -> None:
 _DEFAULT_WARNING_S = 60
 
 
-def _profile_time(profile: Profile) -> int:
-    """The profile's max_time in seconds; a bad one is named as the profile's key."""
-    assert profile.max_time is not None
-    try:
-        return time_limit_seconds(profile.max_time)
-    except SpecError as exc:
-        raise SpecError(str(exc).replace("--time", profile.key("max_time"), 1)) from None
+def _profile_time(profile: Profile) -> int | None:
+    """The profile's max_time in seconds (None: none, or no limit such as UNLIMITED); a bad
+    one is named as the profile's key."""
+    if profile.max_time is None:
+        return None
+    return parse_time_limit(profile.max_time, profile.key("max_time"))
 
 
 def _check_warning_fits(signal: str, time: str, limit_s: int) -> None:
     """A warning at or before the job's start leaves it no time to work: it would be
     warned, checkpoint and be requeued (or restarted) in a loop."""
-    _, at, seconds = signal.partition("@")
-    warning_s = int(seconds) if at else _DEFAULT_WARNING_S
+    seconds = parse_signal("--signal", signal).seconds
+    warning_s = _DEFAULT_WARNING_S if seconds is None else seconds
     if warning_s >= limit_s:
         raise SpecError(
             f"--time {time!r} ({limit_s} s) leaves no time before --signal {signal!r} warns "
@@ -262,9 +299,13 @@ def _bash_syntax_error(line: str) -> str | None:
         except ValueError as exc:
             return str(exc)
         return None
+    lines = proc.stderr.strip().splitlines()
+    if any("here-document" in line for line in lines):
+        # bash only warns of a here-document that the line leaves open: the script's next
+        # lines would be read into it, and the job would fail when it starts.
+        return "a here-document (<<) that this line does not close"
     if proc.returncode == 0:
         return None
-    lines = proc.stderr.strip().splitlines()
     if not lines:
         return "syntax error"
     return lines[-1].removeprefix("bash: ").removeprefix("-c: ")
@@ -276,11 +317,8 @@ def _check_lengths(spec: JobSpec) -> None:
         if option.name != "job_name" and option.sbatch is None:
             continue
         limit = MAX_PATH if option.name in _PATH_FIELDS else MAX_NAME
-        if isinstance(value, str) and len(value) > limit:
-            raise SpecError(
-                f"{_FLAG_NAMES[option.name]} is {len(value)} characters long; "
-                f"expected at most {limit}"
-            )
+        if isinstance(value, str):
+            check_length(_FLAG_NAMES[option.name], value, limit)
 
 
 def _check_text_values(spec: JobSpec) -> None:

@@ -76,8 +76,8 @@ def test_malformed_job_id_is_one_line(slurm: dict[str, JobInfo], job_id: str) ->
     result = CliRunner().invoke(cli, ["status", "--", job_id])
     assert result.exit_code == 2
     assert result.stderr == (
-        f"hpcdist: error: job id {job_id!r} is not a job id; expected "
-        "digits such as 1234 (or 1234_5 for an array task)\n"
+        f"hpcdist: error: {job_id!r} is neither a job id (1234, 1234_5) nor a run started "
+        "from this folder; expected one of `hpcdist list`\n"
     )
 
 

@@ -147,7 +147,11 @@ def test_more_nodes_than_the_allocation_is_refused() -> None:
 
 @pytest.mark.parametrize(
     ("args", "flag"),
-    [(["--sweep", "training.lr=1e-3,3e-3"], "--sweep"), (["--after", "12"], "--after")],
+    [
+        (["--sweep", "training.lr=1e-3,3e-3"], "--sweep"),
+        (["--after", "12"], "--after"),
+        (["--array", "0-3"], "--array"),
+    ],
 )
 def test_a_sweep_or_a_dependency_is_refused_inside_an_allocation(
     args: list[str], flag: str

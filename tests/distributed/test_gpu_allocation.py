@@ -263,3 +263,37 @@ def test_nine_gpus_exceed_an_eight_gpu_profile(tmp_path: Path) -> None:
         spec_from_options(
             {"profile": _eight_gpu_profile(tmp_path), "mode": "nccl", "gpus_per_node": 9}
         )
+
+
+@pytest.mark.parametrize(
+    ("backend", "environ"),
+    [("gloo", {}), ("gloo", {"CUDA_VISIBLE_DEVICES": "0,1"}), (None, {"CUDA_VISIBLE_DEVICES": ""})],
+)
+def test_the_cuda_driver_is_not_started_where_its_answer_changes_nothing(
+    backend: str | None, environ: dict[str, str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import torch
+
+    from hpcdist.distributed import group
+
+    def started() -> bool:
+        raise AssertionError("the CUDA driver was asked")
+
+    monkeypatch.setattr(torch.cuda, "is_available", started)
+    assert group._torch_gpus(backend, environ) == 0
+
+
+@pytest.mark.parametrize(
+    ("backend", "environ"), [(None, {}), ("nccl", {}), (None, {"CUDA_VISIBLE_DEVICES": "0"})]
+)
+def test_the_cuda_driver_is_asked_where_a_gpu_could_be_used(
+    backend: str | None, environ: dict[str, str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import torch
+
+    from hpcdist.distributed import group
+
+    asked: list[bool] = []
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: asked.append(True) or True)
+    monkeypatch.setattr(torch.cuda, "device_count", lambda: 3)
+    assert group._torch_gpus(backend, environ) == 3 and asked == [True]

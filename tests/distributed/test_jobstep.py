@@ -123,7 +123,12 @@ def test_prepare_keeps_the_state_below_the_submit_folder(home: Path) -> None:
     env = {"SLURM_JOB_ID": "77", "SLURM_SUBMIT_DIR": str(project)}
     lines = prepare(env, '{"output":"%x-%j.out"}', marker=False, torchrun_port=False)
     state = project / ".hpcdist"
-    assert lines == [f"export HPCDIST_SECRET_FILE={state / 'secrets' / '77'}"]
+    assert lines[0] == f"export HPCDIST_SECRET_FILE={state / 'secrets' / '77'}"
+    assert [line.split("=")[0] for line in lines[1:]] == [
+        "export HPCDIST_RUN_ID",
+        "export HPCDIST_RUN_DIR",
+        "export HPCDIST_RUN_RECORD",
+    ]
     assert (state / "logs" / "77").read_text() == '{"output":"%x-%j.out"}\n'
     for folder in (state, state / "secrets", state / "logs"):
         assert folder.stat().st_mode & 0o777 == 0o700
@@ -151,7 +156,7 @@ def test_a_shared_submit_folder_keeps_the_state_in_the_users_own(
     shared.mkdir()
     shared.chmod(0o777)
     env = {"SLURM_JOB_ID": "9", "SLURM_SUBMIT_DIR": str(shared)}
-    (line,) = prepare(env, "{}", marker=False, torchrun_port=False)
+    line = prepare(env, "{}", marker=False, torchrun_port=False)[0]
     secret = Path(line.split("=", 1)[1])
     assert home / ".local" / "state" / "hpcdist" / "projects" in secret.parents
     assert not (shared / ".hpcdist").exists()
@@ -165,7 +170,7 @@ def test_hpcdist_home_chooses_the_state_folder(home: Path, monkeypatch: pytest.M
     chosen.mkdir(mode=0o700)
     env = {"SLURM_JOB_ID": "5", "SLURM_SUBMIT_DIR": str(home), "HPCDIST_HOME": str(chosen)}
     monkeypatch.setenv("HPCDIST_HOME", str(chosen))
-    (line,) = prepare(env, "{}", marker=False, torchrun_port=False)
+    line = prepare(env, "{}", marker=False, torchrun_port=False)[0]
     assert line.endswith(str(chosen / ".hpcdist" / "secrets" / "5"))
 
 

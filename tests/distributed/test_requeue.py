@@ -360,6 +360,12 @@ def test_ignoring_starts_a_command_that_outlives_the_named_warning() -> None:
     assert other.returncode == -10 and other.stdout == ""
 
 
+def test_a_resubmitted_job_carries_its_run_on() -> None:
+    env = {"SLURM_JOB_ID": "77", "HPCDIST_RUN_ID": "77-ab12cd", "WANDB_RUN_ID": "77-ab12cd"}
+    new = resubmit_env(env, restarts=0)
+    assert new["HPCDIST_RUN_ID"] == "77-ab12cd" and new["WANDB_RUN_ID"] == "77-ab12cd"
+
+
 # ------------------------------------------------------------ the warning, the user's
 
 

@@ -85,6 +85,7 @@ OUTPUTS = (
     "loss_curves.svg",
     "checkpoint.pt",
     "best_model.pt",
+    "heartbeat.json",  # `hpcdist status` trusts it only if nobody else could write it
 )
 
 

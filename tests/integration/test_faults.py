@@ -207,7 +207,9 @@ def _rank_pid(run_marker: str, rank: int) -> int | None:
 def test_killed_rank_fails_the_job_quickly_naming_the_rank(
     slurm_cluster: SlurmCluster, tmp_path: Path
 ) -> None:
-    job = sbatch(_training_job(tmp_path, "victim", epochs=2000), cwd=tmp_path, wait=False)
+    # Not requeued elsewhere (tests/integration/test_badnodes.py): the failure is the job's end.
+    script = _training_job(tmp_path, "victim", epochs=2000, exclude_bad_nodes=False)
+    job = sbatch(script, cwd=tmp_path, wait=False)
     _wait_for(lambda: "Epoch 3/" in _log(tmp_path, "victim", job.job_id), 180, "training")
     pid = _rank_pid(str(tmp_path / "victim.yaml"), rank=1)
     assert pid is not None, "rank 1's process not found"

@@ -16,6 +16,8 @@ HPCDIST = [sys.executable, "-m", "hpcdist.cli.main"]
 MESH = "direct exchange over TCP (every rank to every rank)"
 RUN_FILES = {
     "checkpoint.pt",
+    "heartbeat.json",  # rank 0's progress, for `hpcdist status`
+    "checkpoint_timing.json",  # what each checkpoint write took (the warning lead)
     "best_model.pt",
     "loss_curves.svg",
     "training_results.json",

@@ -166,13 +166,21 @@ def test_a_bad_record_is_one_line_and_spares_the_others(
 
 @pytest.mark.parametrize("job_id", ["../../x", "", "-1", "0", "12/34", "1 2", "1_", "x1"])
 def test_status_logs_and_cancel_refuse_what_is_not_a_job_id(tmp_path: Path, job_id: str) -> None:
+    not_a_job = (
+        f"hpcdist: error: job id {job_id!r} is not a job id; "
+        "expected digits such as 1234 (or 1234_5 for an array task)\n"
+    )
+    # status and logs also take a run id (RUN of `hpcdist list`), and say so.
+    neither = (
+        f"hpcdist: error: {job_id!r} is neither a job id (1234, 1234_5) nor a run started "
+        "from this folder; expected one of `hpcdist list`\n"
+    )
     for command in (["status", "--", job_id], ["logs", "--", job_id], ["cancel", "--", job_id]):
         result = _cli(command, tmp_path)
         assert result.returncode == 2, (command, result.stdout)
-        assert result.stderr == (
-            f"hpcdist: error: job id {job_id!r} is not a job id; "
-            "expected digits such as 1234 (or 1234_5 for an array task)\n"
-        )
+        looks_like_a_job = job_id == "0"  # digits: refused as a job id
+        said = not_a_job if command[0] == "cancel" or looks_like_a_job else neither
+        assert result.stderr == said
 
 
 @pytest.mark.parametrize("job_id", ["1", "123456", "1234_5", "999999999999999999"])

@@ -97,6 +97,7 @@ def _planned(spec: JobSpec) -> str:
             "mode": "nccl",
             "profile": "gpu-cluster",
             "gpus_per_node": 2,
+            "nodes": 2,
             "gpu_type": "a100",
             "constraint": "a100&ib",
             "exclusive": True,
@@ -305,6 +306,9 @@ def test_every_pass_through_option_reaches_render_and_submit_with_its_value(
         "mail_type": "END,FAIL",
         "constraint": "testbed&ib",
         "exclusive": True,
+        # a log file name (site-value-7 is a folder here, for --chdir)
+        "output": "site-value-7/o.log",
+        "error": "site-value-7/e.log",
     }.get(option.name, "site-value-7")
     # --chdir site-value-7 must exist (hpcdist.spec.loginpaths): a folder of that name here.
     monkeypatch.chdir(tmp_path)

@@ -864,7 +864,7 @@ def test_ntasks_spreads_uneven_ranks_over_the_nodes() -> None:
         ({"ntasks": 1}, "--ntasks 1 is fewer than --nodes 2; SLURM starts at least one task"),
         ({"ntasks": 3, "tasks_per_node": 2}, "--ntasks 3 and --tasks-per-node 2: give one"),
         ({"ntasks": 3, "launcher": "torchrun"}, "--ntasks 3 needs --launcher srun"),
-        ({"ntasks": 3, "mode": "nccl", "gpus_per_node": 2}, "--ntasks 3 needs a CPU job"),
+        ({"ntasks": 3, "mode": "nccl", "gpus_per_node": 2}, "--ntasks 3 needs ranks on CPUs"),
     ],
 )
 def test_ntasks_is_refused_where_it_cannot_hold(flags: dict[str, object], message: str) -> None:

@@ -160,3 +160,10 @@ def test_data_and_export_options_are_read(
 def test_bad_data_and_export_options_are_named(data: dict[str, object], message: str) -> None:
     with pytest.raises(ConfigError, match=message.replace("(", r"\(").replace(")", r"\)")):
         Config.from_dict(data)
+
+
+@pytest.mark.parametrize("delay", [-1.0, float("inf")])
+def test_test_checkpoint_delay_must_be_a_finite_number_of_seconds(delay: float) -> None:
+    with pytest.raises(ConfigError, match="test_checkpoint_delay_s"):
+        Config.from_dict({"training": {"test_checkpoint_delay_s": delay}})
+    assert Config.from_dict({"training": {"test_checkpoint_delay_s": 0}}).training

@@ -12,6 +12,8 @@ disk, which the loop does before it reports a stop and at its end.
 from __future__ import annotations
 
 import threading
+import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -28,9 +30,19 @@ class CheckpointWriter:
     """States in order, the newest per file. ``submit`` takes a snapshot (the live weights
     move on) and returns at once; ``wait`` (or ``close``) before anything needs the files."""
 
-    def __init__(self, digests: DigestBook | None = None, anchor: Path | None = None) -> None:
+    def __init__(
+        self,
+        digests: DigestBook | None = None,
+        anchor: Path | None = None,
+        on_written: Callable[[dict[str, Any], float], None] | None = None,
+        delay_s: float = 0.0,
+    ) -> None:
         self.digests = digests  # where each file's SHA-256 is recorded (None: nowhere)
         self.anchor = anchor  # the working folder the run folder is reached from
+        # Told of every state on disk with the seconds its write took (the checkpoint's
+        # measured time); a test slows every write by ``delay_s``.
+        self.on_written, self.delay_s = on_written, delay_s
+        self.last_seconds: float | None = None  # what the last write took
         self._cond = threading.Condition()
         self._queue: list[tuple[dict[str, Any], list[Path]]] = []
         self._busy = False
@@ -38,9 +50,14 @@ class CheckpointWriter:
         self._error: BaseException | None = None
         self._thread: threading.Thread | None = None
         self.superseded = 0  # files not written because a newer state came first
+        # The last state on disk: the label it was handed over with, and when its write
+        # ended, as time.time() and time.perf_counter() (the heartbeat reports them).
+        self.last_written: tuple[Any, float, float] | None = None
+        self._labels: dict[int, Any] = {}
 
-    def submit(self, state: dict[str, Any], paths: list[Path]) -> None:
+    def submit(self, state: dict[str, Any], paths: list[Path], label: Any = None) -> None:
         frozen = snapshot(state)
+        self._labels[id(frozen)] = label
         wanted = set(paths)
         with self._cond:
             kept: list[tuple[dict[str, Any], list[Path]]] = []
@@ -49,6 +66,8 @@ class CheckpointWriter:
                 self.superseded += len(old_paths) - len(rest)
                 if rest:
                     kept.append((old, rest))
+                else:
+                    self._labels.pop(id(old), None)
             self._queue = [*kept, (frozen, list(paths))]
             if self._thread is None:
                 self._closing = False
@@ -65,8 +84,16 @@ class CheckpointWriter:
                     return
                 state, paths = self._queue.pop(0)
                 self._busy = True
+                began = time.monotonic()
             try:
+                if self.delay_s > 0:
+                    time.sleep(self.delay_s)
                 write_all(state, paths, self.digests, self.anchor)
+                label = self._labels.pop(id(state), None)
+                self.last_written = (label, time.time(), time.perf_counter())
+                self.last_seconds = time.monotonic() - began
+                if self.on_written is not None:
+                    self.on_written(state, self.last_seconds)
             except BaseException as exc:  # reported by wait(), in the training's thread
                 with self._cond:
                     self._error = self._error or exc

@@ -22,10 +22,14 @@ import json
 import math
 import os
 import subprocess
+import sys
 from collections.abc import Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from hpcdist.state import DigestBook
 
 # 1: TorchScript with names/units/levels attributes only. 2: signature.json and
 # provenance.json extra files, input ranges, row_flags, fill_value.
@@ -174,11 +178,14 @@ def build(
     data: Mapping[str, Any] | None = None,
     metrics: Mapping[str, Any] | None = None,
     source: str | None = None,
+    run_id: str | None = None,
 ) -> dict[str, Any]:
-    """The provenance record; what is not known (an export of a bare model) is null."""
+    """The provenance record; what is not known (an export of a bare model) is null.
+    ``run_id``: the training's id across its requeued and resubmitted jobs."""
     import torch
 
     return {
+        "run_id": run_id,
         "format_version": FORMAT_VERSION,
         "package": "hpcdist (ufsemulator)",
         "package_version": package_version(),
@@ -208,11 +215,14 @@ def finite(value: Any) -> Any:
     return value
 
 
-def checkpoint_origin(checkpoint: Path, config: Mapping[str, Any] | None) -> dict[str, Any]:
+def checkpoint_origin(
+    checkpoint: Path, config: Mapping[str, Any] | None, book: DigestBook | None = None
+) -> dict[str, Any]:
     """The provenance of an export made later from a run's checkpoint: the checkpoint's
     config, and the data and metrics its run recorded in ``training_results.json`` beside
-    it (null where the checkpoint was moved away from its run folder)."""
-    results = _run_results(checkpoint.parent / "training_results.json")
+    it (null where the checkpoint was moved away from its run folder, or where that file is
+    not as the training wrote it: its digest is checked in ``book``, default this folder's)."""
+    results = _run_results(checkpoint.parent / "training_results.json", book)
     data = results.get("data")
     return build(
         config=config,
@@ -222,9 +232,20 @@ def checkpoint_origin(checkpoint: Path, config: Mapping[str, Any] | None) -> dic
     )
 
 
-def _run_results(path: Path) -> dict[str, Any]:
+def _run_results(path: Path, book: DigestBook | None) -> dict[str, Any]:
+    """The run's recorded results, read once and checked like every run file (this user's,
+    nobody else can write it, the digest its training recorded); {} where there is none or
+    it is refused (said on stderr: the export goes on without that record)."""
+    from hpcdist.state import OutputRefused, book_for, read_output
+
     try:
-        results = json.loads(path.read_text())
+        raw = read_output(path, book if book is not None else book_for(), "training results")
+        results = json.loads(raw.data)
+    except FileNotFoundError:
+        return {}
+    except OutputRefused as exc:
+        print(f"Warning: {exc}; the export records no data or metrics", file=sys.stderr)
+        return {}
     except (OSError, ValueError):
         return {}
     return results if isinstance(results, dict) else {}

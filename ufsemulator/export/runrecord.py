@@ -81,6 +81,7 @@ def export_run(
     config: Config,
     data: Mapping[str, Any],
     run: Mapping[str, Any],
+    run_id: str | None = None,
 ) -> list[Path]:
     """model.pt (and model.pt2 with ``export.aoti``) of the run's best checkpoint, with
     its provenance; the files written."""
@@ -92,6 +93,7 @@ def export_run(
         data=data,
         metrics={key: run.get(key) for key in provenance.METRICS},
         source=str(source.resolve()),
+        run_id=run_id,
     )
     # The checkpoint as this run wrote it (its digest is in the private state), not
     # whatever its name holds now.

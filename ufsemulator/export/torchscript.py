@@ -302,7 +302,9 @@ def export_checkpoint(
     chosen = options if options is not None else _export_config_of(state, path)
     if origin is None:
         config = state.get("config")
-        origin = provenance.checkpoint_origin(path, config if isinstance(config, Mapping) else None)
+        origin = provenance.checkpoint_origin(
+            path, config if isinstance(config, Mapping) else None, book
+        )
     return export_model(_model_of(state, path), out, chosen, origin, book)
 
 

@@ -30,15 +30,14 @@ import torch
 import torch.distributed as dist
 from torch import nn
 
-from hpcdist.distributed import DistContext
-from hpcdist.state import default_book
+from hpcdist.distributed import DistContext, HeartbeatWriter, heartbeat_for
 from ufsemulator.checkpoints.checkpoint import capture_rng
-from ufsemulator.checkpoints.ckptwriter import CheckpointWriter
 from ufsemulator.checkpoints.state import EpochRecord, RunProgress, TrainingState
 from ufsemulator.config import Config
 from ufsemulator.errors import CheckpointError
 from ufsemulator.model.emulator import EmulatorMLP, ModelConfig
 from ufsemulator.training.adam import FusedAdam
+from ufsemulator.training.earlystop import stop_before_the_end, timed_writer
 from ufsemulator.training.fullstate import full_model_state, full_state, sharded, unwrap
 from ufsemulator.training.gradreduce import LocalAllReduce, gradient_allreduce
 from ufsemulator.training.gradsync import reduce_gradients
@@ -155,8 +154,12 @@ class Loop:
         # Every write walks to the run folder from the working folder again, checking each
         # folder it opens: a run folder swapped for another user's is refused, not written.
         anchor = run_anchor(run_dir)
-        self._writer = CheckpointWriter(default_book(), anchor) if ctx.is_main else None
+        delay = cfg.test_checkpoint_delay_s
+        self._writer = timed_writer(run_dir, anchor, delay) if ctx.is_main else None
         self.times = LoopTimes()
+        # Rank 0's heartbeat in the run folder (hpcdist.facts.heartbeat); False: none.
+        self.heartbeat_on = ctx.is_main
+        self.heartbeat: HeartbeatWriter | None = None
 
     def _cuda_graphs(self) -> tuple[GraphedSteps | None, str]:
         """The CUDA graph of the steps, or None and why they run eagerly."""
@@ -280,11 +283,11 @@ class Loop:
         """Collective (FSDP gathers the full state); rank 0 writes, in the background."""
         started = time.perf_counter()
         try:
-            self._hand_over(checkpoint, best)
+            self._hand_over(checkpoint, best, started)
         finally:
             self.times.checkpoint_s += time.perf_counter() - started
 
-    def _hand_over(self, checkpoint: bool, best: bool) -> None:
+    def _hand_over(self, checkpoint: bool, best: bool, started: float) -> None:
         if self._writer is None and not sharded(self.model):
             return  # only FSDP needs every rank to take part
         model_sd, optim_sd = full_state(self.model, self.optimizer)
@@ -304,7 +307,8 @@ class Loop:
             for name, wanted in (("checkpoint.pt", checkpoint), ("best_model.pt", best))
             if wanted
         ]
-        self._writer.submit(state.to_dict(), paths)
+        label = (self.progress.epoch, self.progress.step, started) if checkpoint else None
+        self._writer.submit(state.to_dict(), paths, label)
 
     # ------------------------------------------------------------------------ loop
 
@@ -318,7 +322,8 @@ class Loop:
         # thread's: it is cleared again at the end, for the code that runs after the loop.
         torch.set_flush_denormal(True)
         try:
-            status = self._run()
+            with stop_before_the_end(self._writer, self.flag.set, self.run_dir):
+                status = self._run()
         except BaseException:
             if self._writer is not None:
                 self._writer.close(reraise=False)  # the training error is the one to see
@@ -329,6 +334,9 @@ class Loop:
             started = time.perf_counter()
             self._writer.close()
             self.times.checkpoint_s += time.perf_counter() - started
+        if self.heartbeat is not None:
+            p = self.progress
+            self._beat(p.epoch + (status == "preempted"), p.step, _FINAL_PHASE[status])
         return RunSummary(
             status=status,
             progress=self.progress,
@@ -348,6 +356,8 @@ class Loop:
         check_every = self.config.preemption.check_every_steps
         after_step, after_epoch = self.hooks.after_step, self.hooks.after_epoch
         bar = Progress(steps, cfg.epochs) if self.ctx.is_main and sys.stdout.isatty() else None
+        beat = self._start_heartbeat(steps)
+        beat_due = beat.due if beat is not None else _never
         upcoming: torch.Tensor | None = None  # the next epoch's order, prepared early
         while self.progress.epoch < cfg.epochs:
             epoch_start = time.perf_counter()
@@ -363,6 +373,8 @@ class Loop:
                     lo = s * accum
                     self._train_step(xs, ys, lo, min(lo + accum, n_batches), batch, step)
                     step += 1
+                    if beat_due():  # one clock read a step
+                        self._beat(epoch + 1, step)
                     if after_step is not None:
                         after_step(step)
                     if bar is not None:
@@ -378,9 +390,7 @@ class Loop:
             if epoch + 1 < cfg.epochs:
                 # While the device still works through the queued steps.
                 upcoming = self._order(epoch + 1, n_local)
-            if self.ctx.device.type == "cuda":
-                # Kernels are still queued: the epoch's time is when they have run.
-                torch.cuda.synchronize(self.ctx.device)
+            self._sync_device()  # kernels are still queued: the epoch ends when they have run
             train_time = time.perf_counter() - epoch_start + self.progress.partial_time[1]
             if bar is not None:
                 bar.clear()
@@ -390,6 +400,38 @@ class Loop:
             if status is not None:
                 return status
         return "completed"
+
+    def _sync_device(self) -> None:
+        if self.ctx.device.type == "cuda":
+            torch.cuda.synchronize(self.ctx.device)
+
+    def _start_heartbeat(self, steps: int) -> HeartbeatWriter | None:
+        if self.heartbeat_on and self.heartbeat is None:
+            epochs = self.config.training.epochs
+            self.heartbeat = heartbeat_for(self.run_dir, epochs, epochs * steps, self.progress.step)
+        return self.heartbeat
+
+    def _beat(self, epoch: int, step: int, phase: str = "training") -> None:
+        """The heartbeat of step ``step`` of epoch ``epoch`` (1-based): the epoch's mean
+        loss so far (else the last epoch's), the last checkpoint on disk."""
+        beat = self.heartbeat
+        if beat is None:
+            return
+        loss_sum, rows = self._sums.fold().tolist()  # every few seconds: one host sync
+        history = self.progress.history.get("train_loss") or [None]
+        values: dict[str, Any] = {"epoch": epoch, "phase": phase}
+        values["loss"] = loss_sum / rows if rows else history[-1]
+        done = self._writer.last_written if self._writer is not None else None
+        if done is not None and done[0] is not None:
+            (ck_epoch, ck_step, asked), finished, finished_perf = done
+            values.update(
+                checkpoint_epoch=ck_epoch,
+                checkpoint_step=ck_step,
+                checkpoint_time=finished,
+                checkpoint_s=finished_perf - asked,
+            )
+        rows_per_step = self.shards.n_train / max(1, self._steps_per_epoch())
+        beat.beat(step, rows_per_step, **values)
 
     def _order(self, epoch: int, n_local: int) -> torch.Tensor:
         """The epoch's seeded permutation of this rank's rows, on the device (the copy
@@ -568,6 +610,18 @@ class Loop:
                 "resume with --resume",
                 flush=True,
             )
+
+
+def _never() -> bool:
+    return False
+
+
+# The heartbeat's last phase, by how the loop ended.
+_FINAL_PHASE: dict[str, str] = {
+    "completed": "done",
+    "early_stopped": "done",
+    "preempted": "stopped",
+}
 
 
 def full_model(model: nn.Module, config: ModelConfig) -> EmulatorMLP:

@@ -27,9 +27,12 @@ import torch.distributed as dist
 from torch import nn
 
 from hpcdist.distributed import (
+    RUN_ID_VAR,
     DistContext,
     DistEnv,
     cleanup_distributed,
+    continue_run,
+    record_piece,
     setup_distributed,
     single_process,
 )
@@ -244,6 +247,10 @@ def _train(ctx: DistContext, inputs: _TrainInputs, clock: _Clock) -> TrainResult
     config, env = inputs.config, ctx.env
     run_dir = runfiles.resolve_run_dir(ctx, config, inputs.run_dir, inputs.resume)
     checkpoint, resume = _requeued(ctx, run_dir, inputs.checkpoint, inputs.resume)
+    if ctx.is_main:  # this piece of the run, for `hpcdist status RUN`
+        if checkpoint is not None:  # another run's checkpoint: that run goes on
+            continue_run(Path(str(resume)).parent)
+        record_piece(run_dir, _resumed_from(checkpoint, resume))
     # Before any data is read or step taken: a bad export name, unit or level fails now,
     # not after the training it would have thrown away.
     from ufsemulator.export.torchscript import check_export
@@ -304,6 +311,26 @@ def _requeued(
             flush=True,
         )
     return checkpoint, resume
+
+
+def _resumed_from(
+    checkpoint: TrainingState | None, source: str | Path | None
+) -> dict[str, Any] | None:
+    """Where a piece starts: the checkpoint's epoch and step, and when it was written."""
+    if checkpoint is None:
+        return None
+    p, path = checkpoint.progress, Path(str(source))
+    try:
+        written: float | None = path.stat().st_mtime
+    except OSError:
+        written = None
+    return {
+        "epoch": p.epoch,
+        "step": p.step,
+        "step_in_epoch": p.step_in_epoch,
+        "time": written,
+        "path": str(path.resolve()),
+    }
 
 
 @dataclass(frozen=True)
@@ -572,6 +599,8 @@ def _write_outputs(
     run = summary.to_json()
     results = {
         "status": run.pop("status"),
+        # One id across the run's requeued and resubmitted jobs (hpcdist's job script).
+        "run_id": _run_id(),
         "world_size": ctx.env.world_size,
         "backend": ctx.backend,
         "device": str(ctx.device),
@@ -602,8 +631,13 @@ def _export(config: Config, outcome: _Outcome, used: PathSpec | None) -> dict[st
         best = run_dir / "best_model.pt"
         source = best if best.is_file() else run_dir / "checkpoint.pt"
         if source.is_file():
-            runrecord.export_run(source, run_dir, config, data or {}, outcome.summary.to_json())
+            run = outcome.summary.to_json()
+            runrecord.export_run(source, run_dir, config, data or {}, run, _run_id())
     return data
+
+
+def _run_id() -> str | None:
+    return os.environ.get(RUN_ID_VAR, "").strip() or None
 
 
 def _report(

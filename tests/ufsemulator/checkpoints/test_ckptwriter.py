@@ -80,3 +80,17 @@ def test_a_newer_state_replaces_one_not_yet_started(
         (3, ["checkpoint.pt"]),
     ]
     assert writer.superseded == 1
+
+
+def test_every_write_is_timed_and_reported_with_its_state(tmp_path: Path) -> None:
+    reported: list[tuple[int, float]] = []
+    writer = CheckpointWriter(
+        on_written=lambda state, seconds: reported.append((state["epoch"], seconds)),
+        delay_s=0.2,
+    )
+    state = {"model": {"w": torch.zeros(2)}, "model_config": {}, "epoch": 3, "config": {}}
+    assert writer.last_seconds is None  # nothing written yet
+    writer.submit(state, [tmp_path / "checkpoint.pt"])
+    writer.close()
+    assert [epoch for epoch, _ in reported] == [3]
+    assert reported[0][1] >= 0.2 and writer.last_seconds == reported[0][1]

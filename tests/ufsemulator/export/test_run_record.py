@@ -91,6 +91,24 @@ def _re_export_keeps_the_provenance(
         assert f"    {digest}  {Path(path).resolve()}" in described
     assert "    training: epochs 1, batch_size 100" in described
     assert '    export: names "jedi"' in described and "epochs_run 1" in described
+    _re_export_refuses_results_changed_since(run, capsys)
+
+
+def _re_export_refuses_results_changed_since(run: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """training_results.json changed after the training wrote it (its digest no longer
+    matches): the export goes on, says so, and records no data or metrics from it."""
+    results = run / "training_results.json"
+    forged = json.loads(results.read_text())
+    forged["data"]["sha256"] = "0" * 64
+    results.write_text(json.dumps(forged))
+    forged_out = run / "forged.pt"
+    argv = ["export", "--checkpoint", str(run / "best_model.pt"), "--out", str(forged_out)]
+    assert main(argv) == 0
+    err = capsys.readouterr().err
+    assert f"Warning: refusing training results {str(results)!r}" in err
+    assert "the export records no data or metrics" in err
+    origin = json.loads(read_extra_files(forged_out)["provenance.json"])
+    assert origin["training_data"] is None and origin["metrics"] is None
 
 
 def test_a_bad_export_setting_fails_before_any_data_is_read(

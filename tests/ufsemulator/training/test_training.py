@@ -10,6 +10,7 @@ import socket
 import subprocess
 import sys
 import textwrap
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -27,6 +28,8 @@ REPO = Path(__file__).resolve().parents[3]
 SMOKE = REPO / "ufsemulator" / "configs" / "smoke.yaml"
 RUN_FILES = {
     "checkpoint.pt",
+    "heartbeat.json",
+    "checkpoint_timing.json",
     "best_model.pt",
     "model.pt",
     "model.md",
@@ -698,6 +701,25 @@ def test_failed_capture_goes_on_eagerly_and_trains_like_the_plain_loop(
     assert_same_weights(failed.model, plain.model)
 
 
+def test_a_job_ending_before_its_checkpoint_fits_checkpoints_early_on_its_own(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # SLURM ends this job now and warns 1 s before: no checkpoint of 0.5 s plus the margin
+    # fits, so the training stops itself once it has measured one (it trains until then).
+    monkeypatch.setenv("HPCDIST_SIGNAL_LEAD", "1")
+    monkeypatch.setenv("SLURM_JOB_END_TIME", str(int(time.time())))
+    config = smoke(epochs=1_000_000, test_checkpoint_delay_s=0.5)
+    result = run_single(monkeypatch, config, run_dir=tmp_path / "run")
+    out = capsys.readouterr().out
+    assert result.status == "preempted", out
+    assert "warning lead 1 s is shorter than the last checkpoint" in out
+    assert "hpcdist: checkpointing early" in out
+    timing = json.loads((tmp_path / "run" / "checkpoint_timing.json").read_text())
+    assert timing["seconds"] >= 0.5
+    stopped = load_checkpoint(tmp_path / "run" / "checkpoint.pt")
+    assert stopped["epoch"] == result.epochs_run < 1_000_000
+
+
 def test_loop_hooks_watch_every_step_and_may_end_the_run(
     monkeypatch: pytest.MonkeyPatch, tmp_path: Path
 ) -> None:
@@ -746,3 +768,32 @@ def test_training_flushes_subnormal_floats_on_the_cpu_while_it_runs(
     )
     assert seen and set(seen) == {0.0}
     assert product() != 0.0  # cleared for what runs after the loop
+
+
+@pytest.mark.filterwarnings("ignore:`torch.jit.load` is deprecated:DeprecationWarning")
+def test_run_id_and_heartbeat_of_a_finished_run(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    from hpcdist.facts.heartbeat import parse
+
+    monkeypatch.setenv("HPCDIST_RUN_ID", "41-beefed")
+    record = tmp_path / "state" / "41-0.train.json"
+    record.parent.mkdir()
+    monkeypatch.setenv("HPCDIST_RUN_RECORD", str(record))
+    result = run_single(monkeypatch, smoke(), run_dir=tmp_path / "run")
+    results = json.loads((tmp_path / "run" / "training_results.json").read_text())
+    assert results["run_id"] == "41-beefed"
+    beat = parse((tmp_path / "run" / "heartbeat.json").read_bytes())
+    assert beat is not None and beat.run_id == "41-beefed" and beat.phase == "done"
+    assert beat.epoch == beat.epochs == result.epochs_run == 3
+    assert beat.steps is not None and beat.step == beat.steps > 0 and beat.piece_step == 0
+    assert beat.checkpoint_epoch == 3 and beat.checkpoint_step == beat.steps
+    assert beat.checkpoint_s is not None and beat.checkpoint_s > 0
+    assert beat.loss == pytest.approx(result.final_train_loss)
+    piece = json.loads(record.read_text())
+    assert piece["run_id"] == "41-beefed" and piece["resumed_from"] is None
+    assert piece["run_dir"] == str(tmp_path / "run")
+    from ufsemulator.export.torchscript import read_extra_files
+
+    origin = json.loads(read_extra_files(tmp_path / "run" / "model.pt")["provenance.json"])
+    assert origin["run_id"] == "41-beefed"

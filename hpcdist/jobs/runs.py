@@ -1,0 +1,145 @@
+"""A run's record, as the login node reads it: its pieces (each start of a job of the run,
+written by the job's script, ``hpcdist.distributed.runpiece``), where each resumed from
+(written by the training) and its heartbeat (``hpcdist.facts.heartbeat``).
+
+Every file is read once and checked on what was opened: the record's files must be this
+user's alone (private state), the heartbeat this user's and writable by nobody else.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from hpcdist.facts.heartbeat import HEARTBEAT_FILE, Heartbeat, parse
+from hpcdist.facts.runs import run_id_problem
+from hpcdist.spec.runopts import run_records
+from hpcdist.state.trustedfile import Refused, read_private, read_trusted
+
+TRAIN_SUFFIX = ".train.json"  # as hpcdist.distributed.runpiece names the training's note
+
+
+@dataclass(frozen=True)
+class Piece:
+    """One start of a job of the run."""
+
+    job_id: str
+    restart: int  # SLURM's requeues of this job id before this start
+    started: float
+    run_dir: str
+    workdir: str
+    nodes: str
+    resumed_from: dict[str, Any] | None  # the checkpoint's epoch, step, time; None: fresh
+
+    @classmethod
+    def from_files(cls, piece: dict[str, Any], note: dict[str, Any] | None) -> Piece:
+        resumed = (note or {}).get("resumed_from")
+        return cls(
+            job_id=str(piece.get("job_id", "")),
+            restart=int(piece.get("restart") or 0),
+            started=float(piece.get("started") or 0.0),
+            run_dir=str((note or {}).get("run_dir") or piece.get("run_dir") or ""),
+            workdir=str(piece.get("workdir") or ""),
+            nodes=str(piece.get("nodes") or ""),
+            resumed_from=resumed if isinstance(resumed, dict) else None,
+        )
+
+
+@dataclass(frozen=True)
+class Run:
+    run_id: str
+    pieces: tuple[Piece, ...]  # in the order they started
+
+    @property
+    def job_ids(self) -> list[str]:
+        return list(dict.fromkeys(piece.job_id for piece in self.pieces))
+
+    @property
+    def last(self) -> Piece:
+        return self.pieces[-1]
+
+
+def _json(path: Path) -> dict[str, Any] | None:
+    try:
+        found = json.loads(read_private(path, "run record"))
+    except FileNotFoundError:
+        return None
+    except ValueError:
+        return None
+    return found if isinstance(found, dict) else None
+
+
+def run_ids(root: Path | None = None) -> list[str]:
+    """The runs started from this folder, newest first."""
+    root = run_records() if root is None else root
+    try:
+        folders = [p for p in root.iterdir() if p.is_dir() and not run_id_problem(p.name)]
+    except OSError:
+        return []
+    return [p.name for p in sorted(folders, key=lambda p: p.stat().st_mtime, reverse=True)]
+
+
+def load_run(run_id: str, root: Path | None = None) -> Run | None:
+    """The run's record; None if no run of that id was started from this folder."""
+    if run_id_problem(run_id):
+        return None
+    folder = (run_records() if root is None else root) / run_id
+    if not folder.is_dir():
+        return None
+    pieces = []
+    for path in folder.glob("*.json"):
+        if path.name.endswith(TRAIN_SUFFIX):
+            continue
+        piece = _json(path)
+        if piece is not None:
+            note = _json(path.with_name(path.name[: -len(".json")] + TRAIN_SUFFIX))
+            pieces.append(Piece.from_files(piece, note))
+    if not pieces:
+        return None
+    return Run(run_id, tuple(sorted(pieces, key=lambda p: (p.started, p.restart))))
+
+
+def run_of_job(job_id: str, root: Path | None = None) -> Run | None:
+    """The run a job of this folder is a piece of (its newest, for a reused job id)."""
+    root = run_records() if root is None else root
+    for run_id in run_ids(root):
+        if any((root / run_id).glob(f"{_glob_quote(job_id)}-*.json")):
+            return load_run(run_id, root)
+    return None
+
+
+def runs_by_job(root: Path | None = None) -> dict[str, str]:
+    """job id -> run id, for every job of this folder's runs (the newest run wins)."""
+    root = run_records() if root is None else root
+    found: dict[str, str] = {}
+    for run_id in reversed(run_ids(root)):  # oldest first: newer runs overwrite
+        for path in (root / run_id).glob("*.json"):
+            if not path.name.endswith(TRAIN_SUFFIX):
+                found[path.name.rsplit("-", 1)[0]] = run_id
+    return found
+
+
+def _glob_quote(text: str) -> str:
+    return "".join(f"[{c}]" if c in "*?[]" else c for c in text)
+
+
+def read_heartbeat(run: Run) -> tuple[Heartbeat | None, str]:
+    """The run's heartbeat and "" or None and why there is none to show."""
+    piece = run.last
+    run_dir = Path(piece.run_dir)
+    path = run_dir / HEARTBEAT_FILE
+    workdir = Path(piece.workdir) if piece.workdir else run_dir.parent
+    root = workdir if workdir in run_dir.parents else run_dir.parent
+    try:
+        found = read_trusted(path, "heartbeat", root=root, check_root=False)
+    except FileNotFoundError:
+        return None, f"no heartbeat yet in {run_dir}"
+    except Refused as exc:
+        return None, f"heartbeat not read: {exc}"
+    except OSError as exc:
+        return None, f"heartbeat {path} cannot be read: {os.strerror(exc.errno or 0)}"
+    beat = parse(found.data)
+    return (beat, "") if beat is not None else (None, f"heartbeat {path} is not JSON")

@@ -1,0 +1,276 @@
+"""SLURM's grammar of the values hpcdist passes to sbatch, taken from sbatch itself (the
+testbed's ``sbatch --test-only`` is the reference: tests/integration/test_grammar_slurm.py).
+
+Each check takes the value as the user gave it and the place it came from (``--mem``, or a
+profile's key), and raises SpecError in SLURM's terms for a value sbatch refuses. A value
+SLURM takes but hpcdist cannot run (a warning signal the job cannot catch, a time limit
+without an end) is refused with the reason, never as "not a SLURM value".
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+
+from hpcdist.errors import SpecError
+
+# --mem: a number, then K, M (the default), G or T, in either case, and an optional B.
+_MEMORY = re.compile(r"\+?([0-9]+)(?:[KkMmGgTt][Bb]?)?")
+_LLONG_MAX = 2**63 - 1
+
+
+def check_memory(where: str, value: str) -> None:
+    """sbatch's ``--mem`` / ``--mem-per-gpu``: 4000, 4000M, 16g, 16GB, 1t, 0 (all)."""
+    match = _MEMORY.fullmatch(value)
+    if match is None or int(match.group(1)) > _LLONG_MAX:
+        raise SpecError(
+            f"{where} {value!r} is not a SLURM memory size; expected a number with an "
+            "optional unit K, M, G or T (either case), e.g. 4000M, 16g or 0 (all of it)"
+        )
+
+
+# --signal: [{B,R}...:]SIGNAL[@SECONDS], a name with or without SIG in any case, or a number.
+_SIGNAL_NAMES = {
+    "HUP": 1,
+    "INT": 2,
+    "QUIT": 3,
+    "ABRT": 6,
+    "KILL": 9,
+    "USR1": 10,
+    "USR2": 12,
+    "ALRM": 14,
+    "TERM": 15,
+    "CONT": 18,
+    "STOP": 19,
+    "TSTP": 20,
+    "TTIN": 21,
+    "TTOU": 22,
+    "URG": 23,
+    "XCPU": 24,
+    # Names SLURM 22.05 refuses and 24.11 takes; none of them is a warning a job catches.
+    "ILL": 4,
+    "TRAP": 5,
+    "BUS": 7,
+    "FPE": 8,
+    "SEGV": 11,
+    "PIPE": 13,
+    "CHLD": 17,
+    "XFSZ": 25,
+    "VTALRM": 26,
+    "PROF": 27,
+    "WINCH": 28,
+    "IO": 29,
+    "POLL": 29,
+    "PWR": 30,
+    "SYS": 31,
+}
+_SIGNAL_NUMBERS = {number: name for name, number in reversed(_SIGNAL_NAMES.items())}
+# The warnings a job can catch and checkpoint on (the runner traps them).
+WARNING_SIGNALS = ("USR1", "USR2", "TERM", "INT", "HUP", "URG", "CONT")
+_SIGNAL = re.compile(r"(?:([BRbr]+):)?([A-Za-z0-9]+)(?:@([0-9]*))?")
+_MAX_WARNING_S = 65535  # SLURM keeps the warning time in 16 bits
+
+
+@dataclass(frozen=True)
+class Signal:
+    """A parsed ``--signal``: the signal's name (USR2 of ``SIGusr2``), whether the batch
+    shell alone gets it (``B:``), and the seconds before the end (None: SLURM's 60)."""
+
+    name: str
+    batch_shell: bool
+    seconds: int | None
+
+
+def parse_signal(where: str, value: str) -> Signal:
+    """``USR2@90``, ``SIGUSR2@90``, ``12@90``, ``R:USR2@90``, ``B:usr2`` -> Signal."""
+    match = _SIGNAL.fullmatch(value)
+    name = None if match is None else _signal_name(match.group(2))
+    seconds_text = None if match is None else match.group(3)
+    if match is None or name is None or int(seconds_text or 0) > _MAX_WARNING_S:
+        raise SpecError(
+            f"{where} {value!r} is not a SLURM signal; expected [B:|R:]SIGNAL[@SECONDS] with "
+            f"a signal name or number and 0-{_MAX_WARNING_S} seconds, e.g. USR2@90"
+        )
+    if name not in WARNING_SIGNALS:
+        raise SpecError(
+            f"{where} {value!r}: SLURM would send {name}, which the job cannot catch to "
+            f"checkpoint; hpcdist needs one of {', '.join(WARNING_SIGNALS)}, e.g. USR2@90"
+        )
+    flags = (match.group(1) or "").upper()
+    return Signal(name, "B" in flags, int(seconds_text) if seconds_text else None)
+
+
+def _signal_name(text: str) -> str | None:
+    """The signal's name without SIG, of a name in any case or a number; None if unknown.
+    A number SLURM takes but hpcdist has no name for is named by its number."""
+    if text.isdigit():
+        number = int(text)
+        return _SIGNAL_NUMBERS.get(number, str(number)) if number > 0 else None
+    upper = text.upper()
+    upper = upper[3:] if upper.startswith("SIG") else upper
+    return upper if upper in _SIGNAL_NAMES else None
+
+
+MAIL_TYPES = (
+    "NONE",
+    "BEGIN",
+    "END",
+    "FAIL",
+    "REQUEUE",
+    "ALL",
+    "INVALID_DEPEND",
+    "STAGE_OUT",
+    "TIME_LIMIT",
+    "TIME_LIMIT_90",
+    "TIME_LIMIT_80",
+    "TIME_LIMIT_50",
+    "ARRAY_TASKS",
+)
+
+
+def check_mail_type(where: str, value: str) -> None:
+    """A comma list of mail types in any case (``end``, ``End,Fail``); SLURM skips empty items."""
+    kinds = [kind.strip() for kind in value.split(",") if kind.strip()]
+    for kind in kinds:
+        if kind.upper() not in MAIL_TYPES:
+            raise SpecError(
+                f"{where} {value!r}: {kind!r} is not a SLURM mail type; expected a comma "
+                f"list of {', '.join(MAIL_TYPES)} (any case)"
+            )
+    if not kinds:
+        raise SpecError(f"{where} {value!r} names no mail type; expected e.g. END,FAIL")
+
+
+# --nodes: N, MIN-MAX, or (SLURM >= 23.02) MIN-MAX:STEP and comma lists of counts.
+_NODE_COUNTS = re.compile(r"([0-9]+)(?:-([0-9]*)(?::([0-9]+))?)?")
+
+
+def node_count(where: str, value: object) -> int:
+    """A node count of ``--nodes`` or a profile: ``4``, or a range or list whose counts all
+    agree (``4-4``). hpcdist lays the ranks out before the job starts, so a choice of
+    counts is refused."""
+    if isinstance(value, int) and not isinstance(value, bool):
+        return value
+    text = str(value)
+    if re.fullmatch(r"-?[0-9]+", text):
+        return int(text)  # a count below 1 is refused with the job's other counts
+    counts: set[int] = set()
+    for item in text.split(","):
+        match = _NODE_COUNTS.fullmatch(item)
+        if match is None:
+            raise SpecError(
+                f"{where} {text!r} is not a SLURM node count; expected a number such as 4 "
+                "(or a range MIN-MAX)"
+            )
+        low, high, step = match.groups()
+        if high is not None and (high == "" or int(high) < int(low)):
+            raise SpecError(
+                f"{where} {text!r}: the most nodes {high or 'none'} is fewer than the least "
+                f"{low} (SLURM refuses it); expected MIN-MAX with MIN <= MAX"
+            )
+        counts.update(range(int(low), int(high or low) + 1, int(step or 1) or 1))
+    if len(counts) > 1:
+        raise SpecError(
+            f"{where} {text!r} lets SLURM choose among {len(counts)} node counts; hpcdist "
+            "lays the ranks out (world size, rank 0's node) before the job starts and needs "
+            f"one count: expected e.g. {where} {min(counts)}"
+        )
+    return counts.pop()
+
+
+# --exclusive[=user|mcs] (no value: whole nodes).
+EXCLUSIVE_KINDS = ("user", "mcs")
+
+
+def check_exclusive(where: str, value: bool | str) -> None:
+    if isinstance(value, str) and value.lower() not in EXCLUSIVE_KINDS:
+        raise SpecError(
+            f"{where} {value!r} is not a SLURM --exclusive kind; expected --exclusive alone "
+            f"(whole nodes) or --exclusive={'|'.join(EXCLUSIVE_KINDS)}"
+        )
+
+
+# Node names of a host list: letters, digits, dots, dashes and underscores, with brackets
+# of ranges; commas separate. Anything else ($, quotes, spaces) SLURM refuses.
+_NODE_LIST = re.compile(r"[A-Za-z0-9._\-\[\],]+")
+
+
+def check_node_list_chars(where: str, value: str) -> None:
+    if not _NODE_LIST.fullmatch(value):
+        raise SpecError(
+            f"{where} {value!r} is not a SLURM node list; expected node names and ranges "
+            "such as node[01-04],gpu7 (letters, digits, . _ - [ ] ,)"
+        )
+
+
+# --constraint: features joined by & | or , with optional *COUNT, brackets and parentheses.
+_CONSTRAINT_TOKEN = re.compile(r"[A-Za-z0-9_.:\-]+(?:\*[0-9]+)?|[&|,()\[\]]")
+
+
+def check_constraint(where: str, value: str) -> None:
+    """An operator must follow a feature (or a closing bracket): ``a100&ib``, ``[a|b]*2``;
+    ``&&``, ``&ib``, ``!ib`` and quotes are refused, as SLURM refuses them."""
+    tokens = _CONSTRAINT_TOKEN.findall(value)
+    if "".join(tokens) != value or not _operators_follow_features(tokens):
+        raise SpecError(
+            f"{where} {value!r} is not a SLURM constraint; expected node features joined by "
+            "& | or , e.g. 'a100&ib' or '[rack1|rack2]'"
+        )
+
+
+def _operators_follow_features(tokens: list[str]) -> bool:
+    previous = ""
+    for token in tokens:
+        if token in "&|," and (previous in ("", "&", "|", ",", "(", "[")):
+            return False
+        previous = token
+    return any(token not in "&|,()[]" for token in tokens)
+
+
+# --array: ITEM[,ITEM...][%LIMIT], an ITEM N, N-M or N-M:STEP; ids up to MaxArraySize - 1.
+_ARRAY_ITEM = re.compile(r"([0-9]+)(?:-([0-9]+)(?::([0-9]+))?)?")
+_ARRAY_LIMIT = re.compile(r"[0-9]+")
+MAX_ARRAY_ID = 1000  # SLURM's default MaxArraySize is 1001
+
+
+def array_task_ids(where: str, value: str) -> list[int]:
+    """The task ids of an ``--array`` value such as ``0-15:2%4`` or ``1,3,5-7``."""
+    items, percent, limit = value.partition("%")
+    ids: list[int] = []
+    for item in items.split(","):
+        match = _ARRAY_ITEM.fullmatch(item)
+        first, last, step = match.groups() if match else ("", None, None)
+        if match is None or int(last or first) < int(first) or step == "0" or step == "":
+            raise SpecError(
+                f"{where} {value!r} is not a SLURM job array; expected task ids such as "
+                "0-15, 1,3,5-7 or 0-15:2, optionally %K for at most K at once"
+            )
+        ids.extend(range(int(first), int(last or first) + 1, int(step or 1)))
+    if percent and not _ARRAY_LIMIT.fullmatch(limit):
+        raise SpecError(f"{where} {value!r}: the limit after % must be a number, e.g. 0-15%4")
+    if max(ids) > MAX_ARRAY_ID:
+        raise SpecError(
+            f"{where} {value!r} has task id {max(ids)}; expected ids up to {MAX_ARRAY_ID} "
+            "(SLURM's default MaxArraySize)"
+        )
+    return sorted(set(ids))
+
+
+# --partition: one partition or a comma list (the first that can start the job); SLURM
+# skips empty items.
+def partitions(value: str) -> list[str]:
+    return [name for name in value.split(",") if name]
+
+
+# SLURM refuses a name or path longer than this many bytes ("Pathname of a file, directory
+# or other parameter too long"): bytes, so 513 two-byte characters are too long.
+MAX_NAME_BYTES, MAX_PATH_BYTES = 1024, 4096
+
+
+def check_length(where: str, value: str, limit: int) -> None:
+    size = len(value.encode("utf-8", "surrogateescape"))
+    if size > limit:
+        raise SpecError(
+            f"{where} is {size} bytes long ({len(value)} characters); SLURM takes at most "
+            f"{limit} bytes"
+        )

@@ -1,0 +1,60 @@
+"""A rank killed on one node: the run is requeued without that node and completes.
+
+The training is the real `python3 -m ufsemulator train` in a script rendered by hpcdist,
+submitted with plain sbatch (tests/integration/test_faults.py's job); its run folder is
+runs/<job id> under tmp_path.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import signal
+import subprocess
+import sys
+from pathlib import Path
+
+from tests.integration.conftest import SlurmCluster, run_slurm, sbatch, slurm_env
+from tests.integration.test_faults import _follow, _log, _rank_pid, _training_job, _wait_for
+
+EPOCHS = 400  # long enough that the kill always comes while the first piece trains
+
+
+def _node_of(pid: int) -> str:
+    environ = Path(f"/proc/{pid}/environ").read_bytes().split(b"\0")
+    names = [v.split(b"=", 1)[1] for v in environ if v.startswith(b"SLURMD_NODENAME=")]
+    return names[0].decode()
+
+
+def test_a_killed_rank_requeues_the_run_without_its_node_and_it_completes(
+    slurm_cluster: SlurmCluster, tmp_path: Path
+) -> None:
+    job = sbatch(_training_job(tmp_path, "badnode", EPOCHS), cwd=tmp_path, wait=False)
+    checkpoint = tmp_path / "runs" / str(job.job_id) / "checkpoint.pt"
+    _wait_for(checkpoint.exists, 180, "the first checkpoint")
+    pid = _rank_pid(str(tmp_path / "badnode.yaml"), rank=1)
+    assert pid is not None, "rank 1's process not found"
+    bad = _node_of(pid)  # node2 on an idle testbed, where a 2-node job gets node[1-2]
+    os.kill(pid, signal.SIGKILL)
+    state = _follow(job.job_id, timeout=600)
+    log = _log(tmp_path, "badnode", job.job_id)
+    assert state == "COMPLETED", log
+    assert f"hpcdist: node {bad} named by task 1 Killed" in log, log
+    assert f"hpcdist: excluding node {bad} from the next piece" in log, log
+    assert f"hpcdist: a node failed the step, requeueing job {job.job_id}" in log, log
+    assert f"hpcdist: this run is kept off node {bad} (task 1 Killed, until " in log, log
+    pieces = re.findall(r"^hpcdist: job \d+ on (\S+), restart (\d+)$", log, re.M)
+    assert [restart for _, restart in pieces] == ["0", "1"], log
+    second = run_slurm("scontrol", "show", "hostnames", pieces[1][0]).stdout.split()
+    assert bad not in second and len(second) == 2, pieces
+    assert re.search(r"Resuming from \S+ \(epoch \d+, restart 1\)", log), log
+    # `hpcdist status` says which node the run is kept off, and why.
+    status = subprocess.run(
+        [sys.executable, "-m", "hpcdist.cli.main", "status", str(job.job_id)],
+        cwd=tmp_path,
+        env=slurm_env(),
+        capture_output=True,
+        text=True,
+    )
+    assert re.search(rf"excluded: +{bad} \(task 1 Killed, until ", status.stdout), status
+    print(f"measured: rank 1 killed on {bad}; requeued on {pieces[1][0]}, COMPLETED")
