@@ -30,7 +30,7 @@ from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
-from hpcdist.distributed.badnodes import LogMark, after_failure, hold_s, say_held
+from hpcdist.distributed.badnodes import LogMark, after_failure, say_held
 from hpcdist.distributed.gpus import count_gpus, listed_gpus
 from hpcdist.distributed.jobsecret import create_secret_file
 from hpcdist.distributed.requeue import (
@@ -156,8 +156,9 @@ def run(args: argparse.Namespace) -> int:
         signal.signal(signal.SIGTERM, on_term)
     warning = warning_signal(args.warning)
     relay = SignalRelay(warning).install() if args.relay and warning is not None else None
-    # Where the job's log ends now: a failed step's lines after it may name a bad node.
-    mark = LogMark() if hold_s(os.environ) is not None else None
+    # Where the job's log ends now: a failed step's lines after it may name a bad node, or
+    # say that the warning ended a task.
+    mark = LogMark()
     say_held(os.environ)
     child = subprocess.Popen(args.command, env=safe_python_env(os.environ))
     if relay is not None:
@@ -174,7 +175,8 @@ def _after_step(
     the job (rank 0 asked, or a node broke the step); the runner's exit status."""
     marker = Path(os.environ[MARKER_VAR]) if os.environ.get(MARKER_VAR) else None
     asked = checkpointed(status, marker)
-    killed = "" if asked else warning_death(status, args.warning)
+    step_log = mark.written_since() if mark is not None and status and not asked else ""
+    killed = "" if asked else warning_death(status, args.warning, step_log)
     if killed:
         # The command's own end (it did not catch the warning), not a node's failure.
         say(killed)

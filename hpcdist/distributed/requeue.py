@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import re
 import signal
 import sys
 import time
@@ -164,12 +165,22 @@ def warning_signal(given: str | None) -> signal.Signals | None:
     return signal.Signals.__members__.get(f"SIG{name}")
 
 
-def warning_death(status: int, given: str | None) -> str:
-    """What the runner says of a command that the warning signal killed (it exited as
-    bash reports a death by that signal: 128 + its number), with the settings that make
-    it checkpoint instead; "" for any other end. Pure."""
+def warning_death(status: int, given: str | None, step_log: str = "") -> str:
+    """What the runner says of a command that the warning signal killed, with the settings
+    that make it checkpoint instead; "" for any other end. Pure.
+
+    Killed: the step exited as bash reports a death by that signal (128 + its number), or
+    srun's report in ``step_log`` (what the step wrote to the job's log) says a task ended
+    so, where srun's own status is another task's (``--kill-on-bad-exit`` ended it)."""
     warning = warning_signal(given)
-    if warning is None or status != 128 + warning:
+    if warning is None or status == 0:
+        return ""
+    report = re.compile(
+        rf"^srun: error: \S+: tasks? [0-9,-]+: (?:Exited with exit code {128 + warning}|"
+        rf"{re.escape(signal.strsignal(warning) or warning.name)})\s*$",
+        re.M,
+    )
+    if status != 128 + warning and not report.search(step_log):
         return ""
     name = warning.name
     lightning = (

@@ -407,3 +407,21 @@ def test_status_shows_the_runners_line_about_the_warning(tmp_path: Path) -> None
     log.write_text("hpcdist: job 7 on node1, restart 0\n")
     assert warning_killed(str(log)) is None
     assert warning_killed(None) is None
+
+
+@pytest.mark.parametrize(
+    ("report", "said"),
+    [
+        ("srun: error: node1: task 0: Exited with exit code 138", True),  # torchrun's agent
+        ("srun: error: node1: task 0: User defined signal 1", True),  # a rank, under srun
+        ("srun: error: node1: task 0: User defined signal 2", False),  # another signal
+        ("srun: error: node1: task 0: Exited with exit code 1", False),
+        ("0: srun: error: node1: task 0: User defined signal 1", False),  # a rank's own line
+    ],
+)
+def test_the_warning_death_of_one_task_is_found_in_sruns_report(report: str, said: bool) -> None:
+    # --kill-on-bad-exit ended the other task: srun exits with that one's status (143).
+    ended = "srun: error: node2: task 1: Terminated"
+    log = f"hpcdist: job 7 on node[1-2], restart 0\n{report}\n{ended}\n"
+    assert bool(warning_death(143, "USR1@60", log)) is said
+    assert warning_death(0, "USR1@60", log) == ""  # the step ended well: nothing killed it
