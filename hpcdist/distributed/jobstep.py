@@ -177,10 +177,12 @@ def _after_step(
     asked = checkpointed(status, marker)
     step_log = mark.written_since() if mark is not None and status and not asked else ""
     killed = "" if asked else warning_death(status, args.warning, step_log)
-    if killed:
-        # The command's own end (it did not catch the warning), not a node's failure.
+    warning = warning_signal(args.warning)
+    if killed and warning is not None:
+        # The command's own end (it did not catch the warning), not a node's failure; the
+        # job's exit code names the warning even where srun's was another task's.
         say(killed)
-        return status
+        return 128 + warning
     left_behind = []
     if status != 0 and mark is not None and not asked:
         left_behind = after_failure(os.environ, mark)
