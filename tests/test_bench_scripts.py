@@ -250,7 +250,7 @@ def test_hang_check_fails_at_the_collective_timeout_on_gloo(tmp_path: Path) -> N
     assert proc.returncode != 0, output  # rank 0 fails instead of hanging
     assert "[Rank 0] first all-reduce: 2.0" in output
     assert "the hung all-reduce returned?" not in output
-    assert time.monotonic() - started < 60
+    assert time.monotonic() - started < 120  # ended, by the 5 s collective timeout (above)
 
 
 def test_run_gpu_driver_runs_its_cpu_stage(tmp_path: Path) -> None:

@@ -21,7 +21,13 @@ from hpcdist.errors import UserError
 from hpcdist.facts.launch import rank_log_pattern
 from hpcdist.facts.protocol import WARNING_KILLED
 from hpcdist.jobs.badnodeview import describe_held, held_nodes
-from hpcdist.jobs.logpaths import job_logs
+from hpcdist.jobs.logpaths import (
+    array_logs_line,
+    array_tasks,
+    job_logs,
+    missing_log,
+    no_log_line,
+)
 from hpcdist.jobs.logread import printable, read_log_bytes, read_log_text
 from hpcdist.jobs.records import (
     FINAL_STATES,
@@ -35,7 +41,7 @@ from hpcdist.jobs.records import (
     scan_records,
 )
 from hpcdist.slurm.parse import format_duration
-from hpcdist.slurm.query import JobInfo, query_job, query_jobs
+from hpcdist.slurm.query import JobInfo, pick_job, query_job, query_jobs
 
 # A job SLURM no longer knows has ended too, as far as following its log goes.
 _ENDED = FINAL_STATES | {"UNKNOWN"}
@@ -78,15 +84,33 @@ def exit_text(code: int, signal_number: int, reason: str | None) -> str:
     """``3``, ``0, killed by signal 9 (SIGKILL)``; SLURM also writes numbers there that are
     no signal (a launch failure reads 0:53): said as such, with the reason."""
     if signal_number == 0:
-        return str(code)
+        return _shell_status(code)
     try:
         name = signal.Signals(signal_number).name
     except ValueError:
         name = None
     if name is not None and signal_number < signal.SIGRTMIN:
-        return f"{code}, killed by signal {signal_number} ({name})"
+        return (
+            f"{code}, killed by signal {signal_number} ({name}){_OOM if signal_number == 9 else ''}"
+        )
     why = f"; reason {reason}" if reason else ""
     return f"{code} (no signal: SLURM's signal field reads {signal_number}{why})"
+
+
+_OOM = ": likely out of memory (the OOM killer's signal), see the memory under efficiency"
+
+
+def _shell_status(code: int) -> str:
+    """An exit code as the shell reports a death by signal (128 + N): the batch script's
+    runner exits 137 where srun saw a rank die of SIGKILL."""
+    try:
+        name = signal.Signals(code - 128).name if 128 < code < 128 + signal.SIGRTMIN else None
+    except ValueError:
+        name = None
+    if name is None:
+        return str(code)
+    oom = _OOM if code == 137 else ""
+    return f"{code} (128 + {code - 128}: a rank was killed by signal {code - 128}, {name}){oom}"
 
 
 def _describe(info: JobInfo, summary: str | None, advice: str | None) -> list[str]:
@@ -194,7 +218,7 @@ def _job_json(info: JobInfo, eff: Any, summary: str | None, advice: str | None) 
 
 
 # srun --label's prefix of each line (--rank-logs label): the task number, padded.
-_LABEL = re.compile(r" *([0-9]+): ")
+_LABEL = re.compile(r"^ *([0-9]+): ")
 
 
 def _rank_filter(rank: int | None) -> Callable[[str], bool]:
@@ -331,7 +355,11 @@ def logs(job_id: str, rank: int | None, follow_: bool) -> int:
     record = find_record(job_id)
     info = None
     if record is None or record.executor == "slurm":
-        info = query_job(job_id)
+        found = query_jobs(job_id)
+        tasks = array_tasks(job_id, found)
+        if tasks:  # each task has a log of its own: say which exist and how to pick one
+            raise UserError(array_logs_line(job_id, tasks))
+        info = pick_job(found, job_id)
         # A job of `hpcdist submit` from another folder: its record is in the folder it ran in.
         if record is None and info is not None and info.workdir:
             record = _record_in(Path(info.workdir), job_id)
@@ -343,24 +371,25 @@ def logs(job_id: str, rank: int | None, follow_: bool) -> int:
     if record is not None and record.executor == "local":
         return _local_logs(record, job_id, 0 if rank is None else rank, follow_)
     if info is None:
-        if query_jobs(job_id):
-            raise UserError(f"job {job_id} is an array; expected one task, e.g. {job_id}_0")
         raise unknown_job(job_id)
     return _slurm_logs(info, job_id, rank, follow_)
 
 
 def _local_logs(record: JobRecord, job_id: str, rank: int, follow_: bool) -> int:
     """A job of this folder's local executor: its rank's log file."""
+    where = record.log_path(rank)
     if follow_:
-        follow(record, rank)
+        state = follow(record, rank)
+        if not where.is_file():
+            raise UserError(missing_log(f"rank {rank} of job {job_id}", state, [where]))
         return 0
     text = read_log(record, rank)
     if not text:  # nothing found never looks like an empty log
-        where = record.log_path(rank)
-        said = "is empty so far" if where.is_file() else "does not exist yet"
-        raise UserError(
-            f"rank {rank} of job {job_id} ({job_state(record)}): its log {where} {said}"
-        )
+        state = job_state(record)
+        if not where.is_file():
+            raise UserError(missing_log(f"rank {rank} of job {job_id}", state, [where]))
+        said = "is empty" if state in FINAL_STATES else "is empty so far"
+        raise UserError(f"rank {rank} of job {job_id} ({state}): its log {where} {said}")
     click.echo(text, nl=False)
     return 0
 
@@ -374,11 +403,14 @@ def _slurm_logs(info: JobInfo, job_id: str, rank: int | None, follow_: bool) -> 
             found = query_job(job_id)
             return found.state if found is not None else "UNKNOWN"
 
-        follow_files(paths, current, keep, shown=shown)
+        state = follow_files(paths, current, keep, shown=shown)
+    else:
+        state = info.state
+    if not any(path.is_file() for path, _ in paths):  # nothing followed is no success
+        where = [path for path, _ in paths]
+        raise UserError(no_log_line(info, state, rank, where, [Path.cwd()]))
+    if follow_:
         return 0
-    missing = [str(path) for path, _ in paths if not path.is_file()]
-    if len(missing) == len(paths):
-        raise UserError(f"job {job_id} ({info.state}) has no log yet at {', '.join(missing)}")
     printed = ""
     for path, _ in paths:  # both to stdout, as for a job of this folder
         if path.is_file():

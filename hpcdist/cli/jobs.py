@@ -108,8 +108,9 @@ def cancel_command(job_id: str) -> int:
     record = find_record(job_id)
     # An array answers one state per task: said once each, in order.
     answer = cancel(record) if record is not None else _cancel_slurm_job(job_id)
-    state = ", ".join(dict.fromkeys(s.strip() for s in answer.splitlines() if s.strip()))
-    if state in FINAL_STATES:
+    states = list(dict.fromkeys(s.strip() for s in answer.splitlines() if s.strip()))
+    state = ", ".join(states)
+    if states and all(one in FINAL_STATES for one in states):
         click.echo(f"Job {job_id} had already ended ({state}); nothing to cancel")
     else:
         click.echo(f"Cancelled job {job_id} (was {state})")
@@ -122,12 +123,14 @@ def _cancel_slurm_job(job_id: str) -> str:
     import shutil
 
     from hpcdist.slurm.cluster import scancel
-    from hpcdist.slurm.query import query_job
+    from hpcdist.slurm.query import query_jobs
 
-    info = query_job(job_id) if shutil.which("scontrol") or shutil.which("sacct") else None
-    if info is None:
+    # An array answers one JobInfo per task (and one for its tasks that wait).
+    found = query_jobs(job_id) if shutil.which("scontrol") or shutil.which("sacct") else []
+    if not found:
         raise unknown_job(job_id)
-    if info.state in FINAL_STATES:
-        return info.state
+    states = "\n".join(info.state for info in found)
+    if all(info.state in FINAL_STATES for info in found):
+        return states
     scancel(job_id)
-    return info.state
+    return states

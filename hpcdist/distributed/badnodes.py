@@ -54,7 +54,10 @@ def named_nodes(log: str, nodes: Sequence[str]) -> list[tuple[str, str]]:
     first = _TASK.search(log)
     if first is not None:
         node, tasks, how = first.groups()
-        if how != "Terminated" and not how.startswith("Exited with exit code"):
+        # Terminated and "Exited with exit code" name tasks srun ended or that failed by
+        # themselves; "Out Of Memory" (the cgroup counted the kill) is the job's own memory,
+        # which another node would not cure.
+        if how not in ("Terminated", "Out Of Memory") and not how.startswith("Exited with"):
             found.setdefault(node, f"task {tasks} {how}")
     words = {
         node: re.compile(rf"\b(?:peer|remote)\b.*?(?<![\w.-]){re.escape(node)}(?![\w-])", re.I)

@@ -33,6 +33,7 @@ from typing import Any
 from hpcdist.distributed.badnodes import LogMark, after_failure, say_held
 from hpcdist.distributed.gpus import count_gpus, listed_gpus
 from hpcdist.distributed.jobsecret import create_secret_file
+from hpcdist.distributed.rankdeath import report
 from hpcdist.distributed.requeue import (
     SignalRelay,
     checkpointed,
@@ -156,8 +157,8 @@ def run(args: argparse.Namespace) -> int:
         signal.signal(signal.SIGTERM, on_term)
     warning = warning_signal(args.warning)
     relay = SignalRelay(warning).install() if args.relay and warning is not None else None
-    # Where the job's log ends now: a failed step's lines after it may name a bad node, or
-    # say that the warning ended a task.
+    # Where the job's log ends now: a failed step's lines after it name a killed rank, or
+    # a bad node, or say that the warning ended a task.
     mark = LogMark()
     say_held(os.environ)
     child = subprocess.Popen(args.command, env=safe_python_env(os.environ))
@@ -169,13 +170,13 @@ def run(args: argparse.Namespace) -> int:
 
 
 def _after_step(
-    args: argparse.Namespace, status: int, mark: LogMark | None, terminated: Callable[[], bool]
+    args: argparse.Namespace, status: int, mark: LogMark, terminated: Callable[[], bool]
 ) -> int:
     """The step ended with ``status``: say that the warning killed the command, or requeue
     the job (rank 0 asked, or a node broke the step); the runner's exit status."""
     marker = Path(os.environ[MARKER_VAR]) if os.environ.get(MARKER_VAR) else None
     asked = checkpointed(status, marker)
-    step_log = mark.written_since() if mark is not None and status and not asked else ""
+    step_log = mark.written_since() if status and not asked else ""
     killed = "" if asked else warning_death(status, args.warning, step_log)
     warning = warning_signal(args.warning)
     if killed and warning is not None:
@@ -184,21 +185,21 @@ def _after_step(
         say(killed)
         return 128 + warning
     left_behind = []
-    if status != 0 and mark is not None and not asked:
+    if status != 0 and not asked:
         left_behind = after_failure(os.environ, mark)
     if not args.requeue:
-        return status
+        return report(mark, status, os.environ)
     if not asked:
         if not left_behind:
-            return status
+            return report(mark, status, os.environ)
         # A node broke the step: the run goes on from its last checkpoint, elsewhere.
         cause = "a node failed the step"
         requeued = requeue_job(os.environ, args.max_restarts, terminated(), args.script, cause)
-        return 0 if requeued else status
+        return 0 if requeued else report(mark, status, os.environ)
     if marker is not None:
         marker.unlink(missing_ok=True)
     requeued = requeue_job(os.environ, args.max_restarts, terminated(), resubmit=args.script)
-    return 0 if requeued else status
+    return 0 if requeued else report(mark, status, os.environ)
 
 
 def narrow_logs(fds: tuple[int, ...] = (1, 2)) -> None:

@@ -18,9 +18,9 @@ folder, where ``hpcdist status`` and ``logs`` read them. Standard library only.
 from __future__ import annotations
 
 import argparse
-import contextlib
 import json
 import os
+import re
 import shlex
 import signal
 import subprocess
@@ -46,12 +46,6 @@ from hpcdist.state.fileutil import write_atomic
 FOLDER_VAR = LOCAL_FOLDER_VAR
 # Signals the stand-in and the batch task pass on to what they started.
 _RELAYED = (signal.SIGTERM, signal.SIGINT, signal.SIGUSR1, signal.SIGUSR2)
-# What submitit's local executor warns its task with before the time limit; the batch task
-# sends the job's own warning (--signal) instead, where SLURM would: every rank of the step
-# (through the srun stand-in, whose pid it leaves in the job's folder), or the batch shell
-# for B:.
-_SUBMITIT_WARNING = signal.SIGUSR2
-STEP_PID = "step.pid"
 # How long ranks have after a TERM before they are killed (SLURM's KillWait).
 KILL_WAIT_S = 5.0
 
@@ -82,10 +76,46 @@ def batch_environ(env: Mapping[str, str], folder: Path, bindir: Path) -> dict[st
     return out
 
 
-def batch(folder: Path, script: Path, workdir: str | None, warning: str | None = None) -> int:
+# The script's warning, as SLURM reads it: ``#SBATCH --signal="[B:]SIG[@SECONDS]"``.
+_WARNING = re.compile(r'^#SBATCH --signal="?(?:(B):)?(?:SIG)?([A-Z0-9]+)(?:@[0-9]+)?"?\s*$', re.M)
+# What submitit's local controller sends at (time limit - signal_delay_s): its USR2.
+CONTROLLER_WARNING = signal.SIGUSR2
+SRUN_PID = "srun.pid"  # the running stand-in's pid, in the job's folder
+
+
+def script_warning(text: str) -> tuple[signal.Signals, bool] | None:
+    """The warning signal a script asks for, and whether SLURM sends it to the batch
+    shell alone (``B:``) rather than to the step's tasks; None if it asks for none."""
+    found = _WARNING.search(text)
+    if found is None:
+        return None
+    name = found.group(2)
+    try:
+        number = signal.Signals(int(name)) if name.isdigit() else signal.Signals[f"SIG{name}"]
+    except (KeyError, ValueError):
+        return None
+    return number, found.group(1) == "B"
+
+
+def _deliver_warning(
+    warning: tuple[signal.Signals, bool], shell: subprocess.Popen[bytes], folder: Path
+) -> None:
+    """The controller's warning, delivered where SLURM delivers the script's: to the batch
+    shell for ``B:``, else to the step's tasks (through the running srun stand-in)."""
+    sent, batch_only = warning
+    if batch_only:
+        _signal_all([shell], sent)
+        return
+    try:
+        pid = int((folder / SRUN_PID).read_text().strip())
+        os.kill(pid, sent)
+    except (OSError, ValueError):
+        pass  # no step runs: SLURM's warning would reach no task either
+
+
+def batch(folder: Path, script: Path, workdir: str | None) -> int:
     """Run ``script`` with bash as a batch shell of this machine; its exit code.
-    ``folder`` may name the job by ``%j``, as submitit's folders do; ``warning``: the job's
-    ``--signal``, sent in the place of submitit's own warning."""
+    ``folder`` may name the job by ``%j``, as submitit's folders do."""
     folder = Path(str(folder).replace("%j", os.environ.get("SUBMITIT_LOCAL_JOB_ID", "0")))
     folder.mkdir(parents=True, exist_ok=True)
     bindir = Path(tempfile.mkdtemp(prefix="hpcdist-srun-"))
@@ -96,7 +126,11 @@ def batch(folder: Path, script: Path, workdir: str | None, warning: str | None =
     env = batch_environ(os.environ, folder, bindir)
     child = subprocess.Popen(["bash", str(script)], env=env, cwd=workdir)
     _relay_to([child])
-    signal.signal(_SUBMITIT_WARNING, lambda *_: _warn(folder, child, warning))
+    warning = script_warning(script.read_text(errors="replace"))
+    if warning is not None:
+        signal.signal(
+            CONTROLLER_WARNING, lambda signum, frame: _deliver_warning(warning, child, folder)
+        )
     code = _status(child.wait())
     write_atomic(
         folder / LOCAL_BATCH_EXIT, json.dumps({"returncode": code, "finished": time.time()})
@@ -104,23 +138,6 @@ def batch(folder: Path, script: Path, workdir: str | None, warning: str | None =
     stand_in.unlink(missing_ok=True)
     bindir.rmdir()
     return code
-
-
-def _warn(folder: Path, shell: subprocess.Popen[bytes], warning: str | None) -> None:
-    """submitit's warning came: the job's own signal to the ranks, or to the batch shell
-    (``B:``); nothing where the job asked for none."""
-    if not warning:
-        return
-    signum = signal.Signals[f"SIG{warning.removeprefix('B:').partition('@')[0]}"]
-    if warning.startswith("B:"):
-        _signal_all([shell], signum)
-        return
-    try:
-        step = int((folder / STEP_PID).read_text())
-    except (OSError, ValueError):
-        return  # no step runs yet: SLURM too warns only the steps that run
-    with contextlib.suppress(ProcessLookupError):
-        os.kill(step, signum)
 
 
 @dataclass(frozen=True)
@@ -185,7 +202,6 @@ def srun(argv: Sequence[str]) -> int:
     """Start the step's ranks here, wait for them, and exit as srun would."""
     step = parse_srun(argv)
     folder = Path(os.environ[FOLDER_VAR])
-    write_atomic(folder / STEP_PID, str(os.getpid()))
     job = os.environ.get("SLURM_JOB_ID", "0")
     cores = os.cpu_count() or 1
     children = []
@@ -197,7 +213,9 @@ def srun(argv: Sequence[str]) -> int:
             env = task_environ(os.environ, step, rank, cores)
             children.append(subprocess.Popen(step.command, env=env, stdout=out, stderr=err))
     _relay_to(children)
+    write_atomic(folder / SRUN_PID, f"{os.getpid()}\n")  # where the batch sends the warning
     codes = _wait_all(children, step.kill_on_bad_exit)
+    (folder / SRUN_PID).unlink(missing_ok=True)
     for rank, code in enumerate(codes):
         record = {"rank": rank, "returncode": code, "finished": time.time()}
         write_atomic(exit_record(folder, rank), json.dumps(record))
@@ -245,7 +263,6 @@ def _parser() -> argparse.ArgumentParser:
     run.add_argument("folder", type=Path, help="the job's folder: its logs and exit codes")
     run.add_argument("script", type=Path, help="the rendered script")
     run.add_argument("--chdir", help="the folder the script runs in")
-    run.add_argument("--warning", help="the job's --signal, sent for submitit's warning")
     steps.add_parser("srun", help="srun's stand-in: srun OPTIONS COMMAND, ranks started here")
     return parser
 
@@ -256,7 +273,7 @@ def main(argv: list[str] | None = None) -> int:
         if argv[:1] == ["srun"]:  # srun's own options follow: not ours to parse
             return srun(argv[1:])
         args = _parser().parse_args(argv)
-        return batch(args.folder, args.script, args.chdir, args.warning)
+        return batch(args.folder, args.script, args.chdir)
     except (ValueError, OSError, KeyError) as exc:
         print(f"hpcdist: {exc}", file=sys.stderr)
         return 1

@@ -127,6 +127,14 @@ def requeue_job(
     view = control.show_job(job) if control.has_scontrol() else None
     preempted = terminated and view is not None and view.preempted
     run_restarts = int(env.get("SLURM_RESTART_COUNT", "").strip() or 0)
+    if terminated and not preempted and view is not None and (view.restarts or 0) > run_restarts:
+        # SLURM counts the restart as it ends the job (JobState COMPLETING, Restarts ahead of
+        # this run's SLURM_RESTART_COUNT in the TERM trap of a first run, on 22.05).
+        say(
+            f"job {job} is requeued by SLURM itself (scontrol requeue, or a node that "
+            "failed): it resumes from its checkpoint"
+        )
+        return True
     why = ending(job, view, run_restarts) or refusal(
         job, restarts, max_restarts, terminated, preempted
     )

@@ -1,7 +1,11 @@
 """How well an ended job used what it asked for, as ``seff`` reports it.
 
-CPU efficiency is TotalCPU / (Elapsed x AllocCPUS); memory is the peak MaxRSS of any step
-(one task's resident set) against the request per node; wall time against the limit.
+CPU efficiency is TotalCPU / (Elapsed x AllocCPUS); wall time is against the limit.
+Memory is per node, against the request per node: sacct's MaxRSS of a step is its largest
+task's peak (sacct(1); every version from 22.05 prints it on the step rows only, the job's
+own row leaves it empty), so a node holding k of the step's tasks used up to k x MaxRSS,
+besides the batch and extern steps that run beside it on a node. AveRSS x NTasks is the
+step's sum, spread evenly; the bound is what a request must cover on the fullest node.
 Pure functions of sacct's rows; the numbers SLURM did not record stay None.
 """
 
@@ -26,6 +30,14 @@ MEMORY_HEADROOM = 1.25
 TIME_HEADROOM = 1.5
 
 
+# hpcdist's default warning comes this long before the limit (--signal USR2@90): a --time
+# at or under it is refused, and a job whose run ends inside it is warned before it ends.
+WARNING_LEAD_S = 90
+# Steps that run beside the job's own steps for its whole life (the batch shell on the first
+# node, the extern step on every node): their memory adds to a node's, not competes with it.
+_BESIDE_STEPS = ("batch", "extern", "interactive")
+
+
 @dataclass(frozen=True)
 class Efficiency:
     state: str
@@ -33,8 +45,11 @@ class Efficiency:
     limit_s: float | None
     alloc_cpus: int
     cpu_used_s: float | None  # None: SLURM gathered no CPU time (JobAcctGather none)
-    peak_rss_mb: float | None  # None: no step recorded a MaxRSS
+    node_memory_mb: float | None  # the fullest node's; None: no step recorded a MaxRSS
     mem_request_mb: float | None  # per node; None: no request known
+    ran: bool = True  # False: the job never started (cancelled or failed while pending)
+    task_peak_mb: float | None = None  # MaxRSS: the largest task of the step that counted
+    tasks_per_node: int = 1  # that step's tasks on its fullest node
 
     @property
     def cpu_fraction(self) -> float | None:
@@ -45,9 +60,9 @@ class Efficiency:
 
     @property
     def memory_fraction(self) -> float | None:
-        if self.peak_rss_mb is None or not self.mem_request_mb:
+        if self.node_memory_mb is None or not self.mem_request_mb:
             return None
-        return self.peak_rss_mb / self.mem_request_mb
+        return self.node_memory_mb / self.mem_request_mb
 
     @property
     def time_fraction(self) -> float | None:
@@ -78,10 +93,42 @@ def _memory_or_none(text: str, bare_unit: str) -> tuple[float, MemoryPer] | None
         return None
 
 
-def _max_rss_mb(rows: Sequence[Mapping[str, str]]) -> float | None:
-    peaks = [_memory_or_none(row.get("MaxRSS", ""), "K") for row in rows]
-    values = [mb for mb, _ in (p for p in peaks if p is not None)]
-    return max(values) if values else None
+def _mb_of(row: Mapping[str, str], field: str) -> float | None:
+    parsed = _memory_or_none(row.get(field, ""), "K")
+    return None if parsed is None else parsed[0]
+
+
+@dataclass(frozen=True)
+class _NodeMemory:
+    total_mb: float
+    task_peak_mb: float
+    tasks_per_node: int
+
+
+def _node_memory(steps: Sequence[Mapping[str, str]]) -> _NodeMemory | None:
+    """The fullest node's memory: the largest of the job's steps (its MaxRSS times its
+    tasks on the fullest node) plus the steps that run beside it; None when no step
+    recorded a MaxRSS."""
+    beside = 0.0
+    largest: _NodeMemory | None = None
+    for row in steps:
+        peak = _mb_of(row, "MaxRSS")
+        if peak is None:
+            continue
+        if row.get("JobID", "").rpartition(".")[2] in _BESIDE_STEPS:
+            beside += peak
+            continue
+        tasks, nodes = _int(row.get("NTasks"), 1), _int(row.get("NNodes"), 1)
+        per_node = max(1, math.ceil(tasks / max(nodes, 1)))
+        if largest is None or peak * per_node > largest.total_mb:
+            largest = _NodeMemory(peak * per_node, peak, per_node)
+    if largest is None:
+        return None if not beside else _NodeMemory(beside, beside, 1)
+    return _NodeMemory(largest.total_mb + beside, largest.task_peak_mb, largest.tasks_per_node)
+
+
+def _int(text: str | None, default: int) -> int:
+    return int(text) if text is not None and text.strip().isdigit() else default
 
 
 def efficiency(rows: Sequence[Mapping[str, str]], job_id: str) -> Efficiency | None:
@@ -92,22 +139,27 @@ def efficiency(rows: Sequence[Mapping[str, str]], job_id: str) -> Efficiency | N
         return None
     job = jobs[-1]  # the last attempt of a requeued job
     steps = [row for row in rows if row.get("JobID", "").startswith(job_id + ".")]
-    cpus = int(job.get("AllocCPUS") or 0)
-    nodes = int(job.get("NNodes") or 1)
-    peak = _max_rss_mb(steps)
+    cpus = _int(job.get("AllocCPUS"), 0)
+    nodes = _int(job.get("NNodes"), 1)
+    memory = _node_memory(steps)
     total_cpu = parse_duration(job.get("TotalCPU", ""))
     # Without job accounting gathered (MaxRSS empty everywhere), TotalCPU reads 0 for a job
     # that surely used some CPU: unknown, not 0%.
-    if peak is None and not total_cpu:
+    if memory is None and not total_cpu:
         total_cpu = None
+    # A job cancelled (or failed) while it waited has no nodes: it used nothing.
+    ran = job.get("NodeList", "").strip() not in ("", "None assigned", "(null)") or bool(steps)
     return Efficiency(
         state=job.get("State", "").split(" ")[0].upper(),
         elapsed_s=parse_duration(job.get("Elapsed", "")) or 0.0,
         limit_s=parse_duration(job.get("Timelimit", "")),
         alloc_cpus=cpus,
         cpu_used_s=total_cpu,
-        peak_rss_mb=peak,
+        node_memory_mb=None if memory is None else memory.total_mb,
         mem_request_mb=_per_node_mb(job.get("ReqMem", ""), nodes, cpus),
+        ran=ran,
+        task_peak_mb=None if memory is None else memory.task_peak_mb,
+        tasks_per_node=1 if memory is None else memory.tasks_per_node,
     )
 
 
@@ -119,8 +171,21 @@ def _mb(value: float) -> str:
     return f"{value / 1024:.2f} GB" if value >= 1024 else f"{value:.0f} MB"
 
 
+def _memory_text(eff: Efficiency) -> str:
+    if eff.node_memory_mb is None:
+        return "memory not recorded"
+    peak = f"peak {_mb(eff.node_memory_mb)} a node"
+    if eff.tasks_per_node > 1 and eff.task_peak_mb is not None:
+        peak += f" ({eff.tasks_per_node} tasks of up to {_mb(eff.task_peak_mb)} each)"
+    if eff.mem_request_mb is None:
+        return f"memory {peak} (no request)"
+    return f"memory {_percent(eff.memory_fraction)} ({peak}, of {_mb(eff.mem_request_mb)} asked)"
+
+
 def summary(eff: Efficiency) -> str:
     """One line: CPU, memory and wall time against what the job asked for."""
+    if not eff.ran:
+        return "never ran: no CPU, memory or time used"
     core_s = eff.elapsed_s * eff.alloc_cpus
     if eff.cpu_used_s is None:
         cpu = "CPU not recorded"
@@ -129,15 +194,6 @@ def summary(eff: Efficiency) -> str:
             f"CPU {_percent(eff.cpu_fraction)} ({format_duration(eff.cpu_used_s)} of "
             f"{format_duration(core_s)} core-time on {eff.alloc_cpus} CPUs)"
         )
-    if eff.peak_rss_mb is None:
-        memory = "memory not recorded"
-    elif eff.mem_request_mb is None:
-        memory = f"memory peak {_mb(eff.peak_rss_mb)} (no request)"
-    else:
-        memory = (
-            f"memory {_percent(eff.memory_fraction)} (peak {_mb(eff.peak_rss_mb)} of "
-            f"{_mb(eff.mem_request_mb)} per node)"
-        )
     if eff.limit_s is None:
         wall = f"wall time {format_duration(eff.elapsed_s)} (no limit)"
     else:
@@ -145,34 +201,38 @@ def summary(eff: Efficiency) -> str:
             f"wall time {_percent(eff.time_fraction)} ({format_duration(eff.elapsed_s)} of "
             f"{format_duration(eff.limit_s)})"
         )
-    return f"{cpu}, {memory}, {wall}"
+    return f"{cpu}, {_memory_text(eff)}, {wall}"
 
 
-def _suggest_mem(peak_mb: float) -> str:
-    mb = max(100, math.ceil(peak_mb * MEMORY_HEADROOM / 100) * 100)
+def _suggest_mem(node_mb: float) -> str:
+    mb = max(100, math.ceil(node_mb * MEMORY_HEADROOM / 100) * 100)
     return f"{mb // 1024}G" if mb % 1024 == 0 else f"{mb}M"
 
 
-def _suggest_time(elapsed_s: float) -> str:
-    minutes = max(1, math.ceil(elapsed_s * TIME_HEADROOM / 60))
-    return format_duration(minutes * 60)
+def suggest_time_s(elapsed_s: float, lead_s: int = WARNING_LEAD_S) -> int:
+    """Whole minutes that hold the run with headroom and the warning's lead after it: a
+    job given less is warned (and checkpoints, or is requeued) before it ends, and
+    ``--time`` at or under the lead is refused."""
+    return max(1, math.ceil((elapsed_s * TIME_HEADROOM + lead_s) / 60)) * 60
 
 
 def advice(eff: Efficiency) -> str | None:
     """One line when a completed job used under half of its memory or time; else None.
 
-    Only for COMPLETED jobs: one that failed early says nothing about what it needed."""
-    if eff.state != "COMPLETED":
+    Only for COMPLETED jobs that ran: one that failed early says nothing about what it
+    needed. A smaller --time is advised only where it is smaller than the limit it had."""
+    if eff.state != "COMPLETED" or not eff.ran:
         return None
     tips = []
     memory = eff.memory_fraction
-    if memory is not None and memory < ADVICE_BELOW and eff.peak_rss_mb is not None:
-        suggested = _suggest_mem(eff.peak_rss_mb)
+    if memory is not None and memory < ADVICE_BELOW and eff.node_memory_mb is not None:
+        suggested = _suggest_mem(eff.node_memory_mb)
         tips.append(f"it used {_percent(memory)} of its memory: --mem={suggested} would do")
     time = eff.time_fraction
-    if time is not None and time < ADVICE_BELOW:
+    seconds = suggest_time_s(eff.elapsed_s)
+    if time is not None and time < ADVICE_BELOW and eff.limit_s and seconds < eff.limit_s:
         tips.append(
             f"it used {_percent(time)} of its time limit: --time="
-            f"{_suggest_time(eff.elapsed_s)} would do and starts sooner (backfill)"
+            f"{format_duration(seconds)} would do and starts sooner (backfill)"
         )
     return "; ".join(tips) if tips else None

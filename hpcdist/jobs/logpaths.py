@@ -36,17 +36,20 @@ def expand_pattern(
     name: str,
     rank: int | None = None,
     user: str | None = None,
+    raw_id: str | None = None,
 ) -> str:
     """A log file name pattern as SLURM expands it (sbatch(1), "filename pattern"):
-    ``%j`` the job id (of an array task: ``%A_%a`` as hpcdist names it), ``%A``/``%a`` the
-    array's job and task ids, ``%x`` the job name, ``%t`` the task (rank), ``%u`` the user,
-    ``%%`` a percent sign; a width zero-pads (``%4j``). ``%t`` stays as it is where no rank
-    is asked for; node names (``%N``, ``%n``) and the step (``%s``) stay too."""
+    ``%j`` the job's own id (``raw_id``: an array task has one of its own, which is not
+    ``%A_%a``), ``%A``/``%a`` the array's job and task ids, ``%x`` the job name, ``%t`` the
+    task (rank), ``%u`` the user, ``%%`` a percent sign; a width zero-pads (``%4j``). ``%t``
+    stays as it is where no rank is asked for; node names (``%N``, ``%n``) and the step
+    (``%s``) stay too."""
     array_job, _, array_task = job_id.partition("_")
+    own = raw_id or job_id
     values = {
-        "j": job_id,
-        "J": job_id,
-        "A": array_job,
+        "j": own,
+        "J": own,
+        "A": array_job if array_task else own,
         "a": array_task or "4294967294",  # what SLURM writes for a job outside an array
         "x": name,
         "u": user or getpass.getuser(),
@@ -74,6 +77,7 @@ class LogPaths:
     stderr: Path | None
     looked: tuple[str, ...]
     per_rank: bool = False  # the rank's own files (``--rank-logs split``), not the job's
+    guessed: bool = False  # a file named for the job, not a path SLURM or a record gave
 
     def files(self) -> list[tuple[Path, bool]]:
         """(path, is stderr) of each distinct log, stdout first."""
@@ -86,25 +90,27 @@ class LogPaths:
 def job_logs(
     info: JobInfo, rank: int | None = None, state_folders: Sequence[Path] = ()
 ) -> LogPaths:
-    """The logs of ``info`` (rank ``rank``'s own files where the job split them): SLURM's
-    own paths while it knows them (they hold what sbatch's command line changed too),
-    else the patterns of the job's log record, expanded here."""
+    """The logs of ``info`` (rank ``rank``'s own files where the job split them): the
+    controller's own paths while it knows the job (they hold what sbatch's command line
+    changed too); after, the patterns of the job's log record, expanded here; without a
+    record, sacct's path (SLURM >= 23.02), and last a file in WorkDir named for the job."""
     looked: list[str] = []
     workdir = Path(info.workdir) if info.workdir else None
     folders = list(dict.fromkeys([*state_folders, *([workdir] if workdir else [])]))
-    # While SLURM names the logs, the record only tells whether a rank has files of its own.
-    needed = info.stdout is None or rank is not None
-    record = _read_record(info.job_id, folders, looked) if needed else None
+    controller = info.source == "scontrol" and info.stdout is not None
+    # While the controller names the logs, the record only tells whether a rank has its own.
+    needed = not controller or rank is not None
+    record = _read_record(_record_names(info), folders, looked) if needed else None
     split = record is not None and record.get("rank_logs") == "split" and rank is not None
-    if info.stdout is not None:
+    if controller or (record is None and info.stdout is not None):
+        assert info.stdout is not None
         looked.insert(0, f"SLURM's StdOut {info.stdout}")
         stdout, stderr = info.stdout, info.stderr or info.stdout
         if split:
             stdout, stderr = (rank_log_pattern(p, str(rank)) for p in (stdout, stderr))
         return LogPaths(Path(stdout), Path(stderr), tuple(looked), per_rank=split)
     if record is None:
-        looked.append(f"SLURM's StdOut of job {info.job_id} (unknown)")
-        return LogPaths(None, None, tuple(looked))
+        return _guessed(info, looked)
     base = workdir or Path.cwd()
 
     def path(pattern: str | None) -> Path | None:
@@ -112,7 +118,8 @@ def job_logs(
             return None
         if split:
             pattern = rank_log_pattern(pattern, str(rank))
-        expanded = Path(expand_pattern(pattern, info.job_id, str(record.get("name", ""))))
+        name = str(record.get("name", ""))
+        expanded = Path(expand_pattern(pattern, info.job_id, name, raw_id=info.raw_id))
         return expanded if expanded.is_absolute() else base / expanded
 
     stdout_path = path(record.get("output"))
@@ -120,12 +127,29 @@ def job_logs(
     return LogPaths(stdout_path, stderr_path, tuple(looked), per_rank=split)
 
 
+def _record_names(info: JobInfo) -> list[str]:
+    """The names the job's log record may have: the job's own id (the script writes it
+    under SLURM_JOB_ID, which for an array task is not ``A_a``), then the id asked."""
+    return list(dict.fromkeys(n for n in (info.raw_id, info.job_id) if n))
+
+
+def _guessed(info: JobInfo, looked: list[str]) -> LogPaths:
+    """Neither SLURM nor a record names the logs: a file in WorkDir named for the job, said
+    to be a guess; or none."""
+    looked.append(f"SLURM's StdOut of job {info.job_id} (unknown)")
+    if info.guessed_log is None:
+        return LogPaths(None, None, tuple(looked))
+    looked.append(f"a file named for the job in its WorkDir: {info.guessed_log} (a guess)")
+    guess = Path(info.guessed_log)
+    return LogPaths(guess, guess, tuple(looked), guessed=True)
+
+
 def _read_record(
-    job_id: str, folders: Sequence[Path], looked: list[str]
+    names: Sequence[str], folders: Sequence[Path], looked: list[str]
 ) -> Mapping[str, str | None] | None:
-    for folder in folders:
+    for folder, name in ((f, n) for f in folders for n in names):
         try:
-            path = jobs_root(folder) / LOG_RECORDS / job_id
+            path = jobs_root(folder) / LOG_RECORDS / name
         except (OSError, PrivacyError):
             continue
         looked.append(str(path))
@@ -138,3 +162,83 @@ def _read_record(
         if isinstance(data, dict) and isinstance(data.get("output"), str):
             return data
     return None
+
+
+# States in which a job has not started (yet, or again): its log may still come.
+_NOT_STARTED = frozenset({"PENDING", "REQUEUED", "REQUEUE_HOLD", "CONFIGURING"})
+# A job in these states has ended (or SLURM forgot it): a missing log will not come.
+_ENDED = frozenset(
+    {
+        "COMPLETED",
+        "FAILED",
+        "CANCELLED",
+        "TIMEOUT",
+        "OUT_OF_MEMORY",
+        "NODE_FAIL",
+        "PREEMPTED",
+        "BOOT_FAIL",
+        "DEADLINE",
+        "UNKNOWN",
+    }
+)
+
+
+def missing_log(whose: str, state: str, paths: Sequence[Path]) -> str:
+    """One line for a log that is not there, true to the job's state: not started yet, not
+    written yet, or never written (an ended job's log will not appear)."""
+    where = ", ".join(str(path) for path in paths)
+    if state in _NOT_STARTED:
+        return f"{whose} has not started ({state}): no log yet; it will be {where}"
+    if state in _ENDED:
+        return f"{whose} ({state}) left no log at {where} (never written, or removed since)"
+    return f"{whose} ({state}) has no log yet at {where}"
+
+
+def array_tasks(job_id: str, found: Sequence[JobInfo]) -> list[JobInfo]:
+    """The tasks (or waiting task ranges, ``A_[2-3]``) of ``job_id`` where it names a job
+    array rather than one job: [] for one job or one task."""
+    if "_" in job_id:
+        return []
+    return [info for info in found if info.job_id.startswith(job_id + "_")]
+
+
+def array_logs_line(job_id: str, tasks: Sequence[JobInfo], shown: int = 6) -> str:
+    """One line for ``logs`` of an array's id: each task has a log of its own, named by
+    its task id; the tasks SLURM knows, with their states, and how to pick one."""
+    listed = ", ".join(f"{task.job_id} {task.state}" for task in tasks[:shown])
+    more = f" and {len(tasks) - shown} more" if len(tasks) > shown else ""
+    ran = [task.job_id for task in tasks if "[" not in task.job_id]
+    if not ran:
+        return (
+            f"job {job_id} is a job array whose tasks have not started ({listed}); each "
+            f"task will have a log of its own: hpcdist logs {job_id}_<task>, e.g. {job_id}_0"
+        )
+    return (
+        f"job {job_id} is a job array; each task has a log of its own: hpcdist logs "
+        f"{job_id}_<task>, e.g. hpcdist logs {ran[0]} (tasks: {listed}{more})"
+    )
+
+
+def no_log_line(
+    info: JobInfo, state: str, rank: int | None, paths: Sequence[Path], folders: Sequence[Path]
+) -> str:
+    """``missing_log`` for a job, or for a rank of its: where the job's ranks wrote files
+    of their own and this one wrote none, which ranks did (a rank the job never had)."""
+    job = info.job_id
+    if rank is None:
+        return missing_log(f"job {job}", state, paths)
+    whose = f"rank {rank} of job {job}"
+    if state not in _ENDED or not job_logs(info, rank, folders).per_rank:
+        return missing_log(whose, state, paths)
+    wrote = [
+        k
+        for k in range(min(rank, 4096))
+        if any(path.is_file() for path, _ in job_logs(info, k, folders).files())
+    ]
+    if not wrote:
+        return missing_log(whose, state, paths)
+    listed = str(wrote[0]) if len(wrote) == 1 else f"{wrote[0]}-{wrote[-1]}"
+    return (
+        f"{whose} ({state}) left no log at {', '.join(map(str, paths))}; rank {listed} of "
+        f"the job wrote one: is {rank} a rank of job {job}?"
+    )

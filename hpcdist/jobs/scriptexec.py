@@ -56,19 +56,16 @@ def queue_slurm(folder: Path, script: Path, tasks: int, array_tasks: int | None)
 
 
 def queue_local(
-    folder: Path, script: Path, workdir: str, timeout_min: float, warning: str | None = None
+    folder: Path, script: Path, workdir: str, timeout_min: float, lead_s: int | None = None
 ) -> Any:
     """Run ``script`` on this machine through submitit's local executor; its handle.
-
-    ``warning``: the job's ``--signal`` (``USR1@60``). submitit warns its task with USR2 that
-    many seconds before the limit; the task turns it into the job's own signal, sent where
-    SLURM would send it (``hpcdist.distributed.localstep``)."""
+    ``lead_s``: the script's warning comes that long before the time limit (submitit's
+    controller signals the batch task, which delivers the script's own signal)."""
     executor = submitit.LocalExecutor(folder=folder)
-    seconds = (warning or "").partition("@")[2]
     # One task: the batch shell, which starts the ranks itself (localstep's srun).
-    executor.update_parameters(
-        tasks_per_node=1, timeout_min=timeout_min, signal_delay_s=int(seconds or 60)
-    )
+    executor.update_parameters(tasks_per_node=1, timeout_min=timeout_min)
+    if lead_s is not None:
+        executor.update_parameters(signal_delay_s=lead_s)
     argv = [
         sys.executable,
         "-m",
@@ -78,6 +75,5 @@ def queue_local(
         str(script),
         "--chdir",
         workdir,
-        *([f"--warning={warning}"] if warning else []),
     ]
     return executor._submit_command(shlex.join(argv))

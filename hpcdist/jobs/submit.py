@@ -28,6 +28,7 @@ from typing import Any
 
 from hpcdist.errors import SpecError, UserError
 from hpcdist.facts.protocol import is_inherited
+from hpcdist.jobs.localflags import check_local_launcher, local_refusals, warning_lead_s
 from hpcdist.jobs.localjob import identify
 from hpcdist.jobs.records import JobRecord, save_record
 from hpcdist.render.script import render
@@ -206,7 +207,8 @@ def _queue(plan: SubmitPlan, folder: Path, script: Path) -> list[Any]:
             # One folder per local job, made now: the job starts before its id is known.
             job_folder = folder / f"local-{script.stem}"
             job_folder.mkdir(mode=0o700)
-            return [queue_local(job_folder, script, plan.workdir, timeout, plan.spec.signal)]
+            lead = warning_lead_s(plan.spec.signal)
+            return [queue_local(job_folder, script, plan.workdir, timeout, lead)]
     except (OSError, RuntimeError) as exc:  # sbatch missing, refused, or no controller
         reason = (str(exc).strip().splitlines() or [type(exc).__name__])[-1]
         raise UserError(f"the {plan.executor} executor could not submit the job: {reason}") from exc
@@ -298,6 +300,7 @@ def require_slurm_for_arrays(spec: JobSpec, kind: str) -> None:
         flags = {o.name: o.flag.split("/")[0] for o in JOB_OPTIONS}
         unset = (None, False, ())
         asked = [flags[name] for name in _SLURM_ONLY if getattr(spec, name) not in unset]
+        asked += local_refusals(spec)
         if asked:
             raise SpecError(
                 f"{', '.join(asked)} need{'s' if len(asked) == 1 else ''} SLURM; the {kind} "
@@ -306,6 +309,8 @@ def require_slurm_for_arrays(spec: JobSpec, kind: str) -> None:
                 f"{'it' if len(asked) == 1 else 'them'} out (flag or profile) or submit to a "
                 "SLURM cluster"
             )
+    if kind != "slurm":
+        check_local_launcher(spec)
     if kind != "slurm" and (spec.sweep or spec.after):
         flag = "--sweep" if spec.sweep else "--after"
         raise SpecError(

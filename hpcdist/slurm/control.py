@@ -106,6 +106,28 @@ def exclude_nodes(job: str, nodes: Sequence[str]) -> bool:
         return False
 
 
+_RESTARTS = re.compile(r"\bRestarts=([0-9]+)")
+
+
+def requeued_by_slurm(job: str, restart_count: str | None) -> bool:
+    """Whether SLURM itself is requeuing ``job`` (``scontrol requeue``, a node that failed
+    under ``--requeue``): it counts the restart as it ends the job, so its ``Restarts``
+    runs ahead of the job's own ``SLURM_RESTART_COUNT`` (seen on 22.05: JobState
+    COMPLETING, Restarts=1 in the TERM trap of a first run)."""
+    try:
+        shown = subprocess.run(
+            ["scontrol", "show", "job", job],
+            capture_output=True,
+            text=True,
+            timeout=SCONTROL_TIMEOUT_S,
+        ).stdout
+    except (OSError, subprocess.SubprocessError):
+        return False
+    found = _RESTARTS.search(shown)
+    started = int(restart_count) if restart_count and restart_count.strip().isdigit() else 0
+    return found is not None and int(found.group(1)) > started
+
+
 def requeue(target: str) -> bool:
     """``scontrol requeue`` a job or an array task; whether SLURM did."""
     try:

@@ -36,6 +36,8 @@ SACCT_FIELDS = (
     "TotalCPU",
     "AllocCPUS",
     "MaxRSS",
+    "AveRSS",
+    "NTasks",
     "ReqMem",
     "NNodes",
     "NodeList",
@@ -70,6 +72,11 @@ class JobInfo:
     stderr: str | None
     workdir: str | None
     source: str  # "scontrol" or "sacct"
+    # The job's own id (an array task's differs from "123_4"): its %j, its log record's name.
+    raw_id: str | None = None
+    # A log in WorkDir whose name holds the id, where SLURM (< 23.02 sacct) names none: a
+    # guess, read only where the job's own log record is missing, never taken for SLURM's.
+    guessed_log: str | None = None
 
 
 def _none(value: str | None) -> str | None:
@@ -83,10 +90,13 @@ def _int(value: str | None, default: int = 0) -> int:
 
 
 def task_id(record: Mapping[str, str]) -> str:
-    """``123_4`` for an array task (scontrol gives its own JobId, which is not that)."""
+    """``123_4`` for an array task (scontrol gives its own JobId, which is not that);
+    ``123_[5-9%2]`` for the tasks of an array that have not started."""
     array_job, array_task = record.get("ArrayJobId"), record.get("ArrayTaskId")
     if array_job and array_task and array_task.isdigit():
         return f"{array_job}_{array_task}"
+    if array_job and _none(array_task):  # the tasks that wait, as squeue shows them
+        return f"{array_job}_[{array_task}]"
     return record["JobId"]
 
 
@@ -97,7 +107,7 @@ def from_scontrol(record: Mapping[str, str]) -> JobInfo:
         job_id=task_id(record),
         name=record.get("JobName", ""),
         state=base_state(record.get("JobState", "")),
-        reason=_pending_reason(record),
+        reason=current_reason(base_state(record.get("JobState", "")), _pending_reason(record)),
         nodes=_none(record.get("NodeList")),
         num_nodes=_int(record.get("NumNodes"), 0),
         elapsed_s=parse_duration(record.get("RunTime", "")),
@@ -109,6 +119,7 @@ def from_scontrol(record: Mapping[str, str]) -> JobInfo:
         stderr=_none(record.get("StdErr")),
         workdir=_none(record.get("WorkDir")),
         source="scontrol",
+        raw_id=_none(record.get("JobId")),
     )
 
 
@@ -121,6 +132,26 @@ def _pending_reason(record: Mapping[str, str]) -> str | None:
     if reason == "Dependency" and _none(record.get("Dependency")):
         return f"Dependency ({record['Dependency']})"
     return reason
+
+
+# Why a job waits (squeue(1), "JOB REASON CODES"): SLURM leaves the last one on a job that
+# ran, or was cancelled while it waited, where it no longer says anything true.
+_WAITING_REASON = re.compile(
+    r"(Resources|Priority|Dependency|BeginTime|Licenses|Cleaning|JobHeld\w*|JobArrayTaskLimit"
+    r"|ReqNodeNotAvail|Reservation\w*|Partition\w*|Assoc\w*|QOS\w*|Nodes required)\b.*"
+)
+# States in which the job still waits for something, and a waiting reason is current.
+_WAITING_STATES = frozenset(
+    {"PENDING", "REQUEUED", "REQUEUE_HOLD", "REQUEUE_FED", "SUSPENDED", "RESV_DEL_HOLD"}
+)
+
+
+def current_reason(state: str, reason: str | None) -> str | None:
+    """SLURM's reason where it is true now: why a job waits while it waits, why it ended
+    (NonZeroExitCode, TimeLimit, NodeDown, ...) after; never a stale waiting reason."""
+    if reason is None or state in _WAITING_STATES:
+        return reason
+    return None if _WAITING_REASON.fullmatch(reason) else reason
 
 
 def job_rows(rows: Sequence[Mapping[str, str]]) -> list[Mapping[str, str]]:
@@ -138,13 +169,12 @@ def from_sacct(rows: Sequence[Mapping[str, str]], job_id: str) -> JobInfo | None
     code, signal = parse_exit_code(row.get("ExitCode", "0:0"))
     workdir = _none(row.get("WorkDir"))
     stdout = sacct_log_path(row.get("StdOut"), row)
-    if stdout is None and workdir is not None:
-        stdout = guess_log(Path(workdir), job_id)
+    guessed = guess_log(Path(workdir), job_id) if stdout is None and workdir else None
     return JobInfo(
         job_id=job_id,
         name=row.get("JobName", ""),
         state=base_state(row.get("State", "")),
-        reason=_none(row.get("Reason")),
+        reason=current_reason(base_state(row.get("State", "")), _none(row.get("Reason"))),
         nodes=_none(row.get("NodeList")),
         num_nodes=_int(row.get("NNodes"), 0),
         elapsed_s=parse_duration(row.get("Elapsed", "")),
@@ -156,6 +186,8 @@ def from_sacct(rows: Sequence[Mapping[str, str]], job_id: str) -> JobInfo | None
         stderr=sacct_log_path(row.get("StdErr"), row) or stdout,
         workdir=workdir,
         source="sacct",
+        raw_id=_none(row.get("JobIDRaw")),
+        guessed_log=guessed,
     )
 
 
@@ -207,13 +239,18 @@ def guess_log(workdir: Path, job_id: str) -> str | None:
     named = re.compile(rf"(?<![0-9]){re.escape(job_id)}(?![0-9])")
     try:
         found = sorted(
-            path
+            (_looks_like_stderr(path.name), path)
             for path in workdir.iterdir()
             if path.suffix in (".out", ".log") and named.search(path.name) and path.is_file()
         )
     except OSError:
         return None
-    return str(found[0]) if found else None
+    return str(found[0][1]) if found else None
+
+
+def _looks_like_stderr(name: str) -> bool:
+    """``e-123.log``, ``x-123.err.log``: a guess's last choice for a job's stdout."""
+    return bool(re.search(r"(^e[-_.]|err)", name))
 
 
 def _run(argv: Sequence[str]) -> subprocess.CompletedProcess[str] | None:
@@ -257,7 +294,11 @@ def query_jobs(job_id: str) -> list[JobInfo]:
 
 def query_job(job_id: str) -> JobInfo | None:
     """The one job (or array task) ``job_id`` names; None if SLURM does not know it."""
-    found = query_jobs(job_id)
+    return pick_job(query_jobs(job_id), job_id)
+
+
+def pick_job(found: Sequence[JobInfo], job_id: str) -> JobInfo | None:
+    """The one of ``found`` (query_jobs' answer) that ``job_id`` names; None if none."""
     exact = [info for info in found if info.job_id == job_id]
     if exact:
         return exact[0]
@@ -323,10 +364,25 @@ def slurm_job_state(job_id: str) -> str:
     live = queue.stdout.strip().upper()
     if queue.returncode == 0 and live:
         return live
-    proc = slurm_tool(["sacct", "-j", job_id, "-X", "-n", "-P", "-o", "State"])
-    states = [line.split()[0] for line in proc.stdout.splitlines() if line.strip()]
-    # "CANCELLED by 0" -> CANCELLED; a requeued job lists its latest attempt last.
-    return states[-1].upper() if states else "UNKNOWN"
+    proc = slurm_tool(["sacct", "-j", job_id, "-X", "-n", "-P", "-o", "JobID,State"])
+    return sacct_state(proc.stdout, job_id)
+
+
+def sacct_state(text: str, job_id: str) -> str:
+    """The state of ``job_id`` from ``sacct -X -n -P -o JobID,State``: "CANCELLED by 0" is
+    CANCELLED; a requeued job lists its latest attempt last. An array's own row stands for
+    its tasks that have not started and reads PENDING while they run: where its tasks have
+    rows, their states answer (one line each, as squeue's do)."""
+    rows = [line.split("|", 1) for line in text.splitlines() if "|" in line]
+    states = {}
+    for row_id, state in rows:
+        if state.strip():
+            states[row_id.strip()] = state.split()[0].upper()
+    tasks = [state for row_id, state in states.items() if row_id.startswith(job_id + "_")]
+    if tasks:
+        return "\n".join(tasks)
+    own = [state.split()[0].upper() for row_id, state in rows if row_id.strip() == job_id]
+    return own[-1] if own else "UNKNOWN"
 
 
 def controller_knows(job: str) -> bool:

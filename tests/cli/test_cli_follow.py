@@ -54,7 +54,7 @@ def test_status_of_a_completed_job_with_efficiency(slurm: dict[str, JobInfo]) ->
         "  restarts:   0",
         "  stdout:     /tmp/jobsfx/hpcdist-commcheck-9569844.out",
         "  efficiency: CPU not recorded, memory not recorded, wall time 0.2% (0:00:04 of 0:30:00)",
-        "  advice:     it used 0.2% of its time limit: --time=0:01:00 would do and starts sooner "
+        "  advice:     it used 0.2% of its time limit: --time=0:02:00 would do and starts sooner "
         "(backfill)",
     ]
 
@@ -106,10 +106,48 @@ def test_logs_that_hold_nothing_for_the_rank_say_where_they_looked(
 
 
 def test_logs_of_a_job_that_has_not_written_yet(slurm: dict[str, JobInfo], tmp_path: Path) -> None:
-    slurm["5"] = _info("9569845", job_id="5", stdout=str(tmp_path / "none.out"))
+    slurm["5"] = _info("9569845", job_id="5", stdout=str(tmp_path / "none.out"), stderr=None)
     result = CliRunner().invoke(cli, ["logs", "5"])
     assert result.exit_code == 2
-    assert "job 5 (PENDING) has no log yet at" in result.stderr
+    assert result.stderr == (
+        f"hpcdist: error: job 5 has not started (PENDING): no log yet; it will be "
+        f"{tmp_path / 'none.out'}\n"
+    )
+
+
+def test_an_ended_jobs_missing_log_is_not_said_to_come_yet(
+    slurm: dict[str, JobInfo], tmp_path: Path
+) -> None:
+    slurm["5"] = _info("9569844", job_id="5", stdout=str(tmp_path / "gone.out"), stderr=None)
+    for argv in (["logs", "5"], ["logs", "5", "--follow"]):
+        result = CliRunner().invoke(cli, argv)
+        assert result.exit_code == 2, argv
+        assert result.stderr == (
+            f"hpcdist: error: job 5 (COMPLETED) left no log at {tmp_path / 'gone.out'} "
+            "(never written, or removed since)\n"
+        )
+        assert "yet" not in result.stderr
+
+
+def test_logs_of_an_arrays_id_name_its_tasks_and_how_to_pick_one(
+    slurm: dict[str, JobInfo], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    done = [_info("9569844", job_id=f"7_{task}", state="COMPLETED") for task in range(8)]
+    waiting = _info("9569845", job_id="7_[8-9%2]")
+    monkeypatch.setattr(cli_follow, "query_jobs", lambda job_id: [*done, waiting])
+    result = CliRunner().invoke(cli, ["logs", "7"])
+    assert result.exit_code == 2 and result.stdout == ""
+    assert result.stderr == (
+        "hpcdist: error: job 7 is a job array; each task has a log of its own: hpcdist logs "
+        "7_<task>, e.g. hpcdist logs 7_0 (tasks: 7_0 COMPLETED, 7_1 COMPLETED, 7_2 COMPLETED, "
+        "7_3 COMPLETED, 7_4 COMPLETED, 7_5 COMPLETED and 3 more)\n"
+    )
+    monkeypatch.setattr(cli_follow, "query_jobs", lambda job_id: [waiting])
+    result = CliRunner().invoke(cli, ["logs", "7"])
+    assert result.stderr == (
+        "hpcdist: error: job 7 is a job array whose tasks have not started (7_[8-9%2] "
+        "PENDING); each task will have a log of its own: hpcdist logs 7_<task>, e.g. 7_0\n"
+    )
 
 
 def test_follow_prints_whole_lines_until_the_job_ends(
@@ -160,4 +198,18 @@ def test_a_forgotten_rendered_job_with_split_logs_finds_each_ranks_file(
     assert f"stderr:     {tmp_path / 'e-9569844.log'}" in status.stdout
     missing = CliRunner().invoke(cli, ["logs", "9569844", "--rank", "2"])
     assert missing.exit_code == 2
-    assert f"has no log yet at {tmp_path / 'o-9569844.rank2.log'}" in missing.stderr
+    assert missing.stderr == (
+        f"hpcdist: error: rank 2 of job 9569844 (COMPLETED) left no log at "
+        f"{tmp_path / 'o-9569844.rank2.log'}, {tmp_path / 'e-9569844.rank2.log'}; rank 1 of "
+        "the job wrote one: is 2 a rank of job 9569844?\n"
+    )
+    assert "yet" not in missing.stderr
+
+
+def test_only_sruns_label_at_the_start_of_a_line_is_removed() -> None:
+    shown = cli_follow._unlabel(0)
+    assert shown("0: [Rank 0] epoch 1\n") == "[Rank 0] epoch 1\n"
+    assert shown("  0: x\n") == "x\n"
+    # srun's own line names node1: it keeps its words ("nodetask 0" before).
+    line = "srun: error: node1: task 0: Terminated\n"
+    assert shown(line) == line

@@ -96,7 +96,25 @@ def test_the_users_own_flag_is_named_as_the_flag(
     ("code", "number", "reason", "said"),
     [
         (3, 0, None, "3"),
-        (0, 9, None, "0, killed by signal 9 (SIGKILL)"),
+        (
+            0,
+            9,
+            None,
+            "0, killed by signal 9 (SIGKILL): likely out of memory (the OOM killer's signal), "
+            "see the memory under efficiency",
+        ),
+        (0, 15, None, "0, killed by signal 15 (SIGTERM)"),
+        # The runner exits 137 where srun saw a rank die of SIGKILL.
+        (
+            137,
+            0,
+            "NonZeroExitCode",
+            "137 (128 + 9: a rank was killed by signal 9, SIGKILL): likely out of memory (the "
+            "OOM killer's signal), see the memory under efficiency",
+        ),
+        (143, 0, None, "143 (128 + 15: a rank was killed by signal 15, SIGTERM)"),
+        (128, 0, None, "128"),
+        (255, 0, None, "255"),  # 128 + 127: no signal of this machine
         (
             0,
             53,
@@ -149,7 +167,7 @@ def test_cancel_reaches_a_slurm_job_this_folder_has_no_record_of(
     monkeypatch.setattr(cli_jobs, "find_record", lambda job_id: None)
     monkeypatch.setattr("shutil.which", lambda name: f"/usr/bin/{name}")
     info = type("Info", (), {"state": "RUNNING"})()
-    monkeypatch.setattr(slurmquery, "query_job", lambda job_id: info if job_id == "7" else None)
+    monkeypatch.setattr(slurmquery, "query_jobs", lambda job_id: [info] if job_id == "7" else [])
 
     def scancel(argv: list[str]) -> subprocess.CompletedProcess[str]:
         asked.append(argv)
@@ -164,3 +182,81 @@ def test_cancel_reaches_a_slurm_job_this_folder_has_no_record_of(
         "hpcdist: error: job '8' was not submitted from this folder and SLURM does not know "
         "it (scontrol show job, sacct); expected an id from `hpcdist list`\n"
     )
+
+
+@pytest.mark.parametrize(
+    ("states", "said"),
+    [
+        # A running array that sbatch queued: the tasks' states, never the waiting record's.
+        (["RUNNING", "RUNNING"], "Cancelled job 9 (was RUNNING)\n"),
+        (["RUNNING", "PENDING"], "Cancelled job 9 (was RUNNING, PENDING)\n"),
+        (
+            ["COMPLETED", "FAILED"],
+            "Job 9 had already ended (COMPLETED, FAILED); nothing to cancel\n",
+        ),
+    ],
+)
+def test_cancel_of_an_array_without_a_record_says_its_tasks_states(
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+    states: list[str],
+    said: str,
+) -> None:
+    import subprocess
+
+    from hpcdist.slurm import cluster
+    from hpcdist.slurm import query as slurmquery
+
+    monkeypatch.setattr(cli_jobs, "find_record", lambda job_id: None)
+    monkeypatch.setattr("shutil.which", lambda name: f"/usr/bin/{name}")
+    tasks = [type("Info", (), {"state": state})() for state in states]
+    monkeypatch.setattr(slurmquery, "query_jobs", lambda job_id: tasks)
+    asked: list[list[str]] = []
+    monkeypatch.setattr(
+        cluster,
+        "slurm_tool",
+        lambda argv: asked.append(argv) or subprocess.CompletedProcess(argv, 0),
+    )
+    assert main(["cancel", "9"]) == 0
+    assert capsys.readouterr().out == said
+    assert asked == ([] if "already" in said else [["scancel", "9"]])
+
+
+@pytest.mark.parametrize(
+    ("sacct", "state"),
+    [
+        # sacct -X of 22.05 while both tasks run: the array's own row still reads PENDING.
+        ("11581349|PENDING\n", "PENDING"),
+        ("11581349_1|RUNNING\n11581349_0|RUNNING\n11581349|PENDING\n", "RUNNING\nRUNNING"),
+        (
+            "11581349_1|CANCELLED by 0\n11581349_0|CANCELLED by 0\n11581349|CANCELLED by 0\n",
+            "CANCELLED\nCANCELLED",
+        ),
+        ("12|REQUEUED\n12|COMPLETED\n", "COMPLETED"),  # the latest attempt
+        ("", "UNKNOWN"),
+    ],
+)
+def test_sacct_state_of_an_array_is_its_tasks(sacct: str, state: str) -> None:
+    from hpcdist.slurm.query import sacct_state
+
+    job = "12" if sacct.startswith("12|") else "11581349"
+    assert sacct_state(sacct, job) == state
+
+
+def test_ctrl_c_while_the_command_line_loads_is_one_line_and_exit_130(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    import builtins
+
+    from hpcdist.cli import entry
+
+    real = builtins.__import__
+
+    def interrupted(name: str, *args: object, **kwargs: object) -> object:
+        if name == "hpcdist.cli.main":  # Ctrl-C in the first moment of `hpcdist submit`
+            raise KeyboardInterrupt
+        return real(name, *args, **kwargs)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(builtins, "__import__", interrupted)
+    assert entry.main() == 130
+    assert capsys.readouterr().err == "hpcdist: aborted\n"

@@ -80,16 +80,16 @@ def test_ctrl_c_while_the_cli_loads_is_one_line(tmp_path: Path) -> None:
         "        raise KeyboardInterrupt\n"
         "    return real(name, *args, **kwargs)\n"
         "builtins.__import__ = interrupted\n"
-        "from hpcdist.cli import main\n"
+        "from hpcdist.cli.entry import main\n"
         "raise SystemExit(main(['submit', '--dry-run']))\n"
     )
     proc = subprocess.run(
         [sys.executable, "-c", code], cwd=tmp_path, capture_output=True, text=True, timeout=60
     )
-    assert (proc.returncode, proc.stderr, proc.stdout) == (130, "hpcdist: interrupted\n", "")
+    assert (proc.returncode, proc.stderr, proc.stdout) == (130, "hpcdist: aborted\n", "")
     assert list(tmp_path.iterdir()) == []
 
 
 def test_the_console_script_is_the_guarded_entry_point() -> None:
     text = (Path(__file__).resolve().parents[2] / "pyproject.toml").read_text()
-    assert '\nhpcdist = "hpcdist.cli:main"\n' in text
+    assert '\nhpcdist = "hpcdist.cli.entry:main"\n' in text

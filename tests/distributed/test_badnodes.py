@@ -33,6 +33,8 @@ srun: Force Terminated StepId=14581344.0
         ),
         # A program's own error, or the tasks srun ended: no node to blame.
         ("srun: error: node2: task 1: Exited with exit code 1\n", []),
+        # The job's own memory: another node would not cure it.
+        ("srun: error: node2: task 1: Out Of Memory\n", []),
         ("srun: error: node1: task 0: Terminated\nsrun: error: node2: task 1: Killed\n", []),
         ("srun: error: Node failure on node3\n", [("node3", "a node failure")]),
         # A node outside the job is nobody's business here.

@@ -126,8 +126,9 @@ def test_commcheck_unreachable_master_fails_with_diagnosis_within_timeout() -> N
     # 10.255.255.1 is a non-routed address: nothing there will ever answer.
     timeout_s, port = 8.0, free_port()
     results, elapsed = run_ranks([0, 1], 2, "10.255.255.1", port, timeout_s=timeout_s)
-    # Allow for starting Python and importing torch twice on a busy machine.
-    assert elapsed < timeout_s + 15, f"failed only after {elapsed:.0f} s (timeout {timeout_s} s)"
+    # Ended by the timeout, not a hang: starting Python and torch twice on a loaded machine
+    # may take long, so the bound is wide.
+    assert elapsed < timeout_s + 60, f"failed only after {elapsed:.0f} s (timeout {timeout_s} s)"
     for result in results:
         assert result.returncode != 0
         (failure,) = lines_starting(result.stdout, "FAIL")
@@ -141,7 +142,7 @@ def test_commcheck_rank_without_its_master_fails_within_timeout() -> None:
     port = free_port()
     (rank1,), elapsed = run_ranks([1], 2, "127.0.0.1", port, timeout_s=4)
     assert rank1.returncode != 0
-    assert elapsed < 4 + 15
+    assert elapsed < 4 + 60  # the 4 s timeout, not a hang, on a loaded machine too
     (failure,) = lines_starting(rank1.stdout, "FAIL")
     assert failure.startswith("FAIL: init_process_group: rank 1/2")
     assert f"127.0.0.1:{port}" in failure

@@ -748,7 +748,8 @@ def test_setup_fails_within_timeout_naming_master_when_nobody_listens(
     with pytest.raises(DistributedInitError) as info:
         setup_distributed(timeout_s=2, environ=env)
     elapsed = time.monotonic() - start
-    assert elapsed < 6, f"took {elapsed:.1f} s with a 2 s timeout"
+    # The 2 s timeout, not the default (120 s): a bound between them, whatever the load.
+    assert elapsed < 60, f"took {elapsed:.1f} s with a 2 s timeout"
     message = str(info.value)
     assert f"127.0.0.1:{port}" in message
     assert "GLOO_SOCKET_IFNAME" in message and "NCCL_SOCKET_IFNAME" in message

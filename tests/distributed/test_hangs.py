@@ -177,4 +177,5 @@ def test_collective_timeout_ends_a_collective_with_a_missing_peer(tmp_path: Path
     procs[1].communicate()
     assert procs[0].returncode == 3, out + err
     seconds = float(out.split("FAILED after ")[1].split(" s")[0])
-    assert 2.5 <= seconds < 15, out  # the 3 s limit, not the 120 s default
+    # The 3 s limit, not the 120 s default: the bound between them holds on a loaded machine.
+    assert 2.5 <= seconds < 60, out

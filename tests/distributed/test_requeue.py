@@ -125,7 +125,7 @@ def _tools(
     preempt_time: str | None,
     requeue_rc: int,
     shown: str = "JobState=RUNNING Reason=None",
-    restarts: str = "0",
+    restarts: int | str = 0,
 ) -> Path:
     """scontrol (None: missing) and sbatch stand-ins that record their calls; PATH holds
     nothing else of SLURM's. ``shown`` and ``restarts``: what ``scontrol show job`` says."""
@@ -139,7 +139,8 @@ def _tools(
     if preempt_time is not None:
         tools["scontrol"] = (
             f'echo "scontrol $*" >> {quote(str(calls))}; '
-            f'if [ "$1" = show ]; then echo "   {shown}"; echo "   Requeue=1 Restarts={restarts}"; '
+            f'if [ "$1" = show ]; then echo "   {shown}"; '
+            f'echo "   Requeue=1 Restarts={restarts} BatchFlag=1"; '
             f'echo "   PreemptTime={preempt_time} SuspendTime=None"; '
             f"exit 0; fi; exit {requeue_rc}"
         )
@@ -167,7 +168,8 @@ RESUBMITTED = "job.sh run_dir={} restarts=2 job=unset conf=/etc/slurm/slurm.conf
     ("preempt_time", "terminated", "expected", "calls"),
     [
         ("2026-11-26T13:41:02", True, True, ["scontrol show job 77", "scontrol requeue 77"]),
-        ("None", True, False, ["scontrol show job 77"]),  # scancel or the time limit
+        # scancel or the time limit: neither preempted nor requeued by SLURM
+        ("None", True, False, ["scontrol show job 77"]),
         ("None", False, True, ["scontrol show job 77", "scontrol requeue 77"]),  # the warning
     ],
 )
@@ -182,6 +184,28 @@ def test_requeue_after_term_only_when_preempted(
     recorded = _tools(tmp_path, monkeypatch, preempt_time, requeue_rc=0)
     assert requeue_job(_job(), 3, terminated, resubmit="job.sh") is expected
     assert _calls(recorded) == calls
+
+
+@pytest.mark.parametrize(
+    ("slurm_restarts", "own", "by_slurm"),
+    [(1, "", True), (3, "2", True), (0, "", False), (2, "2", False)],
+)
+def test_a_requeue_by_slurm_itself_is_said_as_such(
+    slurm_restarts: int,
+    own: str,
+    by_slurm: bool,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """scontrol requeue or a node that failed: TERM without a preemption, and SLURM's
+    Restarts already one ahead of the job's SLURM_RESTART_COUNT."""
+    recorded = _tools(tmp_path, monkeypatch, "None", requeue_rc=0, restarts=slurm_restarts)
+    assert requeue_job(_job(SLURM_RESTART_COUNT=own), 9, True, "job.sh") is by_slurm
+    err = capsys.readouterr().err
+    assert ("job 77 is requeued by SLURM itself" in err) is by_slurm
+    assert ("not requeueing: job 77 was ended (TERM) without a preemption" in err) is not by_slurm
+    assert "scontrol requeue 77" not in _calls(recorded)
 
 
 @pytest.mark.parametrize(("restarts", "expected"), [("2", True), ("3", False)])
@@ -260,8 +284,9 @@ def test_a_submitit_task_leaves_a_refused_requeue_to_slurm(
         # A scancel while the ranks wrote the checkpoint: the controller ends the job before
         # its TERM reaches this process; scontrol requeue would bring it back.
         ("JobState=COMPLETING Reason=None", "1", False, "job 77 is COMPLETING: cancelled"),
-        # The command requeued the job itself (Lightning): neither requeued nor resubmitted.
-        ("JobState=COMPLETING Reason=None", "2", True, "job 77 was requeued already"),
+        # The command requeued the job itself (Lightning), its TERM not here yet: neither
+        # requeued nor resubmitted (after the TERM: "requeued by SLURM itself", above).
+        ("JobState=COMPLETING Reason=None", "2", False, "job 77 was requeued already"),
         ("JobState=RUNNING Reason=None", "2", False, "job 77 was requeued already"),
     ],
 )

@@ -11,12 +11,11 @@ no accounting) beside the session's, started for this module and stopped after i
 
 from __future__ import annotations
 
-import functools
 import json
 import os
 import re
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from datetime import datetime
 from pathlib import Path
 
@@ -33,33 +32,33 @@ from tests.integration.conftest import (
     submit_waiting,
 )
 from tests.integration.sidebed import FINAL, SideBed, show_job, side_testbed, wait_state
-from tests.integration.test_faults import CONFIG, _log, _training_job, _wait_for, _weights
+from tests.integration.test_faults import (
+    CONFIG,
+    ENDLESS,
+    _finish_after,
+    _log,
+    _training_job,
+    _wait_for,
+    _weights,
+)
+from ufsemulator.checkpoints.checkpoint import load_checkpoint
 
-EPOCHS = 300  # long enough that the preemption always comes while it trains
 GRACE_S = "15"
-# A job of the high partition that needs every CPU of both nodes: it preempts the training.
-HIGH_JOB = "#!/bin/bash\nsleep 1\n"
+# A job of the high partition that needs every CPU of both nodes: it preempts the training,
+# and holds the nodes until the test has given the preempted training its end (_release):
+# the trainings never end by themselves, so none can finish before its preemption.
+HIGH_JOB = "#!/bin/bash\nwhile [ ! -e release ]; do sleep 0.2; done\n"
 
 
 Weights = dict[str, torch.Tensor]
 
 
-@pytest.fixture(scope="module")
-def reference(
-    slurm_cluster: SlurmCluster, tmp_path_factory: pytest.TempPathFactory
-) -> Callable[[], Weights]:
-    """The same training, uninterrupted, on the session's testbed: it runs while the
-    preemption tests run; its weights are read when a test first asks for them."""
-    folder = tmp_path_factory.mktemp("reference")
-    job = sbatch(_training_job(folder, "reference", EPOCHS), cwd=folder, wait=False)
-
-    @functools.cache
-    def weights() -> Weights:
-        state = slurm_cluster.job_state(job.job_id, timeout=300)
-        assert state == "COMPLETED", _log(folder, "reference", job.job_id)
-        return _weights(folder / "runs" / str(job.job_id))
-
-    return weights
+def _release(tmp_path: Path, config: Path | None, run_dir: Path | None) -> None:
+    """The preempted training has checkpointed: the run that resumes it trains a few epochs
+    more and ends (its config says so), then the preemptor lets the nodes go."""
+    if config is not None and run_dir is not None:
+        _finish_after(config, run_dir)
+    (tmp_path / "release").touch()
 
 
 @pytest.fixture(scope="module")
@@ -80,27 +79,41 @@ def _preempt_after_epoch_3(tmp_path: Path, name: str, job_id: int) -> int:
     return high.job_id
 
 
-def _assert_same_weights(run_dir: Path, reference: Callable[[], Weights]) -> None:
-    expected = reference()
+def _assert_same_weights(run_dir: Path, slurm_cluster: SlurmCluster, tmp_path: Path) -> None:
+    """The preempted training's weights are those of the same training run uninterrupted
+    (on the session's testbed) for as many epochs as it ended at."""
+    epochs = int(load_checkpoint(run_dir / "checkpoint.pt")["epoch"])
+    results = json.loads((run_dir / "training_results.json").read_text())
+    assert results["epochs_run"] == epochs and results["world_size"] == 2
+    folder = tmp_path / "reference"
+    folder.mkdir()
+    job = sbatch(_training_job(folder, "reference", epochs), cwd=folder, wait=False)
+    state = slurm_cluster.job_state(job.job_id, timeout=600)
+    assert state == "COMPLETED", _log(folder, "reference", job.job_id)
+    expected = _weights(folder / "runs" / str(job.job_id))
     final = _weights(run_dir)
     assert sorted(final) == sorted(expected)
     for key in expected:
         assert torch.equal(final[key], expected[key]), f"{key} differs after the preemption"
-    results = json.loads((run_dir / "training_results.json").read_text())
-    assert results["epochs_run"] == EPOCHS and results["world_size"] == 2
 
 
 @pytest.mark.slurm_versions
 def test_requeue_mode_preempted_training_resumes_with_the_uninterrupted_weights(
     requeue_bed: SideBed,
-    reference: Callable[[], Weights],
+    slurm_cluster: SlurmCluster,
     tmp_path: Path,
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     started = time.monotonic()
     with requeue_bed.active(monkeypatch):
-        job = sbatch(_training_job(tmp_path, "preempted", EPOCHS), cwd=tmp_path, wait=False)
+        job = sbatch(_training_job(tmp_path, "preempted", ENDLESS), cwd=tmp_path, wait=False)
         high = _preempt_after_epoch_3(tmp_path, "preempted", job.job_id)
+        _wait_for(
+            lambda: "checkpoint written, requeueing" in _log(tmp_path, "preempted", job.job_id),
+            300,
+            "the preempted training's checkpoint",
+        )
+        _release(tmp_path, tmp_path / "preempted.yaml", tmp_path / "runs" / str(job.job_id))
         assert wait_state(high, FINAL, timeout=120)["JobState"] == "COMPLETED"
         shown = wait_state(job.job_id, ("COMPLETED", "FAILED", "CANCELLED", "TIMEOUT"), 300)
     log = _log(tmp_path, "preempted", job.job_id)
@@ -109,7 +122,7 @@ def test_requeue_mode_preempted_training_resumes_with_the_uninterrupted_weights(
     assert "checkpoint written, requeueing" in log, log
     resumed = re.findall(r"Resuming from \S+ \(epoch (\d+), restart 1\)", log)
     assert resumed, log
-    _assert_same_weights(tmp_path / "runs" / str(job.job_id), reference)
+    _assert_same_weights(tmp_path / "runs" / str(job.job_id), slurm_cluster, tmp_path)
     print(
         f"measured: REQUEUE preemption after epoch 3, resumed from epoch {resumed[0]}, "
         f"weights equal to the uninterrupted run ({time.monotonic() - started:.0f} s)"
@@ -131,12 +144,12 @@ def _seconds_between(earlier: str, later: str) -> float:
 
 def test_a_preempted_submit_job_gives_its_nodes_back_at_once_and_resumes(
     requeue_bed: SideBed,
-    reference: Callable[[], Weights],
+    slurm_cluster: SlurmCluster,
     tmp_path: Path,
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     config = tmp_path / "submitted.yaml"
-    config.write_text(CONFIG.format(epochs=EPOCHS))
+    config.write_text(CONFIG.format(epochs=ENDLESS))
     with requeue_bed.active(monkeypatch):
         waiter, job_id = submit_waiting(
             [
@@ -157,6 +170,12 @@ def test_a_preempted_submit_job_gives_its_nodes_back_at_once_and_resumes(
 
         _wait_for(lambda: "Epoch 3/" in log(), 180, "the submitted training")
         high = sbatch(HIGH_JOB, "-p", "high", "-N", "2", "--exclusive", cwd=tmp_path, wait=False)
+        _wait_for(
+            lambda: "hpcdist: checkpoint written, requeueing job" in log(),
+            300,
+            "the preempted training's checkpoint",
+        )
+        _release(tmp_path, config, tmp_path / "runs" / str(job_id))
         preemptor = wait_state(high.job_id, FINAL, timeout=120)
         out = finish_waiting(waiter, job_id, timeout=400)
     assert preemptor["JobState"] == "COMPLETED", preemptor
@@ -167,7 +186,7 @@ def test_a_preempted_submit_job_gives_its_nodes_back_at_once_and_resumes(
     assert "hpcdist: checkpoint written, requeueing job" in log(), log()
     assert f"Job {job_id} ended COMPLETED" in out, out
     assert re.search(r"Resuming from \S+ \(epoch \d+, restart 1\)", log()), log()
-    _assert_same_weights(tmp_path / "runs" / str(job_id), reference)
+    _assert_same_weights(tmp_path / "runs" / str(job_id), slurm_cluster, tmp_path)
     print(f"measured: the preemptor started {waited:.0f} s after its submission")
 
 
@@ -190,7 +209,7 @@ def _refusing_scontrol(tmp_path: Path) -> Path:
 
 def test_cancel_mode_preempted_training_submits_itself_again_and_resumes(
     cancel_bed: SideBed,
-    reference: Callable[[], Weights],
+    slurm_cluster: SlurmCluster,
     tmp_path: Path,
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
@@ -199,8 +218,14 @@ def test_cancel_mode_preempted_training_submits_itself_again_and_resumes(
     with cancel_bed.active(monkeypatch):
         # sbatch hands its PATH to the job: the batch shell finds the refusing scontrol.
         monkeypatch.setenv("PATH", f"{bindir}{os.pathsep}{os.environ['PATH']}")
-        job = sbatch(_training_job(tmp_path, "cancelled", EPOCHS), cwd=tmp_path, wait=False)
+        job = sbatch(_training_job(tmp_path, "cancelled", ENDLESS), cwd=tmp_path, wait=False)
         high = _preempt_after_epoch_3(tmp_path, "cancelled", job.job_id)
+        _wait_for(
+            lambda: "resubmitting" in _log(tmp_path, "cancelled", job.job_id),
+            300,
+            "the preempted training's checkpoint and resubmission",
+        )
+        _release(tmp_path, tmp_path / "cancelled.yaml", tmp_path / "runs" / str(job.job_id))
         first = wait_state(job.job_id, FINAL, timeout=120)
         assert wait_state(high, FINAL, timeout=120)["JobState"] == "COMPLETED"
         again = [
@@ -216,7 +241,7 @@ def test_cancel_mode_preempted_training_submits_itself_again_and_resumes(
     assert second["JobState"] == "COMPLETED", resumed_log
     run_dir = tmp_path / "runs" / str(job.job_id)
     assert f"Resuming from {run_dir}/checkpoint.pt" in resumed_log, resumed_log
-    _assert_same_weights(run_dir, reference)
+    _assert_same_weights(run_dir, slurm_cluster, tmp_path)
     print(
         f"measured: CANCEL preemption, requeue refused: job {again[0]} resumed job "
         f"{job.job_id}'s run folder, weights equal ({time.monotonic() - started:.0f} s)"
@@ -227,11 +252,12 @@ def test_no_requeue_job_is_never_resubmitted_after_a_preemption(
     cancel_bed: SideBed, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     with cancel_bed.active(monkeypatch):
-        script = _training_job(tmp_path, "stays", EPOCHS, requeue=False)
+        script = _training_job(tmp_path, "stays", ENDLESS, requeue=False)
         assert "#SBATCH --no-requeue" in script.read_text()
         job = sbatch(script, cwd=tmp_path, wait=False)
         high = _preempt_after_epoch_3(tmp_path, "stays", job.job_id)
         shown = wait_state(job.job_id, FINAL, timeout=120)
+        _release(tmp_path, None, None)
         assert wait_state(high, FINAL, timeout=120)["JobState"] == "COMPLETED"
         time.sleep(2)
         queued = run_slurm("squeue", "-h", "-n", "stays", "-o", "%i").stdout.split()

@@ -13,8 +13,10 @@ from pathlib import Path
 
 import pytest
 
+from hpcdist.render.script import render
 from hpcdist.slurm.probe import parse_version
 from hpcdist.slurm.query import from_sacct, sacct_rows
+from hpcdist.spec.options import spec_from_options
 from tests.integration.conftest import SlurmCluster, run_slurm, sbatch, slurm_env, unlabel
 
 pytestmark = pytest.mark.slurm_versions
@@ -153,15 +155,116 @@ def test_logs_of_a_job_the_controller_forgot_come_from_sacct(
     else:
         assert raw == [None]  # no StdOut field: the log is found in the WorkDir
     info = from_sacct(rows, str(job.job_id))
-    assert info is not None and info.stdout == str(real)
+    assert info is not None and (info.stdout or info.guessed_log) == str(real)
     # `hpcdist logs` once scontrol no longer knows the job (MinJobAge after its end).
+    logs = hpcdist("logs", str(job.job_id), cwd=tmp_path, env=_forgotten(tmp_path))
+    assert logs.returncode == 0, logs.stderr
+    assert unlabel(logs.stdout) == "from-the-batch-step\n"
+
+
+def _forgotten(tmp_path: Path) -> dict[str, str]:
+    """An environment whose scontrol has forgotten every job, as it does MinJobAge after
+    a job's end: hpcdist then learns of the job from sacct alone."""
     stub = tmp_path / "stub"
-    stub.mkdir()
+    stub.mkdir(exist_ok=True)
     (stub / "scontrol").write_text(
         "#!/bin/sh\necho 'slurm_load_jobs error: Invalid job id specified' >&2\nexit 1\n"
     )
     (stub / "scontrol").chmod(0o755)
-    path = f"{stub}{os.pathsep}{os.environ['PATH']}"
-    logs = hpcdist("logs", str(job.job_id), cwd=tmp_path, env={"PATH": path})
-    assert logs.returncode == 0, logs.stderr
-    assert unlabel(logs.stdout) == "from-the-batch-step\n"
+    return {"PATH": f"{stub}{os.pathsep}{os.environ['PATH']}"}
+
+
+def test_a_forgotten_rendered_jobs_logs_come_from_its_record_rank_by_rank(
+    slurm_cluster: SlurmCluster, tmp_path: Path
+) -> None:
+    """-o o-%j.log -e e-%j.log --rank-logs split: status names both files and logs --rank 1
+    shows rank 1's file once scontrol forgot the job; also for an array task, whose record
+    the script wrote under the task's own job id."""
+    spec = spec_from_options(
+        {
+            "profile": "local",
+            "mode": "gloo",
+            "nodes": 2,
+            "cpus_per_task": 1,
+            "output": "o-%j.log",
+            "error": "e-%j.log",
+            "rank_logs": "split",
+            "command": COMMCHECK,
+        }
+    )
+    script = tmp_path / "job.sh"
+    script.write_text(render(spec))
+    single = sbatch(script, cwd=tmp_path, wait=False).job_id
+    array = sbatch(script, "--array=1", cwd=tmp_path, wait=False).job_id
+    env = _forgotten(tmp_path)
+    assert slurm_cluster.job_state(single) == "COMPLETED"
+    assert slurm_cluster.job_state(array) == "COMPLETED"  # its one task
+    _complete_record(str(single), "hpcdist-commcheck")
+    status = hpcdist("status", str(single), cwd=tmp_path, env=env)
+    assert status.returncode == 0, status.stderr
+    assert f"stdout:     {tmp_path}/o-{single}.log\n" in status.stdout, status.stdout
+    assert f"stderr:     {tmp_path}/e-{single}.log\n" in status.stdout, status.stdout
+    task = f"{array}_1"
+    rows = _complete_record(task, "hpcdist-commcheck")
+    (own_id,) = [r["JobIDRaw"] for r in rows if r["JobID"] == task]
+    for job, own in ((str(single), str(single)), (task, own_id)):
+        for rank in (0, 1):
+            logs = hpcdist("logs", job, "--rank", str(rank), cwd=tmp_path, env=env)
+            assert logs.returncode == 0, logs.stderr
+            file = tmp_path / f"o-{own}.rank{rank}.log"
+            assert logs.stdout == file.read_text() and f"[Rank {rank}]" in logs.stdout
+
+
+HOLD_MEMORY = """#!/bin/bash
+srun python3 -c '
+import os, pathlib, time
+held = bytearray(200 * 1024 * 1024)
+held[::4096] = b"x" * len(held[::4096])
+go = pathlib.Path("release")
+while not go.exists():
+    time.sleep(0.2)
+'
+"""
+
+
+def _step_max_rss_kb(step: str) -> int:
+    proc = run_slurm("sstat", "-j", step, "-n", "-P", "-o", "MaxRSS", check=False)
+    values = [v.strip().rstrip("K") for v in proc.stdout.splitlines() if v.strip()]
+    return int(values[0]) if values and values[0].isdigit() else 0
+
+
+def test_efficiency_sums_the_memory_of_two_ranks_a_node(
+    slurm_cluster: SlurmCluster, tmp_path: Path
+) -> None:
+    """Each rank holds 200 MB until SLURM has measured it (sstat), then ends: the status
+    line counts both ranks of a node against the request per node."""
+    job = sbatch(
+        HOLD_MEMORY,
+        "--nodes=2",
+        "--ntasks-per-node=2",
+        "--cpus-per-task=1",
+        "--mem=1000M",
+        "--time=10",
+        "--job-name=twoanode",
+        cwd=tmp_path,
+        wait=False,
+    )
+    deadline = time.monotonic() + 180
+    while _step_max_rss_kb(f"{job.job_id}.0") < 200 * 1024:
+        assert time.monotonic() < deadline, "SLURM never measured the ranks' memory"
+        time.sleep(0.5)
+    (tmp_path / "release").touch()
+    assert slurm_cluster.job_state(job.job_id) == "COMPLETED"
+    _complete_record(str(job.job_id), "twoanode")
+    status = hpcdist("status", str(job.job_id), cwd=tmp_path)
+    assert status.returncode == 0, status.stderr
+    line = next(ln for ln in status.stdout.splitlines() if "efficiency:" in ln)
+    found = re.search(r"memory (\d+\.\d)% \(peak (\d+) MB a node \(2 tasks of up to (\d+) MB", line)
+    assert found is not None, line
+    percent, node_mb, task_mb = float(found[1]), int(found[2]), int(found[3])
+    assert 200 <= task_mb < 500 and 2 * task_mb <= node_mb < 1000, line
+    assert percent == pytest.approx(node_mb / 10, abs=0.2)  # of 1000 MB a node
+    advice = next(ln for ln in status.stdout.splitlines() if "advice:" in ln)
+    advised = re.search(r"--mem=(\d+)M would do", advice)
+    assert advised is not None, advice  # under half of 1000 MB a node was used
+    assert node_mb < int(advised[1]) < 1000, advice  # both ranks of the node, with room

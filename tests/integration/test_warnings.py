@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import re
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -21,9 +22,27 @@ from tests.integration.conftest import (
     sbatch,
     submit_waiting,
 )
-from tests.integration.test_faults import CONFIG, _follow, _log, _training_job, _wait_for
+from tests.integration.test_faults import (
+    CONFIG,
+    ENDLESS,
+    _finish_after,
+    _follow,
+    _log,
+    _training_job,
+    _wait_for,
+)
 
-EPOCHS = 40
+
+def _end_after_the_warning(
+    tmp_path: Path, log: Callable[[], str], job_id: int, config: Path
+) -> int:
+    """The training runs until warned (it never ends by itself): once it has checkpointed
+    and asked for its requeue (SLURM holds the requeued job), the run that resumes it is
+    given its end, a few epochs on; the epochs it ends at."""
+    _wait_for(
+        lambda: "checkpoint written, requeueing" in log(), 300, "the checkpoint after the warning"
+    )
+    return _finish_after(config, tmp_path / "runs" / str(job_id))
 
 
 def _warn_when_training(tmp_path: Path, name: str, job_id: int, *scancel_args: str) -> None:
@@ -35,6 +54,9 @@ def _warn_when_training(tmp_path: Path, name: str, job_id: int, *scancel_args: s
 
 
 def _assert_resumed_and_completed(tmp_path: Path, name: str, job_id: int) -> str:
+    epochs = _end_after_the_warning(
+        tmp_path, lambda: _log(tmp_path, name, job_id), job_id, tmp_path / f"{name}.yaml"
+    )
     state = _follow(job_id, timeout=300)
     log = _log(tmp_path, name, job_id)
     assert state == "COMPLETED", log
@@ -44,10 +66,10 @@ def _assert_resumed_and_completed(tmp_path: Path, name: str, job_id: int) -> str
     assert log.count("Distributed training initialized: gloo backend, 2 processes") == 2, log
     results = json.loads((tmp_path / "runs" / str(job_id) / "training_results.json").read_text())
     assert results["world_size"] == 2
-    assert results["epochs_run"] == EPOCHS
+    assert results["epochs_run"] == epochs
     print(
         f"measured: {name}: warned after epoch 3, resumed from epoch {resumed[0]}, "
-        f"COMPLETED after {EPOCHS} epochs with 2 ranks"
+        f"COMPLETED after {epochs} epochs with 2 ranks"
     )
     return log
 
@@ -56,7 +78,7 @@ def test_torchrun_script_survives_the_step_warning_and_resumes(
     slurm_cluster: SlurmCluster, tmp_path: Path
 ) -> None:
     # SLURM's --signal (no B:) reaches every process of the step, torchrun included.
-    script = _training_job(tmp_path, "torchrun", EPOCHS, launcher="torchrun")
+    script = _training_job(tmp_path, "torchrun", ENDLESS, launcher="torchrun")
     # torchrun's own code, behind a handler of the warning (its ranks get it as sent).
     assert 'python3 python3 -c "${torchrun_agent}" --nnodes' in script.read_text()
     job = sbatch(script, cwd=tmp_path, wait=False)
@@ -68,7 +90,7 @@ def test_batch_shell_warning_of_another_signal_reaches_the_ranks(
     slurm_cluster: SlurmCluster, tmp_path: Path
 ) -> None:
     # --signal=B:USR1@60: SLURM warns the batch shell alone, with USR1 instead of USR2.
-    script = _training_job(tmp_path, "batchsig", EPOCHS, signal="B:USR1@60")
+    script = _training_job(tmp_path, "batchsig", ENDLESS, signal="B:USR1@60")
     job = sbatch(script, cwd=tmp_path, wait=False)
     _warn_when_training(tmp_path, "batchsig", job.job_id, "--batch", "--signal=USR1")
     _assert_resumed_and_completed(tmp_path, "batchsig", job.job_id)
@@ -78,7 +100,7 @@ def test_submit_with_torchrun_runs_every_rank_and_resumes_after_the_warning(
     slurm_cluster: SlurmCluster, tmp_path: Path
 ) -> None:
     config = tmp_path / "torchrun.yaml"
-    config.write_text(CONFIG.format(epochs=EPOCHS))
+    config.write_text(CONFIG.format(epochs=ENDLESS))
     waiter, job_id = submit_waiting(
         [
             "--nodes=2",
@@ -102,12 +124,13 @@ def test_submit_with_torchrun_runs_every_rank_and_resumes_after_the_warning(
 
     _wait_for(trained, 180, "the submitted job to train 3 epochs")
     run_slurm("scancel", "--signal=USR2", str(job_id))
+    epochs = _end_after_the_warning(tmp_path, logs, job_id, config)
     finish_waiting(waiter, job_id, timeout=300)
     text = logs()
     # One torchrun per node, each starting its rank: both ranks in one process group.
     assert text.count("Distributed training initialized: gloo backend, 2 processes") == 2, text
     assert re.search(r"Resuming from \S+ \(epoch \d+, restart 1\)", text), text
-    assert f"Epoch {EPOCHS}/{EPOCHS}" in text, text
+    assert f"Epoch {epochs}/{epochs}" in text, text
     epoch = re.findall(r"Resuming from \S+ \(epoch (\d+)", text)[0]
     print(f"measured: submit --launcher torchrun: resumed from epoch {epoch}, --wait exited 0")
 
@@ -120,7 +143,7 @@ def test_submit_warned_with_usr1_checkpoints_requeues_and_resumes(
     # A job submitted with --signal USR1@60 is warned with USR1 (the script's #SBATCH line
     # says so) and its ranks answer it.
     config = tmp_path / "usr1.yaml"
-    config.write_text(CONFIG.format(epochs=EPOCHS))
+    config.write_text(CONFIG.format(epochs=ENDLESS))
     waiter, job_id = submit_waiting(
         [
             "--nodes=2",
@@ -144,8 +167,9 @@ def test_submit_warned_with_usr1_checkpoints_requeues_and_resumes(
 
     _wait_for(lambda: "Epoch 3/" in logs(), 180, "the submitted job to train 3 epochs")
     run_slurm("scancel", "--signal=USR1", str(job_id))
+    epochs = _end_after_the_warning(tmp_path, logs, job_id, config)
     finish_waiting(waiter, job_id, timeout=300)
     text = logs()
     assert "hpcdist: checkpoint written, requeueing job" in text, text
     assert re.search(r"Resuming from \S+ \(epoch \d+, restart 1\)", text), text
-    assert f"Epoch {EPOCHS}/{EPOCHS}" in text, text
+    assert f"Epoch {epochs}/{epochs}" in text, text

@@ -2,12 +2,22 @@
 
 from __future__ import annotations
 
+import dataclasses
 from pathlib import Path
 
 import pytest
 
-from hpcdist.jobs.efficiency import Efficiency, advice, efficiency, summary
-from hpcdist.slurm.parse import parse_sacct
+from hpcdist.errors import SpecError
+from hpcdist.jobs.efficiency import (
+    WARNING_LEAD_S,
+    Efficiency,
+    advice,
+    efficiency,
+    suggest_time_s,
+    summary,
+)
+from hpcdist.slurm.parse import format_duration, parse_sacct
+from hpcdist.spec.options import spec_from_options
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "slurm"
 HEADER = "JobID|State|Elapsed|Timelimit|TotalCPU|AllocCPUS|MaxRSS|ReqMem|NNodes"
@@ -27,13 +37,14 @@ def test_cpu_memory_and_time_of_a_two_node_job() -> None:
     eff = efficiency(rows, "5")
     assert eff is not None
     assert eff.cpu_fraction == pytest.approx(0.5)
-    assert eff.peak_rss_mb == pytest.approx(1500.0)  # the largest step, in MB
+    # One task a node (no NTasks column): the step's 1500 MB plus the batch shell's 2 MB.
+    assert eff.node_memory_mb == pytest.approx(1502.0)
     assert eff.mem_request_mb == pytest.approx(4000.0)  # 8000M for the job = 4000M per node
-    assert eff.memory_fraction == pytest.approx(0.375)
+    assert eff.memory_fraction == pytest.approx(1502 / 4000)
     assert eff.time_fraction == pytest.approx(100 / 600)
     assert summary(eff) == (
         "CPU 50.0% (0:06:40 of 0:13:20 core-time on 8 CPUs), memory 37.5% "
-        "(peak 1.46 GB of 3.91 GB per node), wall time 16.7% "
+        "(peak 1.47 GB a node, of 3.91 GB asked), wall time 16.7% "
         "(0:01:40 of 0:10:00)"
     )
 
@@ -66,7 +77,7 @@ def _eff(memory: float | None, time: float | None, state: str = "COMPLETED") -> 
         limit_s=None if time is None else 1000.0,
         alloc_cpus=1,
         cpu_used_s=None,
-        peak_rss_mb=None if memory is None else memory * 1000,
+        node_memory_mb=None if memory is None else memory * 1000,
         mem_request_mb=1000.0,
     )
 
@@ -80,7 +91,7 @@ def _eff(memory: float | None, time: float | None, state: str = "COMPLETED") -> 
         (
             0.9,
             0.49,
-            "it used 49.0% of its time limit: --time=0:13:00 would do and starts sooner (backfill)",
+            "it used 49.0% of its time limit: --time=0:14:00 would do and starts sooner (backfill)",
         ),
         (0.9, 0.50, None),
         (0.9, 0.51, None),
@@ -88,7 +99,7 @@ def _eff(memory: float | None, time: float | None, state: str = "COMPLETED") -> 
             0.2,
             0.2,
             "it used 20.0% of its memory: --mem=300M would do; it used 20.0% of its "
-            "time limit: --time=0:05:00 would do and starts sooner (backfill)",
+            "time limit: --time=0:07:00 would do and starts sooner (backfill)",
         ),
         (None, None, None),
     ],
@@ -109,12 +120,13 @@ def test_testbed_without_accounting_gather_says_not_recorded() -> None:
     # jobacct_gather/none: TotalCPU 00:00:00 and no MaxRSS, whatever the job did.
     rows = parse_sacct((FIXTURES / "sacct_9569844.txt").read_text())
     eff = efficiency(rows, "9569844")
-    assert eff is not None and (eff.cpu_used_s, eff.peak_rss_mb) == (None, None)
+    assert eff is not None and (eff.cpu_used_s, eff.node_memory_mb) == (None, None)
     assert summary(eff) == (
         "CPU not recorded, memory not recorded, wall time 0.2% (0:00:04 of 0:30:00)"
     )
+    # 4 s and the 90 s warning lead: 2 minutes (0:01:00 would be refused by hpcdist).
     assert advice(eff) == (
-        "it used 0.2% of its time limit: --time=0:01:00 would do and starts sooner (backfill)"
+        "it used 0.2% of its time limit: --time=0:02:00 would do and starts sooner (backfill)"
     )
 
 
@@ -128,3 +140,79 @@ def test_requeued_job_is_judged_by_its_last_attempt() -> None:
     assert eff is not None and (eff.state, eff.elapsed_s) == ("COMPLETED", 480.0)
     assert advice(eff) is None  # 88% of memory, 80% of time
     assert efficiency(rows, "9") is None
+
+
+# sacct -P of SLURM 22.05 on the testbed: 2 nodes x 2 ranks (--mem=1000M), ranks holding
+# 100/150/200/250 MB; the job row leaves MaxRSS and NTasks empty, the steps carry them.
+TWO_A_NODE = """\
+JobID|State|NNodes|NTasks|MaxRSS|AveRSS|ReqMem|AllocCPUS|Elapsed|Timelimit|TotalCPU|NodeList
+344|COMPLETED|2||||2000M|4|00:00:12|00:10:00|00:02.500|node[1-2]
+344.batch|COMPLETED|1|1|12456K|12456K||2|00:00:12||00:00.100|node1
+344.0|COMPLETED|2|4|269544K|192720K||4|00:00:12||00:02.400|node[1-2]
+"""
+
+
+def test_memory_is_summed_per_node_from_the_steps_tasks() -> None:
+    eff = efficiency(parse_sacct(TWO_A_NODE), "344")
+    assert eff is not None
+    # 2 tasks of up to 263.2 MB on the fullest node, and the batch shell's 12.2 MB.
+    assert (eff.task_peak_mb, eff.tasks_per_node) == (pytest.approx(263.2, abs=0.1), 2)
+    assert eff.node_memory_mb == pytest.approx(2 * 269544 / 1024 + 12456 / 1024)
+    assert eff.mem_request_mb == 1000.0  # 2000M for the job over 2 nodes
+    assert "memory 53.9% (peak 539 MB a node (2 tasks of up to 263 MB each), of 1000 MB" in (
+        summary(eff)
+    )
+    tip = advice(eff)  # over half of the request per node was used: time advice only
+    assert tip is not None and "--mem" not in tip and "--time=0:02:00" in tip
+
+
+@pytest.mark.parametrize("tasks_per_node", [1, 2, 4, 8])
+def test_advised_memory_covers_every_task_of_the_fullest_node(tasks_per_node: int) -> None:
+    # Each rank peaks at ~297 MB; the request is 4000M a node.
+    nodes = 2
+    rows = parse_sacct(
+        "JobID|State|NNodes|NTasks|MaxRSS|ReqMem|AllocCPUS|Elapsed|Timelimit|NodeList\n"
+        f"9|COMPLETED|{nodes}|||8000M|16|00:10:00|00:20:00|node[1-2]\n"
+        f"9.0|COMPLETED|{nodes}|{nodes * tasks_per_node}|304128K||16|00:10:00||node[1-2]\n"
+    )
+    eff = efficiency(rows, "9")
+    assert eff is not None and eff.tasks_per_node == tasks_per_node
+    used = tasks_per_node * 304128 / 1024
+    tip = advice(eff)
+    if used >= 2000:  # half of the request or more: no advice
+        assert tip is None
+        return
+    assert tip is not None
+    advised = int(tip.split("--mem=")[1].split("M")[0])
+    assert used < advised < 4000
+
+
+def test_time_advice_is_a_value_hpcdist_accepts_and_leaves_room_for_the_warning() -> None:
+    for elapsed in (0.0, 4.0, 59.0, 61.0, 600.0):
+        seconds = suggest_time_s(elapsed)
+        assert seconds % 60 == 0 and seconds >= elapsed * 1.5 + WARNING_LEAD_S
+        spec = spec_from_options({"profile": "local", "time": format_duration(seconds)})
+        assert spec.time == format_duration(seconds)  # accepted, with the default warning
+    with pytest.raises(SpecError):  # what was advised before: refused
+        spec_from_options({"profile": "local", "time": "0:01:00"})
+
+
+def test_no_time_advice_that_is_not_shorter_than_the_limit() -> None:
+    # 10 s of 0:02:00: 8% used, but 1.5 x 10 s + the 90 s lead is 0:02:00 already.
+    eff = dataclasses.replace(_eff(None, None), elapsed_s=10.0, limit_s=120.0)
+    assert eff.time_fraction is not None and eff.time_fraction < 0.5
+    assert advice(eff) is None
+    assert advice(dataclasses.replace(eff, limit_s=181.0)) is not None
+
+
+def test_a_job_that_never_ran_gets_no_advice_and_no_usage() -> None:
+    rows = parse_sacct(
+        "JobID|State|Elapsed|Timelimit|TotalCPU|AllocCPUS|MaxRSS|ReqMem|NNodes|NodeList\n"
+        "12|CANCELLED by 0|00:00:00|00:30:00|00:00:00|2||4000M|1|None assigned\n"
+    )
+    eff = efficiency(rows, "12")
+    assert eff is not None and not eff.ran
+    assert summary(eff) == "never ran: no CPU, memory or time used"
+    assert advice(eff) is None
+    assert advice(dataclasses.replace(eff, state="COMPLETED")) is None
+    assert advice(dataclasses.replace(eff, state="COMPLETED", ran=True)) is not None

@@ -195,13 +195,14 @@ def test_logs_of_a_job_without_log_files_says_so(tmp_path: Path) -> None:
     save_record(record, tmp_path)
     result = _cli(["logs", "4243"], tmp_path)
     assert result.returncode == 2
+    # An ended job's log will not come: never "does not exist yet".
     assert result.stderr == (
-        f"hpcdist: error: rank 0 of job 4243 (FAILED): its log {record.log_path(0)} "
-        "does not exist yet\n"
+        f"hpcdist: error: rank 0 of job 4243 (FAILED) left no log at {record.log_path(0)} "
+        "(never written, or removed since)\n"
     )
     assert result.stdout == ""
     record.log_path(0).parent.mkdir(parents=True, exist_ok=True)
     record.log_path(0).write_text("")  # there, but empty: said, not printed as nothing
     result = _cli(["logs", "4243"], tmp_path)
     assert result.returncode == 2
-    assert "its log" in result.stderr and result.stderr.endswith("is empty so far\n")
+    assert "its log" in result.stderr and result.stderr.endswith(" is empty\n")

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from hpcdist.jobs.logpaths import expand_pattern, job_logs
-from hpcdist.slurm.query import JobInfo
+from hpcdist.slurm.query import JobInfo, from_sacct
 from hpcdist.state.folders import state_dir
 
 
@@ -105,3 +105,61 @@ def test_a_record_another_user_could_write_is_not_read(tmp_path: Path) -> None:
     (state_dir("logs", project_dir=tmp_path) / "127").chmod(0o666)
     found = job_logs(dataclasses.replace(_info("127", tmp_path)), None, [tmp_path])
     assert found.stdout is None  # refused, never trusted
+
+
+def _sacct_info(job_id: str, workdir: Path, raw_id: str | None = None) -> JobInfo:
+    """A job the controller forgot, as sacct before 23.02 shows it (no StdOut field)."""
+    rows = [
+        {
+            "JobID": job_id,
+            "JobIDRaw": raw_id or job_id,
+            "JobName": "sweep",
+            "State": "COMPLETED",
+            "ExitCode": "0:0",
+            "WorkDir": str(workdir),
+        }
+    ]
+    info = from_sacct(rows, job_id)
+    assert info is not None
+    return info
+
+
+def test_a_name_guessed_from_sacct_is_never_taken_for_slurms_and_the_record_wins(
+    tmp_path: Path,
+) -> None:
+    for name in ("e-140.log", "o-140.log", "e-140.rank1.log", "o-140.rank1.log"):
+        (tmp_path / name).write_text(name)
+    info = _sacct_info("140", tmp_path)
+    assert info.stdout is None  # sacct named nothing: a guess is no SLURM path
+    assert info.guessed_log == str(tmp_path / "o-140.log")  # not the stderr file
+    _record(tmp_path, "140")
+    found = job_logs(info, None, [tmp_path])
+    assert (found.stdout, found.stderr, found.guessed) == (
+        tmp_path / "o-140.log",
+        tmp_path / "e-140.log",
+        False,
+    )
+    rank1 = job_logs(info, 1, [tmp_path])
+    assert (rank1.stdout, rank1.stderr, rank1.per_rank) == (
+        tmp_path / "o-140.rank1.log",
+        tmp_path / "e-140.rank1.log",
+        True,
+    )
+
+
+def test_without_a_record_the_guess_is_used_and_said_to_be_one(tmp_path: Path) -> None:
+    (tmp_path / "slurm-141.out").write_text("x")
+    found = job_logs(_sacct_info("141", tmp_path), None, [tmp_path])
+    assert (found.stdout, found.guessed) == (tmp_path / "slurm-141.out", True)
+    assert found.looked[-1].endswith("(a guess)")
+    assert job_logs(_sacct_info("142", tmp_path), None, [tmp_path]).stdout is None
+
+
+def test_an_array_tasks_record_is_found_under_its_own_job_id(tmp_path: Path) -> None:
+    # SLURM_JOB_ID of task 150_1 is its own id (152): the script wrote logs/152.
+    _record(tmp_path, "152", output="o-%j-%A_%a.log", error=None)
+    found = job_logs(_sacct_info("150_1", tmp_path, raw_id="152"), None, [tmp_path])
+    assert found.stdout == tmp_path / "o-152-150_1.log"
+    assert found.stderr == found.stdout
+    scontrol = dataclasses.replace(_info("150_1", tmp_path), raw_id="152")
+    assert job_logs(scontrol, None, [tmp_path]).stdout == tmp_path / "o-152-150_1.log"

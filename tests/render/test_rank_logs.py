@@ -110,6 +110,7 @@ def test_logs_rank_finds_a_rank_in_every_rank_logs_mode(
     job = _finished_job(tmp_path / "emu-42.out")
     monkeypatch.chdir(tmp_path)
     monkeypatch.setattr(cli_follow, "query_job", lambda job_id: job if job_id == "42" else None)
+    monkeypatch.setattr(cli_follow, "query_jobs", lambda job_id: [job] if job_id == "42" else [])
     result = CliRunner().invoke(cli, ["logs", "42", "--rank", str(rank)])
     assert result.exit_code == 0, result.output
     assert result.stdout == expected

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from hpcdist.slurm.query import from_sacct, sacct_log_path
+from hpcdist.slurm.query import current_reason, from_sacct, sacct_log_path
 
 ROW = {
     "JobID": "4711",
@@ -46,3 +46,28 @@ def test_a_forgotten_jobs_stdout_is_the_expanded_file() -> None:
     info = from_sacct(rows, "4711")
     assert info is not None
     assert (info.stdout, info.stderr) == ("/w/train-4711.out", "/w/train-4711.err")
+
+
+@pytest.mark.parametrize(
+    ("state", "reason", "shown"),
+    [
+        ("PENDING", "Resources", "Resources"),
+        ("PENDING", "Dependency (afterok:5(unfulfilled))", "Dependency (afterok:5(unfulfilled))"),
+        ("REQUEUE_HOLD", "JobHeldAdmin", "JobHeldAdmin"),
+        ("CANCELLED", "Resources", None),  # cancelled while it waited: nothing to wait for
+        ("COMPLETED", "Priority", None),
+        ("RUNNING", "BeginTime (starts no earlier than 2026-11-27T10:00:00)", None),
+        ("CANCELLED", "Dependency", None),
+        ("FAILED", "NonZeroExitCode", "NonZeroExitCode"),  # why it ended stays
+        ("CANCELLED", "DependencyNeverSatisfied", "DependencyNeverSatisfied"),
+        ("NODE_FAIL", "NodeDown", "NodeDown"),
+        ("TIMEOUT", "TimeLimit", "TimeLimit"),
+    ],
+)
+def test_a_waiting_reason_is_shown_only_while_the_job_waits(
+    state: str, reason: str, shown: str | None
+) -> None:
+    assert current_reason(state, reason) == shown
+    rows = [{"JobID": "5", "State": state, "Reason": reason, "ExitCode": "0:0"}]
+    info = from_sacct(rows, "5")
+    assert info is not None and info.reason == shown
