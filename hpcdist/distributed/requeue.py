@@ -86,6 +86,32 @@ def ending(job: str, view: control.JobView | None, run_restarts: int) -> str:
     return ""
 
 
+def _decided(
+    env: Mapping[str, str], job: str, restarts: int, max_restarts: int | None, terminated: bool
+) -> bool | None:
+    """True: SLURM requeues the job itself; False: it is not requeued (said why); None: go
+    on. Asked right before the requeue: a scancel may have come while the ranks
+    checkpointed, its TERM not yet here."""
+    view = control.show_job(job) if control.has_scontrol() else None
+    preempted = terminated and view is not None and view.preempted
+    run_restarts = int(env.get("SLURM_RESTART_COUNT", "").strip() or 0)
+    if terminated and not preempted and view is not None and (view.restarts or 0) > run_restarts:
+        # SLURM counts the restart as it ends the job (JobState COMPLETING, Restarts ahead of
+        # this run's SLURM_RESTART_COUNT in the TERM trap of a first run, on 22.05).
+        say(
+            f"job {job} is requeued by SLURM itself (scontrol requeue, or a node that "
+            "failed): it resumes from its checkpoint"
+        )
+        return True
+    why = ending(job, view, run_restarts) or refusal(
+        job, restarts, max_restarts, terminated, preempted
+    )
+    if why:
+        say(f"not requeueing: {why}")
+        return False
+    return None
+
+
 def array_task(env: Mapping[str, str]) -> str | None:
     """``<array job>_<task>`` for an array task, which is requeued alone; else None."""
     task = env.get("SLURM_ARRAY_TASK_ID", "").strip()
@@ -122,25 +148,9 @@ def requeue_job(
         say("a local job is not requeued; its checkpoint is kept for --resume")
         return False
     restarts = restarts_so_far(env)
-    # Asked right before the requeue: a scancel may have come while the ranks checkpointed,
-    # its TERM not yet here.
-    view = control.show_job(job) if control.has_scontrol() else None
-    preempted = terminated and view is not None and view.preempted
-    run_restarts = int(env.get("SLURM_RESTART_COUNT", "").strip() or 0)
-    if terminated and not preempted and view is not None and (view.restarts or 0) > run_restarts:
-        # SLURM counts the restart as it ends the job (JobState COMPLETING, Restarts ahead of
-        # this run's SLURM_RESTART_COUNT in the TERM trap of a first run, on 22.05).
-        say(
-            f"job {job} is requeued by SLURM itself (scontrol requeue, or a node that "
-            "failed): it resumes from its checkpoint"
-        )
-        return True
-    why = ending(job, view, run_restarts) or refusal(
-        job, restarts, max_restarts, terminated, preempted
-    )
-    if why:
-        say(f"not requeueing: {why}")
-        return False
+    decided = _decided(env, job, restarts, max_restarts, terminated)
+    if decided is not None:
+        return decided
     task = array_task(env)
     # Nodes a failure of this run named, still held back: the next piece runs elsewhere.
     exclude = badnodes.for_next_piece(env)
