@@ -11,6 +11,7 @@
 #SBATCH --partition="gpu"
 #SBATCH --output="%x-%j.out"
 #SBATCH --gpus-per-node=4
+# The warning: SIGUSR2 about 90 s before the time limit (SLURM may send it up to a minute early) to every rank (every process of the job step); hpcdist sends the command no other signal.
 #SBATCH --signal="USR2@90"
 #SBATCH --requeue
 # A requeued job keeps writing to the same log instead of truncating it.
@@ -42,7 +43,7 @@ if [ -n "${HPCDIST_VENV:-}" ]; then source "${HPCDIST_VENV}/bin/activate"; fi
 # One thread per allocated CPU: the numbers follow the allocation, never the node's core count.
 export OMP_NUM_THREADS="${SLURM_CPUS_PER_TASK:-1}"
 export MKL_NUM_THREADS="${SLURM_CPUS_PER_TASK:-1}"
-# The training catches this warning signal (as well as USR2) to checkpoint in time.
+# The warning signal's name, for the command: hpcdist's training catches it to checkpoint.
 export HPCDIST_SIGNAL=USR2
 # SLURM warns 90 s before the time limit. Where the run's checkpoint takes longer
 # (it measures each), the training checkpoints earlier on its own, by the job's end time.
@@ -72,6 +73,7 @@ echo "hpcdist: job ${SLURM_JOB_ID} on ${SLURM_JOB_NODELIST}, restart ${SLURM_RES
 # It requeues the job if rank 0 asked (at most 3 times; after a TERM only if SLURM
 # preempted the job, never after scancel or the time limit), or submits this script again
 # where scontrol is missing or refuses.
+# It says so where the command died of the warning signal, which it did not catch.
 # It exits with srun's status otherwise. Until it has set its own handlers, the
 # signals it catches are ignored rather than fatal.
 trap '' TERM
@@ -80,6 +82,6 @@ trap '' TERM
 # Each rank starts through hpcdist.distributed.rankenv: torch's env:// variables (RANK,
 # LOCAL_RANK, WORLD_SIZE, LOCAL_WORLD_SIZE, MASTER_ADDR, MASTER_PORT, NODE_RANK) from SLURM's,
 # then the command in its place, so code written for torchrun runs unchanged.
-exec python3 -c "${hpcdist_main}" hpcdist.distributed.jobstep run --requeue --terminated="${terminated}" --max-restarts=3 --script="${BASH_SOURCE[0]}" -- \
+exec python3 -c "${hpcdist_main}" hpcdist.distributed.jobstep run --warning=USR2@90 --requeue --terminated="${terminated}" --max-restarts=3 --script="${BASH_SOURCE[0]}" -- \
   srun --nodes=1 --ntasks-per-node=4 --cpus-per-task=16 --kill-on-bad-exit=1 --label \
   python3 -m hpcdist.distributed.rankenv -- python3 -m ufsemulator train

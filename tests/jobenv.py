@@ -10,10 +10,17 @@ import shlex
 import sys
 from pathlib import Path
 
+import hpcdist
+
 
 def install_job_python(bindir: Path) -> Path:
-    """A ``python3`` in ``bindir`` that is the interpreter running the tests."""
+    """A ``python3`` in ``bindir`` that is the interpreter running the tests, importing the
+    hpcdist under test (this checkout's, whatever the environment has installed)."""
     python = bindir / "python3"
-    python.write_text(f'#!/bin/bash\nexec {shlex.quote(sys.executable)} "$@"\n')
+    root = shlex.quote(str(Path(hpcdist.__file__).resolve().parents[1]))
+    python.write_text(
+        f"#!/bin/bash\nPYTHONPATH={root}${{PYTHONPATH:+:$PYTHONPATH}} "
+        f'exec {shlex.quote(sys.executable)} "$@"\n'
+    )
     python.chmod(0o755)
     return python

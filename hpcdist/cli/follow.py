@@ -19,6 +19,7 @@ import click
 
 from hpcdist.errors import UserError
 from hpcdist.facts.launch import rank_log_pattern
+from hpcdist.facts.protocol import WARNING_KILLED
 from hpcdist.jobs.badnodeview import describe_held, held_nodes
 from hpcdist.jobs.logpaths import (
     array_logs_line,
@@ -123,6 +124,9 @@ def _describe(info: JobInfo, summary: str | None, advice: str | None) -> list[st
     )
     if info.state not in ("PENDING", "RUNNING"):
         rows.append(("exit code", exit_text(info.exit_code, info.signal, info.reason)))
+        killed = warning_killed(info.stdout)
+        if killed is not None:
+            rows.append(("warning", killed))
     rows.append(("restarts", str(info.restarts)))
     rows.append(("stdout", info.stdout or "unknown"))
     if info.stderr and info.stderr != info.stdout:
@@ -133,6 +137,19 @@ def _describe(info: JobInfo, summary: str | None, advice: str | None) -> list[st
         rows.append(("advice", advice))
     lines.extend(f"  {key + ':':<11} {value}" for key, value in rows)
     return lines
+
+
+def warning_killed(log: str | None) -> str | None:
+    """The runner's line in the job's log saying that the warning signal killed the command
+    (it did not catch it) and what makes it checkpoint; None where there is none."""
+    if not log:
+        return None
+    try:
+        text = read_log_text(Path(log))
+    except (OSError, UserError):
+        return None
+    lines = [line for line in text.splitlines() if WARNING_KILLED in line]
+    return lines[-1].partition("hpcdist: ")[2] or lines[-1] if lines else None
 
 
 @click.command()
@@ -211,6 +228,7 @@ def _summary(job_id: str, infos: Sequence[JobInfo]) -> list[str]:
 
 def _job_json(info: JobInfo, eff: Any, summary: str | None, advice: str | None) -> dict[str, Any]:
     data: dict[str, Any] = dataclasses.asdict(info)
+    data["warning"] = warning_killed(info.stdout) if info.state in FINAL_STATES else None
     data["efficiency"] = (
         None
         if eff is None

@@ -19,6 +19,7 @@ from hpcdist.jobs.records import (
     load_record,
 )
 from hpcdist.jobs.submit import EXECUTORS
+from hpcdist.render.directives import warning_text
 from hpcdist.spec.options import job_options, spec_from_options
 
 
@@ -52,6 +53,7 @@ def submit(executor: str, dry_run: bool, wait: bool, no_preflight: bool, **optio
     if record.points is not None and "_" not in record.job_id and len(record.points) > 1:
         return _submitted_array(record, spec.max_parallel, wait)
     click.echo(f"  state: {job_state(record)}")
+    click.echo(f"  warning: {warning_text(spec)}")
     for label, path in record_log_names(record):
         click.echo(f"  {label}: {path}")
     if not wait:

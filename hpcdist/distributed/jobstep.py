@@ -7,8 +7,10 @@
     gpus      this node's GPUs (``hpcdist.distributed.gpus``), as shell lines, or one line
               saying there are none
     run       started with ``exec`` in the script's place, so that SLURM's TERM and the
-              ``B:`` warning reach it: runs srun, passes the warning on to it, waits, then
-              requeues the job if rank 0 asked for it (``hpcdist.distributed.requeue``)
+              ``B:`` warning reach it: runs srun, passes a ``B:`` warning on to it, waits,
+              then requeues the job if rank 0 asked for it (``hpcdist.distributed.requeue``),
+              or says that the warning killed the command, or that the command requeued
+              the job itself
 
 ``hpcdist submit`` queues the same script, so there is one job protocol, run here.
 Standard library only: it runs before anything else of the job.
@@ -24,15 +26,23 @@ import socket
 import stat
 import subprocess
 import sys
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
-from hpcdist.distributed.badnodes import LogMark, after_failure, hold_s, say_held
+from hpcdist.distributed.badnodes import LogMark, after_failure, say_held
 from hpcdist.distributed.gpus import count_gpus, listed_gpus
 from hpcdist.distributed.jobsecret import create_secret_file
 from hpcdist.distributed.rankdeath import report
-from hpcdist.distributed.requeue import SignalRelay, checkpointed, requeue_job
+from hpcdist.distributed.requeue import (
+    SignalRelay,
+    checkpointed,
+    requeue_job,
+    requeued_by_command,
+    say,
+    warning_death,
+    warning_signal,
+)
 from hpcdist.distributed.runpiece import start_piece
 from hpcdist.errors import UserError
 from hpcdist.facts.cpulayout import cpus_per_task
@@ -134,17 +144,21 @@ def run(args: argparse.Namespace) -> int:
     def on_term(signum: int, frame: Any) -> None:
         nonlocal terminated
         terminated = True
+        # Said now: a command that requeued the job itself (Lightning) may outlast SLURM's
+        # KillWait, which then ends this process too.
+        said = requeued_by_command(os.environ)
+        if said:
+            say(said)
 
     narrow_logs()
     if args.requeue:
         # A preemption sends TERM here as well as to the ranks: caught, this process outlives
         # srun, whose ranks checkpoint on it, and can requeue the job.
         signal.signal(signal.SIGTERM, on_term)
-    relay = None
-    if args.warning:
-        relay = SignalRelay(signal.Signals[f"SIG{args.warning}"]).install()
+    warning = warning_signal(args.warning)
+    relay = SignalRelay(warning).install() if args.relay and warning is not None else None
     # Where the job's log ends now: a failed step's lines after it name a killed rank, or
-    # a bad node.
+    # a bad node, or say that the warning ended a task.
     mark = LogMark()
     say_held(os.environ)
     child = subprocess.Popen(args.command, env=safe_python_env(os.environ))
@@ -152,22 +166,39 @@ def run(args: argparse.Namespace) -> int:
         relay.attach(child.pid, pending=args.warned == 1)
     code = child.wait()
     status = 128 - code if code < 0 else code  # as bash reports a death by signal
+    return _after_step(args, status, mark, lambda: terminated)
+
+
+def _after_step(
+    args: argparse.Namespace, status: int, mark: LogMark, terminated: Callable[[], bool]
+) -> int:
+    """The step ended with ``status``: say that the warning killed the command, or requeue
+    the job (rank 0 asked, or a node broke the step); the runner's exit status."""
     marker = Path(os.environ[MARKER_VAR]) if os.environ.get(MARKER_VAR) else None
+    asked = checkpointed(status, marker)
+    step_log = mark.written_since() if status and not asked else ""
+    killed = "" if asked else warning_death(status, args.warning, step_log)
+    warning = warning_signal(args.warning)
+    if killed and warning is not None:
+        # The command's own end (it did not catch the warning), not a node's failure; the
+        # job's exit code names the warning even where srun's was another task's.
+        say(killed)
+        return 128 + warning
     left_behind = []
-    if status != 0 and hold_s(os.environ) is not None and not checkpointed(status, marker):
+    if status != 0 and not asked:
         left_behind = after_failure(os.environ, mark)
     if not args.requeue:
         return report(mark, status, os.environ)
-    if not checkpointed(status, marker):
+    if not asked:
         if not left_behind:
             return report(mark, status, os.environ)
         # A node broke the step: the run goes on from its last checkpoint, elsewhere.
         cause = "a node failed the step"
-        requeued = requeue_job(os.environ, args.max_restarts, terminated, args.script, cause)
+        requeued = requeue_job(os.environ, args.max_restarts, terminated(), args.script, cause)
         return 0 if requeued else report(mark, status, os.environ)
     if marker is not None:
         marker.unlink(missing_ok=True)
-    requeued = requeue_job(os.environ, args.max_restarts, terminated, resubmit=args.script)
+    requeued = requeue_job(os.environ, args.max_restarts, terminated(), resubmit=args.script)
     return 0 if requeued else report(mark, status, os.environ)
 
 
@@ -208,7 +239,8 @@ def _parser() -> argparse.ArgumentParser:
     count = steps.add_parser("gpus", help="count this node's GPUs")
     count.add_argument("--cpus-per-task", type=int, help="each task's CPUs (default: shared)")
     launch = steps.add_parser("run", help="run srun, pass the warning on, requeue")
-    launch.add_argument("--warning", help="the signal to pass on to srun (B:), e.g. USR1")
+    launch.add_argument("--warning", help="the job's --signal, e.g. USR2@90 or B:USR1@60")
+    launch.add_argument("--relay", action="store_true", help="pass the warning on to srun")
     launch.add_argument(
         "--warned", type=int, choices=(0, 1), default=0, help="1: the warning came before srun"
     )

@@ -62,6 +62,41 @@ def torchrun_command(torchrun: list[str], command: list[str]) -> list[str]:
     return [*torchrun, "--no-python", *command]
 
 
+# torchrun's agent where the job names a warning signal, started as ``python3 -c`` with it:
+# torch.distributed.run (what the torchrun program runs) behind a handler that does nothing.
+# SLURM signals every process of the step: the agent outlives the warning, while its ranks,
+# which a new program image gives the default action again (a handler is not inherited, an
+# ignored signal would be), get it as SLURM sent it: to catch, or to die of. A rank the
+# warning killed makes the agent exit 128 + the signal, as srun does, so the job's runner
+# can say so. The node's rank is the task's own (``SLURM_NODEID``), as ``NODE_RANK_FLAG``.
+_AGENT = """\
+import os, signal, sys
+sys.path[:] = [p for p in sys.path if p[:1] == "/"]  # not the working folder ("")
+warning = signal.SIG{name}
+signal.signal(warning, lambda *_: None)
+sys.argv[1:1] = ["--node-rank=" + os.environ["SLURM_NODEID"]]
+from torch.distributed.elastic.multiprocessing.errors import ChildFailedError
+from torch.distributed.run import main
+try:
+    main()
+except ChildFailedError as failed:
+    if all(f.exitcode != -warning for f in failed.failures.values()):
+        raise
+    print(failed, file=sys.stderr)
+    sys.exit(128 + warning)"""
+
+
+def torchrun_agent(warning: str) -> str:
+    """The Python code of torchrun's agent for a job warned by ``warning`` (``USR2``): the
+    script keeps it in ``AGENT_VAR`` and starts ``AGENT_WORDS`` in the place of ``torchrun``,
+    its node rank included (see ``_AGENT``)."""
+    return _AGENT.format(name=warning)
+
+
+AGENT_VAR = "torchrun_agent"
+AGENT_WORDS = ("python3", "-c", f'"${{{AGENT_VAR}}}"')
+
+
 def ignoring(signals: Sequence[str], argv: Sequence[str]) -> list[str]:
     """``argv`` started by a shell that first ignores ``signals`` (``USR2``): torchrun's
     agent, which SLURM signals with the rest of the step and which would die of the warning

@@ -48,6 +48,10 @@ def local_log_name(job_id: str, rank: int, stream: str = "out") -> str:
 # The job's --collective-timeout, carried into every rank by the script.
 COLLECTIVE_TIMEOUT_ENV = "HPCDIST_COLLECTIVE_TIMEOUT"
 
+# How the runner's line about a command the warning killed begins (``status`` finds it in
+# the job's log).
+WARNING_KILLED = "the command was killed by the warning signal"
+
 # Where a rendered script's marker lives, below the submit directory, one file per job id.
 MARKER_DIR = ".hpcdist/requeue"
 

@@ -12,7 +12,9 @@ from dataclasses import dataclass
 
 from hpcdist.errors import SpecError
 from hpcdist.facts.launch import (
+    AGENT_WORDS,
     RANK_ENV_COMMAND,
+    ignoring,
     per_node,
     rank_log_pattern,
     torchrun_command,
@@ -68,7 +70,7 @@ def sbatch_directives(spec: JobSpec) -> list[Directive]:
         rows.append(Directive(option.sbatch, value, NOTE if moved else ""))
     rows += gpu_directives(spec)
     if spec.signal is not None:
-        rows.append(Directive("signal", spec.signal))
+        rows.append(Directive("signal", spec.signal, comment=f"The warning: {warning_text(spec)}."))
     rows += _array_rows(spec)
     dependency = dependency_value(spec.after)
     if dependency is not None:
@@ -85,6 +87,23 @@ def sbatch_directives(spec: JobSpec) -> list[Directive]:
     else:
         rows.append(Directive("no-requeue"))
     return _with_site_options(rows, spec)
+
+
+def warning_text(spec: JobSpec) -> str:
+    """Which signal the command gets before the time limit, and where (``--signal``): what
+    ``render`` writes above the directive and ``submit`` prints."""
+    if spec.signal is None:
+        return "none; at the time limit SLURM sends TERM, then KILL"
+    seconds = spec.signal.partition("@")[2] or "60"  # SLURM's default
+    where = (
+        "the batch shell, and hpcdist's runner passes it on to every rank"
+        if spec.warns_batch_shell
+        else "every rank (every process of the job step)"
+    )
+    return (
+        f"SIG{spec.warning_signal} about {seconds} s before the time limit (SLURM may send it up "
+        f"to a minute early) to {where}; hpcdist sends the command no other signal"
+    )
 
 
 def _array_rows(spec: JobSpec) -> list[Directive]:
@@ -215,10 +234,10 @@ def launch_argv(spec: JobSpec) -> list[str]:
         return [*([] if pyxis else RANK_ENV_COMMAND), *wrapper, *command]
     nproc = GPUS_VAR if spec.gpus_auto else str(spec.tasks_per_node)
     flags = torchrun_flags('"${SLURM_JOB_NUM_NODES}"', nproc, '"${MASTER_ADDR}:${MASTER_PORT}"')
-    # SLURM signals every process of the step: torchrun itself would die of the warning
-    # its ranks catch to checkpoint, so it ignores it (its ranks set their own handler).
-    signals = [spec.warning_signal] if spec.warning_signal else []
-    shell, flag, script, *started = per_node(
-        torchrun_command(["torchrun", *flags], command), signals
-    )
-    return [*wrapper, shell, flag, shlex.quote(script), *started]
+    if spec.warning_signal is None:
+        shell, flag, script, *started = per_node(torchrun_command(["torchrun", *flags], command))
+        return [*wrapper, shell, flag, shlex.quote(script), *started]
+    # SLURM signals every process of the step: torchrun's agent outlives the warning (ignored
+    # until it has started, then caught), its ranks get it as SLURM sent it.
+    shell, flag, script, *started = ignoring([spec.warning_signal], [*AGENT_WORDS, *flags])
+    return [*wrapper, shell, flag, shlex.quote(script), *torchrun_command(started, command)]

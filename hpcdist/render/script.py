@@ -9,6 +9,7 @@ from pathlib import Path
 import jinja2
 
 from hpcdist.facts import badnodes, leads, protocol
+from hpcdist.facts.launch import AGENT_VAR, torchrun_agent
 from hpcdist.facts.runs import is_job_id
 from hpcdist.render.directives import (
     CPUS_VAR,
@@ -78,10 +79,15 @@ def protocol_context() -> dict[str, object]:
 
 def runner_options(spec: JobSpec) -> tuple[str, str]:
     """What ``jobstep run`` is told (shell words) and the signals the script ignores while it
-    starts; ("", "") where the script needs no runner (no requeue, no ``B:`` warning)."""
+    starts; ("", "") where the script needs no runner (no warning signal, no requeue).
+
+    The runner knows the job's warning (``--warning``), to say so when the command dies of
+    it; it passes it on to srun only where SLURM warns the batch shell alone (``B:``)."""
     words, signals = [], []
+    if spec.signal is not None:
+        words.append(f"--warning={quote(spec.signal)}")
     if spec.warns_batch_shell:
-        words += [f"--warning={spec.warning_signal}", '--warned="${warned}"']
+        words += ["--relay", '--warned="${warned}"']
         signals.append(str(spec.warning_signal))
     if spec.requeue:
         words += [
@@ -118,9 +124,18 @@ def render(spec: JobSpec) -> str:
         runner=bool(options),
         runner_options=options,
         runner_signals=signals,
+        agent_var=AGENT_VAR,
+        torchrun_agent=_agent(spec),
         signal_lead=leads.signal_lead_s(spec.signal),
         **protocol_context(),
     )
+
+
+def _agent(spec: JobSpec) -> str:
+    """torchrun's agent code (``hpcdist.facts.launch``), quoted; "" where torchrun needs none."""
+    if spec.launcher != "torchrun" or spec.warning_signal is None:
+        return ""
+    return quote(torchrun_agent(spec.warning_signal))
 
 
 def log_record(spec: JobSpec) -> str:

@@ -8,6 +8,7 @@ import re
 import shutil
 import subprocess
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 from datetime import datetime
 
 SCONTROL_TIMEOUT_S = 30.0
@@ -33,6 +34,39 @@ def _show_job(job: str) -> str:
         ).stdout
     except (OSError, subprocess.SubprocessError):
         return ""
+
+
+@dataclass(frozen=True)
+class JobView:
+    """What the controller says of a running job about to be requeued.
+
+    ``state``: ``RUNNING`` while nothing ends it; a user's ``scancel`` (or the time limit)
+    turns it ``COMPLETING`` at once, before any signal reaches the job, and a requeue
+    (``scontrol requeue``, by anyone) raises ``restarts``. "" where scontrol did not say."""
+
+    state: str
+    restarts: int | None
+    preempted: bool
+
+
+_STATE = re.compile(r"\bJobState=(\S+)")
+_RESTARTS = re.compile(r"\bRestarts=([0-9]+)")
+
+
+def parse_job_view(shown: str) -> JobView:
+    """``scontrol show job``'s text as a JobView. Pure."""
+    state, restarts = _STATE.search(shown), _RESTARTS.search(shown)
+    return JobView(
+        state=state[1] if state else "",
+        restarts=int(restarts[1]) if restarts else None,
+        preempted=_PREEMPTED.search(shown) is not None,
+    )
+
+
+def show_job(job: str) -> JobView | None:
+    """The controller's view of ``job``; None where scontrol cannot say."""
+    shown = _show_job(job)
+    return parse_job_view(shown) if shown.strip() else None
 
 
 def is_preempted(job: str) -> bool:

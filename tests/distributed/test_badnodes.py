@@ -166,6 +166,7 @@ def _stand_in_slurm(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, scontrol: b
         (
             True,
             [
+                "scontrol show job 77",  # still running (not cancelled), not requeued yet
                 "scontrol requeue 77",
                 "scontrol show job 77",
                 "scontrol update JobId=77 ExcNodeList=node9,node2",

@@ -20,6 +20,7 @@ from hpcdist.distributed import (
 from hpcdist.distributed.group import process_group_options
 from hpcdist.render.script import quote, render
 from hpcdist.spec.options import spec_from_options
+from tests.jobenv import install_job_python
 
 # A task of `srun` inside job 42: what every SLURM task has, GPUs or not.
 SLURM_TASK = {
@@ -32,7 +33,6 @@ SLURM_TASK = {
     "SLURM_STEP_TASKS_PER_NODE": "4",
 }
 TORCHRUN_TASK = {"RANK": "2", "LOCAL_RANK": "2", "WORLD_SIZE": "8", "LOCAL_WORLD_SIZE": "8"}
-
 
 # (environment, GPUs torch sees, GPUs allocated to the task)
 ALLOCATIONS: list[tuple[dict[str, str], int, int]] = [
@@ -208,6 +208,7 @@ def test_eight_gpus_on_two_nodes_render_and_simulate(tmp_path: Path) -> None:
     argv_file = tmp_path / "srun-argv"
     (bindir / "srun").write_text(f"#!/bin/bash\nprintf '%s\\n' \"$@\" > {quote(str(argv_file))}\n")
     (bindir / "srun").chmod(0o755)
+    install_job_python(bindir)
     (tmp_path / "job.sh").write_text(script)
     env = {
         "PATH": f"{bindir}:{os.environ['PATH']}",

@@ -86,7 +86,7 @@ def test_rendered_script_uses_the_protocol_values(tmp_path: Path) -> None:
     # The state, the secret, the marker and the port come from the protocol's own code.
     assert "hpcdist.distributed.jobstep prepare " in script
     assert " --marker --torchrun-port)" in script
-    assert "jobstep run --requeue " in script
+    assert "jobstep run --warning=USR1@60 --requeue " in script
     assert "SLURM_JOB_ID} * " not in script  # never the public job id
 
 

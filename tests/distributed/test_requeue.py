@@ -12,6 +12,7 @@ from pathlib import Path
 
 import pytest
 
+from hpcdist.cli.follow import warning_killed
 from hpcdist.distributed.requeue import (
     SignalRelay,
     array_task,
@@ -20,9 +21,10 @@ from hpcdist.distributed.requeue import (
     requeue_job,
     restarts_so_far,
     resubmit_env,
+    warning_death,
 )
 from hpcdist.facts.launch import ignoring
-from hpcdist.facts.protocol import REQUEUE_EXIT_CODE
+from hpcdist.facts.protocol import REQUEUE_EXIT_CODE, WARNING_KILLED
 from hpcdist.render.script import quote
 
 
@@ -122,10 +124,11 @@ def _tools(
     monkeypatch: pytest.MonkeyPatch,
     preempt_time: str | None,
     requeue_rc: int,
-    restarts: int = 0,
+    shown: str = "JobState=RUNNING Reason=None",
+    restarts: int | str = 0,
 ) -> Path:
     """scontrol (None: missing) and sbatch stand-ins that record their calls; PATH holds
-    nothing else of SLURM's."""
+    nothing else of SLURM's. ``shown`` and ``restarts``: what ``scontrol show job`` says."""
     bindir = tmp_path / "bin"
     bindir.mkdir()
     calls = tmp_path / "calls"
@@ -136,7 +139,8 @@ def _tools(
     if preempt_time is not None:
         tools["scontrol"] = (
             f'echo "scontrol $*" >> {quote(str(calls))}; '
-            f'if [ "$1" = show ]; then echo "   Requeue=1 Restarts={restarts} BatchFlag=1"; '
+            f'if [ "$1" = show ]; then echo "   {shown}"; '
+            f'echo "   Requeue=1 Restarts={restarts} BatchFlag=1"; '
             f'echo "   PreemptTime={preempt_time} SuspendTime=None"; '
             f"exit 0; fi; exit {requeue_rc}"
         )
@@ -165,8 +169,8 @@ RESUBMITTED = "job.sh run_dir={} restarts=2 job=unset conf=/etc/slurm/slurm.conf
     [
         ("2026-11-26T13:41:02", True, True, ["scontrol show job 77", "scontrol requeue 77"]),
         # scancel or the time limit: neither preempted nor requeued by SLURM
-        ("None", True, False, ["scontrol show job 77", "scontrol show job 77"]),
-        ("None", False, True, ["scontrol requeue 77"]),  # the warning: no TERM to ask about
+        ("None", True, False, ["scontrol show job 77"]),
+        ("None", False, True, ["scontrol show job 77", "scontrol requeue 77"]),  # the warning
     ],
 )
 def test_requeue_after_term_only_when_preempted(
@@ -214,7 +218,8 @@ def test_requeue_stops_at_max_restarts(
 ) -> None:
     recorded = _tools(tmp_path, monkeypatch, "None", requeue_rc=0)
     assert requeue_job(_job(SLURM_RESTART_COUNT=restarts), 3, False, "job.sh") is expected
-    assert _calls(recorded) == (["scontrol requeue 77"] if expected else [])
+    show = ["scontrol show job 77"]
+    assert _calls(recorded) == ([*show, "scontrol requeue 77"] if expected else show)
     if not expected:
         assert "not requeueing: restart 3 reached --max-restarts 3" in capsys.readouterr().err
 
@@ -223,7 +228,7 @@ def test_array_task_requeues_alone(tmp_path: Path, monkeypatch: pytest.MonkeyPat
     recorded = _tools(tmp_path, monkeypatch, "None", requeue_rc=0)
     env = _job(SLURM_ARRAY_JOB_ID="70", SLURM_ARRAY_TASK_ID="4")
     assert requeue_job(env, 3, False, "job.sh")
-    assert _calls(recorded) == ["scontrol requeue 70_4"]
+    assert _calls(recorded) == ["scontrol show job 77", "scontrol requeue 70_4"]
 
 
 @pytest.mark.parametrize(
@@ -232,7 +237,15 @@ def test_array_task_requeues_alone(tmp_path: Path, monkeypatch: pytest.MonkeyPat
         # No scontrol on the node: submitted again, without this job's SLURM_* variables.
         (None, False, ["sbatch " + RESUBMITTED.format("runs/77")]),
         # The site refuses the requeue: the same.
-        ("None", False, ["scontrol requeue 77", "sbatch " + RESUBMITTED.format("runs/77")]),
+        (
+            "None",
+            False,
+            [
+                "scontrol show job 77",
+                "scontrol requeue 77",
+                "sbatch " + RESUBMITTED.format("runs/77"),
+            ],
+        ),
         # An array task: a one-task array with the same task id.
         (None, True, ["sbatch --array=4 " + RESUBMITTED.format("runs/70_4")]),
     ],
@@ -263,6 +276,41 @@ def test_a_submitit_task_leaves_a_refused_requeue_to_slurm(
     recorded = _tools(tmp_path, monkeypatch, preempt_time, requeue_rc=1)
     assert not requeue_job(_job(), None, False)
     assert [c for c in _calls(recorded) if c.startswith("sbatch")] == []
+
+
+@pytest.mark.parametrize(
+    ("shown", "restarts", "terminated", "why"),
+    [
+        # A scancel while the ranks wrote the checkpoint: the controller ends the job before
+        # its TERM reaches this process; scontrol requeue would bring it back.
+        ("JobState=COMPLETING Reason=None", "1", False, "job 77 is COMPLETING: cancelled"),
+        # The command requeued the job itself (Lightning), its TERM not here yet: neither
+        # requeued nor resubmitted (after the TERM: "requeued by SLURM itself", above).
+        ("JobState=COMPLETING Reason=None", "2", False, "job 77 was requeued already"),
+        ("JobState=RUNNING Reason=None", "2", False, "job 77 was requeued already"),
+    ],
+)
+def test_a_job_slurm_is_ending_or_was_requeued_is_never_requeued(
+    shown: str,
+    restarts: str,
+    terminated: bool,
+    why: str,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    recorded = _tools(tmp_path, monkeypatch, "None", 0, shown, restarts)
+    assert not requeue_job(_job(SLURM_RESTART_COUNT="1"), 3, terminated, resubmit="job.sh")
+    assert _calls(recorded) == ["scontrol show job 77"]  # no requeue, no sbatch
+    assert f"not requeueing: {why}" in capsys.readouterr().err
+    # The other side: the same run, still RUNNING and not requeued by anyone, is requeued.
+    recorded.unlink()
+    (tmp_path / "bin" / "scontrol").write_text(
+        f'#!/bin/bash\necho "scontrol $*" >> {quote(str(recorded))}\n'
+        'if [ "$1" = show ]; then echo "JobState=RUNNING Restarts=1 PreemptTime=None"; fi\n'
+    )
+    assert requeue_job(_job(SLURM_RESTART_COUNT="1"), 3, False, resubmit="job.sh")
+    assert _calls(recorded) == ["scontrol show job 77", "scontrol requeue 77"]
 
 
 def test_no_job_id_no_requeue(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -341,3 +389,64 @@ def test_a_resubmitted_job_carries_its_run_on() -> None:
     env = {"SLURM_JOB_ID": "77", "HPCDIST_RUN_ID": "77-ab12cd", "WANDB_RUN_ID": "77-ab12cd"}
     new = resubmit_env(env, restarts=0)
     assert new["HPCDIST_RUN_ID"] == "77-ab12cd" and new["WANDB_RUN_ID"] == "77-ab12cd"
+
+
+# ------------------------------------------------------------ the warning, the user's
+
+
+@pytest.mark.parametrize(
+    ("status", "given", "said"),
+    [
+        (140, "USR2@90", True),  # 128 + SIGUSR2: the command did not catch it
+        (138, "B:USR1@60", True),
+        (140, "USR1@60", False),  # killed by another signal than the warning
+        (REQUEUE_EXIT_CODE, "USR2@90", False),  # it caught the warning and asked a requeue
+        (0, "USR2@90", False),
+        (1, "USR2@90", False),
+        (140, None, False),  # no warning: nothing to say
+    ],
+)
+def test_the_runner_says_when_the_warning_killed_the_command(
+    status: int, given: str | None, said: bool
+) -> None:
+    line = warning_death(status, given)
+    assert bool(line) is said
+    if said:
+        name = "SIGUSR2" if "USR2" in str(given) else "SIGUSR1"
+        assert line.startswith(f"{WARNING_KILLED} {name} (--signal {given}): it does not catch")
+        # What makes it checkpoint: Lightning's setting, or the protocol for other code.
+        if name == "SIGUSR2":
+            assert "Trainer(plugins=[SLURMEnvironment(requeue_signal=signal.SIGUSR2)])" in line
+            assert "--signal USR1@<seconds>" in line
+        else:  # Lightning's own signal: it catches it under srun's launcher only
+            assert "on SIGUSR1 under the srun launcher" in line and "Trainer(" not in line
+        assert f"catch {name} (named in $HPCDIST_SIGNAL)" in line
+        assert "exit 85 or create the file $HPCDIST_REQUEUE_MARKER" in line
+
+
+def test_status_shows_the_runners_line_about_the_warning(tmp_path: Path) -> None:
+    log = tmp_path / "job.out"
+    line = warning_death(140, "USR2@90")
+    log.write_text(f"hpcdist: job 7 on node1, restart 0\nsrun: error: task 0\nhpcdist: {line}\n")
+    assert warning_killed(str(log)) == line
+    log.write_text("hpcdist: job 7 on node1, restart 0\n")
+    assert warning_killed(str(log)) is None
+    assert warning_killed(None) is None
+
+
+@pytest.mark.parametrize(
+    ("report", "said"),
+    [
+        ("srun: error: node1: task 0: Exited with exit code 138", True),  # torchrun's agent
+        ("srun: error: node1: task 0: User defined signal 1", True),  # a rank, under srun
+        ("srun: error: node1: task 0: User defined signal 2", False),  # another signal
+        ("srun: error: node1: task 0: Exited with exit code 1", False),
+        ("0: srun: error: node1: task 0: User defined signal 1", False),  # a rank's own line
+    ],
+)
+def test_the_warning_death_of_one_task_is_found_in_sruns_report(report: str, said: bool) -> None:
+    # --kill-on-bad-exit ended the other task: srun exits with that one's status (143).
+    ended = "srun: error: node2: task 1: Terminated"
+    log = f"hpcdist: job 7 on node[1-2], restart 0\n{report}\n{ended}\n"
+    assert bool(warning_death(143, "USR1@60", log)) is said
+    assert warning_death(0, "USR1@60", log) == ""  # the step ended well: nothing killed it

@@ -79,7 +79,8 @@ def test_torchrun_script_survives_the_step_warning_and_resumes(
 ) -> None:
     # SLURM's --signal (no B:) reaches every process of the step, torchrun included.
     script = _training_job(tmp_path, "torchrun", ENDLESS, launcher="torchrun")
-    assert "torchrun --nnodes" in script.read_text()
+    # torchrun's own code, behind a handler of the warning (its ranks get it as sent).
+    assert 'python3 python3 -c "${torchrun_agent}" --nnodes' in script.read_text()
     job = sbatch(script, cwd=tmp_path, wait=False)
     _warn_when_training(tmp_path, "torchrun", job.job_id, "--signal=USR2")
     _assert_resumed_and_completed(tmp_path, "torchrun", job.job_id)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 from pathlib import Path
 
 import pytest
@@ -81,6 +82,12 @@ def test_container_with_torchrun_wraps_torchrun() -> None:
     line = next(ln for ln in render(spec).splitlines() if "c.sif" in ln)
     words = line.split()
     assert words[:3] == ["apptainer", "exec", "c.sif"]
-    # Inside the container: the shell that keeps torchrun from the warning, then torchrun.
+    # Inside the container: the shell that keeps torchrun's agent from the warning, then the
+    # agent (torch.distributed.run behind its handler), which adds the node's rank itself.
     assert words[3:5] == ["bash", "-c"]
+    assert """'trap "" USR2 && exec "$@"' python3 python3 -c "${torchrun_agent}" --nnodes""" in line
+    # Without a warning: torchrun itself, the node's rank expanded by the shell on each node.
+    plain = render(dataclasses.replace(spec, signal=None))
+    line = next(ln for ln in plain.splitlines() if "c.sif" in ln)
     assert """--node-rank="$SLURM_NODEID" "$@"' torchrun --nnodes=""" in line
+    assert "torchrun_agent" not in plain

@@ -57,13 +57,15 @@ def _run(
 def test_preempted_job_requeues_itself(tmp_path: Path) -> None:
     proc, calls = _run(tmp_path, preempted=True, requeue_rc=0)
     assert proc.returncode == 0, proc.stderr
-    assert calls == ["scontrol show job 77", "scontrol requeue 77"]
+    # Asked at the TERM (did the command requeue the job itself?), then before requeueing.
+    assert calls == ["scontrol show job 77", "scontrol show job 77", "scontrol requeue 77"]
 
 
 def test_preempted_job_where_requeue_is_refused_is_submitted_again(tmp_path: Path) -> None:
     proc, calls = _run(tmp_path, preempted=True, requeue_rc=1)
     assert proc.returncode == 0, proc.stderr
     assert calls == [
+        "scontrol show job 77",
         "scontrol show job 77",
         "scontrol requeue 77",
         f"sbatch {tmp_path / 'job.sh'} run_dir=runs/77",
@@ -73,7 +75,7 @@ def test_preempted_job_where_requeue_is_refused_is_submitted_again(tmp_path: Pat
 
 def test_cancelled_job_is_neither_requeued_nor_submitted_again(tmp_path: Path) -> None:
     proc, calls = _run(tmp_path, preempted=False, requeue_rc=0)
-    assert calls == ["scontrol show job 77"]
+    assert calls == ["scontrol show job 77", "scontrol show job 77"]  # never a requeue
     assert "not requeueing: job 77 was ended (TERM) without a preemption" in proc.stderr
     assert proc.returncode == 143
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import shutil
 import signal
@@ -19,7 +20,7 @@ from click.testing import CliRunner
 import hpcdist.render.script as render_module
 from hpcdist.cli.main import cli
 from hpcdist.errors import SpecError
-from hpcdist.facts.launch import per_node, torchrun_command
+from hpcdist.facts.launch import ignoring, per_node, torchrun_agent, torchrun_command
 from hpcdist.render.directives import launch_argv, sbatch_directives
 from hpcdist.render.hpcscripts import HPC_SCRIPTS, render_hpc_script
 from hpcdist.render.script import quote, render, template_dir
@@ -455,7 +456,7 @@ def _requeue_harness(tmp_path: Path, with_scontrol: bool) -> tuple[Path, dict[st
         f"env > {quote(str(tmp_path / 'sbatch-env'))}",
     }
     if with_scontrol:
-        tools["scontrol"] = f'printf "%s\\n" "$@" > {quote(str(tmp_path / "scontrol-argv"))}'
+        tools["scontrol"] = f'printf "%s\\n" "$@" >> {quote(str(tmp_path / "scontrol-argv"))}'
     for name, body in tools.items():
         (bindir / name).write_text(f"#!/bin/bash\n{body}\n")
         (bindir / name).chmod(0o755)
@@ -510,7 +511,9 @@ def test_requeue_marker_requeues_even_when_srun_reports_a_killed_rank(
     assert proc.returncode == 0, proc.stderr
     assert not (tmp_path / ".hpcdist" / "requeue" / "77").exists()
     if with_scontrol:
-        assert (tmp_path / "scontrol-argv").read_text().split() == ["requeue", "77"]
+        # Asked first whether the job still runs (a scancel would end it), then requeued.
+        called = (tmp_path / "scontrol-argv").read_text().split()
+        assert called == ["show", "job", "77", "requeue", "77"]
         assert not (tmp_path / "sbatch-argv").exists()
         return
     assert "no requeue (scontrol missing or refused), resubmitting" in proc.stderr
@@ -537,7 +540,7 @@ def test_requeue_stops_at_max_restarts(tmp_path: Path) -> None:
     )
     assert proc.returncode == 143
     assert "not requeueing: restart 2 reached --max-restarts 2" in proc.stderr
-    assert not (tmp_path / "scontrol-argv").exists()
+    assert (tmp_path / "scontrol-argv").read_text().split() == ["show", "job", "77"]
 
 
 def test_torchrun_ignores_the_warning_its_ranks_catch() -> None:
@@ -546,19 +549,62 @@ def test_torchrun_ignores_the_warning_its_ranks_catch() -> None:
     )
     script = render(spec)
     assert "export HPCDIST_SIGNAL=USR1" in script
-    started = """bash -c 'trap "" USR1 && exec "$0" --node-rank="$SLURM_NODEID" "$@"' torchrun"""
+    started = 'bash -c \'trap "" USR1 && exec "$@"\' python3 python3 -c "${torchrun_agent}"'
     assert f"{started} --nnodes=" in script
+    assert "warning = signal.SIGUSR1\n" in script and "USR2" not in script
+
+
+# A rank of the agent's: says how it would take the warning, warns the agent (which must
+# outlive it), then dies of the warning itself.
+_RANK = (
+    "import os, signal, time; "
+    "print('rank', os.environ['RANK'], 'node', os.environ['GROUP_RANK'], "
+    "signal.getsignal(signal.SIGUSR1) == signal.SIG_DFL, flush=True); "
+    "os.kill(os.getppid(), signal.SIGUSR1); time.sleep(1); "
+    "os.kill(os.getpid(), signal.SIGUSR1); time.sleep(30)"
+)
+
+
+def test_torchrun_agent_outlives_the_warning_its_ranks_get_as_sent() -> None:
+    # The words the script starts on each node, run here: the agent survives USR1, its rank
+    # has USR1's default action (an ignored signal would be inherited; Lightning takes an
+    # ignored one for a handler of the user's and installs none), dies of it, and the agent
+    # exits as srun does for a rank killed by USR1: 128 + 10.
+    port = 20000 + os.getpid() % 10000
+    argv = ignoring(["USR1"], ["python3", "-c", torchrun_agent("USR1")])
+    flags = ["--nnodes=1", "--nproc-per-node=1", "--rdzv-backend=static"]
+    flags.append(f"--rdzv-endpoint=127.0.0.1:{port}")
+    proc = subprocess.run(
+        [*argv, *flags, "--no-python", sys.executable, "-c", _RANK],
+        env={**os.environ, "SLURM_NODEID": "0", "PYTHONPATH": ""},
+        capture_output=True,
+        text=True,
+        timeout=180,
+    )
+    assert "rank 0 node 0 True" in proc.stdout, proc.stderr
+    assert proc.returncode == 128 + signal.SIGUSR1, proc.stderr
+    assert "Signal 10 (SIGUSR1)" in proc.stderr  # torchrun's own report of the rank's end
 
 
 def test_batch_shell_signal_is_passed_on_to_srun(tmp_path: Path) -> None:
     spec = spec_from_options({"profile": None, "mode": "gloo", "nodes": 2, "signal": "B:USR2@90"})
     script = render(spec)
     assert '#SBATCH --signal="B:USR2@90"' in script
+    # Which signal the command gets, said above the directive.
+    said = "# The warning: SIGUSR2 about 90 s before the time limit (SLURM may send it up to a"
+    assert f"{said} minute early) to the batch shell, and hpcdist's runner passes it on" in script
     assert "trap 'warned=1' USR2\n" in script  # from the first line, kept until srun runs
-    assert 'jobstep run --warning=USR2 --warned="${warned}" ' in script
+    assert 'jobstep run --warning=B:USR2@90 --relay --warned="${warned}" ' in script
     assert _bash_n(script, tmp_path).returncode == 0
     plain = render(spec_from_options({"profile": None, "mode": "gloo", "nodes": 2}))
-    assert "--warning" not in plain  # SLURM signals the tasks itself: nothing to pass on
+    # SLURM signals the tasks itself: nothing to pass on; the runner knows the warning.
+    assert "jobstep run --warning=USR2@90 --requeue " in plain and "--relay" not in plain
+    assert (
+        "about 90 s before the time limit (SLURM may send it up to a minute early) to every rank"
+        in plain
+    )
+    silent = render(dataclasses.replace(spec, signal=None))
+    assert "--warning" not in silent and "# The warning" not in silent
 
 
 @pytest.mark.parametrize("early", [False, True], ids=["while-srun-runs", "before-srun-starts"])
@@ -596,6 +642,8 @@ def test_batch_shell_passes_the_warning_to_srun_and_keeps_its_exit_status(
         "SLURM_JOB_ID": "77",
         "SLURM_JOB_NODELIST": "node[1-2]",
         "SLURM_CPUS_PER_TASK": "1",
+        # The runner under test, whatever hpcdist the environment has installed.
+        "PYTHONPATH": str(Path(render_module.__file__).resolve().parents[2]),
     }
     proc = subprocess.Popen(
         ["bash", str(job)],
@@ -619,7 +667,8 @@ def test_batch_shell_passes_the_warning_to_srun_and_keeps_its_exit_status(
 # ------------------------------------------------ the launch line, word by word, from the spec
 
 TORCHRUN_RDZV = [
-    """bash -c 'trap "" USR2 && exec "$0" --node-rank="$SLURM_NODEID" "$@"' torchrun""",
+    'bash -c \'trap "" USR2 && exec "$@"\' python3 python3 -c "${torchrun_agent}"',
+    'sys.argv[1:1] = ["--node-rank=" + os.environ["SLURM_NODEID"]]',
     '--nnodes="${SLURM_JOB_NUM_NODES}"',
     '--rdzv-backend=static --rdzv-endpoint="${MASTER_ADDR}:${MASTER_PORT}"',
 ]
@@ -636,13 +685,16 @@ def test_torchrun_launch_carries_every_rendezvous_flag() -> None:
         }
     )
     assert launch_argv(spec) == [
-        # Each node's shell gives torchrun that node's rank (srun's SLURM_NODEID, expanded
-        # per task, not once by the batch shell) and ignores the warning signal its ranks
-        # catch (the ranks checkpoint on it).
+        # Each node's shell ignores the warning until torchrun's agent (the script's
+        # $torchrun_agent) has started and set its own handler; the agent adds the node's
+        # rank from its own task's SLURM_NODEID (not once, by the batch shell).
         "bash",
         "-c",
-        """'trap "" USR2 && exec "$0" --node-rank="$SLURM_NODEID" "$@"'""",
-        "torchrun",
+        """'trap "" USR2 && exec "$@"'""",
+        "python3",
+        "python3",
+        "-c",
+        '"${torchrun_agent}"',
         '--nnodes="${SLURM_JOB_NUM_NODES}"',
         "--nproc-per-node=2",
         "--rdzv-backend=static",

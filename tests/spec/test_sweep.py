@@ -70,13 +70,18 @@ def test_render_writes_one_array_with_every_point_readable() -> None:
     assert 'python3 -m ufsemulator train --set training.epochs=20 "${point[@]}"' in script
     # A warned task requeues itself alone (hpcdist.distributed.requeue, which
     # tests/distributed/test_requeue.py runs against stand-in scontrol and sbatch).
-    assert 'jobstep run --requeue --terminated="${terminated}" --max-restarts=3 ' in script
+    assert (
+        'jobstep run --warning=USR2@90 --requeue --terminated="${terminated}" --max-restarts=3 '
+        in script
+    )
 
 
 def test_a_job_without_sweep_renders_no_array_and_requeues_its_job_id() -> None:
     script = render(spec_from_options({"profile": None, "mode": "gloo"}))
     assert "--array" not in script and "point=(" not in script and "--dependency" not in script
-    assert "jobstep run --requeue " in script  # requeues SLURM_JOB_ID (test_requeue.py)
+    assert (
+        "jobstep run --warning=USR2@90 --requeue " in script
+    )  # requeues SLURM_JOB_ID (test_requeue.py)
 
 
 @pytest.mark.parametrize("task", [0, 1, 3])
