@@ -119,23 +119,26 @@ def open_folder(
     links below ``root``); every folder opened below ``root`` (and ``root`` itself with
     ``check_root``) must be the user's and writable by nobody else. The caller closes it.
     Raises PrivacyError naming the first folder that is not, with its owner and mode."""
-    folder = Path(os.path.abspath(folder))
-    root = trusted_root(folder) if root is None else Path(os.path.abspath(root))
-    if folder != root and root not in folder.parents:
-        raise ValueError(f"{str(folder)!r} is not below {str(root)!r}")
+    # Plain strings, not Path objects, on the way down: a report of 10,000 results walks
+    # 20,000 folders, and pathlib's parsing was a third of its time.
+    folder_s = os.path.abspath(folder)
+    root_s = str(trusted_root(Path(folder_s))) if root is None else os.path.abspath(root)
+    below = folder_s[len(root_s) :] if root_s == "/" else folder_s[len(root_s) + 1 :]
+    if folder_s != root_s and not folder_s.startswith(root_s.rstrip("/") + "/"):
+        raise ValueError(f"{folder_s!r} is not below {root_s!r}")
     # The root is named by the user (home, the working folder): its own path may hold links.
-    fd = os.open(root, os.O_RDONLY | os.O_DIRECTORY | _CLOEXEC)
-    current = root
+    fd = os.open(root_s, os.O_RDONLY | os.O_DIRECTORY | _CLOEXEC)
+    current = root_s
     try:
         if check_root:
             _check_dir(fd, current, what, allow_root_owner)
-        for name in folder.relative_to(root).parts:
-            current = current / name
+        for name in below.split("/") if folder_s != root_s else ():
+            current = os.path.join(current, name)
             try:
                 child = os.open(name, _DIR_FLAGS, dir_fd=fd)
             except OSError as exc:
                 if exc.errno in _LINKISH and _is_link(name, fd):
-                    raise _refuse(current, what, "is a symbolic link") from exc
+                    raise _refuse(Path(current), what, "is a symbolic link") from exc
                 raise
             os.close(fd)
             fd = child
@@ -153,11 +156,11 @@ def _is_link(name: str, dir_fd: int | None) -> bool:
         return False
 
 
-def _check_dir(fd: int, path: Path, what: str, allow_root_owner: bool) -> None:
+def _check_dir(fd: int, path: str, what: str, allow_root_owner: bool) -> None:
     info = os.fstat(fd)
     problem = stat_problem(info, allow_root_owner)
     if problem:
-        raise _refuse(path, what, f"{problem}, {describe(info.st_uid, info.st_mode)}")
+        raise _refuse(Path(path), what, f"{problem}, {describe(info.st_uid, info.st_mode)}")
 
 
 @contextlib.contextmanager
