@@ -41,8 +41,12 @@ def _environments(folder: Path, job_id: str) -> list[dict[str, str]]:
 
 
 def _comparable(env: dict[str, str], job_id: str) -> dict[str, str]:
+    # The run's id is new for each run: the job's id and a random part, which the run's
+    # record path repeats; both are compared as <run>.
+    run_id = env["HPCDIST_RUN_ID"]
+    assert re.fullmatch(rf"{job_id}-[0-9a-f]{{6}}", run_id), run_id
     return {
-        key: value.replace(job_id, "<job>")
+        key: value.replace(run_id, "<run>").replace(job_id, "<job>")
         for key, value in env.items()
         if not _PER_JOB.fullmatch(key)
     }
