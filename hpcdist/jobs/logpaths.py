@@ -21,6 +21,7 @@ from pathlib import Path
 
 from hpcdist.facts.launch import rank_log_pattern
 from hpcdist.facts.protocol import LOG_DIR
+from hpcdist.slurm.parse import FINAL_STATES
 from hpcdist.slurm.query import JobInfo
 from hpcdist.state.folders import jobs_root
 from hpcdist.state.private import PrivacyError
@@ -167,20 +168,7 @@ def _read_record(
 # States in which a job has not started (yet, or again): its log may still come.
 _NOT_STARTED = frozenset({"PENDING", "REQUEUED", "REQUEUE_HOLD", "CONFIGURING"})
 # A job in these states has ended (or SLURM forgot it): a missing log will not come.
-_ENDED = frozenset(
-    {
-        "COMPLETED",
-        "FAILED",
-        "CANCELLED",
-        "TIMEOUT",
-        "OUT_OF_MEMORY",
-        "NODE_FAIL",
-        "PREEMPTED",
-        "BOOT_FAIL",
-        "DEADLINE",
-        "UNKNOWN",
-    }
-)
+_ENDED = FINAL_STATES | {"UNKNOWN"}
 
 
 def missing_log(whose: str, state: str, paths: Sequence[Path]) -> str:

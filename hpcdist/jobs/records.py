@@ -18,6 +18,7 @@ from hpcdist.facts.protocol import LOCAL_BATCH_EXIT, local_exit_name, local_log_
 from hpcdist.jobs.localjob import ProcessIdentity, stop_tree
 from hpcdist.jobs.logread import read_log_text
 from hpcdist.slurm.cluster import scancel
+from hpcdist.slurm.parse import FINAL_STATES
 from hpcdist.slurm.query import slurm_job_state
 from hpcdist.state.fileutil import write_atomic
 from hpcdist.state.folders import jobs_root, state_dir
@@ -27,21 +28,6 @@ from hpcdist.state.private import (
     check_private_chain,
 )
 from hpcdist.state.trustedfile import read_private
-
-# States after which a job never runs again (sacct may add "by <uid>" to CANCELLED).
-FINAL_STATES = frozenset(
-    {
-        "COMPLETED",
-        "FAILED",
-        "CANCELLED",
-        "TIMEOUT",
-        "OUT_OF_MEMORY",
-        "NODE_FAIL",
-        "PREEMPTED",
-        "BOOT_FAIL",
-        "DEADLINE",
-    }
-)
 
 
 @dataclass(frozen=True)

@@ -128,6 +128,23 @@ def parse_exit_code(text: str) -> tuple[int, int]:
     return int(code), int(signal or 0)
 
 
+# States after which a job never runs again (sacct may add "by <uid>" to CANCELLED: see
+# base_state).
+FINAL_STATES = frozenset(
+    {
+        "COMPLETED",
+        "FAILED",
+        "CANCELLED",
+        "TIMEOUT",
+        "OUT_OF_MEMORY",
+        "NODE_FAIL",
+        "PREEMPTED",
+        "BOOT_FAIL",
+        "DEADLINE",
+    }
+)
+
+
 def base_state(state: str) -> str:
     """``CANCELLED by 0`` -> ``CANCELLED``: sacct appends who cancelled a job."""
     words = state.split()

@@ -38,6 +38,7 @@ from pathlib import Path
 from typing import Any
 
 from hpcdist.errors import UserError
+from hpcdist.slurm.parse import FINAL_STATES
 from hpcdist.slurm.tools import slurm_tool
 from hpcdist.state.fileutil import write_atomic
 from hpcdist.state.private import PRIVATE_FILE_MODE, private_dir
@@ -82,19 +83,6 @@ FIELDS = (
     "Name",
 )
 SEPARATOR = "\x1f"
-ENDED = frozenset(
-    {
-        "COMPLETED",
-        "FAILED",
-        "CANCELLED",
-        "TIMEOUT",
-        "OUT_OF_MEMORY",
-        "NODE_FAIL",
-        "PREEMPTED",
-        "BOOT_FAIL",
-        "DEADLINE",
-    }
-)
 
 Row = dict[str, str]
 Runner = Callable[[list[str]], subprocess.CompletedProcess[str]]
@@ -133,7 +121,7 @@ def youngest_submit(rows: Sequence[Row]) -> float | None:
     stamps = {
         row.get("SubmitTime", "")
         for row in rows
-        if row.get("State", "").split()[0:1] and row["State"].split()[0] not in ENDED
+        if row.get("State", "").split()[0:1] and row["State"].split()[0] not in FINAL_STATES
     }
     found = [stamp for text in stamps if (stamp := _stamp(text)) is not None]
     return max(found) if found else None
@@ -161,7 +149,7 @@ def merge_rows(old: Sequence[Row], new: Sequence[Row], now: float) -> list[Row]:
         for row in old
         if row["JobArrayID"] not in seen
         and row.get("State", "").split()[:1] != []
-        and row["State"].split()[0] in ENDED
+        and row["State"].split()[0] in FINAL_STATES
         and now - (_stamp(row.get("SubmitTime", "")) or now) < KEEP_ENDED_S
     ]
     return [*new, *kept]
