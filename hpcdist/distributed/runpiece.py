@@ -28,6 +28,7 @@ from hpcdist.facts.runs import (
     RUN_ID_VAR,
     RUN_RECORD_VAR,
     RUNS_DIR,
+    glob_quote,
     new_run_id,
     piece_name,
     run_id_problem,
@@ -52,10 +53,6 @@ def run_of_job(root: Path, job: str) -> str | None:
         if not path.name.endswith(TRAIN_SUFFIX)
     )
     return found[-1][1] if found else None
-
-
-def glob_quote(text: str) -> str:
-    return "".join(f"[{c}]" if c in "*?[]" else c for c in text)
 
 
 def decide_run_id(env: Mapping[str, str], root: Path, token: str | None = None) -> str:

@@ -64,3 +64,8 @@ def new_run_id(first_job: str, token: str) -> str:
 def piece_name(job: str, restart: int) -> str:
     """A piece's file name (without suffix) in its run's record."""
     return f"{job}-{restart}"
+
+
+def glob_quote(text: str) -> str:
+    """``text`` matched literally by a glob pattern (a job id such as ``12_[3]``)."""
+    return "".join(f"[{c}]" if c in "*?[]" else c for c in text)

@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from hpcdist.facts.heartbeat import HEARTBEAT_FILE, Heartbeat, parse
-from hpcdist.facts.runs import run_id_problem
+from hpcdist.facts.runs import glob_quote, run_id_problem
 from hpcdist.spec.runopts import run_records
 from hpcdist.state.trustedfile import Refused, read_private, read_trusted
 
@@ -106,7 +106,7 @@ def run_of_job(job_id: str, root: Path | None = None) -> Run | None:
     """The run a job of this folder is a piece of (its newest, for a reused job id)."""
     root = run_records() if root is None else root
     for run_id in run_ids(root):
-        if any((root / run_id).glob(f"{_glob_quote(job_id)}-*.json")):
+        if any((root / run_id).glob(f"{glob_quote(job_id)}-*.json")):
             return load_run(run_id, root)
     return None
 
@@ -120,10 +120,6 @@ def runs_by_job(root: Path | None = None) -> dict[str, str]:
             if not path.name.endswith(TRAIN_SUFFIX):
                 found[path.name.rsplit("-", 1)[0]] = run_id
     return found
-
-
-def _glob_quote(text: str) -> str:
-    return "".join(f"[{c}]" if c in "*?[]" else c for c in text)
 
 
 def read_heartbeat(run: Run) -> tuple[Heartbeat | None, str]:
