@@ -20,6 +20,7 @@ from hpcdist.spec.options import spec_from_options
 from tests.integration.conftest import (
     SlurmCluster,
     job_log,
+    job_state,
     run_slurm,
     sbatch,
     squeue,
@@ -82,7 +83,7 @@ def test_scancel_after_the_warning_never_requeues(
     assert "CHECKPOINTED, requeue me" in log, log  # the rank did ask for a requeue
     assert re.search(rf"hpcdist: not requeueing: job {job_id} (is COMPLETING|was ended)", log)
     assert "restart 1" not in log and "requeueing" not in log.replace("not requeueing", "")
-    state = run_slurm("sacct", "-X", "-n", "-P", "-j", str(job_id), "-o", "State").stdout
+    state = job_state(job_id)
     assert state.startswith("CANCELLED"), state
     print(f"measured: {path}: cancelled while checkpointing after the warning: {state.strip()}")
 
