@@ -9,10 +9,14 @@ their values depend on the machine's speed)."""
 from __future__ import annotations
 
 import json
+import os
 import re
 import subprocess
 import sys
+from collections.abc import Callable
 from pathlib import Path
+
+import pytest
 
 from hpcdist.render.script import render
 from hpcdist.spec.options import spec_from_options
@@ -62,13 +66,56 @@ def _script(folder: Path, config: Path) -> Path:
     return script
 
 
-def test_a_requeued_training_is_one_run_with_its_pieces(
-    slurm_cluster: SlurmCluster, tmp_path: Path
+def _refusing_site(bindir: Path) -> None:
+    """From now on, the site refuses users' requeues: ``bindir`` (first on the job's PATH,
+    empty until now) gets an scontrol whose requeue fails as SLURM's does for a job that may
+    not be requeued; every other scontrol command is the real one."""
+    real = run_slurm("bash", "-c", "command -v scontrol").stdout.strip()
+    fake = bindir / "scontrol"
+    fake.write_text(
+        "#!/bin/bash\n"
+        'if [ "$1" = requeue ]; then\n'
+        '  echo "Requested operation is presently disabled for job $2" >&2; exit 1\n'
+        "fi\n"
+        f'exec {real} "$@"\n'
+    )
+    fake.chmod(0o755)
+
+
+def _preempt(job: int, piece: int, log: Callable[[], str]) -> None:
+    """Preempt ``piece`` of ``job`` once it has resumed (the pieces after the first) and
+    finished an epoch (its checkpoint, every epoch here); wait for the next piece to resume."""
+
+    def trained_an_epoch() -> bool:
+        text = log()
+        return (
+            text.count("Resuming from") == piece - 1 and "Epoch " in text.split("Resuming from")[-1]
+        )
+
+    _wait_for(trained_an_epoch, 240, f"piece {piece}'s first checkpoint")
+    run_slurm("scontrol", "requeue", str(job))
+    _wait_for(lambda: log().count("Stop requested") == piece, 120, f"piece {piece}'s stop")
+
+    def resumed() -> bool:
+        release_requeue_hold(job)
+        return log().count("Resuming from") == piece
+
+    _wait_for(resumed, 300, f"piece {piece + 1} to resume")
+
+
+def test_a_training_preempted_twice_then_resubmitted_is_one_run_of_four_pieces(
+    slurm_cluster: SlurmCluster, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     config = tmp_path / "onerun.yaml"
-    config.write_text(CONFIG.format(epochs=2000))  # runs until the test requeues it
+    config.write_text(CONFIG.format(epochs=2000))  # trains until the test gives it an end
+    bindir = tmp_path / "site-bin"  # the job's PATH, first; empty until the refusal
+    bindir.mkdir()
+    monkeypatch.setenv("PATH", f"{bindir}{os.pathsep}{os.environ['PATH']}")
     job = sbatch(_script(tmp_path, config), cwd=tmp_path, wait=False).job_id
     run_dir = tmp_path / "runs" / str(job)
+
+    def log() -> str:  # every piece of the job id's log (the resubmitted job has its own)
+        return _log(tmp_path, "onerun", job)
 
     # While it runs: progress, rate and the predicted end, once two heartbeats gave a rate.
     def progress_shown() -> bool:
@@ -87,49 +134,73 @@ def test_a_requeued_training_is_one_run_with_its_pieces(
     assert data["run"]["run_id"] == run_id and forecast["steps"] == total
     assert forecast["steps_per_s"] > 0 and forecast["end"] > data["run"]["heartbeat"]["time"]
 
-    # The requeue: TERM, a checkpoint, the job back in the queue under its own id.
-    _wait_for((run_dir / "checkpoint.pt").exists, 120, "the first checkpoint")
-    run_slurm("scontrol", "requeue", str(job))
-    _wait_for(lambda: "Stop requested" in _log(tmp_path, "onerun", job), 120, "the checkpoint")
-    stopped = int(re.findall(r"checkpoint at epoch (\d+)", _log(tmp_path, "onerun", job))[-1])
-    config.write_text(CONFIG.format(epochs=stopped + 1))  # the second piece ends the training
+    # Two preemptions (scontrol requeue: SLURM's TERM, a checkpoint, the same job id again),
+    # each once the piece has resumed and written a checkpoint of its own.
+    for piece in (1, 2):
+        _preempt(job, piece, log)
 
-    def done() -> bool:  # the first piece wrote its results too: "preempted"
-        release_requeue_hold(job)
-        results = run_dir / "training_results.json"
-        return results.exists() and '"status": "completed"' in results.read_text()
-
-    _wait_for(done, 400, "the requeued job to finish its training")
-    assert job_state(job, timeout=120) == "COMPLETED"
+    # The third piece is warned; the site now refuses the requeue its rank 0 asks for, so
+    # hpcdist submits the script again: a new job id, the same run. The fourth piece reads the
+    # training's end, set a few epochs on (the third read its own at its start).
+    _refusing_site(bindir)
+    epoch = int(re.findall(r"^0: Epoch (\d+)/", log(), re.M)[-1])
+    config.write_text(CONFIG.format(epochs=epoch + 5))
+    run_slurm("scancel", "--signal=USR2", str(job))
+    _wait_for(lambda: "resubmitting" in log(), 120, "the refused requeue's resubmission")
+    again = re.search(r"Submitted batch job (\d+)", log().split("resubmitting")[-1])
+    assert again, log()
+    second_job = int(again.group(1))
+    assert job_state(job, timeout=120) == "COMPLETED"  # its shell ended 0 after resubmitting
+    assert job_state(second_job, timeout=400) == "COMPLETED", _log(tmp_path, "onerun", second_job)
     results = json.loads((run_dir / "training_results.json").read_text())
     assert results["run_id"] == run_id and results["status"] == "completed"
+    resumed = re.search(r"Resuming from \S+ \(epoch (\d+),", _log(tmp_path, "onerun", second_job))
+    assert resumed, _log(tmp_path, "onerun", second_job)
+    stopped = int(resumed.group(1))
 
     status = _hpcdist(tmp_path, "status", run_id)
     assert status.returncode == 0, status.stderr
     lines = status.stdout.splitlines()
-    assert lines[0] == f"run {run_id}: 2 pieces, jobs {job}"
-    piece = re.compile(rf"^ +(\d) +{job} +(\d) +(\w+) +([\d:-]+) +([\d:-]+)  (.*)$")
-    rows = [piece.match(line) for line in lines[2:4]]
+    assert lines[0] == f"run {run_id}: 4 pieces, jobs {job}, {second_job}", status.stdout
+    piece_row = re.compile(r"^ +(\d) +(\d+) +(\d) +(\w+) +([\d:-]+) +([\d:-]+)  (.*)$")
+    rows = [piece_row.match(line) for line in lines[2:6]]
     assert all(rows), status.stdout
-    assert [r.group(1, 2) for r in rows] == [("1", "0"), ("2", "1")]
-    assert rows[0].group(6) == "start"
-    assert re.fullmatch(r"epoch \d+, step \d+ \(\d\d:\d\d:\d\d\)", rows[1].group(6))
-    assert rows[1].group(3) == "COMPLETED"
-    assert all(re.fullmatch(r"\d+:\d\d:\d\d", r.group(4)) for r in rows), status.stdout
+    assert [r.group(1, 2, 3) for r in rows] == [
+        ("1", str(job), "0"),
+        ("2", str(job), "1"),
+        ("3", str(job), "2"),
+        ("4", str(second_job), "0"),
+    ], status.stdout
+    assert rows[0].group(7) == "start"
+    # Each later piece resumed from a checkpoint (epoch, step, time); the last from the
+    # third piece's stop; each waited in the queue and ran a time of its own.
+    for row in rows[1:]:
+        assert re.fullmatch(r"epoch \d+, step \d+ \(\d\d:\d\d:\d\d\)", row.group(7)), status.stdout
+    assert rows[3].group(7).startswith(f"epoch {stopped},"), status.stdout
+    assert rows[3].group(4) == "COMPLETED"
+    assert all(re.fullmatch(r"\d+:\d\d:\d\d", r.group(5)) for r in rows), status.stdout
+    assert all(re.fullmatch(r"\d+:\d\d:\d\d", r.group(6)) for r in rows), status.stdout
 
     merged = _hpcdist(tmp_path, "logs", run_id)
     assert merged.returncode == 0, merged.stderr
     headers = re.findall(
-        rf"^==> run {run_id}, piece (\d): job {job}, restart (\d)", merged.stdout, re.M
+        rf"^==> run {run_id}, piece (\d): job (\d+), restart (\d)", merged.stdout, re.M
     )
-    assert headers == [("1", "0"), ("2", "1")]
-    second_part = merged.stdout.split("piece 2:")[1]
-    assert "Resuming from" in second_part and "Training completed" in second_part
-    assert "Resuming from" not in merged.stdout.split("piece 2:")[0]
+    assert headers == [
+        ("1", str(job), "0"),
+        ("2", str(job), "1"),
+        ("3", str(job), "2"),
+        ("4", str(second_job), "0"),
+    ], merged.stdout[:2000]
+    parts = re.split(r"^==> run .*$", merged.stdout, flags=re.M)[1:]
+    assert "Resuming from" not in parts[0]
+    assert all("Resuming from" in part for part in parts[1:])
+    assert "Training completed" in parts[3]
 
     listed = _hpcdist(tmp_path, "list").stdout
     assert re.search(rf"^ +{job} +COMPLETED .* {re.escape(run_id)} ", listed, re.M), listed
-    print(f"measured: run {run_id}: piece 1 stopped at epoch {stopped}\n{status.stdout}")
+    print(f"measured: run {run_id}: four pieces, the last resumed at epoch {stopped}")
+    print(status.stdout)
 
 
 def _chain_script(folder: Path, name: str, config: Path, **flags: object) -> Path:
