@@ -4,8 +4,9 @@ When a job step fails, the runner (``hpcdist.distributed.jobstep run``) reads wh
 the ranks wrote to the job's log since the step started (``LogMark``) and looks for a node
 named by the failure (``named_nodes``, pure): srun's report of a node failure, of the first
 task killed by a signal (``srun: error: node2: task 1: Killed``; the tasks srun ends after
-it say ``Terminated``, a program's own error ``Exited with exit code``), and any of the
-job's nodes named in an NCCL or gloo error line. Each is recorded for the run in the
+it say ``Terminated``, a program's own error ``Exited with exit code``), of the rank that
+torchrun's agent saw die first of such a signal (``hpcdist.facts.launch.RANK_DEATH_LINE``),
+and any of the job's nodes named in an NCCL or gloo error line. Each is recorded for the run in the
 private state (``hpcdist.state.badnodes``) for ``--bad-node-hold`` seconds; the requeue or
 the resubmission of the run (``hpcdist.distributed.requeue``) leaves every node still held
 out (``for_next_piece``). ``--no-exclude-bad-nodes`` leaves ``$HPCDIST_BAD_NODE_HOLD``
@@ -24,12 +25,15 @@ from pathlib import Path
 
 from hpcdist.errors import UserError
 from hpcdist.facts.badnodes import BAD_NODE_HOLD_VAR, BadNode
+from hpcdist.facts.launch import RANK_DEATH_LINE
 from hpcdist.facts.protocol import RUN_DIR_VAR
 from hpcdist.facts.runs import run_name
 from hpcdist.slurm.nodelist import expand_nodelist
 from hpcdist.state.badnodes import add_bad_nodes, read_bad_nodes
 
 _NODE_FAILURE = re.compile(r"^srun: error: Node failure on (\S+)", re.M)
+_TORCHRUN_DEATH = re.compile(rf"^(?:\d+: )?{RANK_DEATH_LINE}\s*$", re.M)
+_OOM = re.compile(r"oom[-_ ]kill|Out Of Memory", re.I)
 _TASK = re.compile(r"^srun: error: ([^\s:]+): tasks? ([0-9,\-]+): (.+?)\s*$", re.M)
 # A line of an NCCL or gloo error, naming the peer it lost after "peer" or "remote" (a
 # rank's own host, or the master's, named elsewhere in a line says nothing of the peer).
@@ -59,6 +63,11 @@ def named_nodes(log: str, nodes: Sequence[str]) -> list[tuple[str, str]]:
         # which another node would not cure.
         if how not in ("Terminated", "Out Of Memory") and not how.startswith("Exited with"):
             found.setdefault(node, f"task {tasks} {how}")
+    # torchrun's agent names its rank that died of a signal suggesting its node; a kill
+    # that the step's memory limit made (SLURM reports an oom-kill event) is not the node's.
+    if not _OOM.search(log):
+        for rank, node, name in _TORCHRUN_DEATH.findall(log):
+            found.setdefault(node, f"rank {rank} SIG{name}")
     words = {
         node: re.compile(rf"\b(?:peer|remote)\b.*?(?<![\w.-]){re.escape(node)}(?![\w-])", re.I)
         for node in nodes

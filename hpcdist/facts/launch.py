@@ -69,6 +69,9 @@ def torchrun_command(torchrun: list[str], command: list[str]) -> list[str]:
 # ignored signal would be), get it as SLURM sent it: to catch, or to die of. A rank the
 # warning killed makes the agent exit 128 + the signal, as srun does, so the job's runner
 # can say so. The node's rank is the task's own (``SLURM_NODEID``), as ``NODE_RANK_FLAG``.
+# A rank that died first of a signal that suggests its node (``NODE_SIGNALS``) is named with
+# its node in one line (``RANK_DEATH_LINE``): srun sees only the agent's exit code, and the
+# runner then keeps the run's next piece off that node (``hpcdist.distributed.badnodes``).
 _AGENT = """\
 import os, signal, sys
 sys.path[:] = [p for p in sys.path if p[:1] == "/"]  # not the working folder ("")
@@ -80,17 +83,29 @@ from torch.distributed.run import main
 try:
     main()
 except ChildFailedError as failed:
+    rank, first = failed.get_first_failure()
+    if first.exitcode in ({codes}):
+        print("hpcdist: torchrun: rank", rank, "on", os.environ.get("SLURMD_NODENAME", "?"),
+              "died of", signal.Signals(-first.exitcode).name, file=sys.stderr, flush=True)
     if all(f.exitcode != -warning for f in failed.failures.values()):
         raise
     print(failed, file=sys.stderr)
     sys.exit(128 + warning)"""
+
+# The signals a rank dies of that point at its node rather than at the program: killed
+# (by the kernel or an administrator), a bus error, an illegal instruction, a segmentation
+# fault. Not ABRT (a program's own abort, torch's teardown), TERM or INT (an end asked for).
+NODE_SIGNALS = ("KILL", "BUS", "ILL", "SEGV")
+# What the agent prints of such a rank (after srun's label): rank, node, signal.
+RANK_DEATH_LINE = r"hpcdist: torchrun: rank (\d+) on (\S+) died of SIG([A-Z]+)"
 
 
 def torchrun_agent(warning: str) -> str:
     """The Python code of torchrun's agent for a job warned by ``warning`` (``USR2``): the
     script keeps it in ``AGENT_VAR`` and starts ``AGENT_WORDS`` in the place of ``torchrun``,
     its node rank included (see ``_AGENT``)."""
-    return _AGENT.format(name=warning)
+    codes = ", ".join(f"-signal.SIG{name}" for name in NODE_SIGNALS)
+    return _AGENT.format(name=warning, codes=codes)
 
 
 AGENT_VAR = "torchrun_agent"

@@ -37,6 +37,20 @@ srun: Force Terminated StepId=14581344.0
         ("srun: error: node2: task 1: Out Of Memory\n", []),
         ("srun: error: node1: task 0: Terminated\nsrun: error: node2: task 1: Killed\n", []),
         ("srun: error: Node failure on node3\n", [("node3", "a node failure")]),
+        # torchrun's agent names the rank that died first and its node (srun sees only the
+        # agent's exit code); not where SLURM counted an oom-kill in the step.
+        (
+            "1: hpcdist: torchrun: rank 3 on node2 died of SIGKILL\n"
+            "srun: error: node2: task 1: Exited with exit code 1\n",
+            [("node2", "rank 3 SIGKILL")],
+        ),
+        ("hpcdist: torchrun: rank 0 on node1 died of SIGSEGV\n", [("node1", "rank 0 SIGSEGV")]),
+        (
+            "1: hpcdist: torchrun: rank 3 on node2 died of SIGKILL\n"
+            "1: slurmstepd: error: Detected 1 oom_kill event in StepId=7.0\n",
+            [],
+        ),
+        ("1: hpcdist: torchrun: rank 3 on node9 died of SIGKILL\n", []),
         # A node outside the job is nobody's business here.
         ("srun: error: node9: task 1: Killed\n", []),
         ("", []),

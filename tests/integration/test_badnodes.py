@@ -14,6 +14,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 from tests.integration.conftest import SlurmCluster, run_slurm, sbatch, slurm_env
 from tests.integration.test_faults import _follow, _log, _rank_pid, _training_job, _wait_for
 
@@ -26,23 +28,47 @@ def _node_of(pid: int) -> str:
     return names[0].decode()
 
 
+def _torchrun_rank_pid(run_marker: str, rank: int) -> int | None:
+    """The process of torchrun's rank ``rank`` (its ``RANK``) of the training ``run_marker``
+    names, found as ``_rank_pid`` finds srun's."""
+    for entry in Path("/proc").iterdir():
+        try:
+            cmdline = (entry / "cmdline").read_bytes().replace(b"\0", b" ").decode()
+            environ = (entry / "environ").read_bytes().split(b"\0")
+        except OSError:
+            continue
+        if (
+            "ufsemulator train" in cmdline
+            and run_marker in cmdline
+            and f"RANK={rank}".encode() in environ
+            and any(v.startswith(b"TORCHELASTIC_RUN_ID=") for v in environ)
+        ):
+            return int(entry.name)
+    return None
+
+
+@pytest.mark.parametrize("launcher", ["srun", "torchrun"])
 def test_a_killed_rank_requeues_the_run_without_its_node_and_it_completes(
-    slurm_cluster: SlurmCluster, tmp_path: Path
+    slurm_cluster: SlurmCluster, tmp_path: Path, launcher: str
 ) -> None:
-    job = sbatch(_training_job(tmp_path, "badnode", EPOCHS), cwd=tmp_path, wait=False)
+    script = _training_job(tmp_path, "badnode", EPOCHS, launcher=launcher)
+    job = sbatch(script, cwd=tmp_path, wait=False)
     checkpoint = tmp_path / "runs" / str(job.job_id) / "checkpoint.pt"
     _wait_for(checkpoint.exists, 180, "the first checkpoint")
-    pid = _rank_pid(str(tmp_path / "badnode.yaml"), rank=1)
+    find = _rank_pid if launcher == "srun" else _torchrun_rank_pid
+    pid = find(str(tmp_path / "badnode.yaml"), 1)
     assert pid is not None, "rank 1's process not found"
     bad = _node_of(pid)  # node2 on an idle testbed, where a 2-node job gets node[1-2]
     os.kill(pid, signal.SIGKILL)
     state = _follow(job.job_id, timeout=600)
     log = _log(tmp_path, "badnode", job.job_id)
     assert state == "COMPLETED", log
-    assert f"hpcdist: node {bad} named by task 1 Killed" in log, log
+    # srun names the task it saw killed; under torchrun the agent names its rank.
+    why = "task 1 Killed" if launcher == "srun" else "rank 1 SIGKILL"
+    assert f"hpcdist: node {bad} named by {why}" in log, log
     assert f"hpcdist: excluding node {bad} from the next piece" in log, log
     assert f"hpcdist: a node failed the step, requeueing job {job.job_id}" in log, log
-    assert f"hpcdist: this run is kept off node {bad} (task 1 Killed, until " in log, log
+    assert f"hpcdist: this run is kept off node {bad} ({why}, until " in log, log
     pieces = re.findall(r"^hpcdist: job \d+ on (\S+), restart (\d+)$", log, re.M)
     assert [restart for _, restart in pieces] == ["0", "1"], log
     second = run_slurm("scontrol", "show", "hostnames", pieces[1][0]).stdout.split()
@@ -56,5 +82,5 @@ def test_a_killed_rank_requeues_the_run_without_its_node_and_it_completes(
         capture_output=True,
         text=True,
     )
-    assert re.search(rf"excluded: +{bad} \(task 1 Killed, until ", status.stdout), status
-    print(f"measured: rank 1 killed on {bad}; requeued on {pieces[1][0]}, COMPLETED")
+    assert re.search(rf"excluded: +{bad} \({why}, until ", status.stdout), status
+    print(f"measured: {launcher}: rank 1 killed on {bad}; requeued on {pieces[1][0]}, COMPLETED")

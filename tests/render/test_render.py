@@ -19,6 +19,7 @@ from click.testing import CliRunner
 
 import hpcdist.render.script as render_module
 from hpcdist.cli.main import cli
+from hpcdist.distributed.badnodes import named_nodes
 from hpcdist.errors import SpecError
 from hpcdist.facts.launch import ignoring, per_node, torchrun_agent, torchrun_command
 from hpcdist.render.directives import launch_argv, sbatch_directives
@@ -584,6 +585,32 @@ def test_torchrun_agent_outlives_the_warning_its_ranks_get_as_sent() -> None:
     assert "rank 0 node 0 True" in proc.stdout, proc.stderr
     assert proc.returncode == 128 + signal.SIGUSR1, proc.stderr
     assert "Signal 10 (SIGUSR1)" in proc.stderr  # torchrun's own report of the rank's end
+
+
+@pytest.mark.parametrize(("signame", "named"), [("KILL", True), ("ABRT", False), ("TERM", False)])
+def test_torchrun_agent_names_the_node_of_a_rank_killed_by_a_node_signal(
+    signame: str, named: bool
+) -> None:
+    # A rank killed (SIGKILL: the kernel, an administrator) is named with its node for the
+    # bad-node record; one that aborted (its own program, torch's teardown) or was asked to
+    # end (TERM) is not.
+    port = 20000 + (os.getpid() + len(signame)) % 10000
+    argv = ignoring(["USR1"], ["python3", "-c", torchrun_agent("USR1")])
+    flags = ["--nnodes=1", "--nproc-per-node=1", "--rdzv-backend=static"]
+    flags.append(f"--rdzv-endpoint=127.0.0.1:{port}")
+    die = f"import os, signal; os.kill(os.getpid(), signal.SIG{signame})"
+    proc = subprocess.run(
+        [*argv, *flags, "--no-python", sys.executable, "-c", die],
+        env={**os.environ, "SLURM_NODEID": "0", "SLURMD_NODENAME": "node7", "PYTHONPATH": ""},
+        capture_output=True,
+        text=True,
+        timeout=180,
+    )
+    assert proc.returncode == 1, proc.stderr
+    line = f"hpcdist: torchrun: rank 0 on node7 died of SIG{signame}"
+    assert (line in proc.stderr) == named, proc.stderr
+    found = named_nodes(proc.stderr, ["node7"])
+    assert found == ([("node7", f"rank 0 SIG{signame}")] if named else []), proc.stderr
 
 
 def test_batch_shell_signal_is_passed_on_to_srun(tmp_path: Path) -> None:

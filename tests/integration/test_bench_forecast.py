@@ -1,0 +1,43 @@
+"""The forecast benchmark's short mode on the testbed: a training of some seconds, its
+predicted end read from ``hpcdist status --json`` while it runs, set against its real end.
+The accuracy itself is the benchmark's to report (docs/benchmarks.md): it depends on the
+machine's load, which no test may."""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+from tests.integration.conftest import SlurmCluster
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def test_forecast_short_mode_sets_predictions_against_the_real_end(
+    slurm_cluster: SlurmCluster, tmp_path: Path
+) -> None:
+    out = tmp_path / "forecast.json"
+    argv = ["--epochs", "800", "--every", "1", "--timeout", "400", "--json", str(out)]
+    proc = subprocess.run(
+        [sys.executable, "-m", "bench.forecast", *argv],
+        cwd=ROOT,
+        env={**os.environ, "PYTHONPATH": str(ROOT)},
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    result = json.loads(out.read_text())
+    assert result["epochs"] == 800 and result["training_s"] > 0
+    assert result["rows"], proc.stdout  # at least one status while it trained
+    fractions = [row["fraction"] for row in result["rows"]]
+    assert fractions == sorted(fractions) and set(fractions) <= {0.1, 0.25, 0.5, 0.75}
+    for row in result["rows"]:
+        assert row["seen_at_fraction"] >= row["fraction"]
+        assert math.isfinite(row["error_s"]) and row["of_time_left"] >= 0
+    assert "| from | status at | predicted - real (s) |" in proc.stdout
+    print(proc.stdout)
