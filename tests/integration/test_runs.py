@@ -141,7 +141,9 @@ def test_a_training_preempted_twice_then_resubmitted_is_one_run_of_four_pieces(
 
     # The third piece is warned; the site now refuses the requeue its rank 0 asks for, so
     # hpcdist submits the script again: a new job id, the same run. The fourth piece reads the
-    # training's end, set a few epochs on (the third read its own at its start).
+    # training's end, set a few epochs on (the third read its own at its start). Warned once
+    # it trains (an epoch done: every rank's handler is in place).
+    _wait_for(lambda: "Epoch " in log().split("Resuming from")[-1], 240, "piece 3's first epoch")
     _refusing_site(bindir)
     epoch = int(re.findall(r"^0: Epoch (\d+)/", log(), re.M)[-1])
     config.write_text(CONFIG.format(epochs=epoch + 5))
