@@ -51,6 +51,13 @@ srun: Force Terminated StepId=14581344.0
             [],
         ),
         ("1: hpcdist: torchrun: rank 3 on node9 died of SIGKILL\n", []),
+        # The communication check's ranks that never reached a step, with their nodes.
+        (
+            "0: FAIL: all_reduce did not finish within 9 s (rank 0/4 on node1, ...)\n"
+            "0: hpcdist: commcheck: rank 3 on node2 never reached all_reduce\n",
+            [("node2", "rank 3 never reached all_reduce")],
+        ),
+        ("hpcdist: commcheck: rank 3 on ? never reached barrier\n", []),
         # A node outside the job is nobody's business here.
         ("srun: error: node9: task 1: Killed\n", []),
         ("", []),

@@ -241,3 +241,73 @@ def test_commcheck_watchdog_ends_a_hung_step_with_a_verdict() -> None:
         "FAIL: all_reduce did not finish within 0.5 s (rank 1/2, master node1:23456)"
     )
     assert "GLOO_SOCKET_IFNAME" in proc.stdout
+
+
+def test_blame_lines_name_each_missing_rank_then_count_the_rest() -> None:
+    assert commcheck.blame_lines("barrier", []) == []
+    assert commcheck.blame_lines("all_reduce", [(3, "node2")]) == [
+        "hpcdist: commcheck: rank 3 on node2 never reached all_reduce"
+    ]
+    many = [(rank, f"node{rank}") for rank in range(10)]
+    lines = commcheck.blame_lines("broadcast", many)
+    assert len(lines) == 9 and lines[7].startswith("hpcdist: commcheck: rank 7 on node7 ")
+    assert lines[8] == "hpcdist: commcheck: and 2 more ranks"
+
+
+# Rank 2 stalls before it reaches the all_reduce (as a rank on a sick node would): its
+# arrival is never noted, and it sleeps there until its own watchdog ends it.
+_STALLS = """\
+import sys, time
+from hpcdist.distributed import commcheck
+noted = commcheck._Arrivals.arrive
+def arrive(self, step, rank):
+    if step == "all_reduce":
+        time.sleep(600)
+    noted(self, step, rank)
+commcheck._Arrivals.arrive = arrive
+raise SystemExit(commcheck.main(sys.argv[1:]))
+"""
+
+
+def test_commcheck_names_the_rank_and_node_that_never_reached_the_step() -> None:
+    port, world, timeout = free_port(), 3, 4
+    procs = []
+    for rank in range(world):
+        env = {**rank_env(rank, world, "127.0.0.1", port), "SLURMD_NODENAME": f"node{rank + 1}"}
+        code = ["-c", _STALLS] if rank == 2 else ["-m", "hpcdist.distributed.commcheck"]
+        procs.append(
+            subprocess.Popen(
+                [sys.executable, *code, "--timeout", str(timeout)],
+                env=env,
+                cwd=REPO,
+                stdout=subprocess.PIPE,
+                stderr=subprocess.PIPE,
+                text=True,
+            )
+        )
+    outs = []
+    for proc in procs:
+        try:
+            out, err = proc.communicate(timeout=120)
+        except subprocess.TimeoutExpired:
+            for p in procs:
+                p.kill()
+            raise
+        outs.append((proc.returncode, out, err))
+    codes = [code for code, _, _ in outs]
+    assert codes == [1, 1, 1], outs
+    # Rank 0 (it serves the group's store) names rank 2 and its node, after its FAIL line.
+    out0 = outs[0][1]
+    (failure,) = lines_starting(out0, "FAIL")
+    assert "rank 0/3 on node1" in failure, out0
+    assert lines_starting(out0, "hpcdist: commcheck:") == [
+        "hpcdist: commcheck: rank 2 on node3 never reached all_reduce"
+    ], out0
+    # The stalled rank's own watchdog ends it (rank 0's store is gone by then: no names).
+    assert lines_starting(outs[2][1], "FAIL: all_reduce did not finish within"), outs[2][1]
+    # The bad-node record reads it: node3 is the node the run's next piece is kept off.
+    from hpcdist.distributed.badnodes import named_nodes
+
+    assert named_nodes(out0, ["node1", "node2", "node3"]) == [
+        ("node3", "rank 2 never reached all_reduce")
+    ]

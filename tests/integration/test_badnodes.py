@@ -84,3 +84,57 @@ def test_a_killed_rank_requeues_the_run_without_its_node_and_it_completes(
     )
     assert re.search(rf"excluded: +{bad} \({why}, until ", status.stdout), status
     print(f"measured: {launcher}: rank 1 killed on {bad}; requeued on {pieces[1][0]}, COMPLETED")
+
+
+# The communication check, with the rank on the job's second node stalled before the
+# all_reduce in the job's first run (as a rank on a sick node would stall): its arrival is
+# never noted in the group's store. Anywhere else the check runs as shipped.
+STALLS_ON_THE_SECOND_NODE = """\
+import os, sys, time
+from hpcdist.distributed import commcheck
+first_run = os.environ.get("SLURM_RESTART_COUNT", "0") == "0"
+noted = commcheck._Arrivals.arrive
+def arrive(self, step, rank):
+    if step == "all_reduce" and first_run and os.environ["SLURM_NODEID"] == "1":
+        time.sleep(600)
+    noted(self, step, rank)
+commcheck._Arrivals.arrive = arrive
+raise SystemExit(commcheck.main(sys.argv[1:]))
+"""
+
+
+def test_a_rank_the_communication_check_never_saw_keeps_the_run_off_its_node(
+    slurm_cluster: SlurmCluster, tmp_path: Path
+) -> None:
+    from hpcdist.render.script import render
+    from hpcdist.spec.options import spec_from_options
+
+    (tmp_path / "stalls.py").write_text(STALLS_ON_THE_SECOND_NODE)
+    spec = spec_from_options(
+        {
+            "profile": "local",
+            "mode": "gloo",
+            "nodes": 2,
+            "cpus_per_task": 1,
+            "job_name": "stalled",
+            "time": "10:00",
+            "command": f"python3 {tmp_path / 'stalls.py'} --timeout 5",
+        }
+    )
+    script = tmp_path / "stalled.sh"
+    script.write_text(render(spec))
+    job = sbatch(script, cwd=tmp_path, wait=False)
+    state = _follow(job.job_id, timeout=400)
+    log = _log(tmp_path, "stalled", job.job_id)
+    pieces = re.findall(r"^hpcdist: job \d+ on (\S+), restart (\d+)$", log, re.M)
+    assert [restart for _, restart in pieces] == ["0", "1"], log
+    bad = run_slurm("scontrol", "show", "hostnames", pieces[0][0]).stdout.split()[1]
+    # Rank 0 saw the all_reduce fail and named rank 1 and its node; the runner kept the run
+    # off that node, and the check passed on the others.
+    assert f"0: hpcdist: commcheck: rank 1 on {bad} never reached all_reduce" in log, log
+    assert f"hpcdist: node {bad} named by rank 1 never reached all_reduce" in log, log
+    second = run_slurm("scontrol", "show", "hostnames", pieces[1][0]).stdout.split()
+    assert bad not in second and len(second) == 2, pieces
+    assert state == "COMPLETED", log
+    assert re.search(r"^0: PASS: world size 2, gloo backend", log, re.M), log
+    print(f"measured: commcheck stalled on {bad}; requeued on {pieces[1][0]}, PASS")
