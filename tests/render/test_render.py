@@ -6,6 +6,7 @@ import dataclasses
 import os
 import shutil
 import signal
+import socket
 import subprocess
 import sys
 import time
@@ -594,7 +595,9 @@ def test_torchrun_agent_names_the_node_of_a_rank_killed_by_a_node_signal(
     # A rank killed (SIGKILL: the kernel, an administrator) is named with its node for the
     # bad-node record; one that aborted (its own program, torch's teardown) or was asked to
     # end (TERM) is not.
-    port = 20000 + (os.getpid() + len(signame)) % 10000
+    with socket.socket() as probe:  # a free port for the agent's store
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
     argv = ignoring(["USR1"], ["python3", "-c", torchrun_agent("USR1")])
     flags = ["--nnodes=1", "--nproc-per-node=1", "--rdzv-backend=static"]
     flags.append(f"--rdzv-endpoint=127.0.0.1:{port}")
