@@ -83,7 +83,8 @@ def measure(epochs: int, every: float, timeout: float) -> dict[str, Any]:
         folder = Path(tmp)
         job = _submit(folder, epochs)
         beat_file = folder / "runs" / str(job) / "heartbeat.json"
-        predictions: dict[float, tuple[float, float, float]] = {}  # fraction: (made, end, step)
+        # wanted fraction: (when asked, the predicted end, the fraction status said)
+        predictions: dict[float, tuple[float, float, float]] = {}
         deadline = time.monotonic() + timeout
         while _queued(job, folder):
             if time.monotonic() > deadline:

@@ -54,8 +54,9 @@ class _Arrivals:
     """Which ranks reached which step, kept in the process group's own store (each rank sets
     its key before it enters a step; its node's name once, after joining)."""
 
-    def __init__(self, store: Any, world_size: int) -> None:
+    def __init__(self, store: Any, rank: int, world_size: int) -> None:
         self._store = store
+        self._rank = rank
         self._world = world_size
 
     @classmethod
@@ -68,10 +69,10 @@ class _Arrivals:
             store.set(f"{_ARRIVAL_KEY}/host/{rank}", hostname)
         except Exception:  # no store to share: the check still runs, naming nobody
             return None
-        return cls(store, world_size)
+        return cls(store, rank, world_size)
 
-    def arrive(self, step: str, rank: int) -> None:
-        self._store.set(f"{_ARRIVAL_KEY}/{step}/{rank}", "1")
+    def arrive(self, step: str) -> None:
+        self._store.set(f"{_ARRIVAL_KEY}/{step}/{self._rank}", "1")
 
     def missing(self, step: str) -> list[tuple[int, str]]:
         """(rank, node) of every rank that never reached ``step``; node "?" if not known."""
@@ -103,7 +104,6 @@ class _Watchdog:
     the ranks that never reached it where the group's store can tell (``arrivals``)."""
 
     arrivals: _Arrivals | None = None
-    rank = 0
 
     def __init__(self, describe: Callable[[], str]) -> None:
         self._describe = describe
@@ -122,7 +122,7 @@ class _Watchdog:
             self._deadline = time.monotonic() + budget_s
         try:
             if self.arrivals is not None and name in CHECK_STEPS:
-                self.arrivals.arrive(name, self.rank)
+                self.arrivals.arrive(name)
             yield
         finally:
             with self._lock:
@@ -259,7 +259,6 @@ def main(argv: list[str] | None = None) -> int:
             ctx = setup_distributed(timeout)
         init_s = time.perf_counter() - start
         env, backend = ctx.env, ctx.backend
-        watchdog.rank = env.rank
         watchdog.arrivals = _Arrivals.of_group(env.rank, env.world_size, env.hostname)
         timings = _check(ctx, timeout, watchdog)
     except DistributedInitError as exc:

@@ -260,10 +260,10 @@ _STALLS = """\
 import sys, time
 from hpcdist.distributed import commcheck
 noted = commcheck._Arrivals.arrive
-def arrive(self, step, rank):
+def arrive(self, step):
     if step == "all_reduce":
         time.sleep(600)
-    noted(self, step, rank)
+    noted(self, step)
 commcheck._Arrivals.arrive = arrive
 raise SystemExit(commcheck.main(sys.argv[1:]))
 """

@@ -28,25 +28,6 @@ def _node_of(pid: int) -> str:
     return names[0].decode()
 
 
-def _torchrun_rank_pid(run_marker: str, rank: int) -> int | None:
-    """The process of torchrun's rank ``rank`` (its ``RANK``) of the training ``run_marker``
-    names, found as ``_rank_pid`` finds srun's."""
-    for entry in Path("/proc").iterdir():
-        try:
-            cmdline = (entry / "cmdline").read_bytes().replace(b"\0", b" ").decode()
-            environ = (entry / "environ").read_bytes().split(b"\0")
-        except OSError:
-            continue
-        if (
-            "ufsemulator train" in cmdline
-            and run_marker in cmdline
-            and f"RANK={rank}".encode() in environ
-            and any(v.startswith(b"TORCHELASTIC_RUN_ID=") for v in environ)
-        ):
-            return int(entry.name)
-    return None
-
-
 @pytest.mark.parametrize("launcher", ["srun", "torchrun"])
 def test_a_killed_rank_requeues_the_run_without_its_node_and_it_completes(
     slurm_cluster: SlurmCluster, tmp_path: Path, launcher: str
@@ -55,8 +36,8 @@ def test_a_killed_rank_requeues_the_run_without_its_node_and_it_completes(
     job = sbatch(script, cwd=tmp_path, wait=False)
     checkpoint = tmp_path / "runs" / str(job.job_id) / "checkpoint.pt"
     _wait_for(checkpoint.exists, 180, "the first checkpoint")
-    find = _rank_pid if launcher == "srun" else _torchrun_rank_pid
-    pid = find(str(tmp_path / "badnode.yaml"), 1)
+    variable = "SLURM_PROCID" if launcher == "srun" else "RANK"
+    pid = _rank_pid(str(tmp_path / "badnode.yaml"), 1, variable)
     assert pid is not None, "rank 1's process not found"
     bad = _node_of(pid)  # node2 on an idle testbed, where a 2-node job gets node[1-2]
     os.kill(pid, signal.SIGKILL)
@@ -94,10 +75,10 @@ import os, sys, time
 from hpcdist.distributed import commcheck
 first_run = os.environ.get("SLURM_RESTART_COUNT", "0") == "0"
 noted = commcheck._Arrivals.arrive
-def arrive(self, step, rank):
+def arrive(self, step):
     if step == "all_reduce" and first_run and os.environ["SLURM_NODEID"] == "1":
         time.sleep(600)
-    noted(self, step, rank)
+    noted(self, step)
 commcheck._Arrivals.arrive = arrive
 raise SystemExit(commcheck.main(sys.argv[1:]))
 """

@@ -202,7 +202,10 @@ def test_scontrol_requeue_resumes_and_scancel_leaves_the_checkpoint_intact(
     )
 
 
-def _rank_pid(run_marker: str, rank: int) -> int | None:
+def _rank_pid(run_marker: str, rank: int, variable: str = "SLURM_PROCID") -> int | None:
+    """The process of rank ``rank`` of the training ``run_marker`` names: the one whose
+    ``variable`` holds the rank (srun's tasks: ``SLURM_PROCID``; torchrun's workers: ``RANK``,
+    which their agent, a task too, does not have)."""
     for entry in Path("/proc").iterdir():
         if not entry.name.isdigit():
             continue
@@ -214,7 +217,7 @@ def _rank_pid(run_marker: str, rank: int) -> int | None:
         if (
             "ufsemulator train" in cmdline
             and run_marker in cmdline
-            and (f"SLURM_PROCID={rank}".encode() in environ)
+            and (f"{variable}={rank}".encode() in environ)
         ):
             return int(entry.name)
     return None

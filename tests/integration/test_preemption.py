@@ -190,12 +190,11 @@ def test_a_preempted_submit_job_gives_its_nodes_back_at_once_and_resumes(
     print(f"measured: the preemptor started {waited:.0f} s after its submission")
 
 
-def _refusing_scontrol(tmp_path: Path) -> Path:
-    """A site where users may not requeue: scontrol requeue fails as SLURM's does when a
-    job may not be requeued; every other scontrol command is the real one."""
+def refuse_requeues(bindir: Path) -> None:
+    """A site where users may not requeue, for jobs with ``bindir`` first on their PATH:
+    scontrol requeue fails as SLURM's does when a job may not be requeued; every other
+    scontrol command is the real one."""
     real = run_slurm("bash", "-c", "command -v scontrol").stdout.strip()
-    bindir = tmp_path / "site-bin"
-    bindir.mkdir()
     (bindir / "scontrol").write_text(
         "#!/bin/bash\n"
         'if [ "$1" = requeue ]; then\n'
@@ -204,6 +203,13 @@ def _refusing_scontrol(tmp_path: Path) -> Path:
         f'exec {real} "$@"\n'
     )
     (bindir / "scontrol").chmod(0o755)
+
+
+def _refusing_scontrol(tmp_path: Path) -> Path:
+    """A folder holding the refusing scontrol (``refuse_requeues``), to put first on PATH."""
+    bindir = tmp_path / "site-bin"
+    bindir.mkdir()
+    refuse_requeues(bindir)
     return bindir
 
 

@@ -29,6 +29,7 @@ from tests.integration.conftest import (
     slurm_env,
 )
 from tests.integration.test_faults import _log, _wait_for
+from tests.integration.test_preemption import refuse_requeues
 
 CONFIG = """\
 data: {{mask: ocean}}
@@ -64,22 +65,6 @@ def _script(folder: Path, config: Path) -> Path:
     script = folder / "onerun.sh"
     script.write_text(render(spec))
     return script
-
-
-def _refusing_site(bindir: Path) -> None:
-    """From now on, the site refuses users' requeues: ``bindir`` (first on the job's PATH,
-    empty until now) gets an scontrol whose requeue fails as SLURM's does for a job that may
-    not be requeued; every other scontrol command is the real one."""
-    real = run_slurm("bash", "-c", "command -v scontrol").stdout.strip()
-    fake = bindir / "scontrol"
-    fake.write_text(
-        "#!/bin/bash\n"
-        'if [ "$1" = requeue ]; then\n'
-        '  echo "Requested operation is presently disabled for job $2" >&2; exit 1\n'
-        "fi\n"
-        f'exec {real} "$@"\n'
-    )
-    fake.chmod(0o755)
 
 
 def _preempt(job: int, piece: int, log: Callable[[], str]) -> None:
@@ -144,7 +129,7 @@ def test_a_training_preempted_twice_then_resubmitted_is_one_run_of_four_pieces(
     # training's end, set a few epochs on (the third read its own at its start). Warned once
     # it trains (an epoch done: every rank's handler is in place).
     _wait_for(lambda: "Epoch " in log().split("Resuming from")[-1], 240, "piece 3's first epoch")
-    _refusing_site(bindir)
+    refuse_requeues(bindir)  # from now on
     epoch = int(re.findall(r"^0: Epoch (\d+)/", log(), re.M)[-1])
     config.write_text(CONFIG.format(epochs=epoch + 5))
     run_slurm("scancel", "--signal=USR2", str(job))
