@@ -6,7 +6,8 @@ named by the failure (``named_nodes``, pure): srun's report of a node failure, o
 task killed by a signal (``srun: error: node2: task 1: Killed``; the tasks srun ends after
 it say ``Terminated``, a program's own error ``Exited with exit code``), of the rank that
 torchrun's agent saw die first of such a signal (``hpcdist.facts.launch.RANK_DEATH_LINE``),
-the ranks the communication check saw never reach a step (``commcheck.blame_lines``), and any
+the ranks the communication check or the training found missing after a collective failed
+(``rollcall.blame_lines``), and any
 of the job's nodes named in an NCCL or gloo error line. Each is recorded for the run in the
 private state (``hpcdist.state.badnodes``) for ``--bad-node-hold`` seconds; the requeue or
 the resubmission of the run (``hpcdist.distributed.requeue``) leaves every node still held
@@ -24,6 +25,7 @@ from collections.abc import Mapping, Sequence
 from datetime import datetime
 from pathlib import Path
 
+from hpcdist.distributed.rollcall import BLAME_LINE
 from hpcdist.errors import UserError
 from hpcdist.facts.badnodes import BAD_NODE_HOLD_VAR, BadNode
 from hpcdist.facts.launch import RANK_DEATH_LINE
@@ -35,10 +37,6 @@ from hpcdist.state.badnodes import add_bad_nodes, read_bad_nodes
 _NODE_FAILURE = re.compile(r"^srun: error: Node failure on (\S+)", re.M)
 _TORCHRUN_DEATH = re.compile(rf"^(?:\d+: )?{RANK_DEATH_LINE}\s*$", re.M)
 _OOM = re.compile(r"oom[-_ ]kill|Out Of Memory", re.I)
-# The communication check's ranks that never reached a step (hpcdist.distributed.commcheck).
-_NEVER_REACHED = re.compile(
-    r"^(?:\d+: )?hpcdist: commcheck: rank (\d+) on (\S+) never reached (\w+)\s*$", re.M
-)
 _TASK = re.compile(r"^srun: error: ([^\s:]+): tasks? ([0-9,\-]+): (.+?)\s*$", re.M)
 # A line of an NCCL or gloo error, naming the peer it lost after "peer" or "remote" (a
 # rank's own host, or the master's, named elsewhere in a line says nothing of the peer).
@@ -73,8 +71,10 @@ def named_nodes(log: str, nodes: Sequence[str]) -> list[tuple[str, str]]:
     if not _OOM.search(log):
         for rank, node, name in _TORCHRUN_DEATH.findall(log):
             found.setdefault(node, f"rank {rank} SIG{name}")
-    for rank, node, step in _NEVER_REACHED.findall(log):
-        found.setdefault(node, f"rank {rank} never reached {step}")
+    # Ranks the communication check or the training found missing after a collective
+    # failed (hpcdist.distributed.rollcall).
+    for rank, node, what in BLAME_LINE.findall(log):
+        found.setdefault(node, f"rank {rank} {what}")
     words = {
         node: re.compile(rf"\b(?:peer|remote)\b.*?(?<![\w.-]){re.escape(node)}(?![\w-])", re.I)
         for node in nodes

@@ -4,21 +4,19 @@ Every rank joins the process group, then all_reduce (each rank contributes rank 
 the sum is N(N+1)/2), broadcast of 42 from rank 0 and a barrier, each under a timeout.
 Rank 0 prints one line starting ``PASS``; any rank that sees a failure prints one line
 starting ``FAIL`` naming the step, the master address and port, then one line for each rank
-that never reached that step, with its node (``blame_lines``: the ranks note their arrival at
-each step in the group's store), and exits non-zero.
+that never reached that step, with its node (``hpcdist.distributed.rollcall``: the ranks note
+their arrival at each step in the group's store), and exits non-zero.
 A watchdog ends the process if a step hangs, so a missing peer never costs the walltime.
 """
 
 from __future__ import annotations
 
 import argparse
-import contextlib
 import os
 import threading
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from typing import Any
 
 from hpcdist.distributed import (
     DistContext,
@@ -29,6 +27,7 @@ from hpcdist.distributed import (
     resolve_env,
     setup_distributed,
 )
+from hpcdist.distributed.rollcall import RollCall, blame_lines
 
 
 def _hint() -> str:
@@ -42,68 +41,16 @@ _STEP_GRACE_S = 5.0
 EXIT_FAIL = 1
 
 
-# The steps whose arrivals the ranks note in the group's store, so that a rank that sees a
-# step fail can name the ranks (and their nodes) that never reached it.
+# The steps whose arrivals the ranks note in the group's store (``RollCall``), so that a
+# rank that sees a step fail can name the ranks (and their nodes) that never reached it.
 CHECK_STEPS = ("all_reduce", "broadcast", "barrier")
-_ARRIVAL_KEY = "hpcdist/commcheck"
-_BLAME_WAIT_S = 5.0  # the store is asked this long at most, once the verdict is written
-_BLAME_MAX = 8  # ranks named one per line; the rest counted
-
-
-class _Arrivals:
-    """Which ranks reached which step, kept in the process group's own store (each rank sets
-    its key before it enters a step; its node's name once, after joining)."""
-
-    def __init__(self, store: Any, rank: int, world_size: int) -> None:
-        self._store = store
-        self._rank = rank
-        self._world = world_size
-
-    @classmethod
-    def of_group(cls, rank: int, world_size: int, hostname: str) -> _Arrivals | None:
-        """The arrivals of the default group (None where its store cannot be had)."""
-        try:
-            from torch.distributed import distributed_c10d
-
-            store = distributed_c10d._get_default_store()
-            store.set(f"{_ARRIVAL_KEY}/host/{rank}", hostname)
-        except Exception:  # no store to share: the check still runs, naming nobody
-            return None
-        return cls(store, rank, world_size)
-
-    def arrive(self, step: str) -> None:
-        self._store.set(f"{_ARRIVAL_KEY}/{step}/{self._rank}", "1")
-
-    def missing(self, step: str) -> list[tuple[int, str]]:
-        """(rank, node) of every rank that never reached ``step``; node "?" if not known."""
-        store, found = self._store, []
-        for rank in range(self._world):
-            if store.check([f"{_ARRIVAL_KEY}/{step}/{rank}"]):
-                continue
-            host_key = f"{_ARRIVAL_KEY}/host/{rank}"
-            host = store.get(host_key).decode() if store.check([host_key]) else "?"
-            found.append((rank, host))
-        return found
-
-
-def blame_lines(step: str, missing: list[tuple[int, str]]) -> list[str]:
-    """One line per rank that never reached ``step`` (``hpcdist: commcheck: rank 3 on node2
-    never reached all_reduce``, the form ``hpcdist.distributed.badnodes`` reads), at most
-    ``_BLAME_MAX`` and a count of the rest. Pure."""
-    lines = [
-        f"hpcdist: commcheck: rank {rank} on {host} never reached {step}"
-        for rank, host in missing[:_BLAME_MAX]
-    ]
-    if len(missing) > _BLAME_MAX:
-        lines.append(f"hpcdist: commcheck: and {len(missing) - _BLAME_MAX} more ranks")
-    return lines
 
 
 class _Watchdog:
     """Ends the process with a FAIL line when the current step overruns its budget, naming
     the ranks that never reached it where the group's store can tell (``arrivals``)."""
 
-    arrivals: _Arrivals | None = None
+    arrivals: RollCall | None = None
 
     def __init__(self, describe: Callable[[], str]) -> None:
         self._describe = describe
@@ -122,7 +69,7 @@ class _Watchdog:
             self._deadline = time.monotonic() + budget_s
         try:
             if self.arrivals is not None and name in CHECK_STEPS:
-                self.arrivals.arrive(name)
+                self.arrivals.answer(name)
             yield
         finally:
             with self._lock:
@@ -137,21 +84,12 @@ class _Watchdog:
             return self._step
 
     def blame(self, step: str) -> None:
-        """Print who never reached ``step``, asking the store for at most ``_BLAME_WAIT_S``
-        (a store that went with its host must not hold the verdict up)."""
-        arrivals = self.arrivals
-        if arrivals is None or step not in CHECK_STEPS:
+        """Print who never reached ``step`` (the store asked for ``ASK_S`` at most: one
+        that went with its host must not hold the verdict up)."""
+        if self.arrivals is None or step not in CHECK_STEPS:
             return
-        found: list[tuple[int, str]] = []
-
-        def ask() -> None:
-            with contextlib.suppress(Exception):
-                found.extend(arrivals.missing(step))
-
-        asking = threading.Thread(target=ask, name="commcheck-blame", daemon=True)
-        asking.start()
-        asking.join(_BLAME_WAIT_S)
-        for line in blame_lines(step, list(found)):
+        missing = self.arrivals.asked(step)
+        for line in blame_lines("commcheck", missing, f"never reached {step}"):
             print(line, flush=True)
 
     def _watch(self) -> None:
@@ -259,7 +197,7 @@ def main(argv: list[str] | None = None) -> int:
             ctx = setup_distributed(timeout)
         init_s = time.perf_counter() - start
         env, backend = ctx.env, ctx.backend
-        watchdog.arrivals = _Arrivals.of_group(env.rank, env.world_size, env.hostname)
+        watchdog.arrivals = RollCall.of_group(env.rank, env.world_size, env.hostname)
         timings = _check(ctx, timeout, watchdog)
     except DistributedInitError as exc:
         print(f"FAIL: init_process_group: {exc}", flush=True)

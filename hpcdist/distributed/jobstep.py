@@ -26,6 +26,7 @@ import socket
 import stat
 import subprocess
 import sys
+import threading
 from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
@@ -140,13 +141,15 @@ def node_gpus(env: Mapping[str, str], listed: int, cpus: int | None = None) -> l
 def run(args: argparse.Namespace) -> int:
     """srun (``args.command``) with the warning passed on, then the requeue decision."""
     terminated = args.terminated == 1
+    requeueing = threading.Event()  # set as this process asks for the requeue itself
 
     def on_term(signum: int, frame: Any) -> None:
         nonlocal terminated
         terminated = True
         # Said now: a command that requeued the job itself (Lightning) may outlast SLURM's
-        # KillWait, which then ends this process too.
-        said = requeued_by_command(os.environ)
+        # KillWait, which then ends this process too. The TERM of this process's own
+        # requeue is not the command's.
+        said = "" if requeueing.is_set() else requeued_by_command(os.environ)
         if said:
             say(said)
 
@@ -166,14 +169,19 @@ def run(args: argparse.Namespace) -> int:
         relay.attach(child.pid, pending=args.warned == 1)
     code = child.wait()
     status = 128 - code if code < 0 else code  # as bash reports a death by signal
-    return _after_step(args, status, mark, lambda: terminated)
+    return _after_step(args, status, mark, lambda: terminated, requeueing)
 
 
 def _after_step(
-    args: argparse.Namespace, status: int, mark: LogMark, terminated: Callable[[], bool]
+    args: argparse.Namespace,
+    status: int,
+    mark: LogMark,
+    terminated: Callable[[], bool],
+    requeueing: threading.Event,
 ) -> int:
     """The step ended with ``status``: say that the warning killed the command, or requeue
-    the job (rank 0 asked, or a node broke the step); the runner's exit status."""
+    the job (rank 0 asked, or a node broke the step; ``requeueing`` set first); the
+    runner's exit status."""
     marker = Path(os.environ[MARKER_VAR]) if os.environ.get(MARKER_VAR) else None
     asked = checkpointed(status, marker)
     step_log = mark.written_since() if status and not asked else ""
@@ -194,10 +202,12 @@ def _after_step(
             return report(mark, status, os.environ)
         # A node broke the step: the run goes on from its last checkpoint, elsewhere.
         cause = "a node failed the step"
+        requeueing.set()
         requeued = requeue_job(os.environ, args.max_restarts, terminated(), args.script, cause)
         return 0 if requeued else report(mark, status, os.environ)
     if marker is not None:
         marker.unlink(missing_ok=True)
+    requeueing.set()
     requeued = requeue_job(os.environ, args.max_restarts, terminated(), resubmit=args.script)
     return 0 if requeued else report(mark, status, os.environ)
 

@@ -49,6 +49,8 @@ def test_a_killed_rank_requeues_the_run_without_its_node_and_it_completes(
     assert f"hpcdist: node {bad} named by {why}" in log, log
     assert f"hpcdist: excluding node {bad} from the next piece" in log, log
     assert f"hpcdist: a node failed the step, requeueing job {job.job_id}" in log, log
+    # The TERM of hpcdist's own requeue is not taken for the command's (Lightning's).
+    assert "the command requeued job" not in log, log
     assert f"hpcdist: this run is kept off node {bad} ({why}, until " in log, log
     pieces = re.findall(r"^hpcdist: job \d+ on (\S+), restart (\d+)$", log, re.M)
     assert [restart for _, restart in pieces] == ["0", "1"], log
@@ -67,19 +69,47 @@ def test_a_killed_rank_requeues_the_run_without_its_node_and_it_completes(
     print(f"measured: {launcher}: rank 1 killed on {bad}; requeued on {pieces[1][0]}, COMPLETED")
 
 
+def test_a_training_rank_that_hangs_is_named_and_the_run_goes_on_without_its_node(
+    slurm_cluster: SlurmCluster, tmp_path: Path
+) -> None:
+    # Rank 1 stops (SIGSTOP: alive, silent, as a rank on a sick node hangs) while the first
+    # piece trains; the others' next collective times out after --collective-timeout 5 s.
+    script = _training_job(tmp_path, "hangs", EPOCHS, collective_timeout=5)
+    job = sbatch(script, cwd=tmp_path, wait=False)
+    checkpoint = tmp_path / "runs" / str(job.job_id) / "checkpoint.pt"
+    _wait_for(checkpoint.exists, 180, "the first checkpoint")
+    pid = _rank_pid(str(tmp_path / "hangs.yaml"), 1)
+    assert pid is not None, "rank 1's process not found"
+    bad = _node_of(pid)
+    os.kill(pid, signal.SIGSTOP)
+    state = _follow(job.job_id, timeout=600)
+    log = _log(tmp_path, "hangs", job.job_id)
+    assert state == "COMPLETED", log
+    # Rank 0 saw the collective time out, rank 1 never answered: named once, with its node.
+    never = "never answered after a collective failed"
+    assert log.count(f"hpcdist: training: rank 1 on {bad} {never}") == 1, log
+    assert f"hpcdist: node {bad} named by rank 1 {never}" in log, log
+    pieces = re.findall(r"^hpcdist: job \d+ on (\S+), restart (\d+)$", log, re.M)
+    assert [restart for _, restart in pieces] == ["0", "1"], log
+    assert "the command requeued job" not in log, log
+    second = run_slurm("scontrol", "show", "hostnames", pieces[1][0]).stdout.split()
+    assert bad not in second and len(second) == 2, pieces
+    print(f"measured: training rank 1 stopped on {bad}; requeued on {pieces[1][0]}, COMPLETED")
+
+
 # The communication check, with the rank on the job's second node stalled before the
 # all_reduce in the job's first run (as a rank on a sick node would stall): its arrival is
 # never noted in the group's store. Anywhere else the check runs as shipped.
 STALLS_ON_THE_SECOND_NODE = """\
 import os, sys, time
-from hpcdist.distributed import commcheck
+from hpcdist.distributed import commcheck, rollcall
 first_run = os.environ.get("SLURM_RESTART_COUNT", "0") == "0"
-noted = commcheck._Arrivals.arrive
+noted = rollcall.RollCall.answer
 def arrive(self, step):
     if step == "all_reduce" and first_run and os.environ["SLURM_NODEID"] == "1":
         time.sleep(600)
     noted(self, step)
-commcheck._Arrivals.arrive = arrive
+rollcall.RollCall.answer = arrive
 raise SystemExit(commcheck.main(sys.argv[1:]))
 """
 

@@ -33,12 +33,13 @@ from typing import Any, Protocol
 import torch
 import torch.distributed as dist
 
-from hpcdist.distributed import DistContext
+from hpcdist.distributed import DistContext, collective_timeout_s
 from ufsemulator.training import crossnode
 
 SHM_DIR = Path("/dev/shm")
 # A rank that is alive but never arrives (hung) must not leave the others spinning for
-# ever; one that has exited is noticed within a second (its process id is in the segment).
+# ever: they wait the job's --collective-timeout, this long without one; one that has exited
+# is noticed within a second (its process id is in the segment).
 ARRIVAL_TIMEOUT_S = 600.0
 _BUSY_SPINS = 50  # looks at the counters (about 1 us each) before yielding the core
 # The symmetric memory's set-up (allocate, map every GPU's buffer, test) made a 2-GPU job
@@ -129,7 +130,7 @@ class SharedMemoryAllReduce:
 
     def _check_peers(self, step: int, waited: float) -> None:
         """Raise if a late rank's process is gone (a crashed rank never arrives) or the
-        wait has lasted ARRIVAL_TIMEOUT_S."""
+        wait has lasted the job's collective timeout (``ARRIVAL_TIMEOUT_S`` without one)."""
         late = [r for r in range(self.world) if self.counters[r] < step]
         for r in late:
             pid = int(self._pids[r])
@@ -138,10 +139,11 @@ class SharedMemoryAllReduce:
                     f"shared-memory all-reduce: rank {r} (process {pid}) has "
                     f"exited; step {step} cannot complete"
                 )
-        if waited > ARRIVAL_TIMEOUT_S:
+        limit = collective_timeout_s(os.environ, default=ARRIVAL_TIMEOUT_S)
+        if waited > limit:
             raise RuntimeError(
                 f"shared-memory all-reduce: rank(s) {late} did not reach "
-                f"step {step} within {ARRIVAL_TIMEOUT_S:.0f} s"
+                f"step {step} within {limit:g} s"
             )
 
 

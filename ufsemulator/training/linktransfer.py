@@ -14,7 +14,7 @@ import socket
 import time
 from dataclasses import dataclass
 
-from ufsemulator.training.peerlinks import EXCHANGE_TIMEOUT_S, SPIN_S
+from ufsemulator.training.peerlinks import SPIN_S, exchange_timeout_s
 
 _FAILED = select.POLLERR | select.POLLHUP | select.POLLNVAL
 
@@ -42,7 +42,7 @@ def transfer(
 ) -> None:
     """Send ``sends[peer]`` to and fill ``recvs[peer]`` from each peer at once; returns
     when every byte is through. Raises naming the peer on a closed link or silence for
-    ``EXCHANGE_TIMEOUT_S``. ``what`` names the exchange in errors."""
+    the job's collective timeout (``exchange_timeout_s``). ``what`` names the exchange in errors."""
     empty = memoryview(b"")
     links = {}
     for peer in sends.keys() | recvs.keys():
@@ -53,13 +53,14 @@ def transfer(
     for fd, link in links.items():
         poller.register(fd, link.mask())
     spin_until = time.perf_counter() + SPIN_S
-    deadline = time.monotonic() + EXCHANGE_TIMEOUT_S
+    timeout_s = exchange_timeout_s()
+    deadline = time.monotonic() + timeout_s
     while links:
         spinning = time.perf_counter() < spin_until
         events = poller.poll(0 if spinning else 1000)
         if not events and not spinning and time.monotonic() > deadline:
             late = sorted(link.peer for link in links.values())
-            raise RuntimeError(f"{what}: rank(s) {late} silent for {EXCHANGE_TIMEOUT_S:.0f} s")
+            raise RuntimeError(f"{what}: rank(s) {late} silent for {timeout_s:g} s")
         for fd, event in events:
             link = links[fd]
             _move(what, link, event)

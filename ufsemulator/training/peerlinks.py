@@ -30,14 +30,22 @@ from dataclasses import dataclass
 import torch
 import torch.distributed as dist
 
-from hpcdist.distributed import DistContext
+from hpcdist.distributed import DistContext, collective_timeout_s
 
 CONNECT_TIMEOUT_S = 60.0
 HELLO_TIMEOUT_S = 1.0  # a connection that has not proved itself by then is closed
 MAX_PENDING = 64  # unproven connections held at once; beyond, the oldest is closed
-# A peer that is alive but never sends must not hold the others for ever; the process
-# group's own collectives have the job's timeout, this is the exchanges'.
+# A peer that is alive but never sends must not hold the others for ever: the exchanges
+# wait the job's --collective-timeout, as the group's own collectives do; this long without.
 EXCHANGE_TIMEOUT_S = 600.0
+
+
+def exchange_timeout_s() -> float:
+    """Seconds an exchange waits for a silent peer: the job's ``--collective-timeout``,
+    else ``EXCHANGE_TIMEOUT_S``."""
+    return collective_timeout_s(os.environ, default=EXCHANGE_TIMEOUT_S)
+
+
 HELLO = struct.Struct("!I32s")  # the connecting rank, the listener's token
 # Look without sleeping this long before sleeping in poll: a peer on cores of its own
 # arrives within microseconds, while waking a sleeping thread (on a virtual machine, its

@@ -33,6 +33,7 @@ from hpcdist.distributed import (
     cleanup_distributed,
     continue_run,
     record_piece,
+    rollcall,
     setup_distributed,
     single_process,
 )
@@ -151,14 +152,19 @@ def train(  # noqa: PLR0913 - the public entry point: callers name the keyword-o
     # setup_distributed exports MASTER_PORT, RANK, ... for the code below it; a later
     # train() in this process must not mistake them for a launcher's (stale port).
     saved_env = {var: os.environ.get(var) for var in _EXPORTED_VARS}
-    failed = True
+    failed, roll = True, None
     try:
         with _stop_on_signal(_stop_signal_names(config), flag):
             ctx = _context(config)
+            roll = _roll_call(ctx)
             clock.group = time.perf_counter()
             result = _train(ctx, inputs, clock)
             failed = False
             return result
+    except Exception as exc:
+        if roll is not None:  # a collective that timed out: name the ranks that hung or died
+            rollcall.after_failure(roll, exc, "training")
+        raise
     finally:
         cleanup_distributed(after_error=failed)  # aborts NCCL's communicators after an error
         _restore_environ(saved_env)
@@ -232,6 +238,15 @@ class _Clock:
             checkpoint_s=times.checkpoint_s if times is not None else 0.0,
             export_s=0.0,
         )
+
+
+def _roll_call(ctx: DistContext) -> rollcall.RollCall | None:
+    """Where several ranks train, each notes its node in the group's store: a rank that
+    sees a collective fail can then name the ranks that never answered, and their nodes."""
+    env = ctx.env
+    if not grouped() or env.world_size < 2:
+        return None
+    return rollcall.RollCall.of_group(env.rank, env.world_size, env.hostname)
 
 
 def _context(config: Config) -> DistContext:

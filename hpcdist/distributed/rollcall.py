@@ -1,0 +1,155 @@
+"""Who is missing: the ranks of a process group that never reached a point, with their nodes.
+
+Each rank notes its node in the group's own store once it has joined (``RollCall.of_group``)
+and its arrival at a named point (``answer``). A rank that sees a collective fail asks which
+ranks never arrived (``missing``, or ``awaited`` while the others are still on their way,
+each asked in a thread of its own: a store gone with its host, or held by a stopped one,
+holds the verdict up by ``ASK_S`` at most) and prints one line for each (``blame_lines``), in
+the form ``hpcdist.distributed.badnodes`` reads: the node of a rank that hung or died is
+kept out of the run's next piece. The communication check (``commcheck``) notes every step;
+the training (``ufsemulator.training.train``) answers once, after a collective failed.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import re
+import sys
+import threading
+import time
+from typing import Any
+
+_KEY = "hpcdist/rollcall"
+ASK_S = 5.0  # the store is asked this long at most for one verdict
+BLAME_MAX = 8  # ranks named one per line; the rest counted
+_POLL_S = 0.2
+
+# An error of a collective that lost a peer or waited for it in vain: torch's timeouts
+# (gloo's "Timed out waiting", the store's, NCCL's watchdog), a connection a peer's end
+# closed or reset, and the gradient exchanges' own ("rank(s) [3] silent for 600 s", "did
+# not reach step", "has exited").
+_PEER_FAILED = re.compile(
+    r"timed? ?out|timeout|silent for|did not reach|has exited|closed by peer|"
+    r"connection (?:reset|closed|refused)|broken pipe",
+    re.I,
+)
+# ``blame_lines``, as read back: who wrote it, the rank, its node, what it never did.
+BLAME_LINE = re.compile(
+    r"^(?:\d+: )?hpcdist: (?:commcheck|training): rank (\d+) on (\S+) (never [^\n]+?)\s*$",
+    re.M,
+)
+
+
+def lost_a_peer(exc: BaseException) -> bool:
+    """Whether ``exc`` says a collective timed out or lost a peer (a rank that hung or
+    died), rather than an error of this rank's own."""
+    return bool(_PEER_FAILED.search(f"{type(exc).__name__}: {exc}"))
+
+
+class RollCall:
+    """Which ranks reached which point, kept in the process group's own store."""
+
+    def __init__(self, store: Any, rank: int, world_size: int) -> None:
+        self._store = store
+        self.rank = rank
+        self.world_size = world_size
+
+    @classmethod
+    def of_group(cls, rank: int, world_size: int, hostname: str) -> RollCall | None:
+        """The roll call of the default group, this rank's node noted (None where the
+        group has no store to share: nobody can be named then)."""
+        try:
+            from torch.distributed import distributed_c10d
+
+            store = distributed_c10d._get_default_store()
+            store.set(f"{_KEY}/host/{rank}", hostname)
+        except Exception:
+            return None
+        return cls(store, rank, world_size)
+
+    def answer(self, point: str) -> None:
+        self._store.set(f"{_KEY}/{point}/{self.rank}", "1")
+
+    def missing(self, point: str) -> list[tuple[int, str]]:
+        """(rank, node) of every rank that never reached ``point``; node "?" if not known."""
+        store, found = self._store, []
+        for rank in range(self.world_size):
+            if store.check([f"{_KEY}/{point}/{rank}"]):
+                continue
+            host_key = f"{_KEY}/host/{rank}"
+            host = store.get(host_key).decode() if store.check([host_key]) else "?"
+            found.append((rank, host))
+        return found
+
+    def asked(self, point: str) -> list[tuple[int, str]]:
+        """``missing``, asked for ``ASK_S`` at most ([] where the store did not answer)."""
+        return _within(ASK_S, lambda: self.missing(point)) or []
+
+    def awaited(self, point: str, wait_s: float) -> list[tuple[int, str]]:
+        """The ranks still missing at ``point`` after waiting ``wait_s`` for them to arrive
+        (sooner when all have); [] where the store stops answering."""
+        deadline = time.monotonic() + wait_s
+        while True:
+            found = _within(ASK_S, lambda: self.missing(point))
+            if not found or time.monotonic() >= deadline:
+                return found or []
+            time.sleep(_POLL_S)
+
+    def first_to(self, what: str) -> bool:
+        """True for the one rank that asks first (its lines are printed once, not by every
+        rank that saw the failure); False for the others, or when the store is gone."""
+        count = _within(ASK_S, lambda: self._store.add(f"{_KEY}/first/{what}", 1))
+        return count == 1
+
+
+def _within(seconds: float, ask: Any) -> Any:
+    found: list[Any] = []
+
+    def run() -> None:
+        with contextlib.suppress(Exception):
+            found.append(ask())
+
+    asking = threading.Thread(target=run, name="hpcdist-rollcall", daemon=True)
+    asking.start()
+    asking.join(seconds)
+    return found[0] if found else None
+
+
+def blame_lines(who: str, missing: list[tuple[int, str]], what: str) -> list[str]:
+    """One line per missing rank (``hpcdist: commcheck: rank 3 on node2 never reached
+    all_reduce``; ``what`` starts with "never"), at most ``BLAME_MAX`` and a count of the
+    rest. Pure."""
+    lines = [f"hpcdist: {who}: rank {rank} on {host} {what}" for rank, host in missing[:BLAME_MAX]]
+    if len(missing) > BLAME_MAX:
+        lines.append(f"hpcdist: {who}: and {len(missing) - BLAME_MAX} more ranks")
+    return lines
+
+
+# How long a rank that saw a collective fail waits for the others to answer: they saw it
+# fail too, within a step of each other, unless they hang or died.
+ANSWER_WAIT_S = 15.0
+_FAILED_POINT = "failed"
+NEVER_ANSWERED = "never answered after a collective failed"
+
+
+def after_failure(
+    call: RollCall, exc: BaseException, who: str, wait_s: float = ANSWER_WAIT_S
+) -> list[str]:
+    """This rank answers that it saw ``exc``. Where ``exc`` says a collective lost a peer,
+    it waits ``wait_s`` at most for the others to answer too, and the first rank to finish
+    waiting prints one line (stderr) for each that did not: its lines are returned."""
+
+    def note() -> bool:
+        call.answer(_FAILED_POINT)
+        return True
+
+    answered = _within(ASK_S, note)
+    if not answered or not lost_a_peer(exc):
+        return []  # this rank's own error, or a store gone with its host: nobody to ask
+    missing = call.awaited(_FAILED_POINT, wait_s)
+    if not missing or not call.first_to("blame"):
+        return []
+    lines = blame_lines(who, missing, NEVER_ANSWERED)
+    for line in lines:
+        print(line, file=sys.stderr, flush=True)
+    return lines

@@ -1,0 +1,121 @@
+"""The roll call: which ranks never reached a point, named with their nodes, and read back.
+
+The store is torch's own TCPStore (one process holds it, as rank 0 does in a job)."""
+
+from __future__ import annotations
+
+import time
+from datetime import timedelta
+
+import pytest
+
+from hpcdist.distributed.badnodes import named_nodes
+from hpcdist.distributed.rollcall import BLAME_MAX, RollCall, blame_lines, lost_a_peer
+
+
+def test_blame_lines_name_each_missing_rank_then_count_the_rest() -> None:
+    assert blame_lines("commcheck", [], "never reached barrier") == []
+    assert blame_lines("commcheck", [(3, "node2")], "never reached all_reduce") == [
+        "hpcdist: commcheck: rank 3 on node2 never reached all_reduce"
+    ]
+    exactly = [(rank, f"node{rank}") for rank in range(BLAME_MAX)]
+    assert len(blame_lines("training", exactly, "never answered")) == BLAME_MAX
+    many = [(rank, f"node{rank}") for rank in range(BLAME_MAX + 2)]
+    lines = blame_lines("training", many, "never answered")
+    assert len(lines) == BLAME_MAX + 1
+    assert lines[BLAME_MAX - 1] == "hpcdist: training: rank 7 on node7 never answered"
+    assert lines[BLAME_MAX] == "hpcdist: training: and 2 more ranks"
+
+
+@pytest.mark.parametrize("who", ["commcheck", "training"])
+def test_blame_lines_are_read_back_as_the_nodes_to_keep_off(who: str) -> None:
+    what = "never answered after a collective failed"
+    lines = blame_lines(who, [(1, "node2"), (5, "gpu-a17")], what)
+    log = "\n".join(["1: some output", *(f"0: {line}" for line in lines), "srun: done"])
+    assert named_nodes(log, ["node1", "node2", "gpu-a17"]) == [
+        ("node2", f"rank 1 {what}"),
+        ("gpu-a17", f"rank 5 {what}"),
+    ]
+    # A node that is not the job's is never recorded; another program's line names nothing.
+    assert named_nodes(log, ["node1", "node2"]) == [("node2", f"rank 1 {what}")]
+    assert named_nodes(f"hpcdist: report: rank 1 on node2 {what}", ["node2"]) == []
+
+
+@pytest.mark.parametrize(
+    "message",
+    [
+        "[../third_party/gloo/gloo/transport/tcp/pair.cc:534] Timed out waiting 5000ms for recv",
+        "Watchdog caught collective operation timeout: WorkNCCL(SeqNum=7, OpType=ALLREDUCE)",
+        "peer exchange: rank(s) [3] silent for 600 s",
+        "shared-memory all-reduce: rank(s) [2] did not reach step 9 within 600 s",
+        "shared-memory all-reduce: rank 1 (process 4242) has exited; step 3 cannot complete",
+        "[gloo/transport/tcp/pair.cc:598] Connection closed by peer [10.0.0.2]:41234",
+        "Connection reset by peer",
+    ],
+)
+def test_a_collective_that_lost_a_peer_is_told_from_a_rank_s_own_error(message: str) -> None:
+    assert lost_a_peer(RuntimeError(message))
+
+
+@pytest.mark.parametrize(
+    "exc",
+    [
+        ValueError("input 'aice' not in the data set"),
+        RuntimeError("CUDA out of memory. Tried to allocate 2.00 GiB"),
+        KeyError("sst"),
+    ],
+)
+def test_a_rank_s_own_error_is_not_a_lost_peer(exc: Exception) -> None:
+    assert not lost_a_peer(exc)
+
+
+@pytest.fixture
+def store():  # type: ignore[no-untyped-def]
+    from torch.distributed import TCPStore
+
+    return TCPStore("127.0.0.1", 0, is_master=True, timeout=timedelta(seconds=5))
+
+
+def test_missing_names_each_rank_that_never_answered_with_its_node(store) -> None:  # type: ignore[no-untyped-def]
+    calls = [RollCall(store, rank, 4) for rank in range(4)]
+    for rank in (0, 1, 3):
+        store.set(f"hpcdist/rollcall/host/{rank}", f"node{rank + 1}")
+    for call in calls[:2]:
+        call.answer("failed")
+    # rank 2 never said where it runs: "?"; rank 3 did, but never answered.
+    assert calls[0].missing("failed") == [(2, "?"), (3, "node4")]
+    calls[2].answer("failed")
+    calls[3].answer("failed")
+    assert calls[0].missing("failed") == []
+    assert calls[0].missing("other point") == [(0, "node1"), (1, "node2"), (2, "?"), (3, "node4")]
+
+
+def test_awaited_returns_once_everyone_answered_and_not_before(store) -> None:  # type: ignore[no-untyped-def]
+    calls = [RollCall(store, rank, 2) for rank in range(2)]
+    calls[0].answer("failed")
+    started = time.monotonic()
+    assert calls[0].awaited("failed", 0.6) == [(1, "?")]
+    assert time.monotonic() - started >= 0.6
+    calls[1].answer("failed")
+    started = time.monotonic()
+    assert calls[0].awaited("failed", 30.0) == []
+    assert time.monotonic() - started < 5.0
+
+
+def test_only_the_first_rank_to_ask_prints(store) -> None:  # type: ignore[no-untyped-def]
+    calls = [RollCall(store, rank, 3) for rank in range(3)]
+    assert [call.first_to("blame") for call in calls] == [True, False, False]
+    assert calls[2].first_to("another verdict")
+
+
+def test_a_store_that_no_longer_answers_names_nobody() -> None:
+    class Gone:
+        def check(self, keys: list[str]) -> bool:
+            raise RuntimeError("Connection reset by peer")
+
+        def add(self, key: str, value: int) -> int:
+            raise RuntimeError("Connection reset by peer")
+
+    call = RollCall(Gone(), 0, 2)
+    assert call.asked("failed") == [] and call.awaited("failed", 0.3) == []
+    assert not call.first_to("blame")

@@ -1,0 +1,86 @@
+"""A rank that hangs mid-training (SIGSTOP: alive and silent, as on a sick node) is named
+with its node by the ranks whose collective timed out, once, within the job's
+``--collective-timeout`` (``HPCDIST_COLLECTIVE_TIMEOUT``) and the roll call's wait."""
+
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+from hpcdist.distributed.badnodes import named_nodes
+from hpcdist.distributed.rollcall import ANSWER_WAIT_S, NEVER_ANSWERED
+
+REPO = Path(__file__).resolve().parents[3]
+CONFIG = """\
+data: {mask: ocean}
+training: {epochs: 400, lr: 1.0e-3, early_stopping_patience: 0, checkpoint_every: 10}
+"""
+TIMEOUT_S = 3
+
+
+def _free_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return int(probe.getsockname()[1])
+
+
+def test_a_rank_that_hangs_in_training_is_named_with_its_node(tmp_path: Path) -> None:
+    (tmp_path / "c.yaml").write_text(CONFIG)
+    port, world, procs = _free_port(), 3, []
+    for rank in range(world):
+        env = {k: v for k, v in os.environ.items() if not k.startswith(("SLURM", "SUBMITIT_"))}
+        env.update(
+            RANK=str(rank),
+            WORLD_SIZE=str(world),
+            LOCAL_RANK=str(rank),
+            LOCAL_WORLD_SIZE=str(world),
+            GROUP_RANK="0",
+            MASTER_ADDR="127.0.0.1",
+            MASTER_PORT=str(port),
+            SLURMD_NODENAME=f"node{rank + 1}",
+            HPCDIST_COLLECTIVE_TIMEOUT=str(TIMEOUT_S),
+            HPCDIST_DATA_DIR=str(tmp_path / "data"),
+            OMP_NUM_THREADS="1",
+            PYTHONPATH=str(REPO),
+        )
+        procs.append(
+            subprocess.Popen(
+                [sys.executable, "-m", "ufsemulator", "train", "--config", "c.yaml"],
+                env=env,
+                cwd=tmp_path,
+                stdout=(tmp_path / f"rank{rank}.log").open("w"),
+                stderr=subprocess.STDOUT,
+            )
+        )
+    try:
+        deadline = time.monotonic() + 240
+        while not list(tmp_path.glob("runs/*/checkpoint.pt")):
+            assert time.monotonic() < deadline, "no checkpoint within 240 s"
+            assert all(p.poll() is None for p in procs), "a rank ended before the stop"
+            time.sleep(0.2)
+        os.kill(procs[2].pid, signal.SIGSTOP)
+        stopped = time.monotonic()
+        codes = [p.wait(timeout=300) for p in procs[:2]]
+        waited = time.monotonic() - stopped
+    finally:
+        for proc in procs:
+            proc.kill()
+            proc.wait()
+    logs = [(tmp_path / f"rank{rank}.log").read_text() for rank in range(2)]
+    assert codes == [1, 1], logs
+    # Named once (the first rank to finish waiting), with the node it ran on; the line is
+    # what the bad-node record reads.
+    line = f"hpcdist: training: rank 2 on node3 {NEVER_ANSWERED}"
+    said = [x for log in logs for x in log.splitlines() if x.startswith("hpcdist: training:")]
+    assert said == [line], logs
+    assert named_nodes("".join(logs), ["node1", "node2", "node3"]) == [
+        ("node3", f"rank 2 {NEVER_ANSWERED}")
+    ]
+    # The job's collective timeout ended the wait, not the exchanges' 600 s default.
+    assert waited >= TIMEOUT_S + ANSWER_WAIT_S - 1, waited
+    assert waited < 200, waited
