@@ -26,6 +26,7 @@ if TYPE_CHECKING:
         heartbeat_for,
         record_piece,
     )
+    from hpcdist.distributed.rollcall import RollCall, name_the_missing
     from hpcdist.distributed.warnlead import (
         CheckpointTiming,
         last_checkpoint_time,
@@ -55,6 +56,7 @@ __all__ = [
     "DistributedInitError",
     "HeartbeatWriter",
     "NodeListError",
+    "RollCall",
     "Source",
     "allocated_gpus",
     "cleanup_distributed",
@@ -67,6 +69,7 @@ __all__ = [
     "flight_recorder_files",
     "heartbeat_for",
     "last_checkpoint_time",
+    "name_the_missing",
     "network_hint",
     "record_checkpoint_time",
     "record_piece",
@@ -98,6 +101,9 @@ _FACTS = {
     "last_checkpoint_time": "hpcdist.distributed.warnlead",
     "record_checkpoint_time": "hpcdist.distributed.warnlead",
     "watch_job_end": "hpcdist.distributed.warnlead",
+    # Who never answered after a collective failed, with their nodes.
+    "RollCall": "hpcdist.distributed.rollcall",
+    "name_the_missing": "hpcdist.distributed.rollcall",
 }
 
 

@@ -132,7 +132,7 @@ _FAILED_POINT = "failed"
 NEVER_ANSWERED = "never answered after a collective failed"
 
 
-def after_failure(
+def name_the_missing(
     call: RollCall, exc: BaseException, who: str, wait_s: float = ANSWER_WAIT_S
 ) -> list[str]:
     """This rank answers that it saw ``exc``. Where ``exc`` says a collective lost a peer,

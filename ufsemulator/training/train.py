@@ -30,10 +30,11 @@ from hpcdist.distributed import (
     RUN_ID_VAR,
     DistContext,
     DistEnv,
+    RollCall,
     cleanup_distributed,
     continue_run,
+    name_the_missing,
     record_piece,
-    rollcall,
     setup_distributed,
     single_process,
 )
@@ -163,7 +164,7 @@ def train(  # noqa: PLR0913 - the public entry point: callers name the keyword-o
             return result
     except Exception as exc:
         if roll is not None:  # a collective that timed out: name the ranks that hung or died
-            rollcall.after_failure(roll, exc, "training")
+            name_the_missing(roll, exc, "training")
         raise
     finally:
         cleanup_distributed(after_error=failed)  # aborts NCCL's communicators after an error
@@ -240,13 +241,13 @@ class _Clock:
         )
 
 
-def _roll_call(ctx: DistContext) -> rollcall.RollCall | None:
+def _roll_call(ctx: DistContext) -> RollCall | None:
     """Where several ranks train, each notes its node in the group's store: a rank that
     sees a collective fail can then name the ranks that never answered, and their nodes."""
     env = ctx.env
     if not grouped() or env.world_size < 2:
         return None
-    return rollcall.RollCall.of_group(env.rank, env.world_size, env.hostname)
+    return RollCall.of_group(env.rank, env.world_size, env.hostname)
 
 
 def _context(config: Config) -> DistContext:
