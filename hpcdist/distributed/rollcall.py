@@ -24,15 +24,12 @@ ASK_S = 5.0  # the store is asked this long at most for one verdict
 BLAME_MAX = 8  # ranks named one per line; the rest counted
 _POLL_S = 0.2
 
-# An error of a collective that lost a peer or waited for it in vain: torch's timeouts
-# (gloo's "Timed out waiting", the store's, NCCL's watchdog), a connection a peer's end
-# closed or reset, and the gradient exchanges' own ("rank(s) [3] silent for 600 s", "did
-# not reach step", "has exited").
-_PEER_FAILED = re.compile(
-    r"timed? ?out|timeout|silent for|did not reach|has exited|closed by peer|"
-    r"connection (?:reset|closed|refused)|broken pipe",
-    re.I,
-)
+# An error of a collective that waited for a peer in vain: torch's timeouts (gloo's "Timed
+# out waiting", the store's, NCCL's watchdog) and the gradient exchanges' own ("rank(s) [3]
+# silent for 600 s", "did not reach step"). A peer that died closes its connections instead
+# ("Connection closed by peer", "has exited"): srun or torchrun's agent names that rank and
+# its node, and the ranks left must not linger (srun ends them within its KillWait).
+_TIMED_OUT = re.compile(r"timed? ?out|timeout|silent for|did not reach", re.I)
 # ``blame_lines``, as read back: who wrote it, the rank, its node, what it never did.
 BLAME_LINE = re.compile(
     r"^(?:\d+: )?hpcdist: (?:commcheck|training): rank (\d+) on (\S+) (never [^\n]+?)\s*$",
@@ -40,10 +37,10 @@ BLAME_LINE = re.compile(
 )
 
 
-def lost_a_peer(exc: BaseException) -> bool:
-    """Whether ``exc`` says a collective timed out or lost a peer (a rank that hung or
-    died), rather than an error of this rank's own."""
-    return bool(_PEER_FAILED.search(f"{type(exc).__name__}: {exc}"))
+def timed_out(exc: BaseException) -> bool:
+    """Whether ``exc`` says a collective waited for a peer in vain (a rank that hangs),
+    rather than a peer's death or an error of this rank's own."""
+    return bool(_TIMED_OUT.search(f"{type(exc).__name__}: {exc}"))
 
 
 class RollCall:
@@ -135,7 +132,7 @@ NEVER_ANSWERED = "never answered after a collective failed"
 def name_the_missing(
     call: RollCall, exc: BaseException, who: str, wait_s: float = ANSWER_WAIT_S
 ) -> list[str]:
-    """This rank answers that it saw ``exc``. Where ``exc`` says a collective lost a peer,
+    """This rank answers that it saw ``exc``. Where ``exc`` says a collective timed out,
     it waits ``wait_s`` at most for the others to answer too, and the first rank to finish
     waiting prints one line (stderr) for each that did not: its lines are returned."""
 
@@ -144,7 +141,7 @@ def name_the_missing(
         return True
 
     answered = _within(ASK_S, note)
-    if not answered or not lost_a_peer(exc):
+    if not answered or not timed_out(exc):
         return []  # this rank's own error, or a store gone with its host: nobody to ask
     missing = call.awaited(_FAILED_POINT, wait_s)
     if not missing or not call.first_to("blame"):
