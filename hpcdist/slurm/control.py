@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import re
 import shutil
+import signal
 import subprocess
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -99,11 +100,7 @@ def exclude_nodes(job: str, nodes: Sequence[str]) -> bool:
     updated right after ``requeue``, while it waits out the requeue's hold (BeginTime)."""
     # The job's own exclusions (its --exclude, earlier pieces') are kept.
     listed = ",".join([*excluded_nodes(job), *nodes])
-    argv = ["scontrol", "update", f"JobId={job}", f"ExcNodeList={listed}"]
-    try:
-        return subprocess.run(argv, timeout=SCONTROL_TIMEOUT_S).returncode == 0
-    except (OSError, subprocess.SubprocessError):
-        return False
+    return _changed(["scontrol", "update", f"JobId={job}", f"ExcNodeList={listed}"])
 
 
 _RESTARTS = re.compile(r"\bRestarts=([0-9]+)")
@@ -130,11 +127,23 @@ def requeued_by_slurm(job: str, restart_count: str | None) -> bool:
 
 def requeue(target: str) -> bool:
     """``scontrol requeue`` a job or an array task; whether SLURM did."""
+    return _changed(["scontrol", "requeue", target])
+
+
+def _changed(argv: list[str]) -> bool:
+    """Run an ``scontrol`` that changes this job; whether it succeeded. The requeue ends
+    the job's processes with TERM: the command ignores it (``_ignore_term``), so that one
+    still running when it comes (the requeue's own, the exclusion after it, seconds
+    later on a loaded host) is not killed half-way and taken for a refusal."""
     try:
-        argv = ["scontrol", "requeue", target]
-        return subprocess.run(argv, timeout=SCONTROL_TIMEOUT_S).returncode == 0
+        done = subprocess.run(argv, timeout=SCONTROL_TIMEOUT_S, preexec_fn=_ignore_term)
     except (OSError, subprocess.SubprocessError):
         return False
+    return done.returncode == 0
+
+
+def _ignore_term() -> None:
+    signal.signal(signal.SIGTERM, signal.SIG_IGN)
 
 
 def resubmit(
