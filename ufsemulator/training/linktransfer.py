@@ -2,7 +2,7 @@
 
 The gradient exchanges send and receive on several links together (every peer for the
 direct exchange, one partner per round for recursive halving). One thread does it all
-with non-blocking sockets and ``poll``: it looks without sleeping for ``SPIN_S`` first
+with non-blocking sockets and ``poll``: it looks without sleeping for ``spin_s()`` first
 (a peer on cores of its own answers within microseconds, while waking a sleeping thread
 costs tens to hundreds of them), then sleeps in ``poll``.
 """
@@ -14,7 +14,7 @@ import socket
 import time
 from dataclasses import dataclass
 
-from ufsemulator.training.peerlinks import SPIN_S, exchange_timeout_s
+from ufsemulator.training.peerlinks import exchange_timeout_s, spin_s
 
 _FAILED = select.POLLERR | select.POLLHUP | select.POLLNVAL
 
@@ -52,7 +52,7 @@ def transfer(
     poller = select.poll()
     for fd, link in links.items():
         poller.register(fd, link.mask())
-    spin_until = time.perf_counter() + SPIN_S
+    spin_until = time.perf_counter() + spin_s()
     timeout_s = exchange_timeout_s()
     deadline = time.monotonic() + timeout_s
     while links:

@@ -26,6 +26,7 @@ import struct
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
+from functools import lru_cache
 
 import torch
 import torch.distributed as dist
@@ -49,8 +50,23 @@ def exchange_timeout_s() -> float:
 HELLO = struct.Struct("!I32s")  # the connecting rank, the listener's token
 # Look without sleeping this long before sleeping in poll: a peer on cores of its own
 # arrives within microseconds, while waking a sleeping thread (on a virtual machine, its
-# virtual CPU) costs tens to hundreds of them.
-SPIN_S = 200e-6
+# virtual CPU) costs tens to hundreds of them, in every round the peer came late (2 log2 N
+# rounds for halving). A rank on cores of its own waits spinning for up to SPIN_OWN_S; one
+# that shares its cores with the host's other ranks only SPIN_SHARED_S, since its spinning
+# would take the core a late peer needs.
+SPIN_SHARED_S = 200e-6
+SPIN_OWN_S = 5e-3
+
+
+@lru_cache(maxsize=1)
+def spin_s() -> float:
+    """How long this rank spins before it sleeps in ``poll``: ``SPIN_OWN_S`` where the
+    host's ranks (``LOCAL_WORLD_SIZE``) fit on its CPUs with as many as this process may
+    run on (bound to cores of their own, as ``srun --cpu-bind=cores`` does, or one rank a
+    host), else ``SPIN_SHARED_S``."""
+    mine = len(os.sched_getaffinity(0))
+    local = int(os.environ.get("LOCAL_WORLD_SIZE", "").strip() or 1)
+    return SPIN_OWN_S if local * mine <= (os.cpu_count() or 1) else SPIN_SHARED_S
 
 
 def connect_links(ctx: DistContext, wanted: set[int]) -> dict[int, socket.socket]:
