@@ -1,10 +1,10 @@
 """The epoch/step loop: data-parallel or FSDP, gradient accumulation, validation, checkpoints.
 
 A step is one optimiser update (``grad_accum_steps`` micro-batches of ``batch_size``
-rows per rank). At step boundaries the ranks agree on a stop request (an all_reduce MAX
-started every ``preemption.check_every_steps`` steps, its answer read at the next check,
-and one at every epoch end: ``StopAgreement``); rank 0 then checkpoints the step within the
-epoch, and a resumed run replays the same permutation from that step on.
+rows per rank). At step boundaries the ranks agree on a stop request (one all_reduce
+MAX every ``preemption.check_every_steps`` steps, and at every epoch end); rank 0 then
+checkpoints the step within the epoch, and a resumed run replays the same permutation
+from that step on.
 
 The step is launch-bound (a 9,345-parameter MLP), so nothing in it waits for the device:
 the loss is summed on the device and read at the epoch end, the stop agreement runs on
@@ -150,7 +150,6 @@ class Loop:
         # a CPU (gloo) group agrees on it without touching the GPU.
         on_gpu = ctx.device.type == "cuda" and grouped()
         self._flag_group = dist.new_group(backend="gloo") if on_gpu else None
-        self._agreement = StopAgreement(self._flag_group)
         # Every checkpoint's SHA-256 goes to the private state: auto-resume trusts only those.
         # Every write walks to the run folder from the working folder again, checking each
         # folder it opens: a run folder swapped for another user's is refused, not written.
@@ -381,7 +380,7 @@ class Loop:
                     if bar is not None:
                         bar.update(epoch, s + 1, self._sums.fold())
                     # (Not at the epoch's last step: the epoch end checks anyway.)
-                    if step % check_every == 0 and s + 1 < steps and self._stop_agreed():
+                    if step % check_every == 0 and s + 1 < steps and self._stop():
                         elapsed = time.perf_counter() - epoch_start
                         partial = self._sums.fold().tolist()
                         self.progress = self.progress.stopped_at(step, s + 1, partial, elapsed)
@@ -526,7 +525,6 @@ class Loop:
         # One collective and one read for the epoch's training totals, the validation sums
         # and the stop agreement (a stop request arriving after it waits for the next check).
         started = time.perf_counter()
-        self._agreement.settle()  # the epoch end's own vote counts every request made
         sums = self._sums.fold()
         vote = sums.new_full((1,), float(self.flag.requested))
         local = torch.cat([sums, self._validation_sums(), vote])
@@ -593,12 +591,13 @@ class Loop:
             chunks=max(1, math.ceil(per_rank / _VAL_CHUNK)),
         )
 
-    def _stop_agreed(self) -> bool:
-        """Whether any rank was asked to stop: every rank gets the same answer (at once
-        where this is the only rank)."""
-        if not grouped() or self.ctx.env.world_size == 1:
+    def _stop(self) -> bool:
+        """Whether any rank was asked to stop: every rank gets the same answer."""
+        if not grouped():
             return self.flag.requested
-        return self._agreement.check(self.flag.requested)
+        flag = torch.tensor([int(self.flag.requested)], dtype=torch.int32)
+        dist.all_reduce(flag, op=dist.ReduceOp.MAX, group=self._flag_group)
+        return bool(flag.item())
 
     def _log_preempted(self) -> None:
         if self._writer is not None:
@@ -611,40 +610,6 @@ class Loop:
                 "resume with --resume",
                 flush=True,
             )
-
-
-class StopAgreement:
-    """The ranks' agreement on a stop request between epoch ends, reached in the background.
-
-    Each check starts an all-reduce (MAX) of this rank's request and answers with the one
-    the previous check started, finished long since: no rank waits there for the slowest
-    to arrive. Waiting did cost: gloo's all-reduce of one number took 0.24 ms a step at 32
-    CPU ranks (every 50 steps; 3.89 against 3.65 ms steps, docs/benchmarks.md). Every rank
-    reads the same collective's answer at the same check, so all stop at the same step,
-    one check after the request reached the vote.
-    """
-
-    def __init__(self, group: Any) -> None:
-        self._group = group
-        self._pending: tuple[Any, torch.Tensor] | None = None
-
-    def check(self, requested: bool) -> bool:
-        """The previous check's answer; a new vote started unless that one says stop."""
-        if self.settle():
-            return True
-        flag = torch.tensor([int(requested)], dtype=torch.int32)
-        work = dist.all_reduce(flag, op=dist.ReduceOp.MAX, group=self._group, async_op=True)
-        self._pending = (work, flag)
-        return False
-
-    def settle(self) -> bool:
-        """The vote in flight, waited for (False: none); none is in flight after."""
-        if self._pending is None:
-            return False
-        work, flag = self._pending
-        self._pending = None
-        work.wait()
-        return bool(flag.item())
 
 
 def _never() -> bool:
