@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import os
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -14,6 +13,7 @@ from pathlib import Path
 
 from hpcdist.distributed.badnodes import named_nodes
 from hpcdist.distributed.rollcall import ANSWER_WAIT_S, NEVER_ANSWERED
+from tests.distributed.test_commcheck import free_port, rank_env
 
 REPO = Path(__file__).resolve().parents[3]
 CONFIG = """\
@@ -23,29 +23,15 @@ training: {epochs: 400, lr: 1.0e-3, early_stopping_patience: 0, checkpoint_every
 TIMEOUT_S = 3
 
 
-def _free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return int(probe.getsockname()[1])
-
-
 def test_a_rank_that_hangs_in_training_is_named_with_its_node(tmp_path: Path) -> None:
     (tmp_path / "c.yaml").write_text(CONFIG)
-    port, world, procs = _free_port(), 3, []
+    port, world, procs = free_port(), 3, []
     for rank in range(world):
-        env = {k: v for k, v in os.environ.items() if not k.startswith(("SLURM", "SUBMITIT_"))}
+        env = rank_env(rank, world, "127.0.0.1", port)
         env.update(
-            RANK=str(rank),
-            WORLD_SIZE=str(world),
-            LOCAL_RANK=str(rank),
-            LOCAL_WORLD_SIZE=str(world),
-            GROUP_RANK="0",
-            MASTER_ADDR="127.0.0.1",
-            MASTER_PORT=str(port),
             SLURMD_NODENAME=f"node{rank + 1}",
             HPCDIST_COLLECTIVE_TIMEOUT=str(TIMEOUT_S),
             HPCDIST_DATA_DIR=str(tmp_path / "data"),
-            OMP_NUM_THREADS="1",
             PYTHONPATH=str(REPO),
         )
         procs.append(
