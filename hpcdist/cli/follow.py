@@ -75,6 +75,10 @@ def _efficiency(infos: Sequence[JobInfo]) -> dict[str, tuple[Any, str, str | Non
     out = {}
     for info in ended:
         found = eff.efficiency(rows, info.job_id)
+        if found is not None and found.limit_s is None and info.limit_s is not None:
+            # A row written as the job ended can lack its limit for a moment (seen on SLURM
+            # 22.05); the controller's record (or the view) holds it.
+            found = dataclasses.replace(found, limit_s=info.limit_s)
         if found is not None:
             out[info.job_id] = (found, eff.summary(found), eff.advice(found))
     return out

@@ -85,10 +85,12 @@ class RollCall:
     def awaited(self, point: str, wait_s: float) -> list[tuple[int, str]]:
         """The ranks still missing at ``point`` after waiting ``wait_s`` for them to arrive
         (sooner when all have); [] where the store stops answering."""
-        deadline = time.monotonic() + wait_s
+        deadline, found = time.monotonic() + wait_s, None
         while True:
-            found = _within(ASK_S, lambda: self.missing(point))
-            if not found or time.monotonic() >= deadline:
+            # None: the store was slow to answer this time (a loaded host), not "nobody".
+            asked = _within(ASK_S, lambda: self.missing(point))
+            found = found if asked is None else asked
+            if found == [] or time.monotonic() >= deadline:
                 return found or []
             time.sleep(_POLL_S)
 

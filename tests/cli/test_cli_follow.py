@@ -59,6 +59,25 @@ def test_status_of_a_completed_job_with_efficiency(slurm: dict[str, JobInfo]) ->
     ]
 
 
+@pytest.mark.parametrize(
+    ("controller_limit", "shown"), [(1800.0, "of 0:30:00"), (None, "no limit")]
+)
+def test_a_limit_missing_from_the_database_row_is_the_controller_s(
+    slurm: dict[str, JobInfo],
+    monkeypatch: pytest.MonkeyPatch,
+    controller_limit: float | None,
+    shown: str,
+) -> None:
+    # sacct's row of a job that just ended can lack its Timelimit for a moment.
+    text = (FIXTURES / "sacct_9569844.txt").read_text().replace("|00:30:00|", "||")
+    monkeypatch.setattr(slurmquery, "sacct_rows", lambda job_id: parse_sacct(text))
+    slurm["9569844"] = _info("9569844", limit_s=controller_limit)
+    result = CliRunner().invoke(cli, ["status", "9569844"])
+    assert result.exit_code == 0, result.output
+    efficiency = [line for line in result.stdout.splitlines() if "efficiency:" in line]
+    assert len(efficiency) == 1 and efficiency[0].endswith(f"{shown})"), result.stdout
+
+
 def test_status_of_a_pending_job_names_its_reason(slurm: dict[str, JobInfo]) -> None:
     slurm["9569845"] = _info("9569845")
     result = CliRunner().invoke(cli, ["status", "--json", "9569845"])

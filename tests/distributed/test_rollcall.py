@@ -9,6 +9,7 @@ from datetime import timedelta
 
 import pytest
 
+from hpcdist.distributed import rollcall
 from hpcdist.distributed.badnodes import named_nodes
 from hpcdist.distributed.rollcall import BLAME_MAX, RollCall, blame_lines, timed_out
 
@@ -102,6 +103,30 @@ def test_awaited_returns_once_everyone_answered_and_not_before(store) -> None:  
     started = time.monotonic()
     assert calls[0].awaited("failed", 30.0) == []
     assert time.monotonic() - started < 5.0
+
+
+def test_a_store_slow_to_answer_once_is_asked_again_not_taken_for_everyone(
+    store,
+    monkeypatch: pytest.MonkeyPatch,  # type: ignore[no-untyped-def]
+) -> None:
+    # On a loaded host one ask can outlast ASK_S: that is no answer, not "nobody missing".
+    monkeypatch.setattr(rollcall, "ASK_S", 0.2)
+
+    class SlowOnce:
+        slow = True
+
+        def check(self, keys: list[str]) -> bool:
+            if SlowOnce.slow:
+                SlowOnce.slow = False
+                time.sleep(0.5)
+            return bool(store.check(keys))
+
+        def get(self, key: str) -> bytes:
+            return bytes(store.get(key))
+
+    RollCall(store, 0, 2).answer("failed")
+    assert RollCall(SlowOnce(), 0, 2).awaited("failed", 1.0) == [(1, "?")]
+    assert not SlowOnce.slow  # the slow ask happened
 
 
 def test_only_the_first_rank_to_ask_prints(store) -> None:  # type: ignore[no-untyped-def]
