@@ -8,11 +8,17 @@ holds the verdict up by ``ASK_S`` at most) and prints one line for each (``blame
 the form ``hpcdist.distributed.badnodes`` reads: the node of a rank that hung or died is
 kept out of the run's next piece. The communication check (``commcheck``) notes every step;
 the training (``ufsemulator.training.train``) answers once, after a collective failed.
+
+The store lives in rank 0's process (``hpcdist.distributed.group``): where rank 0 itself
+hangs, the store is silent too (no error, no answer). Rank 1 then names rank 0, on the node
+every rank read when it joined: a store that refuses (its host died) names nobody; srun or
+torchrun's agent names a rank that died.
 """
 
 from __future__ import annotations
 
 import contextlib
+import os
 import re
 import sys
 import threading
@@ -46,10 +52,13 @@ def timed_out(exc: BaseException) -> bool:
 class RollCall:
     """Which ranks reached which point, kept in the process group's own store."""
 
-    def __init__(self, store: Any, rank: int, world_size: int) -> None:
+    def __init__(self, store: Any, rank: int, world_size: int, holder: str | None = None) -> None:
         self._store = store
         self.rank = rank
         self.world_size = world_size
+        # The node of rank 0 where its process holds the store (None: not known, or the
+        # store is torchrun's agent's).
+        self.holder = holder
 
     @classmethod
     def of_group(cls, rank: int, world_size: int, hostname: str) -> RollCall | None:
@@ -62,10 +71,19 @@ class RollCall:
             store.set(f"{_KEY}/host/{rank}", hostname)
         except Exception:
             return None
-        return cls(store, rank, world_size)
+        holder = None
+        if os.environ.get("TORCHELASTIC_USE_AGENT_STORE") != "True":  # rank 0 holds it
+            noted = hostname if rank == 0 else _within(ASK_S, lambda: store.get(f"{_KEY}/host/0"))
+            holder = noted.decode() if isinstance(noted, bytes) else noted
+        return cls(store, rank, world_size, holder)
 
     def answer(self, point: str) -> None:
         self._store.set(f"{_KEY}/{point}/{self.rank}", "1")
+
+    def heard(self, point: str) -> bool:
+        """Whether the store holds this rank's answer at ``point``: a round trip (a set
+        is sent without one, and returns at once from a store that hangs)."""
+        return bool(self._store.check([f"{_KEY}/{point}/{self.rank}"]))
 
     def missing(self, point: str) -> list[tuple[int, str]]:
         """(rank, node) of every rank that never reached ``point``; node "?" if not known."""
@@ -79,8 +97,16 @@ class RollCall:
         return found
 
     def asked(self, point: str) -> list[tuple[int, str]]:
-        """``missing``, asked for ``ASK_S`` at most ([] where the store did not answer)."""
-        return _within(ASK_S, lambda: self.missing(point)) or []
+        """``missing``, asked for ``ASK_S`` at most ([] where the store refused); where the
+        store is silent, rank 0 (``holder_hangs``)."""
+        found = _within(ASK_S, lambda: self.missing(point), silent=_SILENT)
+        return self.holder_hangs() if found is _SILENT else found or []
+
+    def holder_hangs(self) -> list[tuple[int, str]]:
+        """What rank 1 says of a store that is silent: rank 0, which holds it, hangs (its
+        node as every rank read it on joining). [] on every other rank (one says it) and
+        where rank 0's node is not known."""
+        return [(0, self.holder)] if self.rank == 1 and self.holder is not None else []
 
     def awaited(self, point: str, wait_s: float) -> list[tuple[int, str]]:
         """The ranks still missing at ``point`` after waiting ``wait_s`` for them to arrive
@@ -101,7 +127,12 @@ class RollCall:
         return count == 1
 
 
-def _within(seconds: float, ask: Any) -> Any:
+_SILENT = object()  # a question still unanswered when its time was up
+
+
+def _within(seconds: float, ask: Any, silent: Any = None) -> Any:
+    """``ask()``'s answer within ``seconds``; None where it raised, ``silent`` where it had
+    not answered by then."""
     found: list[Any] = []
 
     def run() -> None:
@@ -111,7 +142,9 @@ def _within(seconds: float, ask: Any) -> Any:
     asking = threading.Thread(target=run, name="hpcdist-rollcall", daemon=True)
     asking.start()
     asking.join(seconds)
-    return found[0] if found else None
+    if found:
+        return found[0]
+    return silent if asking.is_alive() else None
 
 
 def blame_lines(who: str, missing: list[tuple[int, str]], what: str) -> list[str]:
@@ -136,18 +169,24 @@ def name_the_missing(
 ) -> list[str]:
     """This rank answers that it saw ``exc``. Where ``exc`` says a collective timed out,
     it waits ``wait_s`` at most for the others to answer too, and the first rank to finish
-    waiting prints one line (stderr) for each that did not: its lines are returned."""
+    waiting prints one line (stderr) for each that did not: its lines are returned. Where
+    the store itself is silent, rank 1 names rank 0, which holds it."""
 
     def note() -> bool:
         call.answer(_FAILED_POINT)
-        return True
+        return call.heard(_FAILED_POINT)
 
-    answered = _within(ASK_S, note)
-    if not answered or not timed_out(exc):
-        return []  # this rank's own error, or a store gone with its host: nobody to ask
-    missing = call.awaited(_FAILED_POINT, wait_s)
-    if not missing or not call.first_to("blame"):
-        return []
+    answered = _within(ASK_S, note, silent=_SILENT)
+    if not timed_out(exc):
+        return []  # this rank's own error, or a peer that died
+    if answered is _SILENT:  # rank 0, which holds the store, hangs: rank 1 says so
+        missing = call.holder_hangs()
+    elif not answered:
+        return []  # a store gone with its host: srun or the agent names the rank
+    else:
+        missing = call.awaited(_FAILED_POINT, wait_s)
+        if not missing or not call.first_to("blame"):
+            return []
     lines = blame_lines(who, missing, NEVER_ANSWERED)
     for line in lines:
         print(line, file=sys.stderr, flush=True)

@@ -6,12 +6,20 @@ from __future__ import annotations
 
 import time
 from datetime import timedelta
+from typing import Any
 
 import pytest
 
 from hpcdist.distributed import rollcall
 from hpcdist.distributed.badnodes import named_nodes
-from hpcdist.distributed.rollcall import BLAME_MAX, RollCall, blame_lines, timed_out
+from hpcdist.distributed.rollcall import (
+    BLAME_MAX,
+    NEVER_ANSWERED,
+    RollCall,
+    blame_lines,
+    name_the_missing,
+    timed_out,
+)
 
 
 def test_blame_lines_name_each_missing_rank_then_count_the_rest() -> None:
@@ -106,8 +114,7 @@ def test_awaited_returns_once_everyone_answered_and_not_before(store) -> None:  
 
 
 def test_a_store_slow_to_answer_once_is_asked_again_not_taken_for_everyone(
-    store,
-    monkeypatch: pytest.MonkeyPatch,  # type: ignore[no-untyped-def]
+    store: Any, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     # On a loaded host one ask can outlast ASK_S: that is no answer, not "nobody missing".
     monkeypatch.setattr(rollcall, "ASK_S", 0.2)
@@ -146,3 +153,54 @@ def test_a_store_that_no_longer_answers_names_nobody() -> None:
     call = RollCall(Gone(), 0, 2)
     assert call.asked("failed") == [] and call.awaited("failed", 0.3) == []
     assert not call.first_to("blame")
+
+
+class _Silent:
+    """The store of a rank 0 that hangs (SIGSTOP, a stuck node): no answer, no error."""
+
+    def __init__(self) -> None:
+        import threading
+
+        self.never = threading.Event()
+
+    def set(self, key: str, value: str) -> None:
+        pass  # sent without a reply: returns at once, as torch's TCPStore client does
+
+    def check(self, keys: list[str]) -> bool:
+        return self.never.wait(30)
+
+    add = get = check
+
+
+def test_a_silent_store_is_rank_0_hanging_named_by_rank_1_alone(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setattr(rollcall, "ASK_S", 0.2)
+    store, exc = _Silent(), RuntimeError("Timed out waiting 600000ms for recv operation")
+    try:
+        said = [
+            name_the_missing(RollCall(store, rank, 4, holder="node1"), exc, "training")
+            for rank in (1, 2, 3)
+        ]
+        assert said == [[f"hpcdist: training: rank 0 on node1 {NEVER_ANSWERED}"], [], []]
+        # The communication check asks who never reached a step: the same answer.
+        assert [RollCall(store, rank, 4, "node1").asked("barrier") for rank in (1, 2)] == [
+            [(0, "node1")],
+            [],
+        ]
+        # Rank 0's node not known (torchrun's agent holds the store): nobody is named; nor
+        # for an error that is no timeout (a peer that died, this rank's own).
+        assert name_the_missing(RollCall(store, 1, 4), exc, "training") == []
+        dead = RuntimeError("Connection closed by peer")
+        assert name_the_missing(RollCall(store, 1, 4, holder="node1"), dead, "training") == []
+    finally:
+        store.never.set()
+
+
+def test_a_store_that_refuses_is_no_hang_and_names_nobody() -> None:
+    class Refusing:
+        def set(self, key: str, value: str) -> None:
+            raise RuntimeError("Connection refused")
+
+    exc = RuntimeError("Timed out waiting 600000ms for recv operation")
+    assert name_the_missing(RollCall(Refusing(), 1, 4, holder="node1"), exc, "training") == []

@@ -1,6 +1,7 @@
 """A rank that hangs mid-training (SIGSTOP: alive and silent, as on a sick node) is named
 with its node by the ranks whose collective timed out, once, within the job's
-``--collective-timeout`` (``HPCDIST_COLLECTIVE_TIMEOUT``) and the roll call's wait."""
+``--collective-timeout`` (``HPCDIST_COLLECTIVE_TIMEOUT``) and the roll call's wait; rank 0,
+whose process holds the group's store, too."""
 
 from __future__ import annotations
 
@@ -11,8 +12,10 @@ import sys
 import time
 from pathlib import Path
 
+import pytest
+
 from hpcdist.distributed.badnodes import named_nodes
-from hpcdist.distributed.rollcall import ANSWER_WAIT_S, NEVER_ANSWERED
+from hpcdist.distributed.rollcall import ANSWER_WAIT_S, ASK_S, NEVER_ANSWERED
 from tests.distributed.test_commcheck import free_port, rank_env
 
 REPO = Path(__file__).resolve().parents[3]
@@ -23,7 +26,12 @@ training: {epochs: 400, lr: 1.0e-3, early_stopping_patience: 0, checkpoint_every
 TIMEOUT_S = 15  # well above the slowest step or checkpoint write of a loaded 2-core host
 
 
-def test_a_rank_that_hangs_in_training_is_named_with_its_node(tmp_path: Path) -> None:
+# The rank stopped, and how long the others wait after their collective timed out: for the
+# answers of the others (rank 2), or for the store that rank 0 holds (rank 0).
+@pytest.mark.parametrize(("hung", "then_s"), [(2, ANSWER_WAIT_S), (0, ASK_S)])
+def test_a_rank_that_hangs_in_training_is_named_with_its_node(
+    tmp_path: Path, hung: int, then_s: float
+) -> None:
     (tmp_path / "c.yaml").write_text(CONFIG)
     port, world, procs = free_port(), 3, []
     for rank in range(world):
@@ -49,24 +57,24 @@ def test_a_rank_that_hangs_in_training_is_named_with_its_node(tmp_path: Path) ->
             assert time.monotonic() < deadline, "no checkpoint within 240 s"
             assert all(p.poll() is None for p in procs), "a rank ended before the stop"
             time.sleep(0.2)
-        os.kill(procs[2].pid, signal.SIGSTOP)
+        os.kill(procs[hung].pid, signal.SIGSTOP)
         stopped = time.monotonic()
-        codes = [p.wait(timeout=300) for p in procs[:2]]
+        codes = [p.wait(timeout=300) for i, p in enumerate(procs) if i != hung]
         waited = time.monotonic() - stopped
     finally:
         for proc in procs:
             proc.kill()
             proc.wait()
-    logs = [(tmp_path / f"rank{rank}.log").read_text() for rank in range(2)]
+    logs = [(tmp_path / f"rank{rank}.log").read_text() for rank in range(world) if rank != hung]
     assert codes == [1, 1], logs
     # Named once (the first rank to finish waiting), with the node it ran on; the line is
     # what the bad-node record reads.
-    line = f"hpcdist: training: rank 2 on node3 {NEVER_ANSWERED}"
+    line = f"hpcdist: training: rank {hung} on node{hung + 1} {NEVER_ANSWERED}"
     said = [x for log in logs for x in log.splitlines() if x.startswith("hpcdist: training:")]
     assert said == [line], logs
     assert named_nodes("".join(logs), ["node1", "node2", "node3"]) == [
-        ("node3", f"rank 2 {NEVER_ANSWERED}")
+        (f"node{hung + 1}", f"rank {hung} {NEVER_ANSWERED}")
     ]
     # The job's collective timeout ended the wait, not the exchanges' 600 s default.
-    assert waited >= TIMEOUT_S + ANSWER_WAIT_S - 1, waited
+    assert waited >= TIMEOUT_S + then_s - 1, waited
     assert waited < 200, waited
