@@ -73,8 +73,7 @@ class RollCall:
             return None
         holder = None
         if os.environ.get("TORCHELASTIC_USE_AGENT_STORE") != "True":  # rank 0 holds it
-            noted = hostname if rank == 0 else _within(ASK_S, lambda: store.get(f"{_KEY}/host/0"))
-            holder = noted.decode() if isinstance(noted, bytes) else noted
+            holder = hostname if rank == 0 else _noted_host(store, 0)
         return cls(store, rank, world_size, holder)
 
     def answer(self, point: str) -> None:
@@ -125,6 +124,21 @@ class RollCall:
         rank that saw the failure); False for the others, or when the store is gone."""
         count = _within(ASK_S, lambda: self._store.add(f"{_KEY}/first/{what}", 1))
         return count == 1
+
+
+def _noted_host(store: Any, rank: int) -> str | None:
+    """The node ``rank`` noted as it joined, waited for ``ASK_S`` at most (None if it did
+    not). Polled with ``check`` in this thread: a ``get`` left waiting in another would
+    hold the store's client from the group's own use of it."""
+    key, deadline = f"{_KEY}/host/{rank}", time.monotonic() + ASK_S
+    try:
+        while not store.check([key]):
+            if time.monotonic() > deadline:
+                return None
+            time.sleep(0.05)
+        return bytes(store.get(key)).decode()
+    except Exception:
+        return None
 
 
 _SILENT = object()  # a question still unanswered when its time was up

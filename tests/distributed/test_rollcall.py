@@ -204,3 +204,17 @@ def test_a_store_that_refuses_is_no_hang_and_names_nobody() -> None:
 
     exc = RuntimeError("Timed out waiting 600000ms for recv operation")
     assert name_the_missing(RollCall(Refusing(), 1, 4, holder="node1"), exc, "training") == []
+
+
+def test_rank_0_s_node_is_read_once_noted_and_none_when_it_never_is(
+    store: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import threading
+
+    monkeypatch.setattr(rollcall, "ASK_S", 1.0)
+    later = threading.Timer(0.3, lambda: store.set("hpcdist/rollcall/host/0", "node1"))
+    later.start()
+    assert rollcall._noted_host(store, 0) == "node1"  # noted a moment after this rank asked
+    started = time.monotonic()
+    assert rollcall._noted_host(store, 5) is None  # never noted: given up after ASK_S
+    assert 1.0 <= time.monotonic() - started < 10
