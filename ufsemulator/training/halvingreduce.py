@@ -31,7 +31,6 @@ bits in every run (``tree_sum`` is the reference).
 
 from __future__ import annotations
 
-import socket
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -41,7 +40,7 @@ import torch
 
 from hpcdist.distributed import DistContext
 from ufsemulator.training.linktransfer import transfer
-from ufsemulator.training.peerlinks import connect_links
+from ufsemulator.training.peerlinks import Links, connect_links
 
 WHAT = "recursive-halving gradient exchange"
 
@@ -114,7 +113,7 @@ class HalvingAllReduce:
 
     name = "recursive halving and doubling over TCP"
 
-    def __init__(self, peers: dict[int, socket.socket], numel: int, rank: int, world: int) -> None:
+    def __init__(self, peers: Links, numel: int, rank: int, world: int) -> None:
         self.peers = peers
         self.rank, self.world = rank, world
         self.buf = torch.zeros(numel, dtype=torch.float32)

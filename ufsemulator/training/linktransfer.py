@@ -2,7 +2,7 @@
 
 The gradient exchanges send and receive on several links together (every peer for the
 direct exchange, one partner per round for recursive halving). One thread does it all
-with non-blocking sockets and ``poll``: it looks without sleeping for ``spin_s()`` first
+with non-blocking sockets and ``poll``: it looks without sleeping for ``Links.spin_s`` first
 (a peer on cores of its own answers within microseconds, while waking a sleeping thread
 costs tens to hundreds of them), then sleeps in ``poll``.
 """
@@ -14,7 +14,7 @@ import socket
 import time
 from dataclasses import dataclass
 
-from ufsemulator.training.peerlinks import exchange_timeout_s, spin_s
+from ufsemulator.training.peerlinks import Links, exchange_timeout_s
 
 _FAILED = select.POLLERR | select.POLLHUP | select.POLLNVAL
 
@@ -36,7 +36,7 @@ class _Link:
 
 def transfer(
     what: str,
-    socks: dict[int, socket.socket],
+    peers: Links,
     sends: dict[int, memoryview],
     recvs: dict[int, memoryview],
 ) -> None:
@@ -46,13 +46,13 @@ def transfer(
     empty = memoryview(b"")
     links = {}
     for peer in sends.keys() | recvs.keys():
-        link = _Link(peer, socks[peer], sends.get(peer, empty), recvs.get(peer, empty))
+        link = _Link(peer, peers.socks[peer], sends.get(peer, empty), recvs.get(peer, empty))
         if link.mask():
             links[link.sock.fileno()] = link
     poller = select.poll()
     for fd, link in links.items():
         poller.register(fd, link.mask())
-    spin_until = time.perf_counter() + spin_s()
+    spin_until = time.perf_counter() + peers.spin_s
     timeout_s = exchange_timeout_s()
     deadline = time.monotonic() + timeout_s
     while links:

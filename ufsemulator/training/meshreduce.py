@@ -17,14 +17,13 @@ only the job's ranks, and strangers cost the job no wait (``peerlinks``).
 
 from __future__ import annotations
 
-import socket
 import time
 
 import torch
 
 from hpcdist.distributed import DistContext
 from ufsemulator.training.linktransfer import transfer
-from ufsemulator.training.peerlinks import connect_links
+from ufsemulator.training.peerlinks import Links, connect_links
 
 MAX_BYTES = 1 * 2**20  # beyond this, N - 1 copies a rank cost more than the ring saves
 
@@ -34,7 +33,7 @@ class MeshAllReduce:
 
     name = "direct exchange over TCP (every rank to every rank)"
 
-    def __init__(self, peers: dict[int, socket.socket], numel: int, rank: int, world: int) -> None:
+    def __init__(self, peers: Links, numel: int, rank: int, world: int) -> None:
         self.peers = peers
         self.rank, self.world = rank, world
         self.slots = torch.zeros(world, numel, dtype=torch.float32)
@@ -49,8 +48,8 @@ class MeshAllReduce:
         transfer(
             "direct gradient exchange",
             self.peers,
-            dict.fromkeys(self.peers, mine),
-            {peer: self._views[peer][: 4 * n] for peer in self.peers},
+            dict.fromkeys(self.peers.socks, mine),
+            {peer: self._views[peer][: 4 * n] for peer in self.peers.socks},
         )
         self.waited_s += time.perf_counter() - start
         return torch.sum(self.slots[:, :n], dim=0, out=grads)  # rank order on every rank

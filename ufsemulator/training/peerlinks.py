@@ -24,9 +24,8 @@ import select
 import socket
 import struct
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
-from functools import lru_cache
 
 import torch
 import torch.distributed as dist
@@ -58,21 +57,29 @@ SPIN_SHARED_S = 200e-6
 SPIN_OWN_S = 5e-3
 
 
-@lru_cache(maxsize=1)
-def spin_s() -> float:
-    """How long this rank spins before it sleeps in ``poll``: ``SPIN_OWN_S`` where the
-    host's ranks (``LOCAL_WORLD_SIZE``) fit on its CPUs with as many as this process may
-    run on (bound to cores of their own, as ``srun --cpu-bind=cores`` does, or one rank a
-    host), else ``SPIN_SHARED_S``."""
-    mine = len(os.sched_getaffinity(0))
-    local = int(os.environ.get("LOCAL_WORLD_SIZE", "").strip() or 1)
-    return SPIN_OWN_S if local * mine <= (os.cpu_count() or 1) else SPIN_SHARED_S
+def spin_for(host_cpus: Sequence[frozenset[int]]) -> float:
+    """How long a rank spins before it sleeps in ``poll``, from the CPU sets its host's
+    ranks may run on (``sched_getaffinity``, one set a rank): ``SPIN_OWN_S`` where there
+    are at least as many CPUs among them as ranks (bound to cores of their own, as
+    ``srun --cpu-bind=cores`` does, or unbound in a cgroup with a CPU for each), else
+    ``SPIN_SHARED_S``. Pure."""
+    cpus = frozenset().union(*host_cpus)
+    return SPIN_OWN_S if len(host_cpus) <= len(cpus) else SPIN_SHARED_S
 
 
-def connect_links(ctx: DistContext, wanted: set[int]) -> dict[int, socket.socket]:
+@dataclass(frozen=True)
+class Links:
+    """A rank's admitted links (peer rank -> socket) and how long it spins on them."""
+
+    socks: dict[int, socket.socket]
+    spin_s: float
+
+
+def connect_links(ctx: DistContext, wanted: set[int]) -> Links:
     """One admitted, non-blocking TCP link to each rank of ``wanted`` (a symmetric
     relation: rank a wants b exactly when b wants a); the higher rank calls, the lower
-    accepts. Collective: every rank returns, or every rank raises."""
+    accepts. Collective: every rank returns, or every rank raises. The ranks also tell
+    each other their host and CPUs, for the spin (``spin_for``)."""
     rank, world = ctx.env.rank, ctx.env.world_size
     listener = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
     token = secrets.token_bytes(32)
@@ -83,8 +90,13 @@ def connect_links(ctx: DistContext, wanted: set[int]) -> dict[int, socket.socket
         address: tuple[str, int, bytes] | None = (*listener.getsockname()[:2], token)
     except OSError as exc:
         address, error = None, f"cannot listen: {exc}"
-    addresses: list[tuple[str, int, bytes] | None] = [None] * world
-    dist.all_gather_object(addresses, address)
+    me = (socket.gethostname(), frozenset(os.sched_getaffinity(0)))
+    gathered: list[tuple[tuple[str, int, bytes] | None, tuple[str, frozenset[int]]]] = [
+        (None, me)
+    ] * world
+    dist.all_gather_object(gathered, (address, me))
+    addresses = [each for each, _ in gathered]
+    spin = spin_for([cpus for _, (node, cpus) in gathered if node == me[0]])
     peers: dict[int, socket.socket] = {}
     try:
         if any(a is None for a in addresses):
@@ -111,7 +123,7 @@ def connect_links(ctx: DistContext, wanted: set[int]) -> dict[int, socket.socket
         for sock in peers.values():
             sock.close()
         raise RuntimeError(error or "another rank could not connect")
-    return peers
+    return Links(peers, spin)
 
 
 @dataclass

@@ -147,3 +147,27 @@ def test_the_exchange_listens_on_gloos_interface_when_the_job_names_one() -> Non
     assert peerlinks.local_address("127.0.0.1", {}) == "127.0.0.1"
     with pytest.raises(OSError, match="GLOO_SOCKET_IFNAME 'nosuch0': no IPv4 address"):
         peerlinks.local_address("127.0.0.1", {"GLOO_SOCKET_IFNAME": "nosuch0"})
+
+
+def _cores(*sets: range) -> list[frozenset[int]]:
+    return [frozenset(each) for each in sets]
+
+
+@pytest.mark.parametrize(
+    ("host_cpus", "spin"),
+    [
+        # Bound to cores of their own (srun --cpu-bind=cores): 4 ranks of 1 and of 2 cores.
+        (_cores(range(0, 1), range(1, 2), range(2, 3), range(3, 4)), peerlinks.SPIN_OWN_S),
+        (_cores(range(0, 2), range(2, 4)), peerlinks.SPIN_OWN_S),
+        # Unbound in a cgroup of 8 CPUs: 8 ranks have one each, 9 share them.
+        ([frozenset(range(8))] * 8, peerlinks.SPIN_OWN_S),
+        ([frozenset(range(8))] * 9, peerlinks.SPIN_SHARED_S),
+        # Two ranks bound to the same core, alone on the host.
+        (_cores(range(5, 6), range(5, 6)), peerlinks.SPIN_SHARED_S),
+        ([frozenset({0})], peerlinks.SPIN_OWN_S),  # one rank a host
+    ],
+)
+def test_a_rank_spins_long_only_where_its_host_has_a_cpu_for_each_rank(
+    host_cpus: list[frozenset[int]], spin: float
+) -> None:
+    assert peerlinks.spin_for(host_cpus) == spin
