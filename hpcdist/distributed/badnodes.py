@@ -3,8 +3,9 @@
 When a job step fails, the runner (``hpcdist.distributed.jobstep run``) reads what srun and
 the ranks wrote to the job's log since the step started (``LogMark``) and looks for a node
 named by the failure (``named_nodes``, pure): srun's report of a node failure, of the first
-task killed by a signal (``srun: error: node2: task 1: Killed``; the tasks srun ends after
-it say ``Terminated``, a program's own error ``Exited with exit code``), of the rank that
+task killed by a signal that suggests its node (``srun: error: node2: task 1: Killed``; the
+tasks srun ends after it say ``Terminated``, a program's own error ``Exited with exit
+code``, a task that ended itself ``Aborted``), of the rank that
 torchrun's agent saw die first of such a signal (``hpcdist.facts.launch.RANK_DEATH_LINE``),
 the ranks the communication check or the training found missing after a collective failed
 (``rollcall.blame_lines``), and any
@@ -19,6 +20,7 @@ from __future__ import annotations
 
 import os
 import re
+import signal
 import sys
 import time
 from collections.abc import Mapping, Sequence
@@ -28,7 +30,7 @@ from pathlib import Path
 from hpcdist.distributed.rollcall import BLAME_LINE
 from hpcdist.errors import UserError
 from hpcdist.facts.badnodes import BAD_NODE_HOLD_VAR, BadNode
-from hpcdist.facts.launch import RANK_DEATH_LINE
+from hpcdist.facts.launch import NODE_SIGNALS, RANK_DEATH_LINE
 from hpcdist.facts.protocol import RUN_DIR_VAR
 from hpcdist.facts.runs import run_name
 from hpcdist.slurm.nodelist import expand_nodelist
@@ -38,6 +40,12 @@ _NODE_FAILURE = re.compile(r"^srun: error: Node failure on (\S+)", re.M)
 _TORCHRUN_DEATH = re.compile(rf"^(?:\d+: )?{RANK_DEATH_LINE}\s*$", re.M)
 _OOM = re.compile(r"oom[-_ ]kill|Out Of Memory", re.I)
 _TASK = re.compile(r"^srun: error: ([^\s:]+): tasks? ([0-9,\-]+): (.+?)\s*$", re.M)
+# How srun says a task died of a signal that suggests its node ("Killed", "Segmentation
+# fault", ...: the C library's names of NODE_SIGNALS, which srun prints). Not "Aborted": a
+# process aborts itself (an assertion, NCCL's watchdog on a rank that waited for a hung one).
+_NODE_DEATHS = tuple(
+    signal.strsignal(getattr(signal, f"SIG{name}")) or name for name in NODE_SIGNALS
+)
 # A line of an NCCL or gloo error, naming the peer it lost after "peer" or "remote" (a
 # rank's own host, or the master's, named elsewhere in a line says nothing of the peer).
 _NETWORK = re.compile(r"nccl|gloo|socket", re.I)
@@ -61,10 +69,11 @@ def named_nodes(log: str, nodes: Sequence[str]) -> list[tuple[str, str]]:
     first = _TASK.search(log)
     if first is not None:
         node, tasks, how = first.groups()
-        # Terminated and "Exited with exit code" name tasks srun ended or that failed by
-        # themselves; "Out Of Memory" (the cgroup counted the kill) is the job's own memory,
-        # which another node would not cure.
-        if how not in ("Terminated", "Out Of Memory") and not how.startswith("Exited with"):
+        # Only a death by a node's signal: Terminated and "Exited with exit code" name tasks
+        # srun ended or that failed by themselves, "Aborted" a task that ended itself; "Out
+        # Of Memory" (the cgroup counted the kill) is the job's own memory, which another
+        # node would not cure.
+        if how.startswith(_NODE_DEATHS):
             found.setdefault(node, f"task {tasks} {how}")
     # torchrun's agent names its rank that died of a signal suggesting its node; a kill
     # that the step's memory limit made (SLURM reports an oom-kill event) is not the node's.

@@ -31,8 +31,23 @@ srun: Force Terminated StepId=14581344.0
             "srun: error: node3: tasks 4-5: Segmentation fault\n",
             [("node3", "task 4-5 Segmentation fault")],
         ),
+        (
+            "srun: error: node2: task 1: Bus error (core dumped)\n",
+            [("node2", "task 1 Bus error (core dumped)")],
+        ),
+        (
+            "srun: error: node3: task 2: Illegal instruction\n",
+            [("node3", "task 2 Illegal instruction")],
+        ),
         # A program's own error, or the tasks srun ended: no node to blame.
         ("srun: error: node2: task 1: Exited with exit code 1\n", []),
+        # A task that aborted itself: NCCL's watchdog on a rank that waited for a hung one
+        # (srun then kills the rest); the waiting rank's node is not the bad one.
+        (
+            "srun: error: node1: task 0: Aborted (core dumped)\n"
+            "srun: error: node2: task 1: Killed\n",
+            [],
+        ),
         # The job's own memory: another node would not cure it.
         ("srun: error: node2: task 1: Out Of Memory\n", []),
         ("srun: error: node1: task 0: Terminated\nsrun: error: node2: task 1: Killed\n", []),
