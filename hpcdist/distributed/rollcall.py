@@ -4,7 +4,7 @@ Each rank notes its node in the group's own store once it has joined (``RollCall
 and its arrival at a named point (``answer``). A rank that sees a collective fail asks which
 ranks never arrived (``missing``, or ``awaited`` while the others are still on their way,
 each asked in a thread of its own: a store gone with its host, or held by a stopped one,
-holds the verdict up by ``ASK_S`` at most) and prints one line for each (``blame_lines``), in
+holds the verdict up by ``SILENT_S`` at most) and prints one line for each (``blame_lines``), in
 the form ``hpcdist.distributed.badnodes`` reads: the node of a rank that hung or died is
 kept out of the run's next piece. The communication check (``commcheck``) notes every step;
 the training (``ufsemulator.training.train``) answers once, after a collective failed.
@@ -27,6 +27,9 @@ from typing import Any
 
 _KEY = "hpcdist/rollcall"
 ASK_S = 5.0  # the store is asked this long at most for one verdict
+# ... and this long before its silence is taken for rank 0 hanging (a loaded host's store
+# can be slow; a store that hangs is silent for ever).
+SILENT_S = 15.0
 BLAME_MAX = 8  # ranks named one per line; the rest counted
 _POLL_S = 0.2
 
@@ -96,9 +99,9 @@ class RollCall:
         return found
 
     def asked(self, point: str) -> list[tuple[int, str]]:
-        """``missing``, asked for ``ASK_S`` at most ([] where the store refused); where the
-        store is silent, rank 0 (``holder_hangs``)."""
-        found = _within(ASK_S, lambda: self.missing(point), silent=_SILENT)
+        """``missing`` ([] where the store refused); where the store is silent for
+        ``SILENT_S``, rank 0 (``holder_hangs``)."""
+        found = _within(SILENT_S, lambda: self.missing(point), silent=_SILENT)
         return self.holder_hangs() if found is _SILENT else found or []
 
     def holder_hangs(self) -> list[tuple[int, str]]:
@@ -190,7 +193,7 @@ def name_the_missing(
         call.answer(_FAILED_POINT)
         return call.heard(_FAILED_POINT)
 
-    answered = _within(ASK_S, note, silent=_SILENT)
+    answered = _within(SILENT_S, note, silent=_SILENT)
     if not timed_out(exc):
         return []  # this rank's own error, or a peer that died
     if answered is _SILENT:  # rank 0, which holds the store, hangs: rank 1 says so

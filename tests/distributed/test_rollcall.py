@@ -176,6 +176,7 @@ def test_a_silent_store_is_rank_0_hanging_named_by_rank_1_alone(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     monkeypatch.setattr(rollcall, "ASK_S", 0.2)
+    monkeypatch.setattr(rollcall, "SILENT_S", 0.5)
     store, exc = _Silent(), RuntimeError("Timed out waiting 600000ms for recv operation")
     try:
         said = [

@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 
 from hpcdist.distributed.badnodes import named_nodes
-from hpcdist.distributed.rollcall import ANSWER_WAIT_S, ASK_S, NEVER_ANSWERED
+from hpcdist.distributed.rollcall import ANSWER_WAIT_S, NEVER_ANSWERED, SILENT_S
 from tests.distributed.test_commcheck import free_port, rank_env
 
 REPO = Path(__file__).resolve().parents[3]
@@ -28,7 +28,7 @@ TIMEOUT_S = 15  # well above the slowest step or checkpoint write of a loaded 2-
 
 # The rank stopped, and how long the others wait after their collective timed out: for the
 # answers of the others (rank 2), or for the store that rank 0 holds (rank 0).
-@pytest.mark.parametrize(("hung", "then_s"), [(2, ANSWER_WAIT_S), (0, ASK_S)])
+@pytest.mark.parametrize(("hung", "then_s"), [(2, ANSWER_WAIT_S), (0, SILENT_S)])
 def test_a_rank_that_hangs_in_training_is_named_with_its_node(
     tmp_path: Path, hung: int, then_s: float
 ) -> None:
