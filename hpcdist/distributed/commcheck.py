@@ -84,8 +84,8 @@ class _Watchdog:
             return self._step
 
     def blame(self, step: str) -> None:
-        """Print who never reached ``step`` (the store asked for ``ASK_S`` at most: one
-        that went with its host must not hold the verdict up)."""
+        """Print who never reached ``step`` (``RollCall.asked``: a store that refuses names
+        nobody, one silent for ``SILENT_S`` names rank 0; the verdict waits no longer)."""
         if self.arrivals is None or step not in CHECK_STEPS:
             return
         missing = self.arrivals.asked(step)

@@ -115,7 +115,7 @@ class RollCall:
         (sooner when all have); [] where the store stops answering."""
         deadline, found = time.monotonic() + wait_s, None
         while True:
-            # None: the store was slow to answer this time (a loaded host), not "nobody".
+            # None: no answer this time (slow on a loaded host, or an error), not "nobody".
             asked = _within(ASK_S, lambda: self.missing(point))
             found = found if asked is None else asked
             if found == [] or time.monotonic() >= deadline:

@@ -4,6 +4,7 @@ The store is torch's own TCPStore (one process holds it, as rank 0 does in a job
 
 from __future__ import annotations
 
+import threading
 import time
 from datetime import timedelta
 from typing import Any
@@ -159,8 +160,6 @@ class _Silent:
     """The store of a rank 0 that hangs (SIGSTOP, a stuck node): no answer, no error."""
 
     def __init__(self) -> None:
-        import threading
-
         self.never = threading.Event()
 
     def set(self, key: str, value: str) -> None:
@@ -210,8 +209,6 @@ def test_a_store_that_refuses_is_no_hang_and_names_nobody() -> None:
 def test_rank_0_s_node_is_read_once_noted_and_none_when_it_never_is(
     store: Any, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    import threading
-
     monkeypatch.setattr(rollcall, "ASK_S", 1.0)
     later = threading.Timer(0.3, lambda: store.set("hpcdist/rollcall/host/0", "node1"))
     later.start()

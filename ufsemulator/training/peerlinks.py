@@ -90,6 +90,8 @@ def connect_links(ctx: DistContext, wanted: set[int]) -> Links:
         address: tuple[str, int, bytes] | None = (*listener.getsockname()[:2], token)
     except OSError as exc:
         address, error = None, f"cannot listen: {exc}"
+    # The machine's own name, not SLURM's node name: CPU numbers are the machine's, and a
+    # testbed's virtual nodes share one machine's CPUs.
     me = (socket.gethostname(), frozenset(os.sched_getaffinity(0)))
     gathered: list[tuple[tuple[str, int, bytes] | None, tuple[str, frozenset[int]]]] = [
         (None, me)
