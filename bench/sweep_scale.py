@@ -12,8 +12,8 @@ its preflight ``sbatch --test-only`` included), split into as many arrays as the
 MaxArraySize requires; ``hpcdist status`` of the sweep (the count of tasks in each state);
 ``hpcdist report`` once every point has a ``training_results.json`` (written here, with
 its digest, as the training writes it). ``--fake-slurm`` puts stand-in sbatch, squeue,
-scontrol (``MaxArraySize = --max-array-size``), sacct and scancel on PATH: no cluster
-needed, nothing timed of SLURM's own.
+scontrol (``MaxArraySize = --max-array-size``; the jobs of ``show job``), sacct and scancel
+on PATH: no cluster needed, nothing timed of SLURM's own.
 """
 
 from __future__ import annotations
@@ -33,8 +33,8 @@ from typing import Any
 TARGETS_S = {"render + submit": 10.0, "report": 2.0, "status": 1.0}
 HPCDIST = [sys.executable, "-m", "hpcdist.cli.main"]
 
-# The stand-in tools: each sbatch notes its array's tasks as PENDING rows of squeue's format
-# (hpcdist.slurm.userjobs.FIELDS); squeue prints them.
+# The stand-in tools: each sbatch notes its array as one record of pending tasks, as the
+# controller keeps them; ``scontrol show job`` prints them (hpcdist.slurm.userjobs reads them).
 _FAKE_SBATCH = r"""#!/bin/bash
 state="$(dirname "$0")/state"
 for arg in "$@"; do [ "$arg" = --test-only ] && { echo "sbatch: would run" >&2; exit 0; }; done
@@ -44,15 +44,20 @@ range="$(printf '%s\n' "$@" | sed -n 's/^--array=0-\([0-9]*\).*/\1/p')"
 id=$(( $(cat "$state/next" 2>/dev/null || echo 700000) ))
 echo $((id + 1)) > "$state/next"
 now="$(date +%Y-%m-%dT%H:%M:%S)"
-row='%s_%s\x1f%s\x1f%s\x1f%s\x1fPENDING\x1fJobHeldUser\x1f\x1f1\x1f0:00\x1fUNLIMITED'
-row+='\x1f0\x1f0\x1f/dev/null\x1f/dev/null\x1f%s\x1f%s\x1fN/A\x1fN/A\x1f(null)\x1fme\x1fsweep\x1f\n'
-for ((i = 0; i <= ${range:-0}; i++)); do
-  printf "$row" "$id" "$i" "$id" "$id" "$i" "$PWD" "$now"
-done >> "$state/rows"
+printf 'JobId=%s ArrayJobId=%s ArrayTaskId=0-%s JobName=sweep UserId=me(%s) JobState=PENDING ' \
+  "$id" "$id" "${range:-0}" "$(id -u)" >> "$state/jobs"
+printf 'Reason=JobHeldUser Dependency=(null) Restarts=0 ExitCode=0:0 RunTime=00:00:00 ' \
+  >> "$state/jobs"
+printf 'TimeLimit=UNLIMITED SubmitTime=%s StartTime=Unknown EndTime=Unknown NodeList= ' \
+  "$now" >> "$state/jobs"
+printf 'NumNodes=1 WorkDir=%s StdErr=/dev/null StdOut=/dev/null\n' "$PWD" >> "$state/jobs"
 echo "Submitted batch job $id"
 """
-_FAKE_SQUEUE = """#!/bin/sh
-case "$*" in *-O*) cat "$(dirname "$0")/state/rows" 2>/dev/null ;; esac
+_FAKE_SCONTROL = """#!/bin/sh
+case "$*" in
+  *"show job"*) cat "$(dirname "$0")/state/jobs" 2>/dev/null ;;
+  *) echo 'MaxArraySize = {max_array_size}'; echo 'MaxJobCount = 99999' ;;
+esac
 exit 0
 """
 
@@ -62,9 +67,8 @@ def fake_slurm(folder: Path, max_array_size: int) -> Path:
     (folder / "state").mkdir(parents=True)
     tools = {
         "sbatch": _FAKE_SBATCH,
-        "squeue": _FAKE_SQUEUE,
-        "scontrol": "#!/bin/sh\n"
-        f"echo 'MaxArraySize = {max_array_size}'\necho 'MaxJobCount = 99999'\n",
+        "squeue": "#!/bin/sh\nexit 0\n",
+        "scontrol": _FAKE_SCONTROL.replace("{max_array_size}", str(max_array_size)),
         "sacct": "#!/bin/sh\nexit 0\n",
         "scancel": "#!/bin/sh\nexit 0\n",
         "srun": "#!/bin/sh\nexit 0\n",

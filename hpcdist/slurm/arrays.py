@@ -8,29 +8,9 @@ forgotten.
 
 from __future__ import annotations
 
-import re
-
 from hpcdist.slurm import userjobs
+from hpcdist.slurm.parse import expand_task_ids
 from hpcdist.slurm.tools import slurm_tool
-
-_TASK = re.compile(r"(?P<job>\d+)_(?P<task>\d+)")
-_FOLDED = re.compile(r"(?P<job>\d+)_\[(?P<ranges>[0-9,\-]+)(%\d+)?\]")
-
-
-def expand_task_ids(text: str) -> list[str]:
-    """``123_4`` -> [123_4]; ``123_[5-7,9%2]`` -> [123_5, 123_6, 123_7, 123_9]; else []."""
-    match = _TASK.fullmatch(text)
-    if match:
-        return [text]
-    match = _FOLDED.fullmatch(text)
-    if not match:
-        return []
-    out = []
-    for part in match["ranges"].split(","):
-        first, _, last = part.partition("-")
-        if first.isdigit() and (not last or last.isdigit()):
-            out += [f"{match['job']}_{i}" for i in range(int(first), int(last or first) + 1)]
-    return out
 
 
 def parse_task_states(lines: str) -> dict[str, str]:

@@ -1,8 +1,11 @@
 """One shared, rate-limited view of this user's jobs for every hpcdist process of the user
 on this machine, so that ten terminals following one sweep ask the controller what one does.
 
-The view is ``squeue --me -t all -r`` (every job and array task of the user that the
-controller knows), asked at most once per refresh interval for all of them and kept in a
+The view is ``scontrol -o show job``, filtered to this user's jobs: one query RPC to the
+controller (``squeue`` sends two, every partition loaded beside the jobs to sort by priority
+tier; ``squeue --me`` still asks for every job and filters them itself, as this does). The
+pending tasks of an array, one record there, become one row each, as ``squeue -r`` shows
+them. Asked at most once per refresh interval for every process and kept in a
 private file of the user's state folder (``~/.local/state/hpcdist/slurm/``; 0600 in a 0700
 folder, its owner and mode checked on the descriptor it is read from, written atomically).
 One process refreshes it at a time, under an ``flock``; the others read what it wrote. Tasks
@@ -10,15 +13,20 @@ the controller forgets (``MinJobAge`` after their end) stay in the view with the
 state. Other answers a command needs (``sacct`` rows of a job, ``scontrol`` of another
 user's job) are kept beside it, keyed by their command line, on the same interval.
 
-The interval follows the youngest unfinished job, as submitit's watcher does: half its age,
-at least ``MIN_INTERVAL_S``, at most ``MAX_INTERVAL_S`` (below SLURM's default MinJobAge, so
-no task ends unseen). A command's first question about a job (``status`` typed now) sees
-it as it is, unless another command had that fresh look at the job in the last
+The interval follows the youngest unfinished job, as submitit's watcher does, a little more
+patiently: two thirds of its age (each look comes when the job is three times as old as at
+the last; submitit's when it is twice as old, so a job that ends is seen at most twice its
+age later, never later than the longest interval), at least ``MIN_INTERVAL_S``, at most
+``MAX_INTERVAL_S`` (below SLURM's default MinJobAge of 300 s, so a task that ends between
+two looks is still in the next where the site keeps the default; sacct answers for one the
+controller forgot). A command's first question about a job (``status`` typed now) sees it as
+it is, unless another command had that fresh look at the job in the last
 ``ONE_SHOT_EVERY_S`` (ten terminals running ``watch hpcdist status`` cost one look per
-interval); a process that asks again (``logs --follow``, ``submit --wait``) follows on the
-interval. A controller that refuses or fails is left alone for a growing pause
-(``BACKOFF_S`` doubling to ``MAX_BACKOFF_S``), and one that answers slowly sets the next
-interval to ten times its answer. ``HPCDIST_SLURM_VIEW=off`` asks SLURM directly each time.
+interval, and one more at most every ``ONE_SHOT_EVERY_S``); a process that asks again
+(``logs --follow``, ``submit --wait``) follows on the interval. A controller that refuses or
+fails is left alone for a growing pause (``BACKOFF_S`` doubling to ``MAX_BACKOFF_S``), and
+one that answers slowly sets the next interval to ten times its answer.
+``HPCDIST_SLURM_VIEW=off`` asks SLURM directly each time.
 """
 
 from __future__ import annotations
@@ -38,69 +46,95 @@ from pathlib import Path
 from typing import Any
 
 from hpcdist.errors import UserError
-from hpcdist.slurm.parse import FINAL_STATES
+from hpcdist.slurm.parse import (
+    FINAL_STATES,
+    expand_task_ids,
+    parse_exit_code,
+    parse_key_values,
+)
 from hpcdist.slurm.tools import slurm_tool
 from hpcdist.state.fileutil import write_atomic
 from hpcdist.state.private import PRIVATE_FILE_MODE, private_dir
 from hpcdist.state.statehome import make_state_base
 from hpcdist.state.trustedfile import read_private
 
-MIN_INTERVAL_S = 2.0
+MIN_INTERVAL_S = 5.0
+AGE_FRACTION = 2.0 / 3.0  # of the youngest unfinished job's age: the view's interval
+MAX_INTERVAL_S = 120.0
 ONE_SHOT_AGE_S = 1.0  # a command's first question: the view may be this old
-ONE_SHOT_EVERY_S = 60.0  # ... or older, where a command had a fresh look at the job lately
-MAX_INTERVAL_S = 60.0
+ONE_SHOT_EVERY_S = 300.0  # ... or older, where a command had a fresh look lately
 BACKOFF_S = 10.0
 MAX_BACKOFF_S = 300.0
 SLOW_FACTOR = 10.0  # an answer that took d seconds: the next one no sooner than 10 d later
 LOCK_WAIT_S = 60.0
 KEEP_ENDED_S = 2 * 86400.0  # how long the view keeps a job the controller forgot
 ENV_SWITCH = "HPCDIST_SLURM_VIEW"
-FORMAT_VERSION = 2
+FORMAT_VERSION = 3
 
-# squeue --Format fields, each followed by a unit separator (a name may hold any other
-# character); the view's row keys are these names.
-FIELDS = (
-    "JobArrayID",
-    "JobID",
-    "ArrayJobID",
-    "ArrayTaskID",
-    "State",
-    "Reason",
-    "NodeList",
-    "NumNodes",
-    "TimeUsed",
-    "TimeLimit",
-    "exit_code",
-    "RestartCnt",
-    "STDOUT",
-    "STDERR",
-    "WorkDir",
-    "SubmitTime",
-    "StartTime",
-    "EndTime",
-    "Dependency",
-    "UserName",
-    "Name",
-)
-SEPARATOR = "\x1f"
+# The view's row keys (squeue's --Format names, which the rest of hpcdist reads), each
+# from the scontrol field of the same meaning.
+FROM_SCONTROL = {
+    "JobID": "JobId",
+    "ArrayJobID": "ArrayJobId",
+    "ArrayTaskID": "ArrayTaskId",
+    "State": "JobState",
+    "Reason": "Reason",
+    "NodeList": "NodeList",
+    "NumNodes": "NumNodes",
+    "TimeUsed": "RunTime",
+    "TimeLimit": "TimeLimit",
+    "RestartCnt": "Restarts",
+    "STDOUT": "StdOut",
+    "STDERR": "StdErr",
+    "WorkDir": "WorkDir",
+    "SubmitTime": "SubmitTime",
+    "StartTime": "StartTime",
+    "EndTime": "EndTime",
+    "Dependency": "Dependency",
+    "Name": "JobName",
+}
+FIELDS = ("JobArrayID", *FROM_SCONTROL, "exit_code", "UserName")
+# What scontrol prints for %a in the log path of an array's still pending tasks (NO_VAL - 1).
+_PENDING_TASK = "4294967294"
 
 Row = dict[str, str]
 Runner = Callable[[list[str]], subprocess.CompletedProcess[str]]
 
 
-def squeue_argv() -> list[str]:
-    spec = ",".join(f"{name}:{SEPARATOR}" for name in FIELDS)
-    return ["squeue", "--me", "-t", "all", "-h", "-r", "-O", spec]
+def view_argv() -> list[str]:
+    return ["scontrol", "-o", "show", "job"]
 
 
-def parse_rows(text: str) -> list[Row]:
-    """squeue's lines in ``squeue_argv``'s format -> one row per job or array task."""
+def parse_rows(text: str, uid: int | None = None) -> list[Row]:
+    """``scontrol -o show job`` records of user ``uid`` (this process's user by default) ->
+    one row per job or array task, the pending tasks of an array one row each."""
+    owner = f"({os.getuid() if uid is None else uid})"
     rows = []
     for line in text.splitlines():
-        cells = line.split(SEPARATOR)
-        if len(cells) < len(FIELDS):
+        if not line.startswith("JobId="):
+            continue  # "No jobs in the system"
+        record = parse_key_values(line)
+        if not record.get("UserId", "").endswith(owner):
             continue
-        rows.append({name: cells[i].strip() for i, name in enumerate(FIELDS)})
+        rows += _task_rows(record)
+    return rows
+
+
+def _task_rows(record: Mapping[str, str]) -> list[Row]:
+    row = {key: record.get(name, "").strip() for key, name in FROM_SCONTROL.items()}
+    code, signal = parse_exit_code(record.get("ExitCode", "0:0"))
+    row["exit_code"] = str((code << 8) | signal)  # the wait status, as squeue gives it
+    row["UserName"] = record.get("UserId", "").partition("(")[0]
+    head, task = row["ArrayJobID"], row["ArrayTaskID"]
+    if not head or not task:
+        return [{**row, "JobArrayID": row["JobID"], "ArrayJobID": row["JobID"]}]
+    if task.isdigit():
+        return [{**row, "JobArrayID": f"{head}_{task}"}]
+    rows = []
+    for one in expand_task_ids(f"{head}_[{task}]"):
+        number = one.partition("_")[2]
+        paths = {k: row[k].replace(_PENDING_TASK, number) for k in ("STDOUT", "STDERR")}
+        rows.append({**row, **paths, "JobArrayID": one, "ArrayTaskID": number})
     return rows
 
 
@@ -130,13 +164,13 @@ def youngest_submit(rows: Sequence[Row]) -> float | None:
 def interval_s(
     rows: Sequence[Row], now: float, last_call_s: float = 0.0, youngest: float | None = -1.0
 ) -> float:
-    """How old the view may be: half the age of the youngest unfinished job (submitit's
-    watcher backs off the same way), within [MIN_INTERVAL_S, MAX_INTERVAL_S]; at least
-    SLOW_FACTOR times the last answer's duration. ``youngest``: that job's submission, if
-    known (else it is found in ``rows``)."""
+    """How old the view may be: AGE_FRACTION of the age of the youngest unfinished job
+    (submitit's watcher backs off the same way, with a half), within [MIN_INTERVAL_S,
+    MAX_INTERVAL_S]; at least SLOW_FACTOR times the last answer's duration. ``youngest``:
+    that job's submission, if known (else it is found in ``rows``)."""
     submitted = youngest_submit(rows) if youngest == -1.0 else youngest
     age = now - submitted if submitted is not None else MAX_INTERVAL_S * 2
-    wanted = min(MAX_INTERVAL_S, max(MIN_INTERVAL_S, age / 2))
+    wanted = min(MAX_INTERVAL_S, max(MIN_INTERVAL_S, age * AGE_FRACTION))
     return max(wanted, SLOW_FACTOR * last_call_s)
 
 
@@ -374,9 +408,9 @@ class SharedView:
         state = dataclasses.replace(state, _index=None, _max_id=None, _youngest=-1.0)
         started = self.clock()
         try:
-            proc = self.runner(squeue_argv())
+            proc = self.runner(view_argv())
         except UserError:  # no answer in time
-            proc = subprocess.CompletedProcess(squeue_argv(), 1, "", "timeout")
+            proc = subprocess.CompletedProcess(view_argv(), 1, "", "timeout")
         now = self.clock()
         if proc.returncode != 0:
             state.failures += 1
@@ -424,9 +458,9 @@ _VIEWS: dict[Path, SharedView] = {}
 
 
 def shared_view(runner: Runner = slurm_tool) -> SharedView | None:
-    """This process's handle on the user's view; None when it is switched off or squeue is
-    not on PATH (no SLURM here)."""
-    if not enabled() or shutil.which("squeue") is None:
+    """This process's handle on the user's view; None when it is switched off or scontrol
+    is not on PATH (no SLURM here)."""
+    if not enabled() or shutil.which("scontrol") is None:
         return None
     path = view_path()
     if path not in _VIEWS:

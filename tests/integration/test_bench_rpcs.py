@@ -26,7 +26,9 @@ def test_controller_rpcs_short_mode_counts_both_followers(tmp_path: Path) -> Non
     assert proc.returncode == 0, proc.stdout + proc.stderr
     result = json.loads(out.read_text())
     assert sorted(result["ends_s"]) == ["submitit", "waiter", "watchers"]
-    assert result["calls"].get("hpcdist squeue", 0) >= 1
+    assert result["calls"].get("hpcdist scontrol", 0) >= 1  # the shared view
     assert result["submitit_rpcs"] == result["calls"]["submitit sacct"] >= 1
     assert result["controller_queries"]["REQUEST_JOB_INFO"] >= 1
+    # one query a look: no partition loaded beside the jobs, as squeue does
+    assert "REQUEST_PARTITION_INFO" not in result["controller_queries"]
     assert "| submitit's watcher alone |" in proc.stdout

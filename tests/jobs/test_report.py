@@ -17,7 +17,8 @@ from click.testing import CliRunner
 from hpcdist.cli.main import cli
 from hpcdist.jobs.records import JobRecord, save_record
 from hpcdist.jobs.report import Row, collect, failure_reason, mark_best, plot, table, task_ids
-from hpcdist.slurm.arrays import expand_task_ids, parse_task_states
+from hpcdist.slurm.arrays import parse_task_states
+from hpcdist.slurm.parse import expand_task_ids
 from hpcdist.slurm.query import JobInfo
 from hpcdist.state.outputs import book_for, write_output
 from ufsemulator.config import Config, ConfigError

@@ -1,4 +1,4 @@
-"""The user's shared view of their jobs: one squeue per interval for every process, a pause
+"""The user's shared view of their jobs: one scontrol per interval for every process, a pause
 when the controller refuses, private and atomic on disk."""
 
 from __future__ import annotations
@@ -17,7 +17,6 @@ from hpcdist.slurm.query import from_scontrol, view_record
 from hpcdist.slurm.userjobs import (
     MAX_INTERVAL_S,
     MIN_INTERVAL_S,
-    SEPARATOR,
     SharedView,
     interval_s,
     merge_rows,
@@ -29,39 +28,65 @@ SUBMITTED = "2026-11-27T12:00:00"
 T0 = time.mktime(time.strptime(SUBMITTED, "%Y-%m-%dT%H:%M:%S"))
 
 
-def line(job: str, state: str = "RUNNING", **extra: str) -> str:
+def line(job: str, state: str = "RUNNING", uid: int | None = None, **extra: str) -> str:
+    """One record of ``scontrol -o show job`` as SLURM prints it: ``123_4`` a started task,
+    ``123_[5-7]`` an array's pending tasks (one record), ``99`` a job; this user's."""
     head, _, task = job.partition("_")
-    values = {name: "" for name in userjobs.FIELDS}
-    values.update(
-        JobArrayID=job,
-        JobID=str(int(head) + int(task or 0) + 1) if task else head,
-        ArrayJobID=head,
-        ArrayTaskID=task or "N/A",
-        State=state,
-        SubmitTime=SUBMITTED,
-        Name="train",
-        UserName="alice",
-        STDOUT="/w/train-%A_%a.out",
-        STDERR="/w/train-%A_%a.out",
-        TimeUsed="1:05",
-        TimeLimit="UNLIMITED",
-        exit_code="0",
-        RestartCnt="0",
-        NumNodes="1",
-    )
-    values.update(extra)
-    return "".join(values[name] + SEPARATOR for name in userjobs.FIELDS)
+    task = task.strip("[]")
+    fields = {
+        "JobId": str(int(head) + int(task) + 1) if task.isdigit() else head,
+        **({"ArrayJobId": head, "ArrayTaskId": task} if task else {}),
+        "JobName": "train",
+        "UserId": f"alice({os.getuid() if uid is None else uid})",
+        "JobState": state,
+        "Reason": "None",
+        "Dependency": "(null)",
+        "Restarts": "0",
+        "ExitCode": "0:0",
+        "RunTime": "00:01:05",
+        "TimeLimit": "UNLIMITED",
+        "SubmitTime": SUBMITTED,
+        "NodeList": "node1",
+        "NumNodes": "1",
+        "WorkDir": "/w",
+        "StdErr": f"/w/train-{head}_{task if task.isdigit() else '4294967294'}.out",
+        "StdOut": f"/w/train-{head}_{task if task.isdigit() else '4294967294'}.out",
+    }
+    fields.update(extra)
+    return " ".join(f"{key}={value}" for key, value in fields.items())
 
 
-def test_squeue_rows_become_scontrol_records() -> None:
-    rows = parse_rows(line("123_4", "FAILED", exit_code="768", Name="a|b c") + "\n")
+def test_scontrol_records_become_the_users_rows() -> None:
+    rows = parse_rows(line("123_4", "FAILED", ExitCode="3:0", JobName="a|b c") + "\n")
     info = from_scontrol(view_record(rows[0]))
     assert (info.job_id, info.state, info.exit_code, info.signal) == ("123_4", "FAILED", 3, 0)
     assert info.name == "a|b c"
     assert info.stdout == "/w/train-123_4.out"
     assert info.elapsed_s == 65.0
-    killed = from_scontrol(view_record(parse_rows(line("7", "CANCELLED", exit_code="9"))[0]))
+    killed = from_scontrol(view_record(parse_rows(line("7", "CANCELLED", ExitCode="0:9"))[0]))
     assert (killed.job_id, killed.exit_code, killed.signal) == ("7", 0, 9)
+
+
+def test_an_arrays_pending_tasks_become_a_row_each_and_other_users_none() -> None:
+    text = "\n".join(
+        [
+            line("8_[1-3,5]", "PENDING"),
+            line("8_0"),
+            line("9", uid=os.getuid() + 1),  # another user's job, shown without PrivateData
+            line("10", uid=os.getuid() + 10),  # a uid that ends in this user's digits
+        ]
+    )
+    rows = parse_rows(text)
+    assert [(r["JobArrayID"], r["State"]) for r in rows] == [
+        ("8_1", "PENDING"),
+        ("8_2", "PENDING"),
+        ("8_3", "PENDING"),
+        ("8_5", "PENDING"),
+        ("8_0", "RUNNING"),
+    ]
+    assert rows[1]["STDOUT"] == "/w/train-8_2.out"  # scontrol's %a of a pending task, mended
+    assert rows[1]["JobID"] == "8"
+    assert parse_rows("No jobs in the system\n") == []
 
 
 def test_rows_of_an_array_a_task_and_a_job() -> None:
@@ -76,14 +101,15 @@ def test_rows_of_an_array_a_task_and_a_job() -> None:
     ("age_s", "call_s", "expected"),
     [
         (0.0, 0.0, MIN_INTERVAL_S),
-        (2 * MIN_INTERVAL_S, 0.0, MIN_INTERVAL_S),
-        (2 * MIN_INTERVAL_S + 2, 0.0, MIN_INTERVAL_S + 1),
-        (2 * MAX_INTERVAL_S, 0.0, MAX_INTERVAL_S),
-        (2 * MAX_INTERVAL_S + 10, 0.0, MAX_INTERVAL_S),
+        (1.5 * MIN_INTERVAL_S, 0.0, MIN_INTERVAL_S),
+        (1.5 * MIN_INTERVAL_S + 3, 0.0, MIN_INTERVAL_S + 2),
+        (1.5 * MAX_INTERVAL_S - 3, 0.0, MAX_INTERVAL_S - 2),
+        (1.5 * MAX_INTERVAL_S, 0.0, MAX_INTERVAL_S),
+        (1.5 * MAX_INTERVAL_S + 10, 0.0, MAX_INTERVAL_S),
         (0.0, 3.0, 30.0),
     ],
 )
-def test_interval_is_half_the_youngest_jobs_age_within_bounds(
+def test_interval_is_two_thirds_of_the_youngest_jobs_age_within_bounds(
     age_s: float, call_s: float, expected: float
 ) -> None:
     rows = parse_rows(line("5"))
@@ -104,7 +130,7 @@ def test_forgotten_ended_tasks_stay_running_ones_do_not() -> None:
     assert merge_rows(old, new, T0 + userjobs.KEEP_ENDED_S + 1) == new
 
 
-class FakeSqueue:
+class FakeScontrol:
     def __init__(self, text: str, code: int = 0) -> None:
         self.calls: list[list[str]] = []
         self.text, self.code = text, code
@@ -123,92 +149,98 @@ class Clock:
 
 
 def test_readers_share_one_answer_per_interval(tmp_path: Path) -> None:
-    # Asked 40 s after the job's submission: asked again once the view is older than half
-    # the job's age, 80 s after it.
-    squeue, clock = FakeSqueue(line("5")), Clock(T0 + 40)
-    views = [SharedView(tmp_path / "v" / "view.json", squeue, clock) for _ in range(10)]
+    # Asked 40 s after the job's submission: asked again once the view is older than two
+    # thirds of the job's age, 120 s after the submission (three times as old).
+    scontrol, clock = FakeScontrol(line("5")), Clock(T0 + 40)
+    views = [SharedView(tmp_path / "v" / "view.json", scontrol, clock) for _ in range(10)]
     for view in views:
         assert [r["JobArrayID"] for r in view.rows()] == ["5"]
-    assert len(squeue.calls) == 1
-    clock.now = T0 + 80
+    assert len(scontrol.calls) == 1
+    clock.now = T0 + 120
     assert all(view.rows() for view in views)
-    assert len(squeue.calls) == 1  # exactly half its age: still fresh
+    assert len(scontrol.calls) == 1  # exactly two thirds of its age: still fresh
     clock.now += 1
     assert all(view.rows() for view in views)
-    assert len(squeue.calls) == 2
+    assert len(scontrol.calls) == 2
 
 
 def test_a_new_job_or_a_submit_asks_again_after_the_minimum(tmp_path: Path) -> None:
-    squeue, clock = FakeSqueue(line("5")), Clock(T0 + 100)
-    view = SharedView(tmp_path / "view.json", squeue, clock)
+    scontrol, clock = FakeScontrol(line("5")), Clock(T0 + 100)
+    view = SharedView(tmp_path / "view.json", scontrol, clock)
     for job in (None, "6", "4"):  # this process follows them from now on
         view.rows(newer_than=job)
-    assert len(squeue.calls) == 1
+    assert len(scontrol.calls) == 1
     clock.now += MIN_INTERVAL_S
     view.rows(newer_than="6")
-    assert len(squeue.calls) == 1
+    assert len(scontrol.calls) == 1
     clock.now += 0.5
     view.rows(newer_than="4")  # an older id the view lacks: another user's, or forgotten
-    assert len(squeue.calls) == 1
+    assert len(scontrol.calls) == 1
     view.rows(newer_than="6")
-    assert len(squeue.calls) == 2
+    assert len(scontrol.calls) == 2
     view.mark_stale()
     view.rows()
-    assert len(squeue.calls) == 3  # at once: the job just submitted is asked about next
+    assert len(scontrol.calls) == 3  # at once: the job just submitted is asked about next
     view.rows()
-    assert len(squeue.calls) == 3
+    assert len(scontrol.calls) == 3
 
 
 def test_a_commands_first_question_sees_the_job_now_once_per_period(tmp_path: Path) -> None:
-    squeue, clock = FakeSqueue(line("5")), Clock(T0 + 1000)  # a 60 s interval
+    start = T0 + 1000  # the job's age gives the longest interval
+    scontrol, clock = FakeScontrol(line("5")), Clock(start)
     path = tmp_path / "view.json"
+    follower = SharedView(path, scontrol, clock)  # `logs --follow`: asks again and again
 
     def command(job: str) -> None:  # one `hpcdist status JOB`: a process of its own
-        SharedView(path, squeue, clock).rows(newer_than=job)
+        SharedView(path, scontrol, clock).rows(newer_than=job)
+
+    def follow_until(until: float) -> None:
+        while clock.now < until:
+            clock.now = min(until, clock.now + 10)
+            follower.rows(newer_than="5")
 
     command("5")
     clock.now += userjobs.ONE_SHOT_AGE_S + 0.5
     command("5")
     command("5_3")  # a task of the same array: the array had its look
-    assert len(squeue.calls) == 1
-    clock.now = T0 + 1000 + userjobs.ONE_SHOT_EVERY_S
+    assert len(scontrol.calls) == 1
+    follow_until(start + userjobs.ONE_SHOT_EVERY_S - 1)  # a look each longest interval
+    follows = len(scontrol.calls)
+    assert follows == 1 + int((userjobs.ONE_SHOT_EVERY_S - 1) // MAX_INTERVAL_S)
+    command("5_3")  # the view is older than a fresh look's, but the array had one lately
+    assert len(scontrol.calls) == follows
+    clock.now = start + userjobs.ONE_SHOT_EVERY_S + 0.5
     command("5_3")
-    assert len(squeue.calls) == 1
-    clock.now += 0.5
-    command("5_3")
-    assert len(squeue.calls) == 2
+    assert len(scontrol.calls) == follows + 1
     command("5")
-    assert len(squeue.calls) == 2
-    follower = SharedView(path, squeue, clock)
-    follower.rows(newer_than="5")
     clock.now += 10
-    follower.rows(newer_than="5")  # following: the interval, 60 s
-    assert len(squeue.calls) == 2
+    follower.rows(newer_than="5")  # following: the interval
+    assert len(scontrol.calls) == follows + 1
 
 
 def test_a_refusing_controller_is_left_alone_for_a_growing_pause(tmp_path: Path) -> None:
-    squeue, clock = FakeSqueue("", code=1), Clock(T0)
-    view = SharedView(tmp_path / "view.json", squeue, clock)
+    scontrol, clock = FakeScontrol("", code=1), Clock(T0)
+    view = SharedView(tmp_path / "view.json", scontrol, clock)
     view.rows()
     clock.now += userjobs.BACKOFF_S - 0.5
     view.rows()
-    assert len(squeue.calls) == 1
+    assert len(scontrol.calls) == 1
     clock.now += 1
     view.rows()
-    assert len(squeue.calls) == 2
+    assert len(scontrol.calls) == 2
     clock.now += 2 * userjobs.BACKOFF_S - 0.5  # the second pause is twice the first
     view.rows()
-    assert len(squeue.calls) == 2
+    assert len(scontrol.calls) == 2
     assert view.answer(["scontrol", "show", "job", "5"]).returncode == 1
-    assert len(squeue.calls) == 2
+    assert len(scontrol.calls) == 2
 
 
 def test_a_view_file_others_can_write_is_refused(tmp_path: Path) -> None:
-    view = SharedView(tmp_path / "view.json", FakeSqueue(line("5")), Clock(T0))
+    view = SharedView(tmp_path / "view.json", FakeScontrol(line("5")), Clock(T0))
     view.rows()
     os.chmod(view.path, 0o666)
     with pytest.raises(UserError, match="writable by"):
-        SharedView(view.path, FakeSqueue(line("5")), Clock(T0 + 1000)).rows()
+        SharedView(view.path, FakeScontrol(line("5")), Clock(T0 + 1000)).rows()
     assert (os.stat(view.path.parent).st_mode & 0o777) == 0o700
 
 
@@ -223,11 +255,11 @@ for _ in range(5):
 """
 
 
-def test_processes_at_once_ask_squeue_once(tmp_path: Path) -> None:
+def test_processes_at_once_ask_scontrol_once(tmp_path: Path) -> None:
     bin_dir = tmp_path / "bin"
     bin_dir.mkdir()
     calls = tmp_path / "calls"
-    fake = bin_dir / "squeue"
+    fake = bin_dir / "scontrol"
     fake.write_text(f"#!/bin/sh\necho x >> {calls}\nsleep 0.3\nprintf '%s\\n' '{line('5')}'\n")
     fake.chmod(0o755)
     env = {**os.environ, "PATH": f"{bin_dir}:{os.environ['PATH']}"}

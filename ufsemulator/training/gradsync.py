@@ -11,7 +11,12 @@ its 37 KB of gradients are one all-reduce after the backward pass either way.
   its slice of the buffer, zeroed, and autograd adds into it in place;
 - ``reduce_gradients()`` after the last micro-batch's backward makes the buffer the mean
   over the ranks: divided by the world size, then summed (as DDP), by the backend's
-  all-reduce or by the host-local one of ``gradreduce``.
+  all-reduce or by the host-local one of ``gradreduce``;
+- on a CPU the buffer has one more element, the rank's vote to stop (1 where it was asked
+  to, else 0): the same all-reduce sums the votes, and the loop reads the agreement from
+  the step's own exchange (``reduce_gradients`` returns it) instead of a collective of its
+  own every ``check_every_steps`` (a gloo all-reduce of 32 ranks took 12 ms). A sum of
+  non-negative votes is above 0 exactly when a rank voted, whatever the order of the sum.
 
 Every rank ends a step with the same gradients and so the same weights. A CUDA graph can
 hold the whole step: the zeroing, backward, the all-reduce and Adam are kernels on fixed
@@ -27,6 +32,12 @@ from torch import nn
 from ufsemulator.training.gradreduce import LocalAllReduce
 
 
+def carries_vote(device: torch.device) -> bool:
+    """Whether the gradient all-reduce carries the stop votes (module docstring): on a CPU,
+    where the summed vote is read without a device sync."""
+    return device.type == "cpu"
+
+
 class GradSync(nn.Module):
     """``module`` whose gradients ``reduce_gradients`` averages over the process group."""
 
@@ -40,9 +51,11 @@ class GradSync(nn.Module):
         if len(dtypes) != 1:
             raise ValueError(f"GradSync needs parameters of one dtype, got {dtypes or 'none'}")
         self._params = params
-        self.flat = torch.zeros(
-            sum(p.numel() for p in params), dtype=params[0].dtype, device=params[0].device
-        )
+        numel = sum(p.numel() for p in params)
+        device = params[0].device
+        self._vote_at = numel if carries_vote(device) else None
+        self.flat = torch.zeros(numel + carries_vote(device), dtype=params[0].dtype, device=device)
+        self._flat_host = self.flat.numpy() if self._vote_at is not None else None
         self._views: list[torch.Tensor] = []
         offset = 0
         for param in params:
@@ -59,20 +72,27 @@ class GradSync(nn.Module):
         return out
 
     @torch.no_grad()
-    def reduce_gradients(self) -> None:
-        """The gradients' mean over the ranks, in place (collective: every rank calls it)."""
+    def reduce_gradients(self, vote: bool = False) -> bool | None:
+        """The gradients' mean over the ranks, in place (collective: every rank calls it);
+        with the votes carried, whether any rank voted to stop (the same on every rank),
+        else None."""
+        host = self._flat_host
+        if host is not None:
+            host[-1] = float(vote)
         if self.reducer is not None:
             self.reducer.reduce_(self.flat)  # divides, then sums in rank order
-            return
-        self.flat.div_(self.world)
-        dist.all_reduce(self.flat)
+        else:
+            self.flat.div_(self.world)
+            dist.all_reduce(self.flat)
+        return None if host is None else bool(host[-1] > 0)
 
 
-def reduce_gradients(model: nn.Module) -> None:
-    """``model.reduce_gradients()`` for a ``GradSync``; nothing for any other model (a
+def reduce_gradients(model: nn.Module, vote: bool = False) -> bool | None:
+    """``model.reduce_gradients(vote)`` for a ``GradSync``; None for any other model (a
     single process, or DDP and FSDP, which reduce during the backward pass)."""
     if isinstance(model, GradSync):
-        model.reduce_gradients()
+        return model.reduce_gradients(vote)
+    return None
 
 
 @torch.no_grad()

@@ -36,6 +36,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from functools import lru_cache
 
+import numpy as np
 import torch
 
 from hpcdist.distributed import DistContext
@@ -116,16 +117,19 @@ class HalvingAllReduce:
     def __init__(self, peers: Links, numel: int, rank: int, world: int) -> None:
         self.peers = peers
         self.rank, self.world = rank, world
-        self.buf = torch.zeros(numel, dtype=torch.float32)
-        self.scratch = torch.zeros(numel, dtype=torch.float32)
-        self._buf = memoryview(self.buf.numpy()).cast("B")  # type: ignore[arg-type]
-        self._scratch = memoryview(self.scratch.numpy()).cast("B")  # type: ignore[arg-type]
+        # The arithmetic is numpy's on the same memory: a 37 KB add costs torch's eager
+        # dispatch about 8 us and numpy's 3, and a step of 32 ranks does 7 of them.
+        self.buf = np.zeros(numel, dtype=np.float32)
+        self.scratch = np.zeros(numel, dtype=np.float32)
+        self._buf = memoryview(self.buf).cast("B")  # type: ignore[arg-type]
+        self._scratch = memoryview(self.scratch).cast("B")  # type: ignore[arg-type]
         self.waited_s = 0.0  # for benchmarks: time spent in the exchange
 
     def reduce_(self, grads: torch.Tensor) -> torch.Tensor:
         n = grads.numel()
         step = _plan(self.rank, self.world, n)
-        torch.div(grads, self.world, out=self.buf[:n])  # as DDP: divide, then sum
+        flat = grads.detach().numpy()
+        np.divide(flat, np.float32(self.world), out=self.buf[:n])  # as DDP: divide, then sum
         start = time.perf_counter()
         if step.folds_into is not None:
             self._swap(step.folds_into, send=(0, n), recv=None)
@@ -140,7 +144,8 @@ class HalvingAllReduce:
             if step.folded_from is not None:
                 self._swap(step.folded_from, send=(0, n), recv=None)
         self.waited_s += time.perf_counter() - start
-        return grads.copy_(self.buf[:n])
+        np.copyto(flat, self.buf[:n])
+        return grads
 
     def _swap(
         self,
@@ -157,7 +162,7 @@ class HalvingAllReduce:
         transfer(WHAT, self.peers, sends, recvs)
         if add and recv is not None:
             lo, hi = recv
-            self.buf[lo:hi].add_(self.scratch[lo:hi])
+            np.add(self.buf[lo:hi], self.scratch[lo:hi], out=self.buf[lo:hi])
 
 
 @lru_cache(maxsize=64)

@@ -40,7 +40,7 @@ from ufsemulator.training.adam import FusedAdam
 from ufsemulator.training.earlystop import stop_before_the_end, timed_writer
 from ufsemulator.training.fullstate import full_model_state, full_state, sharded, unwrap
 from ufsemulator.training.gradreduce import LocalAllReduce, gradient_allreduce
-from ufsemulator.training.gradsync import reduce_gradients
+from ufsemulator.training.gradsync import carries_vote, reduce_gradients
 from ufsemulator.training.metrics import TrainSums, loss_function, val_metrics, validation_sums
 from ufsemulator.training.parallel import (
     adam,
@@ -150,6 +150,7 @@ class Loop:
         # a CPU (gloo) group agrees on it without touching the GPU.
         on_gpu = ctx.device.type == "cuda" and grouped()
         self._flag_group = dist.new_group(backend="gloo") if on_gpu else None
+        self._voted: bool | None = None  # the last step's agreed vote, where it carried one
         # Every checkpoint's SHA-256 goes to the private state: auto-resume trusts only those.
         # Every write walks to the run folder from the working folder again, checking each
         # folder it opens: a run folder swapped for another user's is refused, not written.
@@ -180,6 +181,7 @@ class Loop:
         if cfg.grad_allreduce == "backend" or cfg.strategy != "ddp":
             return None, "backend"
         numel = sum(p.numel() for p in model.parameters() if p.requires_grad)
+        numel += carries_vote(self.ctx.device)  # GradSync's stop vote rides along
         planned = cfg.epochs * self._steps_per_epoch() if cfg.grad_allreduce == "auto" else None
         reducer, why = gradient_allreduce(cfg.grad_allreduce, numel, self.ctx, planned)
         if reducer is None:
@@ -514,7 +516,8 @@ class Loop:
                 (raw * (xb.shape[0] / total) if last - first > 1 else raw).backward()
             sums.loss.add_(raw.detach(), alpha=xb.shape[0])
             sums.rows += xb.shape[0]
-        reduce_gradients(self.model)  # GradSync: the all-reduce (DDP's ran in backward)
+        # GradSync: the all-reduce (DDP's ran in backward), the stop votes with it on a CPU
+        self._voted = reduce_gradients(self.model, self.flag.requested)
         if before_update is not None:
             before_update()
         self.optimizer.step()
@@ -592,9 +595,12 @@ class Loop:
         )
 
     def _stop(self) -> bool:
-        """Whether any rank was asked to stop: every rank gets the same answer."""
+        """Whether any rank was asked to stop: every rank gets the same answer (the votes
+        the step's gradient exchange carried, where it carried them)."""
         if not grouped():
             return self.flag.requested
+        if self._voted is not None:
+            return self._voted
         flag = torch.tensor([int(self.flag.requested)], dtype=torch.int32)
         dist.all_reduce(flag, op=dist.ReduceOp.MAX, group=self._flag_group)
         return bool(flag.item())

@@ -1,5 +1,6 @@
 """``GradSync`` + ``FusedAdam`` train as DDP + ``torch.optim.Adam(fused=True)`` do, bit for
-bit, on two gloo ranks, without importing ``torch._dynamo``."""
+bit, on two gloo ranks, without importing ``torch._dynamo``; the stop votes its exchange
+carries on a CPU agree on every rank and leave the gradients as they were."""
 
 from __future__ import annotations
 
@@ -21,6 +22,7 @@ pytestmark = pytest.mark.skipif(
     not fused_kernel_runs(torch.device("cpu")), reason="no fused Adam kernel for CPUs here"
 )
 WORLD, STEPS, ACCUM = 2, 6, 2
+VOTES = {(1, 3), (0, 4), (1, 4)}  # (rank, step): asked to stop there
 
 
 def _free_port() -> int:
@@ -39,8 +41,9 @@ def _model(rank: int) -> EmulatorMLP:
     return EmulatorMLP(ModelConfig(hidden=(16, 8)))
 
 
-def _train(model: torch.nn.Module, optimizer: object, rank: int, ddp: bool) -> None:
+def _train(model: torch.nn.Module, optimizer: object, rank: int, ddp: bool) -> list[bool | None]:
     batches = _batches(rank)
+    agreed = []
     for step in range(STEPS):
         for micro in range(ACCUM):
             x = batches[step * ACCUM + micro]
@@ -50,9 +53,10 @@ def _train(model: torch.nn.Module, optimizer: object, rank: int, ddp: bool) -> N
                     (model(x).pow(2).mean() / ACCUM).backward()
             else:
                 (model(x).pow(2).mean() / ACCUM).backward()
-        reduce_gradients(model)
+        agreed.append(reduce_gradients(model, vote=(rank, step) in VOTES))
         optimizer.step()  # type: ignore[attr-defined]
         optimizer.zero_grad(set_to_none=True)  # type: ignore[attr-defined]
+    return agreed
 
 
 def _rank_main(rank: int, port: int, out: str) -> None:
@@ -61,7 +65,8 @@ def _rank_main(rank: int, port: int, out: str) -> None:
     )
     try:
         ours = GradSync(_model(rank))
-        _train(ours, FusedAdam(list(ours.parameters()), lr=3e-3, weight_decay=1e-4), rank, False)
+        adam_ours = FusedAdam(list(ours.parameters()), lr=3e-3, weight_decay=1e-4)
+        agreed = _train(ours, adam_ours, rank, False)
         ours(_batches(rank)[0]).sum().backward()  # no step after it: the weights stay
         buffer = ours.flat.untyped_storage().data_ptr()
         grads = [p.grad for p in ours.module.parameters()]
@@ -69,13 +74,15 @@ def _rank_main(rank: int, port: int, out: str) -> None:
         dynamo = "torch._dynamo" in sys.modules
         theirs = DistributedDataParallel(_model(rank), gradient_as_bucket_view=True)
         adam = torch.optim.Adam(theirs.parameters(), lr=3e-3, weight_decay=1e-4, fused=True)
-        _train(theirs, adam, rank, True)
+        agreed_ddp = _train(theirs, adam, rank, True)
         torch.save(
             {
                 "ours": ours.module.state_dict(),
                 "theirs": theirs.module.state_dict(),
                 "dynamo_before_ddp": dynamo,
                 "grads_in_buffer": inside,
+                "agreed": agreed,
+                "agreed_ddp": agreed_ddp,
             },
             f"{out}/rank{rank}.pt",
         )
@@ -89,6 +96,9 @@ def test_gradsync_trains_as_ddp_does_on_every_rank(tmp_path: Path) -> None:
     )
     results = [torch.load(tmp_path / f"rank{r}.pt", weights_only=True) for r in range(WORLD)]
     for result in results:
+        # one rank's vote stops both; two votes count once; DDP carries none
+        assert result["agreed"] == [False, False, False, True, True, False]
+        assert result["agreed_ddp"] == [None] * STEPS
         assert result["dynamo_before_ddp"] is False
         assert result["grads_in_buffer"] is True
         assert result["ours"].keys() == result["theirs"].keys()
