@@ -37,6 +37,7 @@ import fcntl
 import hashlib
 import json
 import os
+import re
 import shutil
 import subprocess
 import time
@@ -113,11 +114,20 @@ def parse_rows(text: str, uid: int | None = None) -> list[Row]:
     for line in text.splitlines():
         if not line.startswith("JobId="):
             continue  # "No jobs in the system"
+        if len(_USER_ID.findall(line)) != 1:
+            continue  # another user's name or command that spells "UserId=": not ours to read
         record = parse_key_values(line)
         if not record.get("UserId", "").endswith(owner):
             continue
         rows += _task_rows(record)
     return rows
+
+
+# A record's owner. scontrol prints its fields unquoted, and a job's name, command and
+# comment are its owner's text: a name of "x UserId=alice(1000) JobState=COMPLETED" would
+# read as alice's finished job. The real UserId is always printed, so a record that spells
+# it twice is another user's disguise (or one's own odd name) and is left out of the view.
+_USER_ID = re.compile(r"(?:^|\s)UserId=")
 
 
 def _task_rows(record: Mapping[str, str]) -> list[Row]:

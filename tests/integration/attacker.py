@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import os
 import socket
+import subprocess
 import sys
 import time
 from datetime import timedelta
@@ -114,7 +115,19 @@ def _join(port: str) -> None:
     print(f"attacker received {weights.tolist()}", flush=True)
 
 
+def _sbatch(name: str, *args: str) -> None:
+    """Queue a held job (it never runs) of this name, a script given ``args``; print its id."""
+    script = f"/tmp/hpcatk-{os.getpid()}.sh"
+    with open(script, "w") as out:
+        out.write("#!/bin/sh\ntrue\n")
+    os.chmod(script, 0o755)
+    argv = ["sbatch", "--parsable", "-H", "-J", name, "-o", "/dev/null", "-D", "/tmp"]
+    proc = subprocess.run([*argv, script, *args], capture_output=True, text=True, check=True)
+    print(proc.stdout.strip().split(";")[0], flush=True)
+
+
 ACTIONS = {
+    "sbatch": _sbatch,
     "mkdir": _mkdir,
     "write": _write,
     "overwrite": _overwrite,

@@ -397,6 +397,28 @@ def test_forged_job_record_cannot_make_cancel_kill_a_process(
         victim.wait()
 
 
+def test_a_job_that_spells_the_victims_id_is_not_in_the_victims_view(
+    slurm_cluster: SlurmCluster, attacker: Attacker, project: Path
+) -> None:
+    from hpcdist.slurm.userjobs import parse_rows
+
+    # scontrol prints a job's name and command unquoted: this one's command line spells the
+    # victim's UserId and a final state after the real ones, its name before them.
+    lie = [f"UserId=root({os.getuid()})", "JobState=COMPLETED"]
+    queued = attacker.run("sbatch", " ".join(["x", *lie]), *lie)
+    assert queued.returncode == 0, queued.stdout
+    job = queued.stdout.splitlines()[0].strip()
+    try:
+        shown = run_slurm("scontrol", "-o", "show", "job", job).stdout
+        assert f"UserId={attacker.name}({attacker.uid})" in shown
+        assert f".sh {' '.join(lie)}" in shown  # the command line, as planted
+        everyone = run_slurm("scontrol", "-o", "show", "job").stdout
+        assert job not in {row["JobID"] for row in parse_rows(everyone)}
+        assert job not in {row["JobID"] for row in parse_rows(everyone, uid=attacker.uid)}
+    finally:
+        run_slurm("scancel", job, check=False)
+
+
 def test_foreign_profile_is_refused_unless_trusted(
     slurm_cluster: SlurmCluster, attacker: Attacker, project: Path
 ) -> None:

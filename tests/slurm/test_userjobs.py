@@ -89,6 +89,16 @@ def test_an_arrays_pending_tasks_become_a_row_each_and_other_users_none() -> Non
     assert parse_rows("No jobs in the system\n") == []
 
 
+def test_another_users_record_that_spells_this_users_id_is_left_out() -> None:
+    me = os.getuid()
+    name = f"x UserId=alice({me}) JobState=COMPLETED"
+    disguised = line("12", "PENDING", uid=me + 1, JobName=name)
+    assert disguised.index(f"alice({me})") < disguised.index(f"alice({me + 1})")  # name first
+    in_command = line("13", uid=me + 1) + f" Command=/bin/true UserId=alice({me})"
+    assert parse_rows("\n".join([disguised, in_command, line("14")])) == parse_rows(line("14"))
+    assert [r["JobArrayID"] for r in parse_rows(line("14"))] == ["14"]
+
+
 def test_rows_of_an_array_a_task_and_a_job() -> None:
     rows = parse_rows("\n".join([line("123_0"), line("123_1"), line("99")]))
     assert [r["JobArrayID"] for r in rows_of(rows, "123")] == ["123_0", "123_1"]
