@@ -112,8 +112,8 @@ def parse_rows(text: str, uid: int | None = None) -> list[Row]:
     owner = f"({os.getuid() if uid is None else uid})"
     rows = []
     for line in text.splitlines():
-        if not line.startswith("JobId="):
-            continue  # "No jobs in the system"
+        if not line.startswith("JobId=") or owner not in line:
+            continue  # "No jobs in the system", or (most lines of a big cluster) not ours
         if len(_USER_ID.findall(line)) != 1:
             continue  # another user's name or command that spells "UserId=": not ours to read
         record = parse_key_values(line)
