@@ -171,7 +171,9 @@ def _forgotten(tmp_path: Path) -> dict[str, str]:
         "#!/bin/sh\necho 'slurm_load_jobs error: Invalid job id specified' >&2\nexit 1\n"
     )
     (stub / "scontrol").chmod(0o755)
-    return {"PATH": f"{stub}{os.pathsep}{os.environ['PATH']}"}
+    # The stub is this command's alone: it does not refresh the user's shared view of the
+    # cluster (a refusing scontrol there pauses every other command's questions).
+    return {"PATH": f"{stub}{os.pathsep}{os.environ['PATH']}", "HPCDIST_SLURM_VIEW": "off"}
 
 
 def test_a_forgotten_rendered_jobs_logs_come_from_its_record_rank_by_rank(
