@@ -13,14 +13,13 @@ the controller forgets (``MinJobAge`` after their end) stay in the view with the
 state. Other answers a command needs (``sacct`` rows of a job, ``scontrol`` of another
 user's job) are kept beside it, keyed by their command line, on the same interval.
 
-The interval follows the youngest unfinished job, as submitit's watcher does, a little more
-patiently: two thirds of its age (each look comes when the job is three times as old as at
-the last; submitit's when it is twice as old, so a job that ends is seen at most twice its
-age later, never later than the longest interval), at least ``MIN_INTERVAL_S``, at most
-``MAX_INTERVAL_S`` (below SLURM's default MinJobAge of 300 s, so a task that ends between
-two looks is still in the next where the site keeps the default; sacct answers for one the
-controller forgot). A command's first question about a job (``status`` typed now) sees it as
-it is, unless another command had that fresh look at the job in the last
+The interval follows the youngest unfinished job, as submitit's watcher does: half its age
+(each look comes when the job is twice as old as at the last, so a job that ends is seen at
+most its age later, never later than the longest interval), at least ``MIN_INTERVAL_S``, at
+most ``MAX_INTERVAL_S`` (below SLURM's default MinJobAge of 300 s, so a task that ends
+between two looks is still in the next where the site keeps the default; sacct answers for
+one the controller forgot). A command's first question about a job (``status`` typed now)
+sees it as it is, unless another command had that fresh look at the job in the last
 ``ONE_SHOT_EVERY_S`` (ten terminals running ``watch hpcdist status`` cost one look per
 interval, and one more at most every ``ONE_SHOT_EVERY_S``); a process that asks again
 (``logs --follow``, ``submit --wait``) follows on the interval. A controller that refuses or
@@ -59,8 +58,8 @@ from hpcdist.state.private import PRIVATE_FILE_MODE, private_dir
 from hpcdist.state.statehome import make_state_base
 from hpcdist.state.trustedfile import read_private
 
-MIN_INTERVAL_S = 5.0
-AGE_FRACTION = 2.0 / 3.0  # of the youngest unfinished job's age: the view's interval
+MIN_INTERVAL_S = 2.0
+AGE_FRACTION = 1.0 / 2.0  # of the youngest unfinished job's age: the view's interval
 MAX_INTERVAL_S = 120.0
 ONE_SHOT_AGE_S = 1.0  # a command's first question: the view may be this old
 ONE_SHOT_EVERY_S = 300.0  # ... or older, where a command had a fresh look lately
@@ -175,7 +174,7 @@ def interval_s(
     rows: Sequence[Row], now: float, last_call_s: float = 0.0, youngest: float | None = -1.0
 ) -> float:
     """How old the view may be: AGE_FRACTION of the age of the youngest unfinished job
-    (submitit's watcher backs off the same way, with a half), within [MIN_INTERVAL_S,
+    (submitit's watcher backs off the same way), within [MIN_INTERVAL_S,
     MAX_INTERVAL_S]; at least SLOW_FACTOR times the last answer's duration. ``youngest``:
     that job's submission, if known (else it is found in ``rows``)."""
     submitted = youngest_submit(rows) if youngest == -1.0 else youngest

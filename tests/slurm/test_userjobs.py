@@ -111,15 +111,15 @@ def test_rows_of_an_array_a_task_and_a_job() -> None:
     ("age_s", "call_s", "expected"),
     [
         (0.0, 0.0, MIN_INTERVAL_S),
-        (1.5 * MIN_INTERVAL_S, 0.0, MIN_INTERVAL_S),
-        (1.5 * MIN_INTERVAL_S + 3, 0.0, MIN_INTERVAL_S + 2),
-        (1.5 * MAX_INTERVAL_S - 3, 0.0, MAX_INTERVAL_S - 2),
-        (1.5 * MAX_INTERVAL_S, 0.0, MAX_INTERVAL_S),
-        (1.5 * MAX_INTERVAL_S + 10, 0.0, MAX_INTERVAL_S),
+        (2 * MIN_INTERVAL_S, 0.0, MIN_INTERVAL_S),
+        (2 * MIN_INTERVAL_S + 2, 0.0, MIN_INTERVAL_S + 1),
+        (2 * MAX_INTERVAL_S - 2, 0.0, MAX_INTERVAL_S - 1),
+        (2 * MAX_INTERVAL_S, 0.0, MAX_INTERVAL_S),
+        (2 * MAX_INTERVAL_S + 10, 0.0, MAX_INTERVAL_S),
         (0.0, 3.0, 30.0),
     ],
 )
-def test_interval_is_two_thirds_of_the_youngest_jobs_age_within_bounds(
+def test_interval_is_half_the_youngest_jobs_age_within_bounds(
     age_s: float, call_s: float, expected: float
 ) -> None:
     rows = parse_rows(line("5"))
@@ -159,16 +159,16 @@ class Clock:
 
 
 def test_readers_share_one_answer_per_interval(tmp_path: Path) -> None:
-    # Asked 40 s after the job's submission: asked again once the view is older than two
-    # thirds of the job's age, 120 s after the submission (three times as old).
+    # Asked 40 s after the job's submission: asked again once the view is older than half
+    # the job's age, 80 s after the submission (twice as old).
     scontrol, clock = FakeScontrol(line("5")), Clock(T0 + 40)
     views = [SharedView(tmp_path / "v" / "view.json", scontrol, clock) for _ in range(10)]
     for view in views:
         assert [r["JobArrayID"] for r in view.rows()] == ["5"]
     assert len(scontrol.calls) == 1
-    clock.now = T0 + 120
+    clock.now = T0 + 80
     assert all(view.rows() for view in views)
-    assert len(scontrol.calls) == 1  # exactly two thirds of its age: still fresh
+    assert len(scontrol.calls) == 1  # exactly half its age: still fresh
     clock.now += 1
     assert all(view.rows() for view in views)
     assert len(scontrol.calls) == 2
