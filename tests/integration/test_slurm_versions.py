@@ -126,7 +126,13 @@ def _complete_record(job_id: str, name: str, wait_s: float = 60.0) -> list[dict[
     placeholder name "allocation" and without WorkDir."""
     deadline = time.monotonic() + wait_s
     while True:
-        rows = sacct_rows(job_id)
+        # Asked of sacct each time: the user's shared view would keep the first answer
+        # (the placeholder) for its whole interval, up to 2 minutes once nothing runs.
+        os.environ["HPCDIST_SLURM_VIEW"] = "off"
+        try:
+            rows = sacct_rows(job_id)
+        finally:
+            del os.environ["HPCDIST_SLURM_VIEW"]
         names = [row.get("JobName") for row in rows if row.get("JobID") == job_id]
         if names == [name] or time.monotonic() > deadline:
             return rows
