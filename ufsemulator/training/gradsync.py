@@ -52,10 +52,9 @@ class GradSync(nn.Module):
             raise ValueError(f"GradSync needs parameters of one dtype, got {dtypes or 'none'}")
         self._params = params
         numel = sum(p.numel() for p in params)
-        device = params[0].device
-        self._vote_at = numel if carries_vote(device) else None
-        self.flat = torch.zeros(numel + carries_vote(device), dtype=params[0].dtype, device=device)
-        self._flat_host = self.flat.numpy() if self._vote_at is not None else None
+        vote = carries_vote(params[0].device)  # one more element: the stop vote, last
+        self.flat = torch.zeros(numel + vote, dtype=params[0].dtype, device=params[0].device)
+        self._flat_host = self.flat.numpy() if vote else None
         self._views: list[torch.Tensor] = []
         offset = 0
         for param in params:
