@@ -2,8 +2,10 @@
 
 The benchmarks report what each exchange really sent, not what its algorithm should send:
 every TCP socket the process holds (gloo's, the store's, the exchanges' own) is asked for
-its ``tcp_info`` (``getsockopt(TCP_INFO)``), whose ``tcpi_bytes_sent`` (Linux 4.19+;
-before, ``tcpi_bytes_acked``) counts the payload bytes the kernel has sent on it. A socket
+its ``tcp_info`` (``getsockopt(TCP_INFO)``), whose ``tcpi_bytes_sent`` less
+``tcpi_bytes_retrans`` (Linux 4.19+; before, ``tcpi_bytes_acked``) counts the payload bytes the
+kernel has sent on it once: a segment sent again (a loaded machine's receiver that fell
+behind) is the machine's cost, not the algorithm's, and would make the count vary. A socket
 closed in between takes its count with it: read the counters around a stretch in which
 the exchanges keep their connections (a training's timed epochs).
 """
@@ -16,6 +18,7 @@ import struct
 
 _BYTES_ACKED = 120  # offsets in Linux's struct tcp_info
 _BYTES_SENT = 200
+_BYTES_RETRANS = 208
 _INFO_SIZE = 256
 
 
@@ -44,9 +47,11 @@ def _socket_bytes_sent(fd: int) -> int:
 
 
 def parse_bytes_sent(info: bytes) -> int:
-    """``tcpi_bytes_sent`` of a ``tcp_info`` as the kernel returned it (shorter from
-    kernels before 4.19: ``tcpi_bytes_acked``). Pure."""
-    offset = _BYTES_SENT if len(info) >= _BYTES_SENT + 8 else _BYTES_ACKED
-    if len(info) < offset + 8:
+    """``tcpi_bytes_sent - tcpi_bytes_retrans`` of a ``tcp_info`` as the kernel returned it
+    (shorter from kernels before 4.19: ``tcpi_bytes_acked``). Pure."""
+    if len(info) >= _BYTES_RETRANS + 8:
+        sent, retrans = struct.unpack_from("=QQ", info, _BYTES_SENT)
+        return int(sent - retrans)
+    if len(info) < _BYTES_ACKED + 8:
         raise OSError(f"tcp_info of {len(info)} bytes holds no byte counter")
-    return int(struct.unpack_from("=Q", info, offset)[0])
+    return int(struct.unpack_from("=Q", info, _BYTES_ACKED)[0])

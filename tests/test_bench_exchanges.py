@@ -108,15 +108,28 @@ def test_the_model_refuses_an_exchange_it_does_not_know() -> None:
 
 
 @pytest.mark.parametrize(
-    ("size", "offset", "value"),
-    [(232, 200, 123_456), (160, 120, 777)],  # Linux 4.19+ (bytes_sent), older (bytes_acked)
+    ("size", "offset", "value", "retrans", "counted"),
+    [
+        (232, 200, 123_456, 0, 123_456),  # Linux 4.19+: bytes_sent less bytes_retrans
+        (232, 200, 123_456, 1_000, 122_456),
+        (216, 200, 5_000, 7, 4_993),  # bytes_retrans is the last field it needs
+        (160, 120, 777, 0, 777),  # older kernels: bytes_acked
+        (215, 120, 777, 0, 777),  # one byte short of bytes_retrans: bytes_acked
+    ],
 )
 def test_the_byte_counter_is_read_where_the_kernel_puts_it(
-    size: int, offset: int, value: int
+    size: int, offset: int, value: int, retrans: int, counted: int
 ) -> None:
     info = bytearray(size)
     struct.pack_into("=Q", info, offset, value)
-    assert parse_bytes_sent(bytes(info)) == value
+    if retrans:
+        struct.pack_into("=Q", info, offset + 8, retrans)
+    assert parse_bytes_sent(bytes(info)) == counted
+
+
+def test_a_tcp_info_without_a_counter_is_refused() -> None:
+    with pytest.raises(OSError, match="tcp_info of 127 bytes holds no byte counter"):
+        parse_bytes_sent(bytes(127))
 
 
 def test_the_counter_sees_what_a_socket_sent() -> None:

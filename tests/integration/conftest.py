@@ -13,7 +13,7 @@ import subprocess
 import sys
 import time
 import warnings
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Protocol
@@ -231,6 +231,58 @@ def job_state(job_id: int, timeout: float = 120.0, poll_s: float = 0.5) -> str:
                 f"job {job_id} not in a final state after {timeout:.0f} s (last: {last})"
             )
         time.sleep(poll_s)
+
+
+def ended_state(job_id: int) -> str:
+    """The job's final state once it has ended for good, else "": the controller's record
+    (``scontrol show job``), or sacct's once the controller has forgotten the job. A job
+    between two runs of a requeue is PENDING (or REQUEUED), never final, in both; PREEMPTED
+    is left out, as a job preempted to be requeued shows it on its way back to PENDING."""
+    proc = run_slurm("scontrol", "show", "job", "-o", str(job_id), check=False)
+    found = re.search(r"\bJobState=(\S+)", proc.stdout)
+    if found is not None:
+        return found[1] if found[1] in ENDED else ""
+    rows = run_slurm("sacct", "-X", "-n", "-P", "-j", str(job_id), "-o", "State", check=False)
+    states = [line.split()[0] for line in rows.stdout.splitlines() if line.strip()]
+    return states[-1] if states and states[-1] in ENDED else ""
+
+
+ENDED = FINAL_STATES - {"PREEMPTED"}
+
+
+def wait_until(
+    ready: Callable[[], bool],
+    job_id: int,
+    what: str,
+    timeout: float,
+    log: Callable[[], str] = lambda: "",
+    poll_s: float = 0.5,
+) -> None:
+    """Poll ``ready`` while job ``job_id`` runs. Returns once it holds; fails at once, with
+    the job's final state and the tail of ``log()``, when the job has ended without it (seen
+    ended twice, ENDED_GRACE_S apart, and ``ready`` asked once more: a log's last lines can
+    land after the state); fails after ``timeout`` seconds, the bound for a job that hangs."""
+    deadline = time.monotonic() + timeout
+    ended_at: float | None = None
+    while not ready():
+        state = ended_state(job_id)
+        now = time.monotonic()
+        ended_at = (ended_at or now) if state else None
+        if ended_at is not None and now - ended_at >= ENDED_GRACE_S and not ready():
+            raise AssertionError(f"job {job_id} ended {state} before {what}\n{log_tail(log())}")
+        if now > deadline:
+            raise AssertionError(
+                f"timed out after {timeout:.0f} s waiting for {what} (job {job_id} "
+                f"{state or 'not ended'})\n{log_tail(log())}"
+            )
+        time.sleep(poll_s)
+
+
+ENDED_GRACE_S = 3.0
+
+
+def log_tail(text: str, lines: int = 40) -> str:
+    return "\n".join(text.splitlines()[-lines:])
 
 
 def _exported(lines: str, names: tuple[str, ...]) -> dict[str, str]:

@@ -73,7 +73,8 @@ def show_job(job_id: int) -> dict[str, str]:
 
 
 def wait_state(job_id: int, states: tuple[str, ...], timeout: float) -> dict[str, str]:
-    """Poll scontrol until the job is in one of ``states``, releasing a requeue hold."""
+    """Poll scontrol until the job is in one of ``states``, releasing a requeue hold; fails at
+    once when the job has ended in another state (PREEMPTED aside: requeued, it runs again)."""
     deadline = time.monotonic() + timeout
     fields: dict[str, str] = {}
     while time.monotonic() < deadline:
@@ -81,6 +82,8 @@ def wait_state(job_id: int, states: tuple[str, ...], timeout: float) -> dict[str
         state = fields.get("JobState", "")
         if state in states:
             return fields
+        if state in FINAL and state != "PREEMPTED":
+            raise AssertionError(f"job {job_id} ended {state}, not in {states}: {fields}")
         if state == "PENDING" and "BeginTime" in fields.get("Reason", ""):
             time.sleep(2)  # not in the second of the requeue (see release_requeue_hold)
             run_slurm("scontrol", "update", f"JobId={job_id}", "StartTime=now", check=False)

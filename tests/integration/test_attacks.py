@@ -32,7 +32,9 @@ from hpcdist.state.statehome import private_state_root
 from tests.integration.conftest import REPO_ROOT, SlurmCluster, run_slurm, sbatch, slurm_env
 
 HPCDIST = [sys.executable, "-m", "hpcdist.cli.main"]
-ATTACKER_NAME = "hpcatk-sec"
+# One user per parallel worker (tests/conftest.py): two workers' modules would otherwise add
+# and remove the same user under each other.
+ATTACKER_NAME = "hpcatk-sec" + os.environ.get("PYTEST_XDIST_WORKER", "").removeprefix("gw")
 
 
 @dataclass(frozen=True)

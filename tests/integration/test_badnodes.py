@@ -16,10 +16,30 @@ from pathlib import Path
 
 import pytest
 
-from tests.integration.conftest import SlurmCluster, run_slurm, sbatch, slurm_env
-from tests.integration.test_faults import _follow, _log, _rank_pid, _training_job, _wait_for
+from tests.integration.conftest import SlurmCluster, run_slurm, sbatch, slurm_env, squeue
+from tests.integration.test_faults import (
+    ENDLESS,
+    _finish_after,
+    _follow,
+    _log,
+    _rank_pid,
+    _training_job,
+    _wait_for,
+)
 
-EPOCHS = 400  # long enough that the kill always comes while the first piece trains
+
+def _end_once_requeued(tmp_path: Path, name: str, job_id: int) -> None:
+    """The first piece trains until the test breaks it (it never ends by itself): once hpcdist
+    has requeued the job (SLURM holds it), the piece that resumes is given its end, a few
+    epochs past the checkpoint."""
+    _wait_for(
+        lambda: "requeueing job" in _log(tmp_path, name, job_id) and squeue(job_id)[0] == "PENDING",
+        300,
+        "the requeue after the failure",
+        job_id,
+        lambda: _log(tmp_path, name, job_id),
+    )
+    _finish_after(tmp_path / f"{name}.yaml", tmp_path / "runs" / str(job_id))
 
 
 def _node_of(pid: int) -> str:
@@ -32,15 +52,16 @@ def _node_of(pid: int) -> str:
 def test_a_killed_rank_requeues_the_run_without_its_node_and_it_completes(
     slurm_cluster: SlurmCluster, tmp_path: Path, launcher: str
 ) -> None:
-    script = _training_job(tmp_path, "badnode", EPOCHS, launcher=launcher)
+    script = _training_job(tmp_path, "badnode", ENDLESS, launcher=launcher)
     job = sbatch(script, cwd=tmp_path, wait=False)
     checkpoint = tmp_path / "runs" / str(job.job_id) / "checkpoint.pt"
-    _wait_for(checkpoint.exists, 180, "the first checkpoint")
+    _wait_for(checkpoint.exists, 180, "the first checkpoint", job.job_id)
     variable = "SLURM_PROCID" if launcher == "srun" else "RANK"
     pid = _rank_pid(str(tmp_path / "badnode.yaml"), 1, variable)
     assert pid is not None, "rank 1's process not found"
     bad = _node_of(pid)  # node2 on an idle testbed, where a 2-node job gets node[1-2]
     os.kill(pid, signal.SIGKILL)
+    _end_once_requeued(tmp_path, "badnode", job.job_id)
     state = _follow(job.job_id, timeout=600)
     log = _log(tmp_path, "badnode", job.job_id)
     assert state == "COMPLETED", log
@@ -74,14 +95,15 @@ def test_a_training_rank_that_hangs_is_named_and_the_run_goes_on_without_its_nod
 ) -> None:
     # Rank 1 stops (SIGSTOP: alive, silent, as a rank on a sick node hangs) while the first
     # piece trains; the others' next collective times out after --collective-timeout 5 s.
-    script = _training_job(tmp_path, "hangs", EPOCHS, collective_timeout=5)
+    script = _training_job(tmp_path, "hangs", ENDLESS, collective_timeout=5)
     job = sbatch(script, cwd=tmp_path, wait=False)
     checkpoint = tmp_path / "runs" / str(job.job_id) / "checkpoint.pt"
-    _wait_for(checkpoint.exists, 180, "the first checkpoint")
+    _wait_for(checkpoint.exists, 180, "the first checkpoint", job.job_id)
     pid = _rank_pid(str(tmp_path / "hangs.yaml"), 1)
     assert pid is not None, "rank 1's process not found"
     bad = _node_of(pid)
     os.kill(pid, signal.SIGSTOP)
+    _end_once_requeued(tmp_path, "hangs", job.job_id)
     state = _follow(job.job_id, timeout=600)
     log = _log(tmp_path, "hangs", job.job_id)
     assert state == "COMPLETED", log

@@ -10,6 +10,7 @@ import os
 import re
 import signal
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -27,6 +28,7 @@ from tests.integration.conftest import (
     sbatch,
     squeue,
     submit_waiting,
+    wait_until,
 )
 from ufsemulator.checkpoints.checkpoint import load_checkpoint
 
@@ -91,10 +93,21 @@ def _follow(job_id: int, timeout: float, release: bool = True) -> str:
     return _sacct_state(job_id)
 
 
-def _wait_for(predicate: object, timeout: float, what: str) -> None:
+def _wait_for(
+    ready: Callable[[], object],
+    timeout: float,
+    what: str,
+    job_id: int | None = None,
+    log: Callable[[], str] = lambda: "",
+) -> None:
+    """Poll ``ready``; with the job it waits on, fail at once (its end and ``log()``'s tail)
+    when that job has ended without it (conftest.wait_until)."""
+    if job_id is not None:
+        wait_until(lambda: bool(ready()), job_id, what, timeout, log=log)
+        return
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
-        if callable(predicate) and predicate():
+        if ready():
             return
         time.sleep(0.5)
     raise AssertionError(f"timed out after {timeout:.0f} s waiting for {what}")
@@ -142,7 +155,13 @@ def test_time_limit_interrupts_twice_and_ends_with_the_uninterrupted_weights(
         release_requeue_hold(job.job_id)
         return False
 
-    _wait_for(warned_twice, 900, "the second warning and requeue")
+    _wait_for(
+        warned_twice,
+        900,
+        "the second warning and requeue",
+        job.job_id,
+        lambda: _log(tmp_path, "limited", job.job_id),
+    )
     _finish_after(tmp_path / "limited.yaml", run_dir)
     state = _follow(job.job_id, timeout=900)
     log = _log(tmp_path, "limited", job.job_id)
@@ -171,7 +190,13 @@ def test_scontrol_requeue_resumes_and_scancel_leaves_the_checkpoint_intact(
 ) -> None:
     job = sbatch(_training_job(tmp_path, "requeued", epochs=2000), cwd=tmp_path, wait=False)
     checkpoint = tmp_path / "runs" / str(job.job_id) / "checkpoint.pt"
-    _wait_for(checkpoint.exists, 180, "the first checkpoint")
+    _wait_for(
+        checkpoint.exists,
+        180,
+        "the first checkpoint",
+        job.job_id,
+        lambda: _log(tmp_path, "requeued", job.job_id),
+    )
     time.sleep(3)
     run_slurm("scontrol", "requeue", str(job.job_id))
 
@@ -179,7 +204,13 @@ def test_scontrol_requeue_resumes_and_scancel_leaves_the_checkpoint_intact(
         release_requeue_hold(job.job_id)
         return "Resuming from" in _log(tmp_path, "requeued", job.job_id)
 
-    _wait_for(resumed, 240, "the requeued job to resume from its checkpoint")
+    _wait_for(
+        resumed,
+        240,
+        "the requeued job to resume from its checkpoint",
+        job.job_id,
+        lambda: _log(tmp_path, "requeued", job.job_id),
+    )
     log = _log(tmp_path, "requeued", job.job_id)
     # SLURM requeued it: said so, never "not requeueing ... without a preemption".
     assert f"job {job.job_id} is requeued by SLURM itself" in log, log
@@ -190,6 +221,8 @@ def test_scontrol_requeue_resumes_and_scancel_leaves_the_checkpoint_intact(
         lambda: f"Epoch {resumed_epoch + 2}/" in _log(tmp_path, "requeued", job.job_id),
         120,
         "an epoch after the resume",
+        job.job_id,
+        lambda: _log(tmp_path, "requeued", job.job_id),
     )
 
     run_slurm("scancel", str(job.job_id))
@@ -230,7 +263,13 @@ def test_killed_rank_fails_the_job_quickly_naming_the_rank(
     script = _training_job(tmp_path, "victim", epochs=ENDLESS, exclude_bad_nodes=False)
     job = sbatch(script, cwd=tmp_path, wait=False)
     checkpoint = tmp_path / "runs" / str(job.job_id) / "checkpoint.pt"
-    _wait_for(checkpoint.exists, 180, "the first checkpoint")
+    _wait_for(
+        checkpoint.exists,
+        180,
+        "the first checkpoint",
+        job.job_id,
+        lambda: _log(tmp_path, "victim", job.job_id),
+    )
     pid = _rank_pid(str(tmp_path / "victim.yaml"), rank=1)
     assert pid is not None, "rank 1's process not found"
     killed = time.monotonic()
@@ -296,6 +335,8 @@ def test_submitted_job_checkpoints_requeues_and_completes_through_its_time_limit
         lambda: _requeued_times(job_log(tmp_path, "submitit-preempt", job_id)) >= 1,
         600,
         "the warning and the requeue",
+        job_id,
+        lambda: _log(tmp_path, "submitit-preempt", job_id),
     )
     epochs = _finish_after(config, tmp_path / "runs" / str(job_id))  # requeue hold: not begun
     out = finish_waiting(waiter, job_id, timeout=600)

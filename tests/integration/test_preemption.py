@@ -74,7 +74,8 @@ def cancel_bed() -> Iterator[SideBed]:
 
 
 def _preempt_after_epoch_3(tmp_path: Path, name: str, job_id: int) -> int:
-    _wait_for(lambda: "Epoch 3/" in _log(tmp_path, name, job_id), 180, f"{name} to train")
+    log = lambda: _log(tmp_path, name, job_id)  # noqa: E731
+    _wait_for(lambda: "Epoch 3/" in log(), 180, f"{name} to train", job_id, log)
     high = sbatch(HIGH_JOB, "-p", "high", "-N", "2", "--exclusive", cwd=tmp_path, wait=False)
     return high.job_id
 
@@ -112,6 +113,8 @@ def test_requeue_mode_preempted_training_resumes_with_the_uninterrupted_weights(
             lambda: "checkpoint written, requeueing" in _log(tmp_path, "preempted", job.job_id),
             300,
             "the preempted training's checkpoint",
+            job.job_id,
+            lambda: _log(tmp_path, "preempted", job.job_id),
         )
         _release(tmp_path, tmp_path / "preempted.yaml", tmp_path / "runs" / str(job.job_id))
         assert wait_state(high, FINAL, timeout=120)["JobState"] == "COMPLETED"
@@ -168,12 +171,14 @@ def test_a_preempted_submit_job_gives_its_nodes_back_at_once_and_resumes(
         def log() -> str:  # the job's log: every rank and the batch shell, every run
             return job_log(tmp_path, "submitted", job_id)
 
-        _wait_for(lambda: "Epoch 3/" in log(), 180, "the submitted training")
+        _wait_for(lambda: "Epoch 3/" in log(), 180, "the submitted training", job_id, log)
         high = sbatch(HIGH_JOB, "-p", "high", "-N", "2", "--exclusive", cwd=tmp_path, wait=False)
         _wait_for(
             lambda: "hpcdist: checkpoint written, requeueing job" in log(),
             300,
             "the preempted training's checkpoint",
+            job_id,
+            log,
         )
         _release(tmp_path, config, tmp_path / "runs" / str(job_id))
         preemptor = wait_state(high.job_id, FINAL, timeout=120)
@@ -230,6 +235,8 @@ def test_cancel_mode_preempted_training_submits_itself_again_and_resumes(
             lambda: "resubmitting" in _log(tmp_path, "cancelled", job.job_id),
             300,
             "the preempted training's checkpoint and resubmission",
+            job.job_id,
+            lambda: _log(tmp_path, "cancelled", job.job_id),
         )
         _release(tmp_path, tmp_path / "cancelled.yaml", tmp_path / "runs" / str(job.job_id))
         first = wait_state(job.job_id, FINAL, timeout=120)

@@ -46,6 +46,8 @@ def test_rendered_no_requeue_job_warned_is_not_requeued(
         lambda: "Epoch 3/" in _log(tmp_path, "norequeue", job.job_id),
         180,
         "the job to train 3 epochs",
+        job.job_id,
+        lambda: _log(tmp_path, "norequeue", job.job_id),
     )
     run_slurm("scancel", "--signal=USR2", str(job.job_id))
     state = _final(job.job_id)
@@ -81,6 +83,8 @@ def test_submitted_no_requeue_job_warned_is_not_requeued(
         lambda: "Epoch 3/" in job_log(tmp_path, "ufsemulator-gloo", job_id),
         180,
         "the submitted job to train 3 epochs",
+        job_id,
+        lambda: job_log(tmp_path, "ufsemulator-gloo", job_id),
     )
     run_slurm("scancel", "--signal=USR2", str(job_id))
     out, err = waiter.communicate(timeout=240)

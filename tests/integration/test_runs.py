@@ -77,15 +77,17 @@ def _preempt(job: int, piece: int, log: Callable[[], str]) -> None:
             text.count("Resuming from") == piece - 1 and "Epoch " in text.split("Resuming from")[-1]
         )
 
-    _wait_for(trained_an_epoch, 240, f"piece {piece}'s first checkpoint")
+    _wait_for(trained_an_epoch, 240, f"piece {piece}'s first checkpoint", job, log)
     run_slurm("scontrol", "requeue", str(job))
-    _wait_for(lambda: log().count("Stop requested") == piece, 120, f"piece {piece}'s stop")
+    _wait_for(
+        lambda: log().count("Stop requested") == piece, 120, f"piece {piece}'s stop", job, log
+    )
 
     def resumed() -> bool:
         release_requeue_hold(job)
         return log().count("Resuming from") == piece
 
-    _wait_for(resumed, 300, f"piece {piece + 1} to resume")
+    _wait_for(resumed, 300, f"piece {piece + 1} to resume", job, log)
 
 
 def test_a_training_preempted_twice_then_resubmitted_is_one_run_of_four_pieces(
@@ -107,7 +109,7 @@ def test_a_training_preempted_twice_then_resubmitted_is_one_run_of_four_pieces(
         out = _hpcdist(tmp_path, "status", str(job)).stdout
         return "steps/s" in out and "ends:" in out
 
-    _wait_for(progress_shown, 300, "status to show the training's rate")
+    _wait_for(progress_shown, 300, "status to show the training's rate", job, log)
     shown = _hpcdist(tmp_path, "status", str(job)).stdout
     step, total = map(int, re.search(r"progress: +step (\d+) of (\d+)", shown).groups())
     assert 0 < step <= total
@@ -128,7 +130,9 @@ def test_a_training_preempted_twice_then_resubmitted_is_one_run_of_four_pieces(
     # hpcdist submits the script again: a new job id, the same run. The fourth piece reads the
     # training's end, set a few epochs on (the third read its own at its start). Warned once
     # it trains (an epoch done: every rank's handler is in place).
-    _wait_for(lambda: "Epoch " in log().split("Resuming from")[-1], 240, "piece 3's first epoch")
+    _wait_for(
+        lambda: "Epoch " in log().split("Resuming from")[-1], 240, "piece 3's first epoch", job, log
+    )
     refuse_requeues(bindir)  # from now on
     epoch = int(re.findall(r"^0: Epoch (\d+)/", log(), re.M)[-1])
     config.write_text(CONFIG.format(epochs=epoch + 5))

@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import os
+import shutil
 import subprocess
+import tempfile
 from pathlib import Path
 
 import pytest
@@ -133,23 +135,28 @@ def test_a_slurm_version_the_testbed_cannot_make_is_one_line(tmp_path: Path) -> 
     )
 
 
-def test_a_base_directory_keeps_the_slurm_version_of_its_state(tmp_path: Path) -> None:
+def test_a_base_directory_keeps_the_slurm_version_of_its_state() -> None:
     # SLURM converts its saved state only forward, and not across many releases: a base
-    # directory that ran 22.05 is never handed to 26.05 (nor back).
-    base = tmp_path / "tb"
-    (base / "etc").mkdir(parents=True)
-    (base / "state").mkdir()
-    (base / "state" / "job_state").write_text("")
-    (base / "etc" / "testbed.json").write_text('{"slurm": "22.05", "port_offset": 95}')
-    proc = _up(
-        {
-            "HPCDIST_TESTBED_DIR": str(base),
-            "HPCDIST_TESTBED_SLURM": "26.05",
-            "HPCDIST_TESTBED_PORT_OFFSET": "95",
-        }
-    )
-    assert (proc.returncode, proc.stdout) == (1, "")
-    assert (
-        f"slurm-testbed: up failed: {base} holds the state of SLURM 22.05, not 26.05" in proc.stderr
-    ), proc.stderr
-    assert not (base / "etc" / "slurm.conf").exists()
+    # directory that ran 22.05 is never handed to 26.05 (nor back). A short path: a parallel
+    # worker's tmp_path is too long for slurmstepd's sockets, which `up` checks too.
+    base = Path(tempfile.mkdtemp(prefix="tb-", dir="/tmp"))
+    try:
+        (base / "etc").mkdir(parents=True)
+        (base / "state").mkdir()
+        (base / "state" / "job_state").write_text("")
+        (base / "etc" / "testbed.json").write_text('{"slurm": "22.05", "port_offset": 95}')
+        proc = _up(
+            {
+                "HPCDIST_TESTBED_DIR": str(base),
+                "HPCDIST_TESTBED_SLURM": "26.05",
+                "HPCDIST_TESTBED_PORT_OFFSET": "95",
+            }
+        )
+        assert (proc.returncode, proc.stdout) == (1, "")
+        assert (
+            f"slurm-testbed: up failed: {base} holds the state of SLURM 22.05, not 26.05"
+            in proc.stderr
+        ), proc.stderr
+        assert not (base / "etc" / "slurm.conf").exists()
+    finally:
+        shutil.rmtree(base, ignore_errors=True)

@@ -40,7 +40,11 @@ def _end_after_the_warning(
     and asked for its requeue (SLURM holds the requeued job), the run that resumes it is
     given its end, a few epochs on; the epochs it ends at."""
     _wait_for(
-        lambda: "checkpoint written, requeueing" in log(), 300, "the checkpoint after the warning"
+        lambda: "checkpoint written, requeueing" in log(),
+        300,
+        "the checkpoint after the warning",
+        job_id,
+        log,
     )
     return _finish_after(config, tmp_path / "runs" / str(job_id))
 
@@ -48,7 +52,11 @@ def _end_after_the_warning(
 def _warn_when_training(tmp_path: Path, name: str, job_id: int, *scancel_args: str) -> None:
     """Send the warning once the job has trained a few epochs."""
     _wait_for(
-        lambda: "Epoch 3/" in _log(tmp_path, name, job_id), 180, f"job {job_id} to train 3 epochs"
+        lambda: "Epoch 3/" in _log(tmp_path, name, job_id),
+        180,
+        f"job {job_id} to train 3 epochs",
+        job_id,
+        lambda: _log(tmp_path, name, job_id),
     )
     run_slurm("scancel", *scancel_args, str(job_id))
 
@@ -122,7 +130,7 @@ def test_submit_with_torchrun_runs_every_rank_and_resumes_after_the_warning(
     def trained() -> bool:
         return "Epoch 3/" in logs()
 
-    _wait_for(trained, 180, "the submitted job to train 3 epochs")
+    _wait_for(trained, 180, "the submitted job to train 3 epochs", job_id, logs)
     run_slurm("scancel", "--signal=USR2", str(job_id))
     epochs = _end_after_the_warning(tmp_path, logs, job_id, config)
     finish_waiting(waiter, job_id, timeout=300)
@@ -165,7 +173,9 @@ def test_submit_warned_with_usr1_checkpoints_requeues_and_resumes(
     def logs() -> str:
         return job_log(tmp_path, "submit-usr1", job_id)
 
-    _wait_for(lambda: "Epoch 3/" in logs(), 180, "the submitted job to train 3 epochs")
+    _wait_for(
+        lambda: "Epoch 3/" in logs(), 180, "the submitted job to train 3 epochs", job_id, logs
+    )
     run_slurm("scancel", "--signal=USR1", str(job_id))
     epochs = _end_after_the_warning(tmp_path, logs, job_id, config)
     finish_waiting(waiter, job_id, timeout=300)

@@ -40,7 +40,7 @@ def test_a_checkpoint_longer_than_the_warning_lead_is_written_early_and_resumes_
     def log() -> str:
         return _log(tmp_path, "slow", job.job_id)
 
-    _wait_for(lambda: STOPPED.search(log()), 300, "the early checkpoint")
+    _wait_for(lambda: STOPPED.search(log()), 300, "the early checkpoint", job.job_id, log)
     first = log()
     assert "warning lead 10 s is shorter than the last checkpoint (3" in first, first
     early = first.index("hpcdist: checkpointing early")

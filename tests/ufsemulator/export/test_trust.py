@@ -101,8 +101,12 @@ def test_ranges_travel_in_the_exports_units(tmp_path: Path) -> None:
     # tair in degC -> K (air_temperature); qref 0..3.9 g/kg: 0..3.9e-3 kg/kg; sst stays
     # in degC (SOCA's sea_water_potential_temperature).
     for k, shift in ((2, 273.15), (0, 0.0)):
-        assert loaded.input_min[k].item() == pytest.approx(model.input_min[k] + shift, abs=1e-4)
-        assert loaded.input_max[k].item() == pytest.approx(model.input_max[k] + shift, abs=1e-4)
+        assert loaded.input_min[k].item() == pytest.approx(
+            (model.input_min[k] + shift).item(), abs=1e-4
+        )
+        assert loaded.input_max[k].item() == pytest.approx(
+            (model.input_max[k] + shift).item(), abs=1e-4
+        )
     assert loaded.input_max[11].item() == pytest.approx(3.9e-3, rel=1e-6)
 
 
