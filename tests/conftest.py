@@ -62,7 +62,7 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     root = config.rootpath
     # The longest first: the integration tests (jobs of seconds to minutes) and the C++
     # build, then the many short tests, which fill the workers' gaps until the end.
-    items.sort(key=lambda item: 0 if _runs_long(item, root) else 1)
+    items.sort(key=lambda item: 0 if _runs_long(item) else 1)
     for item in items:
         module = item.path.relative_to(root).as_posix() if item.path.is_relative_to(root) else ""
         if item.get_closest_marker("cxx") is not None:
@@ -71,5 +71,5 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
             item.add_marker(pytest.mark.xdist_group(module))
 
 
-def _runs_long(item: pytest.Item, root: object) -> bool:
+def _runs_long(item: pytest.Item) -> bool:
     return "integration" in item.path.parts or item.get_closest_marker("cxx") is not None
