@@ -270,9 +270,10 @@ def test_efficiency_sums_the_memory_of_two_ranks_a_node(
     found = re.search(r"memory (\d+\.\d)% \(peak (\d+) MB a node \(2 tasks of up to (\d+) MB", line)
     assert found is not None, line
     percent, node_mb, task_mb = float(found[1]), int(found[2]), int(found[3])
-    # Each figure is rounded on its own (421 MB a node of two 210.6 MB ranks shows 211 each):
-    # the node holds its largest rank and the other's 200 MB, and no more than two of the largest.
-    assert 200 <= task_mb < 500 and task_mb + 199 <= node_mb <= 2 * task_mb + 1 < 1000, line
+    # The node holds both ranks: its largest and the other's 200 MB at least. Not exactly twice
+    # the largest: each figure is rounded on its own (22.05: 421 MB a node, 211 a task), and
+    # 24.11 measures the node apart from its tasks (423 MB a node, 205 a task).
+    assert 200 <= task_mb < 500 and task_mb + 200 <= node_mb < 1000, line
     assert percent == pytest.approx(node_mb / 10, abs=0.2)  # of 1000 MB a node
     advice = next(ln for ln in status.stdout.splitlines() if "advice:" in ln)
     advised = re.search(r"--mem=(\d+)M would do", advice)

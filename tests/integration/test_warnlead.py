@@ -13,6 +13,7 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
+import pytest
 import torch
 
 from tests.integration.conftest import SlurmCluster, sbatch
@@ -29,6 +30,10 @@ DELAY_S = 30
 STOPPED = re.compile(r"Stop requested: checkpoint at epoch (\d+), step (\d+) of the epoch")
 
 
+# The full tier's (docs/testing.md): 2 ranks train through a 3-minute time limit, then a
+# reference as long; the rule is tests/distributed/test_warnlead.py's, the training's early
+# stop tests/ufsemulator/training/test_training.py's.
+@pytest.mark.full
 def test_a_checkpoint_longer_than_the_warning_lead_is_written_early_and_resumes_bitwise(
     slurm_cluster: SlurmCluster, tmp_path: Path
 ) -> None:

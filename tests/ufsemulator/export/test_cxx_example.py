@@ -323,7 +323,8 @@ def test_the_package_refuses_bad_inputs_itself_and_both_loaders_agree(
         assert outcome["checked"] == EXPECTED.get(name, "ok")
 
 
-@pytest.mark.parametrize("rows", [0, 1, 7, 10_000, 100_000])
+# The largest batch is the full tier's (docs/testing.md).
+@pytest.mark.parametrize("rows", [0, 1, 7, 10_000, pytest.param(100_000, marks=pytest.mark.full)])
 def test_python_loader_serves_any_number_of_rows(case: dict[str, Any], rows: int) -> None:
     from ufsemulator.export.aoti import load
 
@@ -336,13 +337,18 @@ def test_python_loader_serves_any_number_of_rows(case: dict[str, Any], rows: int
     assert load(case["aoti"], "adjoint")(x, dy, mask).shape == (rows, 14)
 
 
+# A batch of 10,000 rows in the default tier, of 100,000 in the full one (docs/testing.md).
+BATCHES = [10_000, pytest.param(100_000, marks=pytest.mark.full)]
+
+
+@pytest.mark.parametrize("rows", BATCHES)
 @pytest.mark.parametrize("threads", ["1", "2"])
-def test_cxx_rows_have_the_same_bits_alone_and_in_100000(
-    binary: Path, case: dict[str, Any], threads: str
+def test_cxx_rows_have_the_same_bits_alone_and_in_a_batch(
+    binary: Path, case: dict[str, Any], threads: str, rows: int
 ) -> None:
     """TorchScript and the package, in C++: rows 0, 1, N/2 and N-1 alone against the batch."""
     out = subprocess.run(
-        [str(binary), str(case["model"]), "--aoti", str(case["aoti"]), "--rows", "100000",
+        [str(binary), str(case["model"]), "--aoti", str(case["aoti"]), "--rows", str(rows),
          "--threads", threads, "--repeat", "1", "--invariance"],
         check=True, capture_output=True, text=True, timeout=300,
     )  # fmt: skip
@@ -350,11 +356,14 @@ def test_cxx_rows_have_the_same_bits_alone_and_in_100000(
     assert len(invariance) == 8 and set(invariance.values()) == {0}, invariance
 
 
-def test_python_aoti_rows_have_the_same_bits_alone_and_in_100000(case: dict[str, Any]) -> None:
+@pytest.mark.parametrize("rows", BATCHES)
+def test_python_aoti_rows_have_the_same_bits_alone_and_in_a_batch(
+    case: dict[str, Any], rows: int
+) -> None:
     from bench.batch_invariance import run
 
     module = _load(case["model"])
-    results = run(module, case["aoti"], 100_000, [1, 2], repeat=1)
+    results = run(module, case["aoti"], rows, [1, 2], repeat=1)
     aoti = [r for r in results if r["path"] in ("aoti", "torchscript")]
     assert len(aoti) == 16
     assert all(r["differing_rows"] == 0 and not r["differs_from_first_threads"] for r in aoti)
