@@ -233,6 +233,12 @@ def job_state(job_id: int, timeout: float = 120.0, poll_s: float = 0.5) -> str:
         time.sleep(poll_s)
 
 
+# The final states that end a wait (a preempted job may be on its way back to PENDING), and
+# how long a job must have been seen ended before a wait gives up on it.
+ENDED = FINAL_STATES - {"PREEMPTED"}
+ENDED_GRACE_S = 3.0
+
+
 def ended_state(job_id: int) -> str:
     """The job's final state once it has ended for good, else "": the controller's record
     (``scontrol show job``), or sacct's once the controller has forgotten the job. A job
@@ -245,9 +251,6 @@ def ended_state(job_id: int) -> str:
     rows = run_slurm("sacct", "-X", "-n", "-P", "-j", str(job_id), "-o", "State", check=False)
     states = [line.split()[0] for line in rows.stdout.splitlines() if line.strip()]
     return states[-1] if states and states[-1] in ENDED else ""
-
-
-ENDED = FINAL_STATES - {"PREEMPTED"}
 
 
 def wait_until(
@@ -276,9 +279,6 @@ def wait_until(
                 f"{state or 'not ended'})\n{log_tail(log())}"
             )
         time.sleep(poll_s)
-
-
-ENDED_GRACE_S = 3.0
 
 
 def log_tail(text: str, lines: int = 40) -> str:
