@@ -265,6 +265,7 @@ def test_cpu_scaling_refuses_more_cpus_than_it_may_use() -> None:
 
 
 @pytest.mark.cxx
+@pytest.mark.xdist_group("cxx")  # on the worker that builds the C++ example
 def test_export_paths_bench_short_mode_times_both_cxx_paths(
     binary: Path,  # noqa: F811
     case: dict[str, Any],  # noqa: F811

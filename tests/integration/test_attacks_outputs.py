@@ -25,6 +25,9 @@ from tests.integration import test_attacks as attacks
 from tests.integration.conftest import SlurmCluster, slurm_env
 from tests.integration.test_attacks import CONFIG, Attacker, _script, hpcdist, one_line
 
+# On one xdist worker: one training, attacked by every test, made once for the module.
+pytestmark = pytest.mark.xdist_group("test_attacks_outputs")
+
 attacker = attacks.attacker
 
 

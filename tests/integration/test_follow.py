@@ -22,6 +22,9 @@ from tests.integration.conftest import (
     unlabel,
 )
 
+# On one xdist worker: one job that runs into its time limit, made once for the module.
+pytestmark = pytest.mark.xdist_group("test_follow")
+
 REPO = Path(__file__).resolve().parents[2]
 HPCDIST = [sys.executable, "-m", "hpcdist.cli.main"]
 

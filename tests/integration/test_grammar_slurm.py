@@ -25,7 +25,8 @@ from hpcdist.errors import UserError
 from hpcdist.spec.options import spec_from_options
 from tests.integration.conftest import SlurmCluster, run_slurm, slurm_env
 
-pytestmark = pytest.mark.slurm_versions
+# On one xdist worker: one held job every value is tried on, made once for the module.
+pytestmark = [pytest.mark.slurm_versions, pytest.mark.xdist_group("test_grammar_slurm")]
 
 # sbatch's answers that are about this cluster's resources, not the value's form: the value
 # was understood (16T of memory, more nodes than the partition has).

@@ -43,6 +43,9 @@ from tests.integration.test_faults import (
 )
 from ufsemulator.checkpoints.checkpoint import load_checkpoint
 
+# On one xdist worker: two side testbeds (requeue, cancel), made once for the module.
+pytestmark = pytest.mark.xdist_group("test_preemption")
+
 GRACE_S = "15"
 # A job of the high partition that needs every CPU of both nodes: it preempts the training,
 # and holds the nodes until the test has given the preempted training its end (_release):

@@ -19,6 +19,9 @@ from tests.integration.conftest import SlurmCluster, sbatch, slurm_env
 from tests.integration.sidebed import FINAL, SideBed, show_job, side_testbed, wait_state
 from tests.integration.test_submit_slurm import COMMCHECK, _job_id, hpcdist
 
+# On one xdist worker: a GPU side testbed, made once for the module.
+pytestmark = pytest.mark.xdist_group("test_site_slurm")
+
 
 def test_submit_passes_sbatch_constraint_and_srun_args_to_slurm(
     slurm_cluster: SlurmCluster, tmp_path: Path

@@ -15,6 +15,9 @@ import pytest
 from tests.integration.conftest import slurm_env
 from tests.integration.sidebed import SideBed, side_testbed
 
+# On one xdist worker: a side testbed with a small MaxArraySize, made once for the module.
+pytestmark = pytest.mark.xdist_group("test_sweep_arrays")
+
 HPCDIST = [sys.executable, "-m", "hpcdist.cli.main"]
 MAX_ARRAY_SIZE = 3
 # Every task fails at once, after the script has said which point it runs: no training.

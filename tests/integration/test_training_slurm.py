@@ -12,6 +12,9 @@ import pytest
 
 from tests.integration.conftest import SlurmCluster, slurm_env
 
+# On one xdist worker: the trainings every test reads, made once for the module.
+pytestmark = pytest.mark.xdist_group("test_training_slurm")
+
 HPCDIST = [sys.executable, "-m", "hpcdist.cli.main"]
 MESH = "direct exchange over TCP (every rank to every rank)"
 RUN_FILES = {

@@ -33,7 +33,8 @@ from ufsemulator.config import ExportConfig
 from ufsemulator.export.aoti import package_export
 from ufsemulator.export.torchscript import export_model
 
-pytestmark = pytest.mark.cxx
+# One worker builds the example and the package (a cache folder two builds would write at once).
+pytestmark = [pytest.mark.cxx, pytest.mark.xdist_group("cxx")]
 
 REPO = Path(__file__).resolve().parents[3]
 EXAMPLE = REPO / "examples" / "cxx"
