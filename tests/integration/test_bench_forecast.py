@@ -22,7 +22,7 @@ ROOT = Path(__file__).resolve().parents[2]
 
 # The default tier's training is short (statuses are asked where it outlasts a few
 # heartbeats); the full tier's, 800 epochs, is the one the benchmark's short mode reports.
-@pytest.mark.parametrize("epochs", [200, pytest.param(800, marks=pytest.mark.full)])
+@pytest.mark.parametrize("epochs", [100, pytest.param(800, marks=pytest.mark.full)])
 def test_forecast_short_mode_sets_predictions_against_the_real_end(
     slurm_cluster: SlurmCluster, tmp_path: Path, epochs: int
 ) -> None:

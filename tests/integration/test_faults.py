@@ -138,13 +138,18 @@ def _weights(run_dir: Path) -> dict[str, torch.Tensor]:
     return dict(checkpoint["model"])
 
 
+WARNING_LEAD_S = 40
+
+
 def test_time_limit_interrupts_twice_and_ends_with_the_uninterrupted_weights(
     slurm_cluster: SlurmCluster, tmp_path: Path
 ) -> None:
-    # --time=1 with the warning 30 s before the limit: SLURM signals between 30 and 60 s in.
+    # SLURM checks time limits on a coarse timer and may send the warning up to a minute
+    # before the lead it was given: USR2@40 of --time=2 comes anywhere from 20 to 80 s into
+    # each piece (with USR2@30 of --time=1 it came 1 s in, before the ranks had started).
     # The training runs until it has been warned twice, whatever this machine's speed.
     script = _training_job(
-        tmp_path, "limited", ENDLESS, time="1", signal="USR2@30", max_restarts=20
+        tmp_path, "limited", ENDLESS, time="2", signal=f"USR2@{WARNING_LEAD_S}", max_restarts=20
     )
     job = sbatch(script, cwd=tmp_path, wait=False)
     run_dir = tmp_path / "runs" / str(job.job_id)
