@@ -77,7 +77,9 @@ def cancel_bed() -> Iterator[SideBed]:
 
 
 def _preempt_after_epoch_3(tmp_path: Path, name: str, job_id: int) -> int:
-    log = lambda: _log(tmp_path, name, job_id)  # noqa: E731
+    def log() -> str:
+        return _log(tmp_path, name, job_id)
+
     _wait_for(lambda: "Epoch 3/" in log(), 180, f"{name} to train", job_id, log)
     high = sbatch(HIGH_JOB, "-p", "high", "-N", "2", "--exclusive", cwd=tmp_path, wait=False)
     return high.job_id
