@@ -45,6 +45,7 @@ from hpcdist.distributed.jobsecret import (
     store_prefix,
     stranger_note,
 )
+from hpcdist.distributed.netif import use_rank_network
 from hpcdist.facts.protocol import PORT_HIGH as PORT_HIGH
 from hpcdist.facts.protocol import PORT_LOW as PORT_LOW
 from hpcdist.facts.protocol import SECRET_VAR
@@ -177,6 +178,8 @@ def setup_distributed(
         )
     if env.num_threads is not None:
         torch.set_num_threads(env.num_threads)
+    # gloo and NCCL read their interface when the group is made: on the route to rank 0.
+    network = use_rank_network(env.master_addr, source_env)
     timeout = timedelta(seconds=timeout_s)
     deadline = time.monotonic() + timeout_s
     # torchrun's agent already serves a store at MASTER_ADDR:MASTER_PORT; every worker is
@@ -218,7 +221,8 @@ def setup_distributed(
         f"[Rank {env.rank}] host {env.hostname}, local rank {env.local_rank}/"
         f"{env.local_world_size}, node {env.node_rank}, device {device}, "
         f"threads {torch.get_num_threads()}"
-        + (f", CPUs {describe(bound)}" if bound is not None else ""),
+        + (f", CPUs {describe(bound)}" if bound is not None else "")
+        + f", {network.describe()}",
         flush=True,
     )
     if env.is_main:

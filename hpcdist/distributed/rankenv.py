@@ -20,6 +20,7 @@ from collections.abc import Mapping, Sequence
 
 from hpcdist.distributed.distenv import RANK_ENV_VAR, DistEnv, DistEnvError, torch_variables
 from hpcdist.distributed.jobsecret import load_secret
+from hpcdist.distributed.netif import network_environ
 from hpcdist.errors import UserError
 
 
@@ -28,12 +29,15 @@ def rank_environ(env: Mapping[str, str]) -> dict[str, str]:
     or nothing started this process as one rank of several (a single process)."""
     out = dict(env)
     if "RANK" in env:
-        return out
+        master = env.get("MASTER_ADDR", "").strip()
+        return {**out, **network_environ(master, out)} if master else out
     resolved = DistEnv.from_environ(env, load_secret(env))
     if resolved.source == "single":
         return out
     out.update(torch_variables(resolved))
     out[RANK_ENV_VAR] = resolved.source
+    # gloo and NCCL on the interface that reaches rank 0 (hpcdist.distributed.netif).
+    out.update(network_environ(resolved.master_addr, out))
     return out
 
 
