@@ -1,20 +1,60 @@
 """What the cluster this runs on offers, as its SLURM clients tell it: version, controller,
-accounting, plugins, partitions and their limits, GPUs, features, MPI and container support.
+accounting, plugins, partitions and their limits and policies, nodes and their layout, GPUs,
+features, MPI and container support, the site's settings (preemption, requeue, array size,
+what accounting enforces, cgroup version) and the user's accounts and QOS.
 
-Pure parsers of each client's output, and one ``probe()`` that runs the clients. Where the
-version has JSON output (``scontrol --json``, SLURM >= 23.02) it is read; the text output is
-kept for the versions before (and for a JSON answer that does not parse).
+Pure parsers of each client's output (partitions and nodes in hpcdist.slurm.partitions, the
+user's associations in hpcdist.slurm.accounts), and one ``probe()`` that runs the clients once
+each. Where the version has JSON output (``scontrol --json``, SLURM >= 23.02) it is read; the
+text output is kept for the versions before (and for a JSON answer that does not parse).
 """
 
 from __future__ import annotations
 
-import json
 import re
 import shutil
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
 
+from hpcdist.slurm.accounts import (
+    ASSOC_FORMAT,
+    UserAssociations,
+    associations_from_sacctmgr,
+    current_user,
+)
+from hpcdist.slurm.partitions import (
+    NODE_FORMAT,
+    Node,
+    Partition,
+    nodes_from_sinfo,
+    partitions_from_json,
+    partitions_from_text,
+    tres_gpus,
+)
 from hpcdist.slurm.tools import slurm_tool
+
+# Partitions and nodes moved to hpcdist.slurm.partitions; named here for those who import them
+# from the probe.
+__all__ = [
+    "JSON_SCONTROL",
+    "NODE_FORMAT",
+    "ClusterProbe",
+    "Node",
+    "Partition",
+    "SlurmVersion",
+    "UserAssociations",
+    "cgroup_from_mounts",
+    "config_values",
+    "mpi_types",
+    "nodes_from_sinfo",
+    "parse_version",
+    "partitions_from_json",
+    "partitions_from_text",
+    "probe",
+    "time_text",
+    "tres_gpus",
+    "with_config",
+]
 
 
 @dataclass(frozen=True, order=True)
@@ -42,155 +82,6 @@ def parse_version(text: str) -> SlurmVersion | None:
     if found is None:
         return None
     return SlurmVersion(int(found.group(1)), int(found.group(2)), int(found.group(3) or 0))
-
-
-@dataclass(frozen=True)
-class Partition:
-    name: str
-    nodes: str  # SLURM's node list
-    total_nodes: int
-    max_time_s: int | None  # None: no limit
-    max_nodes: int | None  # None: no limit
-    qos: str | None
-    default: bool | None = False  # None: the output does not say (24.11's JSON has no flags)
-
-
-@dataclass(frozen=True)
-class Node:
-    name: str
-    partitions: tuple[str, ...]
-    cpus: int
-    gpus: int
-    gpu_types: tuple[str, ...]
-    features: tuple[str, ...]
-    memory_mb: int
-
-
-def _limit_minutes(value: object) -> int | None:
-    """A JSON limit ``{"set": true, "infinite": false, "number": N}`` (or a bare number)."""
-    if isinstance(value, Mapping):
-        if value.get("infinite") or not value.get("set", True):
-            return None
-        value = value.get("number")
-    return value if isinstance(value, int) and not isinstance(value, bool) else None
-
-
-def partitions_from_json(text: str) -> list[Partition]:
-    """``scontrol --json show partition`` (SLURM >= 23.02); ValueError if it is not that."""
-    data = json.loads(text)
-    out = []
-    for raw in data["partitions"]:
-        maximums = raw.get("maximums", {})
-        minutes = _limit_minutes(maximums.get("time"))
-        qos = (raw.get("qos") or {}).get("assigned") or None
-        nodes = raw.get("nodes", {})
-        out.append(
-            Partition(
-                name=raw["name"],
-                nodes=nodes.get("configured", ""),
-                total_nodes=int(nodes.get("total", 0)),
-                max_time_s=None if minutes is None else minutes * 60,
-                max_nodes=_limit_minutes(maximums.get("nodes")),
-                qos=qos,
-                default=("DEFAULT" in raw["flags"]) if "flags" in raw else None,
-            )
-        )
-    return out
-
-
-def _duration_s(text: str) -> int | None:
-    """``UNLIMITED``/``INFINITE`` -> None; ``[D-]HH:MM:SS``, ``MM`` -> seconds."""
-    if text.upper() in ("UNLIMITED", "INFINITE", "NONE", ""):
-        return None
-    days, _, rest = text.rpartition("-")
-    parts = [int(p) for p in rest.split(":")]
-    if len(parts) == 1:
-        seconds = parts[0] * 60  # a bare number is minutes
-    else:
-        while len(parts) < 3:
-            parts.insert(0, 0)
-        seconds = parts[0] * 3600 + parts[1] * 60 + parts[2]
-    return seconds + (int(days) * 86400 if days else 0)
-
-
-def partitions_from_text(text: str) -> list[Partition]:
-    """``scontrol show partition -o``: one line of KEY=VALUE words per partition."""
-    out = []
-    for line in text.splitlines():
-        fields = dict(w.split("=", 1) for w in line.split() if "=" in w)
-        if "PartitionName" not in fields:
-            continue
-        max_nodes = fields.get("MaxNodes", "UNLIMITED")
-        qos = fields.get("QoS", "N/A")
-        out.append(
-            Partition(
-                name=fields["PartitionName"],
-                nodes=fields.get("Nodes", ""),
-                total_nodes=int(fields.get("TotalNodes", "0")),
-                max_time_s=_duration_s(fields.get("MaxTime", "UNLIMITED")),
-                max_nodes=int(max_nodes) if max_nodes.isdigit() else None,
-                qos=None if qos in ("N/A", "(null)") else qos,
-                default=fields.get("Default") == "YES",
-            )
-        )
-    return out
-
-
-NODE_FORMAT = "%N|%P|%c|%G|%f|%m"
-
-
-def _gres_gpus(gres: str) -> tuple[int, tuple[str, ...]]:
-    """``gpu:h100:4(S:0-1),gpu:a100:2`` -> (6, ('a100', 'h100')); ``(null)`` -> (0, ())."""
-    count, types = 0, set()
-    for item in gres.split(","):
-        parts = re.sub(r"\(.*?\)", "", item).split(":")
-        if parts[0] != "gpu" or len(parts) < 2:
-            continue
-        number = parts[-1]
-        count += int(number) if number.isdigit() else 0
-        if len(parts) == 3:
-            types.add(parts[1])
-    return count, tuple(sorted(types))
-
-
-def tres_gpus(value: str) -> tuple[str | None, int]:
-    """(type, count) of the GPUs in ``scontrol show job``'s TresPerNode/TresPerTask:
-    ``gres:gpu:tesla:2`` (SLURM 22.05) and ``gres/gpu:tesla:2`` (23.02 and later, which
-    write the TRES name with a slash); (None, 0) when no GPU is asked for."""
-    for item in value.split(","):
-        name, _, rest = item.replace("gres/", "gres:", 1).partition("gres:")
-        if name or not rest.startswith("gpu"):
-            continue
-        parts = rest.split(":")
-        if parts[0] != "gpu":
-            continue
-        count = parts[-1] if len(parts) > 1 and parts[-1].isdigit() else "1"
-        gpu_type = parts[1] if len(parts) == 3 else None
-        return gpu_type, int(count)
-    return None, 0
-
-
-def nodes_from_sinfo(text: str) -> list[Node]:
-    """``sinfo -h -N -o '%N|%P|%c|%G|%f|%m'``: a line per node and partition; merged by node."""
-    merged: dict[str, Node] = {}
-    for line in text.splitlines():
-        parts = line.strip().split("|")
-        if len(parts) != 6:
-            continue
-        name, partition, cpus, gres, features, memory = parts
-        gpus, types = _gres_gpus(gres)
-        node = merged.get(name)
-        part = partition.rstrip("*")
-        merged[name] = Node(
-            name=name,
-            partitions=(*node.partitions, part) if node else (part,),
-            cpus=int(cpus) if cpus.isdigit() else 0,
-            gpus=gpus,
-            gpu_types=types,
-            features=tuple(f for f in features.split(",") if f and f != "(null)"),
-            memory_mb=int(memory) if memory.isdigit() else 0,
-        )
-    return list(merged.values())
 
 
 def config_values(text: str) -> dict[str, str]:
@@ -221,6 +112,15 @@ class ClusterProbe:
     containers: tuple[str, ...] = ()
     mpi: tuple[str, ...] = ()
     partitions_from: str = "text"  # "json" where the version had it
+    cluster_name: str | None = None
+    controller_host: str | None = None
+    max_array_size: int | None = None
+    job_requeue: bool | None = None  # JobRequeue: may a job be requeued by default
+    preempt_type: str = ""
+    preempt_mode: str = ""
+    enforce: tuple[str, ...] = ()  # AccountingStorageEnforce's words, lower case
+    cgroup_version: str | None = None  # "v1", "v2"; None: neither could be told
+    user: UserAssociations | None = None  # None: no accounting to ask
 
     def nodes_of(self, partition: str) -> list[Node]:
         return [n for n in self.nodes if partition in n.partitions]
@@ -231,6 +131,44 @@ class ClusterProbe:
         )
 
 
+def _set(value: str | None) -> str | None:
+    return None if value in (None, "", "(null)", "N/A") else value
+
+
+def cgroup_from_mounts(mounts: str) -> str | None:
+    """The cgroup version of this host from ``/proc/self/mounts``: ``cgroup2`` at
+    /sys/fs/cgroup is v2; a tmpfs there (v1 controllers below it, hybrid or not) is v1."""
+    for line in mounts.splitlines():
+        parts = line.split()
+        if len(parts) >= 3 and parts[1] == "/sys/fs/cgroup":
+            return {"cgroup2": "v2", "tmpfs": "v1", "cgroup": "v1"}.get(parts[2])
+    return None
+
+
+def with_config(found: ClusterProbe, config: Mapping[str, str], mounts: str = "") -> ClusterProbe:
+    """``found`` with the site settings of ``scontrol show config`` (``config_values``); the
+    cgroup version is the config's CgroupPlugin where it names one, else this host's."""
+    host = _set(config.get("SlurmctldHost[0]") or config.get("ControlMachine"))
+    array = config.get("MaxArraySize", "")
+    requeue = config.get("JobRequeue")
+    enforce = (config.get("AccountingStorageEnforce") or "none").lower()
+    plugin = config.get("CgroupPlugin", "")
+    return replace(
+        found,
+        config=dict(config),
+        cluster_name=_set(config.get("ClusterName")),
+        # `vm(127.0.0.1)`: the host name, then its address where one is configured.
+        controller_host=host.split("(")[0] if host else None,
+        max_array_size=int(array) if array.isdigit() else None,
+        job_requeue={"1": True, "0": False}.get(requeue or ""),
+        preempt_type=config.get("PreemptType", ""),
+        preempt_mode=config.get("PreemptMode", ""),
+        enforce=tuple(w for w in enforce.split(",") if w and w != "none"),
+        cgroup_version={"cgroup/v1": "v1", "cgroup/v2": "v2"}.get(plugin)
+        or cgroup_from_mounts(mounts),
+    )
+
+
 def _ok(argv: Sequence[str]) -> tuple[bool, str]:
     if shutil.which(argv[0]) is None:
         return False, ""
@@ -238,15 +176,8 @@ def _ok(argv: Sequence[str]) -> tuple[bool, str]:
     return proc.returncode == 0, proc.stdout
 
 
-def probe() -> ClusterProbe:
-    """Ask this cluster's SLURM clients (a few seconds at most; nothing is submitted)."""
-    has_version, text = _ok(["sinfo", "--version"])
-    version = parse_version(text) if has_version else None
-    controller, _ = _ok(["scontrol", "ping"])
-    if not controller:
-        return ClusterProbe(version=version, controller=False, accounting=False)
-    accounting, _ = _ok(["sacct", "-n", "-X", "-S", "now-1hours", "-o", "JobID"])
-    _, config = _ok(["scontrol", "show", "config"])
+def _partitions(version: SlurmVersion | None) -> tuple[list[Partition], str]:
+    """The partitions, from scontrol's JSON where the version has it, else from its text."""
     partitions: list[Partition] = []
     source = "text"
     if version is not None and version.at_least(*JSON_SCONTROL):
@@ -263,23 +194,59 @@ def probe() -> ClusterProbe:
             partitions = [replace(p, default=defaults.get(p.name, False)) for p in partitions]
         else:
             source, partitions = "text", text_partitions
+    return partitions, source
+
+
+def _user(config: Mapping[str, str]) -> UserAssociations | None:
+    """The user's associations, where the cluster keeps accounts in slurmdbd."""
+    if "slurmdbd" not in config.get("AccountingStorageType", ""):
+        return None
+    user = current_user()
+    ok, assoc = _ok(
+        ["sacctmgr", "-n", "-P", "show", "assoc", f"user={user}", f"format={ASSOC_FORMAT}"]
+    )
+    if not ok:
+        return None
+    _, default = _ok(["sacctmgr", "-n", "-P", "show", "user", user, "format=DefaultAccount"])
+    return associations_from_sacctmgr(assoc, default, user, _set(config.get("ClusterName")))
+
+
+def _mounts() -> str:
+    try:
+        with open("/proc/self/mounts", encoding="utf-8") as handle:
+            return handle.read()
+    except OSError:
+        return ""
+
+
+def probe() -> ClusterProbe:
+    """Ask this cluster's SLURM clients (a few seconds at most; nothing is submitted)."""
+    has_version, text = _ok(["sinfo", "--version"])
+    version = parse_version(text) if has_version else None
+    controller, _ = _ok(["scontrol", "ping"])
+    if not controller:
+        return ClusterProbe(version=version, controller=False, accounting=False)
+    accounting, _ = _ok(["sacct", "-n", "-X", "-S", "now-1hours", "-o", "JobID"])
+    config = config_values(_ok(["scontrol", "show", "config"])[1])
+    partitions, source = _partitions(version)
     nodes = nodes_from_sinfo(_ok(["sinfo", "-h", "-N", "-o", NODE_FORMAT])[1])
     containers = [name for name in ("apptainer", "singularity") if shutil.which(name)]
     _, srun_help = _ok(["srun", "--help"])
     if "--container-image" in srun_help:
         containers.append("pyxis")
     _, mpi = _ok(["srun", "--mpi=list"])
-    return ClusterProbe(
+    found = ClusterProbe(
         version=version,
         controller=True,
         accounting=accounting,
-        config=config_values(config),
         partitions=tuple(partitions),
         nodes=tuple(nodes),
         containers=tuple(containers),
         mpi=mpi_types(mpi),
         partitions_from=source,
+        user=_user(config),
     )
+    return with_config(found, config, _mounts())
 
 
 def time_text(seconds: int | None) -> str:

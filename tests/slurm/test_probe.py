@@ -9,6 +9,7 @@ from pathlib import Path
 import pytest
 
 from hpcdist.slurm.probe import (
+    ClusterProbe,
     Partition,
     SlurmVersion,
     config_values,
@@ -19,6 +20,7 @@ from hpcdist.slurm.probe import (
     partitions_from_text,
     time_text,
     tres_gpus,
+    with_config,
 )
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "slurm_versions"
@@ -178,3 +180,123 @@ def test_time_text(seconds: int | None, text: str) -> None:
 )
 def test_tres_gpus_reads_both_spellings(value: str, expected: tuple[str | None, int]) -> None:
     assert tres_gpus(value) == expected
+
+
+# What the 22.05 testbed printed with site policies set by hand (tests/fixtures/slurm_sites/):
+# partitions made with `scontrol create`, `sacctmgr add` of QOS `high` and account `proj`,
+# and slurm.conf's JobRequeue=0, MaxArraySize=100, AccountingStorageEnforce and preemption.
+SITES = Path(__file__).resolve().parents[1] / "fixtures" / "slurm_sites"
+
+
+def _site(name: str) -> str:
+    return (SITES / name).read_text()
+
+
+def test_text_partitions_read_state_default_time_and_allow_lists() -> None:
+    found = {p.name: p for p in partitions_from_text(_site("sites-scontrol-partition.txt"))}
+    assert list(found) == ["debug", "batch", "short", "maint", "prio", "acct", "old"]
+    assert {n: p.state for n, p in found.items()} == {
+        "debug": "UP",
+        "batch": "UP",
+        "short": "UP",
+        "maint": "DOWN",
+        "prio": "UP",
+        "acct": "DRAIN",
+        "old": "INACTIVE",
+    }
+    assert (found["batch"].default_time_s, found["batch"].max_time_s) == (1800, 86400)
+    assert (found["short"].default_time_s, found["short"].max_time_s) == (None, 300)
+    assert (found["prio"].allow_qos, found["prio"].allow_accounts) == (("high",), ())
+    assert (found["acct"].allow_qos, found["acct"].allow_accounts) == ((), ("proj",))
+    assert (found["debug"].allow_qos, found["debug"].allow_accounts) == ((), ())
+    assert [p.name for p in found.values() if p.default] == ["debug"]
+
+
+def test_text_partitions_without_a_default() -> None:
+    parts = partitions_from_text(_site("nodefault-scontrol-partition.txt"))
+    assert [(p.name, p.default, p.allow_qos) for p in parts] == [
+        ("debug", False, ()),
+        ("prio", False, ("high",)),
+    ]
+
+
+def test_json_partitions_read_state_default_time_and_allow_lists() -> None:
+    # The 26.05 testbed's real answer, with the fields set as `scontrol create` would.
+    raw = json.loads((FIXTURES / "26.05" / "scontrol-partition.json").read_text())
+    part = raw["partitions"][0]
+    part["partition"]["state"] = ["DOWN"]
+    part["defaults"]["time"] = {"set": True, "infinite": False, "number": 30}
+    part["qos"]["allowed"] = "high,normal"
+    part["accounts"]["allowed"] = "proj"
+    (found,) = partitions_from_json(json.dumps(raw))
+    assert (found.state, found.default_time_s) == ("DOWN", 1800)
+    assert (found.allow_qos, found.allow_accounts) == (("high", "normal"), ("proj",))
+
+
+@pytest.mark.parametrize("version", ["24.11", "26.05"])
+def test_json_partitions_of_the_plain_testbed_allow_everything(version: str) -> None:
+    text = (FIXTURES / version / "scontrol-partition.json").read_text()
+    (found,) = partitions_from_json(text)
+    assert (found.state, found.default_time_s, found.allow_qos, found.allow_accounts) == (
+        "UP",
+        None,
+        (),
+        (),
+    )
+
+
+def test_nodes_read_layout_state_and_features_from_sinfo() -> None:
+    nodes = nodes_from_sinfo(_site("sites-sinfo-nodes.txt"))
+    assert [n.name for n in nodes] == ["node1", "node2", "node3", "node4"]
+    node1, _, node3, node4 = nodes
+    assert node1.partitions == ("debug", "batch", "short", "prio", "maint", "acct")
+    assert node3.partitions[-1] == "old"
+    assert (node1.sockets, node1.cores_per_socket, node1.threads_per_core) == (2, 1, 1)
+    assert (node1.cpus, node1.memory_mb, node1.state) == (2, 2000, "idle")
+    assert (node1.features, node4.features) == (("testbed",), ("testbed", "gpu"))
+
+
+def test_site_settings_of_the_plain_testbed() -> None:
+    config = config_values(_site("plain-scontrol-config.txt"))
+    found = with_config(ClusterProbe(None, True, True), config, "")
+    assert (found.cluster_name, found.controller_host) == ("hpcdist", "vm")
+    assert (found.max_array_size, found.job_requeue) == (1001, True)
+    assert (found.preempt_type, found.preempt_mode, found.enforce) == ("preempt/none", "OFF", ())
+    assert found.cgroup_version is None and found.config == config
+
+
+def test_site_settings_of_a_site_with_policies() -> None:
+    found = with_config(
+        ClusterProbe(None, True, True), config_values(_site("sites-scontrol-config.txt"))
+    )
+    assert (found.max_array_size, found.job_requeue) == (100, False)
+    assert (found.preempt_type, found.preempt_mode) == ("preempt/partition_prio", "REQUEUE")
+    assert found.enforce == ("associations", "limits", "qos")
+
+
+# This host's /proc/self/mounts (a hybrid: v1 controllers, a v2 tree at .../unified).
+HYBRID = (
+    "tmpfs /sys/fs/cgroup tmpfs rw,relatime,mode=755 0 0\n"
+    "cgroup /sys/fs/cgroup/cpu cgroup rw,relatime,cpu 0 0\n"
+    "cgroup2 /sys/fs/cgroup/unified cgroup2 rw,relatime 0 0\n"
+)
+
+
+@pytest.mark.parametrize(
+    ("plugin", "mounts", "expected"),
+    [
+        (None, HYBRID, "v1"),
+        (None, "cgroup2 /sys/fs/cgroup cgroup2 rw,nosuid 0 0\n", "v2"),
+        (None, "proc /proc proc rw 0 0\n", None),
+        ("cgroup/v2", HYBRID, "v2"),  # the config's plugin wins over the login node's mount
+        ("cgroup/v1", "cgroup2 /sys/fs/cgroup cgroup2 rw 0 0\n", "v1"),
+        ("autodetect", "cgroup2 /sys/fs/cgroup cgroup2 rw 0 0\n", "v2"),
+    ],
+)
+def test_cgroup_version(plugin: str | None, mounts: str, expected: str | None) -> None:
+    # 22.05 prints no CgroupPlugin line, even with a cgroup.conf; later versions print it
+    # under "Cgroup Support Configuration", as `CgroupPlugin = cgroup/v2`.
+    config = config_values(_site("plain-scontrol-config.txt"))
+    if plugin:
+        config["CgroupPlugin"] = plugin
+    assert with_config(ClusterProbe(None, True, True), config, mounts).cgroup_version == expected
