@@ -88,13 +88,35 @@ def piece_rows(run: Run, attempts: dict[tuple[str, int], Attempt]) -> list[str]:
     return lines
 
 
-def progress_lines(beat: Heartbeat, attempt: Attempt | None, now: float) -> list[str]:
-    """What the heartbeat says of a running piece: progress, rate, end, fit, hang."""
+def current_attempt(run: Run, attempts: dict[tuple[str, int], Attempt]) -> Attempt | None:
+    """The newest start of the run's last job: a job requeued since its last piece was
+    recorded (queued again, or started and not yet recorded) is that requeue, not the start
+    before it."""
+    job = run.last.job_id
+    mine = [(restart, attempt) for (name, restart), attempt in attempts.items() if name == job]
+    return max(mine, key=lambda item: item[0])[1] if mine else None
+
+
+def forecast_of(beat: Heartbeat, attempt: Attempt | None, now: float) -> Forecast | None:
+    """The heartbeat's forecast for this start of the job (``attempt``): a heartbeat from
+    before it (a requeue) gives no rate and no end."""
     running = attempt is not None and attempt.state == "RUNNING"
     job_end = attempt.end if running and attempt is not None else None
     limit = attempt.limit_s if attempt is not None else None
-    start = attempt.start if attempt is not None else None
-    found = forecast(beat, now, job_end, limit, start)
+    since = None
+    if attempt is not None and attempt.state == "REQUEUED":  # its next start not seen yet
+        since = attempt.end
+    elif attempt is not None:  # a requeued job not started again: since its requeue
+        started = attempt.start if attempt.state != "PENDING" else None
+        since = started if started is not None else attempt.submit
+    return forecast(beat, now, job_end, limit, since)
+
+
+def progress_lines(beat: Heartbeat, attempt: Attempt | None, now: float) -> list[str]:
+    """What the heartbeat says of a running piece: progress, rate, end, fit, hang."""
+    found = forecast_of(beat, attempt, now)
+    running = attempt is not None and attempt.state == "RUNNING"
+    job_end = attempt.end if running and attempt is not None else None
     rows: list[tuple[str, str]] = []
     if found is not None:
         rows.append(("progress", _progress_text(beat, found)))
@@ -159,7 +181,7 @@ def run_lines(run: Run, now: float | None = None) -> list[str]:
     now = time.time() if now is None else now
     attempts = attempts_of(run)
     last = run.last
-    current = attempts.get((last.job_id, last.restart))
+    current = current_attempt(run, attempts)
     pieces = len(run.pieces)
     lines = [
         f"run {run.run_id}: {pieces} piece{'s' if pieces != 1 else ''}, "
@@ -188,14 +210,9 @@ def run_json(run: Run, now: float | None = None) -> dict[str, Any]:
         )
         pieces.append(item)
     beat, why = read_heartbeat(run)
-    current = attempts.get((run.last.job_id, run.last.restart))
     found = None
     if beat is not None:
-        running = current is not None and current.state == "RUNNING"
-        end = current.end if running and current is not None else None
-        found = forecast(
-            beat, now, end, current.limit_s if current else None, current.start if current else None
-        )
+        found = forecast_of(beat, current_attempt(run, attempts), now)
     return {
         "run_id": run.run_id,
         "pieces": pieces,

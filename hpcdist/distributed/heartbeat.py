@@ -21,7 +21,14 @@ from typing import Any
 
 from hpcdist.distributed.requeue import restarts_so_far
 from hpcdist.distributed.runpiece import TRAIN_SUFFIX
-from hpcdist.facts.heartbeat import HEARTBEAT_EVERY_S, HEARTBEAT_FILE, Heartbeat, parse
+from hpcdist.facts.heartbeat import (
+    HEARTBEAT_EVERY_S,
+    HEARTBEAT_FILE,
+    PACE_BEATS,
+    PACE_CHANGE,
+    Heartbeat,
+    parse,
+)
 from hpcdist.facts.runs import (
     RUN_ID_VAR,
     RUN_RECORD_VAR,
@@ -53,6 +60,7 @@ class HeartbeatWriter:
         if fixed.piece_started is None:  # made as the piece's first step begins
             self.fixed = dataclasses.replace(fixed, piece_started=wall())
         self._last: tuple[float, int] | None = None  # (clock, step) of the last beat
+        self.recent = RecentRate()
         self.written = 0
         self.stopped = False
 
@@ -62,17 +70,25 @@ class HeartbeatWriter:
 
     def beat(self, step: int, rows_per_step: float, **values: Any) -> Heartbeat | None:
         """Write the heartbeat of step ``step`` (``values``: the other fields that change);
-        the rate is that since the last beat. Returns what was written."""
+        the samples' rate is that since the last beat, the recent rate that of
+        ``RecentRate``. Returns what was written."""
         now = self._clock()
         self._next = now + self.every_s
         if self.stopped:
             return None
         rate = None
-        if self._last is not None and now > self._last[0] and step > self._last[1]:
-            rate = (step - self._last[1]) * rows_per_step / (now - self._last[0])
+        if self._last is not None and now > self._last[0] and step >= self._last[1]:
+            self.recent = self.recent.add(self._last, (now, step))
+            if step > self._last[1]:
+                rate = (step - self._last[1]) * rows_per_step / (now - self._last[0])
         self._last = (now, step)
         beat = dataclasses.replace(
-            self.fixed, step=step, samples_per_s=rate, time=self._wall(), **values
+            self.fixed,
+            step=step,
+            samples_per_s=rate,
+            recent_steps_per_s=self.recent.steps_per_s(self._last),
+            time=self._wall(),
+            **values,
         )
         try:
             replace_file(self.path, beat.to_bytes())
@@ -82,6 +98,42 @@ class HeartbeatWriter:
             return None
         self.written += 1
         return beat
+
+
+Mark = tuple[float, int]  # (clock, step)
+
+
+@dataclasses.dataclass(frozen=True)
+class RecentRate:
+    """The rate since the steps last changed pace (``hpcdist.jobs.progress`` says why): the
+    average from ``since``, which moves to where ``PACE_BEATS`` intervals in a row ran more
+    than ``PACE_CHANGE`` faster (or all slower) than that average."""
+
+    since: Mark | None = None  # where the current pace began
+    # Intervals in a row off the pace, the same way: where the first began, how many, +1/-1.
+    off: tuple[Mark, int, int] | None = None
+
+    def add(self, start: Mark, end: Mark) -> RecentRate:
+        """The rate after the interval from ``start`` to ``end`` (later than ``start``)."""
+        since = self.since or start
+        pace = _rate(since, self.off[0] if self.off else start)
+        interval = _rate(start, end)
+        if not pace or interval is None or abs(interval / pace - 1) <= PACE_CHANGE:
+            return RecentRate(since, None)
+        way = 1 if interval > pace else -1
+        first, count = start, 1
+        if self.off is not None and self.off[2] == way:
+            first, count = self.off[0], self.off[1] + 1
+        if count >= PACE_BEATS:  # a new pace: its rate from where it began
+            return RecentRate(first, None)
+        return RecentRate(since, (first, count, way))
+
+    def steps_per_s(self, end: Mark) -> float | None:
+        return None if self.since is None else _rate(self.since, end)
+
+
+def _rate(start: Mark, end: Mark) -> float | None:
+    return (end[1] - start[1]) / (end[0] - start[0]) if end[0] > start[0] else None
 
 
 def replace_file(path: Path, data: bytes) -> None:

@@ -6,14 +6,16 @@ and whether it still moves.
     runs/<run>/heartbeat.json
     {"version": 1, "run_id": "r...", "job_id": "1234", "restart": 0,
      "epoch": 3, "epochs": 10, "step": 1200, "steps": 4000,
-     "samples_per_s": 51234.5, "loss": 0.0123,
+     "samples_per_s": 51234.5, "recent_steps_per_s": 51.2, "loss": 0.0123,
      "checkpoint_epoch": 2, "checkpoint_step": 800, "checkpoint_time": 1764265000.1,
      "checkpoint_s": 0.42, "piece_started": 1764264900.0, "piece_step": 0,
      "phase": "training", "time": 1764265012.3}
 
 ``epoch`` is the epoch being trained (1-based), ``step`` the optimizer steps done since the
 run began (all pieces), ``steps`` the planned total (``epochs`` x steps per epoch; early
-stopping may end sooner). ``checkpoint_*``: the last checkpoint written (the epoch and step it
+stopping may end sooner). ``samples_per_s`` is the rate since the last heartbeat,
+``recent_steps_per_s`` the piece's recent rate: its steps a second since their pace last
+changed (``PACE_BEATS``). ``checkpoint_*``: the last checkpoint written (the epoch and step it
 holds, when it was finished, how many seconds writing it took, handing over and writing to
 disk together). ``piece_started`` and ``piece_step``: when this job (piece of the run) took its
 first step, and the step it started from, so a reader has the piece's whole rate, validation
@@ -36,6 +38,10 @@ HEARTBEAT_VERSION = 1
 # STALE_AFTER_S in a running job a possible hang.
 HEARTBEAT_EVERY_S = 5.0
 STALE_AFTER_S = 300.0
+# The recent rate starts again where this many intervals between heartbeats in a row ran
+# more than PACE_CHANGE faster (or all slower) than it (hpcdist.jobs.progress says why).
+PACE_BEATS = 3
+PACE_CHANGE = 0.2
 # What the training is doing: the login node says "checkpointing" rather than "hang" for a
 # long checkpoint, "stopped" for a piece that checkpointed to be resumed by the next one,
 # and "done" once the training has ended.
@@ -54,6 +60,7 @@ class Heartbeat:
     step: int | None = None
     steps: int | None = None
     samples_per_s: float | None = None
+    recent_steps_per_s: float | None = None
     loss: float | None = None
     checkpoint_epoch: int | None = None
     checkpoint_step: int | None = None

@@ -1,9 +1,30 @@
 """How far a running training is and when it will end, from its heartbeat
 (``hpcdist.facts.heartbeat``) and its job's time limit. Pure: the caller reads the clock.
 
-The rate is the piece's whole rate since its first step (validation, checkpoints and the
-epochs' ends included), so the predicted end is where the steps left at that rate end; a
-piece too new to have one uses the last interval's samples per second.
+The predicted end is where the steps left end at the piece's recent rate
+(``recent_steps_per_s``, kept by rank 0's writer, ``hpcdist.distributed.heartbeat``): the
+average rate since the steps last changed pace. That average starts at the piece's second
+heartbeat and starts again where three intervals between heartbeats in a row (``PACE_BEATS``,
+15 s) ran more than 20% faster, or all more than 20% slower, than it (``PACE_CHANGE``). Why:
+
+- The piece's average since its first step follows a change late: when other load leaves the
+  nodes and the steps go twice as fast, the average still holds the slow part, and the end
+  from it was 40-80% of the time left off for the rest of the run.
+- A window of the last seconds or an exponentially weighted rate follows a change, but takes
+  every pause as one: a validation or a checkpoint of 2 s in an epoch of 50 s put the end
+  of a 10 s weighted rate up to 18% off right after each, where the average stays within 6%
+  (synthetic timelines, ``tests/jobs/test_progress.py``). One slow interval is a pause, three
+  in a row are a new pace: the pauses stay in the average, at their real cost.
+- So a steady rate, noise and pauses included, is forecast as well as by the whole average,
+  and a rate that doubles is followed three heartbeats after the change, from where it began.
+
+A rate that drifts by less than 20% is followed only as the average moves. A heartbeat of an
+older writer, without the recent rate, falls back to the piece's average
+(``piece_steps_per_s``); a piece too new for either, to the last interval's samples a second.
+
+A heartbeat written before this start of the job (a requeued job, before its new piece's
+first heartbeat) says how far the run got, never when it ends: its rate and end are those of
+a piece that is over.
 """
 
 from __future__ import annotations
@@ -32,8 +53,20 @@ class Forecast:
 
 
 def steps_per_s(beat: Heartbeat, rows_per_step: float | None = None) -> float | None:
-    """The piece's rate in steps a second: since its first step, else from the last
-    interval's samples per second and the rows of a step."""
+    """The piece's rate in steps a second: its recent rate, else its average since its first
+    step, else from the last interval's samples per second and the rows of a step."""
+    if beat.recent_steps_per_s:
+        return beat.recent_steps_per_s
+    average = piece_steps_per_s(beat)
+    if average is not None:
+        return average
+    if beat.samples_per_s and rows_per_step:
+        return beat.samples_per_s / rows_per_step
+    return None
+
+
+def piece_steps_per_s(beat: Heartbeat) -> float | None:
+    """The piece's average rate since its first step; None before its second beat."""
     if (
         beat.step is not None
         and beat.piece_step is not None
@@ -43,9 +76,15 @@ def steps_per_s(beat: Heartbeat, rows_per_step: float | None = None) -> float | 
         and beat.time > beat.piece_started
     ):
         return (beat.step - beat.piece_step) / (beat.time - beat.piece_started)
-    if beat.samples_per_s and rows_per_step:
-        return beat.samples_per_s / rows_per_step
     return None
+
+
+def of_this_start(beat: Heartbeat, job_start: float | None) -> bool:
+    """Whether the heartbeat was written by the start of the job that began (or was
+    requeued, not started yet) at ``job_start``: its piece's first step came no earlier.
+    True where that is not known."""
+    began = beat.piece_started if beat.piece_started is not None else beat.time
+    return job_start is None or began is None or began >= job_start
 
 
 def pieces_needed(end: float, job_end: float, limit_s: float, startup_s: float) -> int:
@@ -65,11 +104,14 @@ def forecast(
     job_start: float | None = None,
 ) -> Forecast | None:
     """The forecast of a running job's training; None without a step to go by.
-    ``job_end``: when its time limit ends it; ``job_start``: when it started (its start-up,
-    until the first step, is counted against every later piece as well)."""
+    ``job_end``: when its time limit ends it; ``job_start``: when this start of the job
+    began, or a requeued job not started again, when it was requeued (its start-up, until the
+    first step, is counted against every later piece as well). A heartbeat written before
+    ``job_start`` gives the step only: no rate, no end."""
     if beat.step is None:
         return None
-    rate = steps_per_s(beat)
+    current = of_this_start(beat, job_start)
+    rate = steps_per_s(beat) if current else None
     end = None
     if rate and beat.steps is not None and beat.time is not None:
         end = beat.time + max(0, beat.steps - beat.step) / rate
@@ -82,6 +124,8 @@ def forecast(
                 startup = max(0.0, beat.piece_started - job_start)
             more = pieces_needed(end, job_end, limit_s, startup)
     age = beat.age_s(now)
+    if age is not None and job_start is not None:  # no beat is due before the start
+        age = min(age, max(0.0, now - job_start))
     finished = beat.phase in ("done", "stopped")
     stale = age if age is not None and age > STALE_AFTER_S and not finished else None
     return Forecast(beat.step, beat.steps, rate, end, fits, more, stale)

@@ -192,3 +192,70 @@ def test_status_reads_the_bad_nodes_of_the_folder_the_run_trains_in(records: Pat
     run = load_run("41-ab", records)
     assert _bad_node_key(run, "45") == "41"
     assert _bad_node_key(None, "45") == "45"
+
+
+# A run of one job, requeued (preempted) at 1110 near its end: its piece before the requeue
+# wrote its last heartbeat at 1100, step 990 of 1000 at 2 steps/s, an end of 1105.
+REQUEUED_AT = 1110.0
+BEFORE = Heartbeat(
+    step=990,
+    steps=1000,
+    piece_step=0,
+    piece_started=500.0,
+    recent_steps_per_s=2.0,
+    time=1100.0,
+    phase="stopped",
+)
+# The piece after it resumed step 900 and took its first step at 1230.
+AFTER = Heartbeat(
+    step=960,
+    steps=1000,
+    piece_step=900,
+    piece_started=1230.0,
+    recent_steps_per_s=2.0,
+    time=1260.0,
+    phase="training",
+)
+FIRST = Attempt("60", "REQUEUED", 400.0, 450.0, REQUEUED_AT, 660.0, 3600.0, "node1")
+RUNS = Attempt("60", "RUNNING", 400.0, 450.0, 4050.0, 650.0, 3600.0, "node1")
+QUEUED = Attempt("60", "PENDING", REQUEUED_AT, None, None, None, 3600.0, None)
+RERUN = Attempt("60", "RUNNING", REQUEUED_AT, 1200.0, 4800.0, 60.0, 3600.0, "node2")
+
+
+@pytest.mark.parametrize(
+    ("attempts", "beat", "end"),
+    [
+        ([RUNS], BEFORE, 1105.0),  # not requeued: the piece's own end
+        ([FIRST], BEFORE, None),  # requeued, its next start not seen yet
+        ([FIRST, QUEUED], BEFORE, None),  # queued again: no end from the piece before
+        ([FIRST, RERUN], BEFORE, None),  # started again, no heartbeat of its own yet
+        ([FIRST, RERUN], AFTER, 1260.0 + 40 / 2.0),  # its own heartbeat: its own end
+    ],
+)
+def test_status_json_never_predicts_an_end_before_a_requeue(
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    attempts: list[Attempt],
+    beat: Heartbeat,
+    end: float | None,
+) -> None:
+    from click.testing import CliRunner
+
+    from hpcdist.cli import runs
+    from hpcdist.cli.main import cli
+
+    run_dir = tmp_path / "runs" / "60"
+    run_dir.mkdir(parents=True)
+    piece = {"workdir": str(tmp_path), "run_dir": str(run_dir), "job_id": "60", "restart": 0}
+    _write(tmp_path / ".hpcdist" / "runs" / "60-ef" / "60-0.json", {**piece, "started": 450})
+    (run_dir / "heartbeat.json").write_bytes(beat.to_bytes())
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.delenv("HPCDIST_HOME", raising=False)
+    monkeypatch.setattr(runs, "job_attempts", lambda job: attempts if job == "60" else [])
+    result = CliRunner().invoke(cli, ["status", "--json", "60-ef"])
+    assert result.exit_code == 0, result.output
+    found = json.loads(result.stdout)["forecast"]
+    assert found["step"] == beat.step and found["end"] == end
+    if attempts != [RUNS]:  # requeued: an end, if any, after the requeue
+        assert end is None or end >= REQUEUED_AT
+        assert found["steps_per_s"] == (None if end is None else 2.0)

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from hpcdist.distributed.heartbeat import HeartbeatWriter, heartbeat_for, record_piece
+from hpcdist.distributed.heartbeat import HeartbeatWriter, RecentRate, heartbeat_for, record_piece
 from hpcdist.facts.heartbeat import HEARTBEAT_FILE, Heartbeat, parse
 
 
@@ -135,3 +135,53 @@ def test_a_loose_umask_leaves_the_heartbeat_writable_by_nobody_else(tmp_path: Pa
     finally:
         os.umask(previous)
     assert (tmp_path / HEARTBEAT_FILE).stat().st_mode & 0o777 == 0o644
+
+
+def _paced(rates: list[float], every_s: float = 5.0) -> RecentRate:
+    """The recent rate after intervals of ``every_s`` seconds at these steps a second."""
+    recent, mark = RecentRate(), (0.0, 0)
+    for rate in rates:
+        end = (mark[0] + every_s, mark[1] + round(rate * every_s))
+        recent, mark = recent.add(mark, end), end
+    return recent
+
+
+def _steps_per_s(recent: RecentRate, rates: list[float], every_s: float = 5.0) -> float | None:
+    return recent.steps_per_s((every_s * len(rates), sum(round(r * every_s) for r in rates)))
+
+
+@pytest.mark.parametrize(
+    ("rates", "expected"),
+    [
+        ([10.0] * 4, 10.0),
+        # 20% faster is the same pace, however long: the average takes it in.
+        ([10.0] * 4 + [12.0] * 4, (200 + 240) / 40),
+        # 22% faster, twice in a row: not yet a new pace.
+        ([10.0] * 4 + [12.2] * 2, (200 + 2 * 61) / 30),
+        # Three in a row: a new pace, its rate from where it began.
+        ([10.0] * 4 + [12.2] * 3, 12.2),
+        ([10.0] * 4 + [7.8] * 3, 7.8),  # 22% slower, three in a row
+        # One slow interval (a validation, a checkpoint) stays in the average at its cost.
+        ([10.0] * 4 + [2.0] + [10.0] * 3, (200 + 10 + 150) / 40),
+        # Off the pace three times, but not the same way: noise.
+        ([10.0] * 4 + [13.0, 7.0, 13.0], (200 + 65 + 35 + 65) / 35),
+    ],
+)
+def test_recent_rate_starts_again_after_three_intervals_off_the_pace(
+    rates: list[float], expected: float
+) -> None:
+    recent = _paced(rates)
+    assert _steps_per_s(recent, rates) == pytest.approx(expected)
+
+
+def test_the_heartbeat_carries_the_recent_rate_from_the_second_beat(tmp_path: Path) -> None:
+    clock = Clock()
+    writer = _writer(tmp_path, clock)
+    first = writer.beat(10, 100.0)
+    assert first is not None and first.recent_steps_per_s is None
+    for step in (60, 110, 210, 310, 410):  # 10 steps/s, then 20 from step 110 on
+        clock.now += 5.0
+        beat = writer.beat(step, 100.0)
+    assert beat is not None and beat.recent_steps_per_s == pytest.approx(20.0)
+    on_disk = parse((tmp_path / HEARTBEAT_FILE).read_bytes())
+    assert on_disk is not None and on_disk.recent_steps_per_s == pytest.approx(20.0)
