@@ -1,6 +1,7 @@
-"""The forecast benchmark's short mode on the testbed: a training of some seconds, its
-predicted end read from ``hpcdist status --json`` while it runs, set against its real end.
-The accuracy itself is the benchmark's to report (docs/benchmarks.md): it depends on the
+"""The forecast benchmark's short mode on the testbed: a training of some seconds under other
+load until a fifth of its steps, its predicted end read from ``hpcdist status --json`` while
+it runs, the end at the recent rate and at the piece's average rate both set against its real
+end. The accuracy itself is the benchmark's to report (docs/benchmarks.md): it depends on the
 machine's load, which no test may."""
 
 from __future__ import annotations
@@ -28,6 +29,7 @@ def test_forecast_short_mode_sets_predictions_against_the_real_end(
 ) -> None:
     out = tmp_path / "forecast.json"
     argv = ["--epochs", str(epochs), "--every", "1", "--timeout", "400", "--json", str(out)]
+    argv += ["--load-until", "0.2"]
     proc = subprocess.run(
         [sys.executable, "-m", "bench.forecast", *argv],
         cwd=ROOT,
@@ -39,6 +41,9 @@ def test_forecast_short_mode_sets_predictions_against_the_real_end(
     assert proc.returncode == 0, proc.stdout + proc.stderr
     result = json.loads(out.read_text())
     assert result["epochs"] == epochs and result["training_s"] > 0
+    assert result["load_until"] == 0.2
+    unloaded = result["load_ended_at_fraction"]
+    assert unloaded is None or 0.2 <= unloaded <= 1.0
     # At least one status while it trained, where the training outlasted a few heartbeats
     # (about 40 s here; a machine several times faster may finish before the first one).
     if result["training_s"] >= 4 * HEARTBEAT_EVERY_S:
@@ -48,5 +53,10 @@ def test_forecast_short_mode_sets_predictions_against_the_real_end(
     for row in result["rows"]:
         assert row["seen_at_fraction"] >= row["fraction"]
         assert math.isfinite(row["error_s"]) and row["of_time_left"] >= 0
-    assert "| from | status at | predicted - real (s) |" in proc.stdout
+        # The end at the piece's average rate beside it, known from the same heartbeat.
+        assert math.isfinite(row["average_error_s"]) and row["average_of_time_left"] >= 0
+    header = "| from | status at | recent rate: predicted - real (s) | error / time left "
+    assert header in proc.stdout and "| piece's average: predicted - real (s) |" in proc.stdout
+    if result["rows"]:
+        assert "(the piece's average: worst " in proc.stdout
     print(proc.stdout)
