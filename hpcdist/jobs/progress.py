@@ -11,10 +11,10 @@ heartbeat and starts again where three intervals between heartbeats in a row (``
   nodes and the steps go twice as fast, the average still holds the slow part, and the end
   from it was 40-80% of the time left off for the rest of the run.
 - A window of the last seconds or an exponentially weighted rate follows a change, but takes
-  every pause as one: a validation or a checkpoint of 2 s in an epoch of 50 s put the end
-  of a 10 s weighted rate up to 18% off right after each, where the average stays within 6%
-  (synthetic timelines, ``tests/jobs/test_progress.py``). One slow interval is a pause, three
-  in a row are a new pace: the pauses stay in the average, at their real cost.
+  every pause as one: a validation of 2 s in each epoch of 50 s put the end from a rate
+  weighted over 10 s up to 20% of the time left off right after each, where this rate stays
+  within 6% (the noisy timelines of ``tests/jobs/test_progress.py``). One slow interval is a
+  pause, three in a row are a new pace: the pauses stay in the average, at their real cost.
 - So a steady rate, noise and pauses included, is forecast as well as by the whole average,
   and a rate that doubles is followed three heartbeats after the change, from where it began.
 
