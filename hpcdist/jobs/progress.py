@@ -3,9 +3,10 @@
 
 The predicted end is where the steps left end at the piece's recent rate
 (``recent_steps_per_s``, kept by rank 0's writer, ``hpcdist.distributed.heartbeat``): the
-average rate since the steps last changed pace. That average starts at the piece's second
-heartbeat and starts again where three intervals between heartbeats in a row (``PACE_BEATS``,
-15 s) ran more than 20% faster, or all more than 20% slower, than it (``PACE_CHANGE``). Why:
+average rate since the steps last changed pace. That average starts at the piece's first
+heartbeat (after its first step, warm-up and all), so it is known from the second, and starts
+again where three intervals between heartbeats in a row (``PACE_BEATS``, 15 s) ran more than
+20% faster, or all more than 20% slower, than it (``PACE_CHANGE``). Why:
 
 - The piece's average since its first step follows a change late: when other load leaves the
   nodes and the steps go twice as fast, the average still holds the slow part, and the end
