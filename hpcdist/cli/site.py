@@ -1,242 +1,62 @@
 """``hpcdist doctor`` and ``hpcdist profile init``: what this cluster offers, and a profile
 written from it.
 
-``doctor`` prints one table (the probe of hpcdist.slurm.probe, then what in the current
-profile disagrees with the cluster), each problem with one line of advice, and exits 0 when
-nothing blocks a job, 1 otherwise. ``profile init NAME`` writes the user's profile NAME from
-the same probe, refusing to overwrite one.
+``doctor`` prints one table (hpcdist.cli.doctor: the probe of hpcdist.slurm.probe, the site's
+settings, what in its policies stops a job, then what in the profile, if one is named,
+disagrees with the cluster), each problem with one line of advice, or the same as one JSON
+object; it exits 0 when there is nothing to report, 1 when something blocks a job, 3 on
+warnings only. ``profile init NAME`` writes the user's profile NAME from the same probe,
+refusing to overwrite one.
 """
 
 from __future__ import annotations
 
+import json
 import os
 import re
-import subprocess
 import sys
-from collections.abc import Mapping
-from dataclasses import dataclass
 from datetime import datetime, timezone
 
 import click
 
-from hpcdist.errors import ProfileError, SpecError, UserError
-from hpcdist.slurm.probe import ClusterProbe, Node, Partition, probe, time_text
-from hpcdist.slurm.timelimit import time_limit_seconds
-from hpcdist.spec.profiles import (
-    DEFAULT_PROFILE,
-    Profile,
-    config_dir,
-    load_profile,
-    shipped_profiles,
+from hpcdist.cli.doctor import (
+    Row,
+    blocker_rows,
+    cluster_rows,
+    compute_node_row,
+    doctor_json,
+    print_rows,
+    profile_rows,
+    verdict,
 )
+from hpcdist.errors import ProfileError, UserError
+from hpcdist.slurm.probe import ClusterProbe, Partition, probe, time_text
+from hpcdist.spec.profiles import Profile, config_dir, load_profile, shipped_profiles
 
-# (what disagrees, "FAIL" or "warn", one line of advice)
-Problem = tuple[str, str, str]
-
-
-@dataclass(frozen=True)
-class Row:
-    item: str
-    value: str
-    status: str = "ok"  # ok, warn (a job may still run), FAIL (a job would not)
-    advice: str = ""
+__all__ = ["Row", "doctor", "doctor_rows", "profile", "profile_rows", "profile_text"]
 
 
-def _plugins(config: Mapping[str, str]) -> str:
-    keys = ("ProctrackType", "TaskPlugin", "CgroupPlugin")
-    shown = [f"{k}={config[k]}" for k in keys if config.get(k) not in (None, "", "(null)")]
-    return ", ".join(shown) or "none reported"
+def _checked_profile(profile_name: str | None) -> Profile | None:
+    """The profile to check: --profile, else $HPCDIST_PROFILE, else none."""
+    if profile_name is not None and not profile_name.strip():
+        raise ProfileError(f"--profile is empty ({profile_name!r}); leave it out or name one")
+    name = profile_name or os.environ.get("HPCDIST_PROFILE")
+    return load_profile(name) if name else None
 
 
-def _service_rows(found: ClusterProbe) -> list[Row]:
-    """Accounting and the plugins that decide what efficiency can show."""
-    gather = found.config.get("JobAcctGatherType", "")
-    return [
-        Row("accounting", "sacct works")
-        if found.accounting
-        else Row(
-            "accounting",
-            "sacct fails",
-            "warn",
-            "no sacct: status after a job ends and efficiency need slurmdbd",
-        ),
-        Row("JobAcctGather", gather)
-        if gather and gather != "jobacct_gather/none"
-        else Row(
-            "JobAcctGather",
-            gather or "none",
-            "warn",
-            "no CPU time or memory per step: efficiency shows wall time only",
-        ),
-        Row("cgroup/proctrack", _plugins(found.config)),
-    ]
-
-
-def _partition_row(part: Partition, found: ClusterProbe) -> Row:
-    nodes = found.nodes_of(part.name)
-    gpus = sorted({n.gpus for n in nodes})
-    types = sorted({t for n in nodes for t in n.gpu_types})
-    features = sorted({f for n in nodes for f in n.features})
-    cpus = sorted({n.cpus for n in nodes})
-    value = (
-        f"{part.total_nodes} nodes (max {part.max_nodes or 'all'} a job), "
-        f"time {time_text(part.max_time_s)}, QOS {part.qos or 'none'}, "
-        f"CPUs/node {'/'.join(map(str, cpus)) or '?'}, "
-        f"GPUs/node {'/'.join(map(str, gpus)) or '0'}"
-        + (f" ({','.join(types)})" if types else "")
-        + f", features {','.join(features) or 'none'}"
-        + (" [default]" if part.default else "")
-    )
-    return Row(f"partition {part.name}", value)
-
-
-def cluster_rows(found: ClusterProbe) -> list[Row]:
-    rows = [
-        Row("SLURM version", str(found.version))
-        if found.version
-        else Row("SLURM version", "unknown", "warn", "sinfo --version printed no version")
-    ]
+def doctor_rows(found: ClusterProbe, profile: Profile | None, job: bool) -> list[Row]:
+    """The whole table: the cluster, the blockers of a job (in the profile's partition, else
+    the default one), then what in the profile disagrees with the cluster."""
+    rows = cluster_rows(found)
     if not found.controller:
-        advice = "check SLURM_CONF and that slurmctld runs; no job can be submitted"
-        return [*rows, Row("controller", "not reachable (scontrol ping)", "FAIL", advice)]
-    rows.append(Row("controller", "reachable"))
-    rows.extend(_service_rows(found))
-    rows.extend(_partition_row(part, found) for part in found.partitions)
-    rows.append(
-        Row("containers", ", ".join(found.containers))
-        if found.containers
-        else Row("containers", "none found (apptainer, singularity, pyxis)")
-    )
-    rows.append(Row("MPI types", ", ".join(found.mpi) or "none listed"))
-    rows.append(Row("partitions read from", f"scontrol {found.partitions_from} output"))
-    return rows
-
-
-def _seconds(limit: str | None) -> int | None:
-    try:
-        return time_limit_seconds(limit) if limit else None
-    except SpecError:
-        return None  # validation names a malformed max_time where a job uses it
-
-
-def _limit_problems(profile: Profile, part: Partition, nodes: list[Node]) -> list[Problem]:
-    """(what, status, advice) for each limit of the profile above the partition's."""
-    problems: list[Problem] = []
-    limit = _seconds(profile.max_time)
-    if limit is not None and part.max_time_s is not None and limit > part.max_time_s:
-        allowed = time_text(part.max_time_s)
-        problems.append(
-            (
-                f"max_time {profile.max_time} > partition {part.name}'s {allowed}",
-                "FAIL",
-                f"set max_time to {allowed} or less",
-            )
-        )
-    if profile.max_nodes and profile.max_nodes > part.total_nodes:
-        problems.append(
-            (
-                f"max_nodes {profile.max_nodes} > the {part.total_nodes} nodes of {part.name}",
-                "warn",
-                f"set max_nodes to {part.total_nodes}",
-            )
-        )
-    cpus = min((n.cpus for n in nodes), default=0)
-    if profile.cores_per_node and cpus and profile.cores_per_node > cpus:
-        problems.append(
-            (
-                f"cores_per_node {profile.cores_per_node} > {cpus} CPUs of {part.name}'s nodes",
-                "FAIL",
-                f"set cores_per_node to {cpus}",
-            )
-        )
-    gpus = min((n.gpus for n in nodes), default=0)
-    if profile.gpus_per_node > gpus:
-        problems.append(
-            (
-                f"gpus_per_node {profile.gpus_per_node} > {gpus} GPUs of {part.name}'s nodes",
-                "FAIL",
-                f"set gpus_per_node to {gpus}",
-            )
-        )
-    return problems
-
-
-def _offer_problems(profile: Profile, part: Partition, nodes: list[Node]) -> list[Problem]:
-    """GPU types and features the profile names that no node of the partition offers."""
-    types = sorted({t for n in nodes for t in n.gpu_types})
-    features = sorted({f for n in nodes for f in n.features})
-    missing_types = [t for t in profile.gpu_types if t not in types]
-    missing_features = [f for f in profile.features if f not in features]
-    return [
-        *(
-            (
-                f"GPU type {t!r} not in {part.name}",
-                "FAIL",
-                f"use one of {', '.join(types) or 'no type (untyped GPUs)'}",
-            )
-            for t in missing_types
-        ),
-        *(
-            (
-                f"feature {f!r} on no node of {part.name}",
-                "warn",
-                f"nodes offer {', '.join(features) or 'no features'}",
-            )
-            for f in missing_features
-        ),
-    ]
-
-
-def profile_rows(profile: Profile, found: ClusterProbe) -> list[Row]:
-    """What in ``profile`` disagrees with the cluster: each a FAIL (a job would be refused
-    or never start) or a warn, with its advice."""
-    if not found.controller:
-        return []
-    where = f"profile {profile.name!r} ({profile.source or 'built in'})"
-    by_name = {p.name: p for p in found.partitions}
-    name = profile.partition
-    part = by_name.get(name) if name else found.default_partition()
-    if part is None:
-        known = ", ".join(by_name) or "none"
-        what = f"partition {name!r} does not exist" if name else "the cluster has no partition"
-        return [
-            Row(
-                where,
-                what,
-                "FAIL",
-                f"set partition to one of {known} (hpcdist profile init writes one)",
-            )
-        ]
-    nodes = found.nodes_of(part.name)
-    problems = [*_limit_problems(profile, part, nodes), *_offer_problems(profile, part, nodes)]
-    rows = [Row(where, what, status, advice) for what, status, advice in problems]
-    return rows or [Row(where, f"agrees with the cluster (partition {part.name})")]
-
-
-def compute_node_row() -> Row:
-    """One tiny job: can a task run scontrol (requeue without it uses a fallback)?"""
-    argv = ["srun", "-N1", "-n1", "-t", "1", "scontrol", "show", "hostnames", "node0"]
-    try:
-        proc = subprocess.run(argv, capture_output=True, text=True, timeout=120, check=False)
-    except (OSError, subprocess.TimeoutExpired) as exc:
-        return Row("scontrol in a job", f"not run: {exc}", "warn", "run the tiny job by hand")
-    if proc.returncode == 0 and proc.stdout.strip() == "node0":
-        return Row("scontrol in a job", "works")
-    return Row(
-        "scontrol in a job",
-        f"fails ({(proc.stderr or proc.stdout).strip()[:80]})",
-        "warn",
-        "requeue falls back to requeueing from the login node's view",
-    )
-
-
-def print_rows(rows: list[Row]) -> None:
-    width = max(len(r.item) for r in rows)
-    for row in rows:
-        mark = "" if row.status == "ok" else f"{row.status.upper()}: "
-        click.echo(f"{row.item:<{width}}  {mark}{row.value}")
-        if row.advice:
-            click.echo(f"{'':<{width}}    advice: {row.advice}")
+        return rows
+    rows.append(compute_node_row() if job else Row("scontrol in a job", "not tested (--job)"))
+    partition = profile.partition if profile else None
+    checks = profile_rows(profile, found) if profile else []
+    missing = f"partition {partition!r} does not exist"
+    # A profile naming a partition the cluster lacks is said once, by the profile's row.
+    rows += [r for r in blocker_rows(found, partition) if r.value != missing or not checks]
+    return rows + (checks or [Row("profile", "none checked (--profile NAME checks one)")])
 
 
 @click.command()
@@ -244,26 +64,35 @@ def print_rows(rows: list[Row]) -> None:
     "--profile",
     "profile_name",
     default=None,
-    help=f"Profile to check (default: $HPCDIST_PROFILE, else {DEFAULT_PROFILE}).",
+    help="Profile to check against the cluster (default: $HPCDIST_PROFILE, else none).",
 )
 @click.option(
     "--job", is_flag=True, help="Also run one tiny job: does scontrol work on a compute node?"
 )
-def doctor(profile_name: str | None, job: bool) -> int:
-    """Probe this cluster's SLURM and check the profile against it."""
-    name = profile_name or os.environ.get("HPCDIST_PROFILE") or DEFAULT_PROFILE
-    if profile_name is not None and not profile_name.strip():
-        raise ProfileError(f"--profile is empty ({profile_name!r}); leave it out or name one")
-    profile = load_profile(name)
+@click.option(
+    "--json",
+    "as_json",
+    is_flag=True,
+    help="Print the facts and problems as one JSON object instead of the table.",
+)
+def doctor(profile_name: str | None, job: bool, as_json: bool) -> int:
+    """Probe this cluster's SLURM, name what would stop a job, and check the profile.
+
+    Exit status: 0 nothing to report, 1 at least one problem blocks a job (FAIL), 3 warnings
+    only, 2 a mistake in the command line or the profile.
+    """
+    profile = _checked_profile(profile_name)
     found = probe()
-    rows = cluster_rows(found)
-    if found.controller:
-        rows.append(compute_node_row() if job else Row("scontrol in a job", "not tested (--job)"))
-    rows.extend(profile_rows(profile, found))
-    print_rows(rows)
-    blocked = [r for r in rows if r.status == "FAIL"]
-    click.echo(f"{len(blocked)} problem(s) block a job" if blocked else "nothing blocks a job")
-    sys.exit(1 if blocked else 0)
+    rows = doctor_rows(found, profile, job)
+    summary, status = verdict(rows)
+    if as_json:
+        partition = profile.partition if profile else None
+        name = profile.name if profile else None
+        click.echo(json.dumps(doctor_json(found, rows, name, partition), indent=2))
+    else:
+        print_rows(rows)
+        click.echo(summary)
+    sys.exit(status)
 
 
 _NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]*")

@@ -1,18 +1,25 @@
 """`hpcdist doctor` and `hpcdist profile init` without a cluster: the profile checks on a
-made-up probe, the profile text, and user mistakes (one line, exit 2)."""
+made-up probe, the doctor's table, blockers, JSON and exit status on probes parsed from what
+the testbed printed, the profile text, and user mistakes (one line, exit 2)."""
 
 from __future__ import annotations
 
+import json
 import subprocess
 import sys
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
 import yaml
+from click.testing import CliRunner, Result
 
-from hpcdist.cli.site import Row, profile_rows, profile_text
+from hpcdist.cli import site
+from hpcdist.cli.doctor import verdict
+from hpcdist.cli.site import Row, doctor_rows, profile_rows, profile_text
 from hpcdist.slurm.probe import ClusterProbe, Node, Partition, SlurmVersion
 from hpcdist.spec.profiles import Profile, profile_from_mapping
+from tests.slurm.sites import site_probe, site_user
 
 GPU = Partition("gpu", "g[01-04]", 4, 2 * 86400, 2, "gpuq", True)
 CPU = Partition("cpu", "c[01-08]", 8, None, None, None, False)
@@ -117,7 +124,7 @@ def _cli(*args: str, config: Path) -> subprocess.CompletedProcess[str]:
     [
         ("a/b", "profile name 'a/b'; expected letters, digits, '_', '.', '-'"),
         ("-x", "profile name '-x'; expected letters, digits, '_', '.', '-'"),
-        ("local", "profile name 'local' is a shipped profile's; choose another name"),
+        ("generic", "profile name 'generic' is a shipped profile's; choose another name"),
     ],
 )
 def test_profile_init_refuses_a_bad_name_in_one_line(
@@ -155,3 +162,192 @@ def test_doctor_without_slurm_says_so_and_fails(tmp_path: Path) -> None:
     assert lines[0] == "SLURM version  WARN: unknown"
     assert "controller     FAIL: not reachable (scontrol ping)" in lines
     assert lines[-1] == "1 problem(s) block a job"
+
+
+# The doctor on what the 22.05 testbed printed (tests/slurm/sites.py): the plain testbed, and
+# one with site policies set by hand.
+PLAIN = site_probe("plain")
+SITE = site_probe("sites")
+NO_DEFAULT = site_probe("sites", "nodefault-scontrol-partition.txt")
+
+
+def _table(rows: list[Row]) -> dict[str, Row]:
+    return {r.item: r for r in rows}
+
+
+def test_doctor_on_the_plain_testbed_reports_nothing() -> None:
+    rows = doctor_rows(PLAIN, None, job=False)
+    assert [r for r in rows if r.status != "ok"] == []
+    assert verdict(rows) == ("nothing blocks a job", 0)
+    table = _table(rows)
+    assert table["profile"].value == "none checked (--profile NAME checks one)"
+    assert table["your accounts"].value == "root (default root)"
+    assert table["GPUs"].value == "none (no GPU GRES, no node feature names a GPU)"
+
+
+def test_doctor_shows_the_sites_settings() -> None:
+    table = _table(doctor_rows(SITE, None, job=False))
+    assert table["preemption"].value == "preempt/partition_prio, mode REQUEUE"
+    assert table["MaxArraySize"].value == "100 (array task ids 0-99)"
+    assert table["requeue"].value == (
+        "JobRequeue=0: a job is requeued only if it asks (hpcdist's jobs say --requeue)"
+    )
+    assert table["accounting enforces"].value == "associations, limits, qos"
+    assert table["your accounts"].value == "proj, root (default proj)"
+    assert table["your QOS"].value == "high, normal (default normal)"
+    assert table["cluster"].value == "hpcdist, controller host vm"
+    assert table["GPUs"].value == (
+        "no GPU GRES; feature gpu on 1 node(s) (node4): GPUs only through --constraint gpu"
+    )
+    assert table["partition maint"].value.startswith(
+        "4 nodes (max all a job), time unlimited, state DOWN, QOS none, "
+        "CPUs/node 2 (2 sockets x 1 cores x 1 threads)"
+    )
+    assert "time 1-00:00:00, default time 00:30:00," in table["partition batch"].value
+    assert ", QOS allowed high," in table["partition prio"].value
+    assert ", state DRAIN, accounts allowed proj," in table["partition acct"].value
+
+
+def test_a_site_without_default_partition_blocks_a_job_without_one() -> None:
+    rows = doctor_rows(NO_DEFAULT, None, job=False)
+    (failed,) = [r for r in rows if r.status != "ok"]
+    assert failed == Row(
+        "a job with no --partition",
+        "the cluster has no default partition and none was given",
+        "FAIL",
+        "--partition one of debug, prio",
+    )
+    assert verdict(rows) == ("1 problem(s) block a job", 1)
+    # With the partition named by the profile, the same cluster blocks nothing.
+    fits = doctor_rows(NO_DEFAULT, _profile(partition="debug"), job=False)
+    assert verdict(fits) == ("nothing blocks a job", 0)
+
+
+@pytest.mark.parametrize(
+    ("partition", "what", "fix"),
+    [
+        ("maint", "partition maint is DOWN: jobs wait there and none starts", "--partition"),
+        (
+            "prio",
+            "partition prio allows QOS high only; your jobs get QOS normal by default",
+            "--qos high",
+        ),
+        ("acct", "partition acct is DRAIN: it takes no jobs", "--partition"),
+    ],
+)
+def test_each_blocker_of_the_profiles_partition_is_a_fail_row(
+    partition: str, what: str, fix: str
+) -> None:
+    rows = doctor_rows(SITE, _profile(partition=partition), job=False)
+    (failed,) = [r for r in rows if r.status == "FAIL"]
+    assert (failed.item, failed.value) == (f"a job in {partition}", what)
+    assert failed.advice.startswith(fix)
+    assert verdict(rows)[1] == 1
+
+
+def test_a_user_without_association_at_a_site_that_enforces_them() -> None:
+    nobody = replace(SITE, user=site_user("noassoc", "nobody"))
+    (failed,) = [r for r in doctor_rows(nobody, None, job=False) if r.status != "ok"]
+    assert (
+        failed.value == "user nobody has no account on cluster hpcdist, and the site requires one"
+    )
+    assert failed.advice == "ask the site admins for an account"
+    assert _table(doctor_rows(nobody, None, job=False))["your accounts"].value == "none"
+
+
+def test_a_profile_partition_the_cluster_lacks_is_said_once() -> None:
+    rows = doctor_rows(SITE, _profile(partition="gpu"), job=False)
+    failed = [r for r in rows if r.status == "FAIL"]
+    assert [r.value for r in failed] == ["partition 'gpu' does not exist"]
+    assert failed[0].advice.startswith("set partition to one of debug, batch")
+
+
+def test_a_profile_limit_above_the_partitions_blocks() -> None:
+    rows = doctor_rows(SITE, _profile(partition="short", max_time="00:10:00"), job=False)
+    (failed,) = [r for r in rows if r.status == "FAIL"]
+    assert failed.value == "max_time 00:10:00 > partition short's 00:05:00"
+    fits = doctor_rows(SITE, _profile(partition="short", max_time="00:05:00"), job=False)
+    assert verdict(fits) == ("nothing blocks a job", 0)
+
+
+@pytest.mark.parametrize(
+    ("statuses", "expected"),
+    [
+        (("ok", "ok"), ("nothing blocks a job", 0)),
+        (("ok", "warn"), ("nothing blocks a job; 1 warning(s)", 3)),
+        (("warn", "FAIL", "warn"), ("1 problem(s) block a job", 1)),
+        (("FAIL", "FAIL"), ("2 problem(s) block a job", 1)),
+    ],
+)
+def test_verdict_and_exit_status(statuses: tuple[str, ...], expected: tuple[str, int]) -> None:
+    assert verdict([Row(f"r{i}", "v", s) for i, s in enumerate(statuses)]) == expected
+
+
+def _doctor(found: ClusterProbe, *args: str, monkeypatch: pytest.MonkeyPatch) -> Result:
+    monkeypatch.setattr(site, "probe", lambda: found)
+    monkeypatch.delenv("HPCDIST_PROFILE", raising=False)
+    return CliRunner().invoke(site.doctor, list(args))
+
+
+@pytest.mark.parametrize(
+    ("found", "status", "last"),
+    [
+        (PLAIN, 0, "nothing blocks a job"),
+        (replace(PLAIN, accounting=False), 3, "nothing blocks a job; 1 warning(s)"),
+        (NO_DEFAULT, 1, "1 problem(s) block a job"),
+        (replace(NO_DEFAULT, accounting=False), 1, "1 problem(s) block a job"),
+    ],
+)
+def test_doctor_exits_by_what_it_found(
+    found: ClusterProbe, status: int, last: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    run = _doctor(found, monkeypatch=monkeypatch)
+    assert run.exit_code == status, run.output
+    assert run.output.splitlines()[-1] == last
+    as_json = _doctor(found, "--json", monkeypatch=monkeypatch)
+    assert as_json.exit_code == status
+    data = json.loads(as_json.output)
+    assert (data["summary"], data["exit_status"]) == (last, status)
+
+
+def test_doctor_json_holds_the_facts_and_the_problems(monkeypatch: pytest.MonkeyPatch) -> None:
+    run = _doctor(NO_DEFAULT, "--json", monkeypatch=monkeypatch)
+    data = json.loads(run.output)
+    assert set(data) == {
+        "cluster",
+        "profile",
+        "partition",
+        "rows",
+        "problems",
+        "summary",
+        "exit_status",
+    }
+    assert (data["profile"], data["partition"]) == (None, None)
+    assert data["problems"] == [
+        {
+            "item": "a job with no --partition",
+            "status": "FAIL",
+            "what": "the cluster has no default partition and none was given",
+            "fix": "--partition one of debug, prio",
+        }
+    ]
+    cluster = data["cluster"]
+    assert "config" not in cluster
+    assert (cluster["max_array_size"], cluster["job_requeue"]) == (100, False)
+    assert (cluster["preempt_type"], cluster["preempt_mode"]) == (
+        "preempt/partition_prio",
+        "REQUEUE",
+    )
+    assert cluster["enforce"] == ["associations", "limits", "qos"]
+    assert cluster["default_partition"] is None
+    assert cluster["user"] == {
+        "accounts": ["proj", "root"],
+        "default_account": "proj",
+        "qos": ["high", "normal"],
+        "default_qos": "normal",
+        "user": "root",
+    }
+    prio = next(p for p in cluster["partitions"] if p["name"] == "prio")
+    assert (prio["state"], prio["allow_qos"], prio["default"]) == ("UP", ["high"], False)
+    node4 = cluster["nodes"][-1]
+    assert (node4["name"], node4["features"], node4["sockets"]) == ("node4", ["testbed", "gpu"], 2)

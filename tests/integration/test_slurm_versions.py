@@ -4,6 +4,7 @@ job the controller has forgotten (sacct >= 23.02 keeps the unexpanded --output p
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import subprocess
@@ -61,6 +62,37 @@ def test_doctor_prints_the_version_it_found_and_no_false_alarm(
     assert debug.startswith("4 nodes (max all a job), time unlimited, QOS none, CPUs/node 2")
     assert debug.endswith("features testbed [default]"), debug
     assert lines[-1] == "nothing blocks a job"
+
+
+@pytest.mark.parametrize("profile", [None, "local"])
+def test_doctor_finds_nothing_to_report_on_the_plain_testbed(
+    slurm_cluster: SlurmCluster, tmp_path: Path, profile: str | None
+) -> None:
+    # No profile: the cluster alone is checked; `local` is the testbed's profile (the tests').
+    args = ("--profile", profile) if profile else ()
+    env = {k: v for k, v in slurm_env().items() if k != "HPCDIST_PROFILE"}
+    run = subprocess.run(
+        [*HPCDIST, "doctor", *args], cwd=tmp_path, env=env, capture_output=True, text=True
+    )
+    assert run.returncode == 0, run.stdout + run.stderr
+    assert "WARN" not in run.stdout and "FAIL" not in run.stdout, run.stdout
+    table = {
+        line.split("  ")[0]: line.split("  ", 1)[1].strip()
+        for line in run.stdout.splitlines()
+        if "  " in line
+    }
+    assert table["accounting enforces"] == "nothing"
+    assert table["your accounts"] == "root (default root)"
+    assert table["MaxArraySize"] == "1001 (array task ids 0-1000)"
+    assert table["requeue"].startswith("JobRequeue=1: ")
+    assert run.stdout.splitlines()[-1] == "nothing blocks a job"
+    as_json = subprocess.run(
+        [*HPCDIST, "doctor", "--json", *args], cwd=tmp_path, env=env, capture_output=True, text=True
+    )
+    assert as_json.returncode == 0, as_json.stdout + as_json.stderr
+    data = json.loads(as_json.stdout)
+    assert (data["problems"], data["exit_status"], data["profile"]) == ([], 0, profile)
+    assert data["cluster"]["default_partition"] == "debug"
 
 
 def test_doctor_names_what_in_the_profile_the_cluster_lacks(

@@ -5,62 +5,31 @@ account `proj` added with sacctmgr, AccountingStorageEnforce set in slurm.conf).
 from __future__ import annotations
 
 from dataclasses import replace
-from pathlib import Path
 
 import pytest
 
 from hpcdist.slurm.accounts import UserAssociations, associations_from_sacctmgr
-from hpcdist.slurm.probe import (
-    ClusterProbe,
-    config_values,
-    nodes_from_sinfo,
-    partitions_from_text,
-    with_config,
-)
+from hpcdist.slurm.probe import ClusterProbe, partitions_from_text
 from hpcdist.slurm.sitepolicy import Blocker, blockers
+from tests.slurm.sites import site_probe, site_text, site_user
 
-SITES = Path(__file__).resolve().parents[1] / "fixtures" / "slurm_sites"
-
-
-def _site(name: str) -> str:
-    return (SITES / name).read_text()
-
-
-def _user(kind: str, user: str = "root") -> UserAssociations:
-    assoc = _site(f"{kind}-sacctmgr-assoc.txt")
-    default = _site(f"{kind}-sacctmgr-user.txt") if kind != "noassoc" else ""
-    return associations_from_sacctmgr(assoc, default, user, "hpcdist")
-
-
-def _probe(config: str, partitions: str, user: UserAssociations | None) -> ClusterProbe:
-    found = ClusterProbe(
-        version=None,
-        controller=True,
-        accounting=True,
-        partitions=tuple(partitions_from_text(_site(partitions))),
-        nodes=tuple(nodes_from_sinfo(_site("sites-sinfo-nodes.txt"))),
-        user=user,
-    )
-    return with_config(found, config_values(_site(config)))
-
-
-PLAIN = _probe("plain-scontrol-config.txt", "plain-scontrol-partition.txt", _user("plain"))
+PLAIN = site_probe("plain")
 # Associations enforced; root's default account proj may use QOS normal (default) and high.
-SITE = _probe("sites-scontrol-config.txt", "sites-scontrol-partition.txt", _user("sites"))
+SITE = site_probe("sites")
 
 
 def test_associations_of_the_plain_testbed() -> None:
-    assert _user("plain") == UserAssociations(("root",), "root", ("normal",), "normal", "root")
+    assert site_user("plain") == UserAssociations(("root",), "root", ("normal",), "normal", "root")
 
 
 def test_associations_of_a_user_with_two_accounts_and_two_qos() -> None:
-    assert _user("sites") == UserAssociations(
+    assert site_user("sites") == UserAssociations(
         ("proj", "root"), "proj", ("high", "normal"), "normal", "root"
     )
 
 
 def test_a_user_without_association_has_no_account() -> None:
-    assert _user("noassoc", "nobody") == UserAssociations((), None, (), None, "nobody")
+    assert site_user("noassoc", "nobody") == UserAssociations((), None, (), None, "nobody")
 
 
 @pytest.mark.parametrize(
@@ -94,7 +63,7 @@ def test_nothing_blocks_an_up_partition_that_allows_everyone(partition: str | No
 
 def test_no_default_partition_and_none_given() -> None:
     found = replace(
-        SITE, partitions=tuple(partitions_from_text(_site("nodefault-scontrol-partition.txt")))
+        SITE, partitions=tuple(partitions_from_text(site_text("nodefault-scontrol-partition.txt")))
     )
     assert blockers(found, None) == [
         Blocker(
@@ -163,7 +132,7 @@ def test_without_accounting_no_qos_or_account_is_checked() -> None:
 
 
 def test_associations_enforced_and_the_user_has_none() -> None:
-    nobody = replace(SITE, user=_user("noassoc", "nobody"))
+    nobody = replace(SITE, user=site_user("noassoc", "nobody"))
     expected = Blocker(
         "user nobody has no account on cluster hpcdist, and the site requires one",
         "ask the site admins for an account",
@@ -174,7 +143,7 @@ def test_associations_enforced_and_the_user_has_none() -> None:
     assert blockers(replace(nobody, enforce=()), None) == []
 
 
-def test_a_partition_that_allows_another_account_of_the_user() -> None:
+def test_a_partition_that_allows_another_account_of_thesite_user() -> None:
     (acct,) = [replace(p, state="UP") for p in SITE.partitions if p.name == "acct"]
     found = replace(SITE, partitions=(acct,), user=replace(SITE.user, default_account="root"))
     assert blockers(found, "acct") == [
@@ -186,7 +155,7 @@ def test_a_partition_that_allows_another_account_of_the_user() -> None:
     assert blockers(replace(found, user=SITE.user), "acct") == []
 
 
-def test_a_partition_that_allows_no_account_of_the_user() -> None:
+def test_a_partition_that_allows_no_account_of_thesite_user() -> None:
     (acct,) = [replace(p, state="UP") for p in SITE.partitions if p.name == "acct"]
     found = replace(PLAIN, partitions=(acct,))
     assert blockers(found, "acct") == [
