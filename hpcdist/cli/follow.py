@@ -40,6 +40,8 @@ from hpcdist.jobs.records import (
     read_log,
     scan_records,
 )
+from hpcdist.slurm import freshness, userjobs
+from hpcdist.slurm.freshness import UNANSWERED
 from hpcdist.slurm.parse import format_duration
 from hpcdist.slurm.query import JobInfo, pick_job, query_job, query_jobs
 
@@ -62,16 +64,28 @@ def _newest_id() -> str:
     return records[0].job_id
 
 
+# How long `status` waits for SLURM's database to finish an ended job's record.
+FINAL_RECORD_WAIT_S = 10.0
+_NOT_FINAL = (
+    "not final yet: SLURM's database has not finished the job's record; ask again in a few seconds"
+)
+
+
 def _efficiency(infos: Sequence[JobInfo]) -> dict[str, tuple[Any, str, str | None]]:
-    """job id -> (Efficiency, summary line, advice) for the jobs that have ended."""
+    """job id -> (Efficiency, summary line, advice) for the jobs that have ended, from
+    sacct's final record of them (one read as the job ran or ended lacks its CPU time)."""
     ended = [info for info in infos if info.state in FINAL_STATES]
     if not ended:
         return {}
     from hpcdist.jobs import efficiency as eff
     from hpcdist.slurm.query import sacct_rows
 
-    # sacct writes a job's row a few seconds after the controller ends it.
-    rows = sacct_rows(ended[0].job_id.split("_")[0] if len(ended) > 1 else ended[0].job_id)
+    asked = ended[0].job_id.split("_")[0] if len(ended) > 1 else ended[0].job_id
+    ids = [info.job_id for info in ended]
+    final = eff.final_rows(lambda fresh: sacct_rows(asked, fresh), ids, FINAL_RECORD_WAIT_S)
+    if final is None:
+        return {info.job_id: (None, _NOT_FINAL, None) for info in ended}
+    rows = final
     out = {}
     for info in ended:
         found = eff.efficiency(rows, info.job_id)
@@ -118,8 +132,10 @@ def _shell_status(code: int) -> str:
 
 
 def _describe(info: JobInfo, summary: str | None, advice: str | None) -> list[str]:
-    lines = [f"{info.job_id} {info.state}"]
+    lines = [f"{info.job_id} {freshness.shown(info.state, info.seen)}"]
     rows: list[tuple[str, str]] = [("name", info.name)]
+    if info.state == UNANSWERED:  # nothing the controller said: no nodes, times or code
+        return [*lines, *(f"  {key + ':':<11} {value}" for key, value in rows)]
     if info.reason is not None:
         rows.append(("reason", info.reason))
     rows.append(("nodes", f"{info.nodes} ({info.num_nodes})" if info.nodes else "none yet"))
@@ -272,22 +288,71 @@ def _unlabel(rank: int | None) -> Callable[[str], str]:
     return lambda line: _LABEL.sub("", line, count=1)
 
 
-def follow(record: JobRecord, rank: int, poll_s: float = 1.0) -> str:
+def follow(record: JobRecord, rank: int, poll_s: float = 1.0, within: float | None = None) -> str:
     """Print rank ``rank``'s log as it grows until the job reaches a final state; return
     it. A SLURM job's log is the one its script names: the rank's labelled lines (label
-    removed) and the batch shell's own lines, which carry no label."""
+    removed) and the batch shell's own lines, which carry no label. ``within``: the longest
+    wait between looks at the job (``submit --wait``: userjobs.SharedView.current); a
+    silent controller is said on stderr, and waited through."""
     if record.executor == "local":
         paths = [(record.log_path(rank, "out"), False), (record.log_path(rank, "err"), True)]
         return follow_files(paths, lambda: job_state(record), lambda line: True, poll_s)
-    info = query_job(record.job_id)
-    if info is None:
-        raise unknown_job(record.job_id)
+    tell = _silence_teller()
+    info = _with_log(record.job_id, rank, poll_s, tell)
     paths, keep, shown = _slurm_view(info, rank)
 
     def rank_or_batch(line: str) -> bool:
         return keep(line) or (_LABEL.match(line) is None and not line.startswith("[Rank "))
 
-    return follow_files(paths, lambda: job_state(record), rank_or_batch, poll_s, shown)
+    def state() -> str:
+        return tell(job_state(record, within))
+
+    return follow_files(paths, state, rank_or_batch, poll_s, shown)
+
+
+def _with_log(job_id: str, rank: int, poll_s: float, tell: Callable[[str], str]) -> JobInfo:
+    """The job once SLURM (or its log record) names its log, or once it has ended: a job
+    just queued may be known only to SLURM's database, which names no log before 23.02,
+    and a silent controller names nothing until it answers."""
+    while True:
+        info = query_job(job_id)
+        tell(UNANSWERED if info is None else info.state)
+        if info is None and not _silent():
+            raise unknown_job(job_id)
+        if info is not None and (
+            info.state in _ENDED or job_logs(info, rank, [Path.cwd()]).stdout is not None
+        ):
+            return info
+        time.sleep(poll_s)
+
+
+def _silent() -> bool:
+    """Whether the controller is not answering the user's view now."""
+    seen = userjobs.seen()
+    return seen is not None and seen.silent
+
+
+def _silence_teller() -> Callable[[str], str]:
+    """A function of the state last seen that says on stderr when the controller stops
+    answering (since when, and that state) and when it answers again; returns the state."""
+    said: list[float | None] = [None]
+
+    def tell(state: str) -> str:
+        seen = userjobs.seen()
+        since = None if seen is None or state in _ENDED else seen.silent_since
+        if since != said[0] and since is not None:
+            note = freshness.note(state, seen, time.time())
+            click.echo(f"hpcdist: {note}; still waiting", err=True)
+        elif since != said[0]:
+            click.echo(f"hpcdist: the controller answers again ({_now()})", err=True)
+        said[0] = since
+        return state
+
+    return tell
+
+
+def _now() -> str:
+    return freshness.clock(time.time())
 
 
 def record_log_names(record: JobRecord) -> list[tuple[str, str]]:
@@ -429,17 +494,21 @@ def _slurm_logs(info: JobInfo, job_id: str, rank: int | None, follow_: bool) -> 
     """A SLURM job: its log files, rank ``rank``'s lines of them (all: None)."""
     paths, keep, shown = _slurm_view(info, rank)
     if follow_:
+        tell = _silence_teller()
 
         def current() -> str:
             found = query_job(job_id)
-            return found.state if found is not None else "UNKNOWN"
+            if found is None:
+                return tell(UNANSWERED if _silent() else "UNKNOWN")
+            return tell(found.state)
 
         state = follow_files(paths, current, keep, shown=shown)
     else:
         state = info.state
     if not any(path.is_file() for path, _ in paths):  # nothing followed is no success
         where = [path for path, _ in paths]
-        raise UserError(no_log_line(info, state, rank, where, [Path.cwd()]))
+        said = freshness.shown(state, info.seen)
+        raise UserError(no_log_line(info, said, rank, where, [Path.cwd()]))
     if follow_:
         return 0
     printed = ""
@@ -451,7 +520,8 @@ def _slurm_logs(info: JobInfo, job_id: str, rank: int | None, follow_: bool) -> 
     if not printed:  # nothing found never looks like an empty log
         whose = f"rank {rank} of job {job_id}" if rank is not None else f"job {job_id}"
         looked = ", ".join(str(path) for path, _ in paths)
-        raise UserError(f"nothing for {whose} ({info.state}) in {looked}")
+        said = freshness.shown(info.state, info.seen)
+        raise UserError(f"nothing for {whose} ({said}) in {looked}")
     click.echo(printed, nl=False)
     return 0
 
@@ -463,8 +533,8 @@ def _slurm_view(
     found = job_logs(info, rank, [Path.cwd()])
     if found.stdout is None:
         raise UserError(
-            f"no log of job {info.job_id} ({info.state}) found; looked in: "
-            f"{'; '.join(found.looked)}"
+            f"no log of job {info.job_id} ({freshness.shown(info.state, info.seen)}) found; "
+            f"looked in: {'; '.join(found.looked)}"
         )
     paths = found.files()
     keep, shown = _rank_filter(rank), _unlabel(rank)
@@ -516,7 +586,23 @@ def list_command() -> int:
         click.echo(
             f"{job_id:>12}  {shown_state:<11} {shown_elapsed:>10}  {executor:<8} {run:<16} {name}"
         )
+    waiting = [row[1] for row in rows if row[3] != "local" and row[1] not in FINAL_STATES]
+    said = list_note(waiting, userjobs.seen(), now)
+    if said:
+        click.echo(said)
     return 0
+
+
+def list_note(states: Sequence[str], seen: freshness.Seen | None, now: float) -> str:
+    """The line under `list`'s table where SLURM's states of jobs that have not ended are
+    old or the controller is silent ('' where they are current)."""
+    said = next((note for one in states if (note := freshness.note(one, seen, now))), "")
+    if not said or seen is None:
+        return ""
+    if seen.silent_since is not None:
+        last = f"states as last seen at {freshness.clock(seen.at)}" if seen.at else "no states"
+        return f"controller not answering since {freshness.clock(seen.silent_since)}; {last}"
+    return f"states of jobs not ended: {said}"
 
 
 def _newest_first(row: tuple[str, ...]) -> tuple[int, int, str]:

@@ -17,9 +17,12 @@ from hpcdist.jobs.records import (
     find_record,
     job_state,
     load_record,
+    shown_state,
 )
 from hpcdist.jobs.submit import EXECUTORS
 from hpcdist.render.directives import warning_text
+from hpcdist.slurm.freshness import shown
+from hpcdist.slurm.userjobs import seen
 from hpcdist.spec.options import job_options, spec_from_options
 
 
@@ -52,18 +55,24 @@ def submit(executor: str, dry_run: bool, wait: bool, no_preflight: bool, **optio
     click.echo(f"Submitted job {record.job_id} ({result.executor}, {spec.mode}, {spec.shape})")
     if record.points is not None and "_" not in record.job_id and len(record.points) > 1:
         return _submitted_array(record, spec.max_parallel, wait)
-    click.echo(f"  state: {job_state(record)}")
+    click.echo(f"  state: {shown_state(record, job_state(record))}")
     click.echo(f"  warning: {warning_text(spec)}")
     for label, path in record_log_names(record):
         click.echo(f"  {label}: {path}")
     if not wait:
         return 0
     try:
-        state = follow(record, rank=0)
+        state = follow(record, rank=0, within=WAIT_LOOK_S)
     except KeyboardInterrupt:
         return _stopped_following(record.job_id)
     click.echo(f"Job {record.job_id} ended {state}")
     return 0 if state == "COMPLETED" else 1
+
+
+# submit --wait looks at its job at least this often, so that it reports the job's end
+# within seconds of SLURM's: about 10 controller queries a minute while one job is waited for
+# (sbatch --wait asks every 32 s at most; a person waiting is told the end late otherwise).
+WAIT_LOOK_S = 6.0
 
 
 def _stopped_following(job_id: str) -> int:
@@ -124,7 +133,7 @@ def _task_reporter(count: int) -> Callable[[str, str], None]:
     """Each task's change of state, for a small array; a big one's count of ended tasks,
     at most once a second."""
     if count <= LISTED_TASKS:
-        return lambda task, state: click.echo(f"  {task} {state}")
+        return lambda task, state: click.echo(f"  {task} {shown(state, seen())}")
     ended: dict[str, bool] = {}
     said = [0.0, -1]
 

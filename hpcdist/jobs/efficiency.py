@@ -12,10 +12,12 @@ Pure functions of sacct's rows; the numbers SLURM did not record stay None.
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping, Sequence
+import time
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 
 from hpcdist.slurm.parse import (
+    FINAL_STATES,
     MemoryPer,
     SlurmOutputError,
     format_duration,
@@ -161,6 +163,45 @@ def efficiency(rows: Sequence[Mapping[str, str]], job_id: str) -> Efficiency | N
         task_peak_mb=None if memory is None else memory.task_peak_mb,
         tasks_per_node=1 if memory is None else memory.tasks_per_node,
     )
+
+
+def record_final(rows: Sequence[Mapping[str, str]], job_id: str) -> bool:
+    """Whether sacct's rows of ``job_id`` are its final record: the job's (last attempt's)
+    row ended, its end written, and every step's row ended. A row read while the job ran,
+    or as it ended, lacks the CPU time its steps add when they end."""
+    jobs = [row for row in rows if row.get("JobID") == job_id]
+    steps = [row for row in rows if row.get("JobID", "").startswith(job_id + ".")]
+    return (
+        bool(jobs)
+        and jobs[-1].get("End", "Unknown").strip() not in ("", "Unknown", "None")
+        and all(_ended(row) for row in (jobs[-1], *steps))
+    )
+
+
+def _ended(row: Mapping[str, str]) -> bool:
+    words = row.get("State", "").split()
+    return bool(words) and words[0].upper() in FINAL_STATES
+
+
+def final_rows(
+    fetch: Callable[[bool], Sequence[Mapping[str, str]]],
+    job_ids: Sequence[str],
+    wait_s: float,
+    sleep: Callable[[float], None] = time.sleep,
+    poll_s: float = 1.0,
+) -> Sequence[Mapping[str, str]] | None:
+    """sacct's rows once they are the final record of every job of ``job_ids`` (ended
+    jobs): ``fetch(fresh)`` asked again each ``poll_s`` up to ``wait_s`` (the database
+    writes the record seconds after the end); None if it is not final by then."""
+    rows = fetch(False)  # the user's view may already hold the final record
+    waited = 0.0
+    while not all(record_final(rows, one) for one in job_ids):
+        if waited >= wait_s:
+            return None
+        sleep(poll_s)
+        waited += poll_s
+        rows = fetch(True)
+    return rows
 
 
 def _percent(fraction: float | None) -> str:

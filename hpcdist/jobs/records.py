@@ -18,8 +18,10 @@ from hpcdist.facts.protocol import LOCAL_BATCH_EXIT, local_exit_name, local_log_
 from hpcdist.jobs.localjob import ProcessIdentity, stop_tree
 from hpcdist.jobs.logread import read_log_text
 from hpcdist.slurm.cluster import scancel
+from hpcdist.slurm.freshness import shown
 from hpcdist.slurm.parse import FINAL_STATES
 from hpcdist.slurm.query import slurm_job_state
+from hpcdist.slurm.userjobs import seen
 from hpcdist.state.fileutil import write_atomic
 from hpcdist.state.folders import jobs_root, state_dir
 from hpcdist.state.private import (
@@ -211,10 +213,17 @@ def list_records(project_dir: Path | None = None) -> list[JobRecord]:
     return scan_records(project_dir)[0]
 
 
-def job_state(record: JobRecord) -> str:
+def job_state(record: JobRecord, within: float | None = None) -> str:
+    """The job's state now (``within``: a waiter's question, slurm.query.slurm_job_state)."""
     if record.executor == "slurm":
-        return slurm_job_state(record.job_id)
+        return slurm_job_state(record.job_id, within)
     return _local_state(record)
+
+
+def shown_state(record: JobRecord, state: str) -> str:
+    """``state`` as a command prints it: with its age where SLURM's view of it is old, with
+    the controller's silence where it does not answer (hpcdist.slurm.freshness)."""
+    return shown(state, seen() if record.executor == "slurm" else None)
 
 
 def _local_state(record: JobRecord) -> str:

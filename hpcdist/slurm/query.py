@@ -9,17 +9,21 @@ for all of the user's jobs per refresh interval, shared by every hpcdist process
 
 from __future__ import annotations
 
+import dataclasses
 import re
 import shutil
 import subprocess
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from hpcdist.slurm import userjobs
+from hpcdist.slurm.freshness import UNANSWERED, Seen
 from hpcdist.slurm.nodelist import NodeListError, expand_nodelist
 from hpcdist.slurm.parse import (
+    FINAL_STATES,
     SlurmOutputError,
     base_state,
     parse_duration,
@@ -81,6 +85,8 @@ class JobInfo:
     # A log in WorkDir whose name holds the id, where SLURM (< 23.02 sacct) names none: a
     # guess, read only where the job's own log record is missing, never taken for SLURM's.
     guessed_log: str | None = None
+    # When the controller gave this (the user's view); None: asked now, or a final record.
+    seen: Seen | None = None
 
 
 def _none(value: str | None) -> str | None:
@@ -257,12 +263,13 @@ def _looks_like_stderr(name: str) -> bool:
     return bool(re.search(r"(^e[-_.]|err)", name))
 
 
-def _run(argv: Sequence[str]) -> subprocess.CompletedProcess[str] | None:
-    """A SLURM client's output, shared through the user's view; None where the client is
-    not installed (a silent controller is one line, from slurm.tools.slurm_tool)."""
+def _run(argv: Sequence[str], fresh: bool = False) -> subprocess.CompletedProcess[str] | None:
+    """A SLURM client's output, shared through the user's view (``fresh``: asked now); None
+    where the client is not installed (a silent controller is one line, from
+    slurm.tools.slurm_tool)."""
     if shutil.which(argv[0]) is None:
         return None
-    return userjobs.shared_answer(list(argv))
+    return userjobs.shared_answer(list(argv), fresh)
 
 
 def view_record(row: Mapping[str, str]) -> dict[str, str]:
@@ -313,12 +320,13 @@ def scontrol_records(job_id: str) -> list[dict[str, str]]:
     return parse_scontrol_records(proc.stdout)
 
 
-def sacct_rows(job_id: str) -> list[dict[str, str]]:
-    """sacct's rows of a job, its steps and every attempt (``-D``); [] when unknown."""
+def sacct_rows(job_id: str, fresh: bool = False) -> list[dict[str, str]]:
+    """sacct's rows of a job, its steps and every attempt (``-D``); [] when unknown.
+    ``fresh``: asked now, not the answer the user's view keeps."""
     base = ["sacct", "-j", job_id, "-P", "-D"]
-    proc = _run([*base, "--format=" + ",".join(SACCT_FIELDS + SACCT_LOG_FIELDS)])
+    proc = _run([*base, "--format=" + ",".join(SACCT_FIELDS + SACCT_LOG_FIELDS)], fresh)
     if proc is not None and proc.returncode != 0 and "Invalid field" in proc.stderr:
-        proc = _run([*base, "--format=" + ",".join(SACCT_FIELDS)])  # SLURM < 23.02
+        proc = _run([*base, "--format=" + ",".join(SACCT_FIELDS)], fresh)  # SLURM < 23.02
     if proc is None or proc.returncode != 0:
         return []
     return parse_sacct(proc.stdout)
@@ -328,12 +336,21 @@ def query_jobs(job_id: str) -> list[JobInfo]:
     """What SLURM knows of ``job_id`` (one JobInfo, or one per task of an array); [] if
     neither the controller nor the database knows it."""
     records = scontrol_records(job_id)
+    seen = userjobs.seen()
     if records:
-        return [from_scontrol(record) for record in records]
+        return [dataclasses.replace(from_scontrol(record), seen=seen) for record in records]
     rows = sacct_rows(job_id)
     ids = list(dict.fromkeys(row["JobID"] for row in job_rows(rows)))
     found = [from_sacct(rows, one) for one in ids]
-    return [info for info in found if info is not None]
+    return [_unanswered(info, seen) for info in found if info is not None]
+
+
+def _unanswered(info: JobInfo, seen: Seen | None) -> JobInfo:
+    """A record of SLURM's database while the controller is silent: its end is final, any
+    other state lags the controller's (a running job can read PENDING there)."""
+    if seen is None or not seen.silent or info.state in FINAL_STATES:
+        return info
+    return dataclasses.replace(info, state=UNANSWERED, seen=Seen(None, seen.silent_since))
 
 
 def query_job(job_id: str) -> JobInfo | None:
@@ -443,14 +460,19 @@ def _duration(text: str) -> float | None:
         return None
 
 
-def slurm_job_state(job_id: str) -> str:
+def slurm_job_state(job_id: str, within: float | None = None) -> str:
     """The one answer to "what state is job X" for a job of SLURM's. The controller's view
     first: sacct lags it and, while a job is being requeued, can briefly report the ending
     attempt as FAILED. sacct answers once the controller has forgotten the job (MinJobAge
-    after it ended)."""
-    rows = userjobs.user_rows(job_id)
+    after it ended). While the controller is silent, sacct's final state, else UNANSWERED.
+    ``within``: a waiter's question (userjobs.SharedView.current); the job COMPLETING, its
+    final state is sacct's (SLURM wrote it there as the job ended)."""
+    rows = userjobs.user_rows(job_id, within)
     if rows:
         own = [row for row in rows if row["JobArrayID"] == job_id]
+        if own and within is not None and base_state(own[0]["State"]) == "COMPLETING":
+            final = _sacct_state(userjobs.shared_answer, job_id, fresh=True)
+            return final if final in FINAL_STATES else "COMPLETING"
         if own:  # a job, or one task
             return base_state(own[0]["State"])
         return "\n".join(base_state(row["State"]) for row in rows)  # an array: one line a task
@@ -459,8 +481,16 @@ def slurm_job_state(job_id: str) -> str:
     live = queue.stdout.strip().upper()
     if queue.returncode == 0 and live:
         return live
-    proc = ask(["sacct", "-j", job_id, "-X", "-n", "-P", "-o", "JobID,State"])
-    return sacct_state(proc.stdout, job_id)
+    state = _sacct_state(ask, job_id)
+    seen = userjobs.seen() if rows is not None else None
+    ended = all(one in FINAL_STATES for one in state.splitlines())  # an array: every task
+    silent = seen is not None and seen.silent and not ended
+    return UNANSWERED if silent else state
+
+
+def _sacct_state(ask: Callable[..., Any], job_id: str, fresh: bool = False) -> str:
+    argv = ["sacct", "-j", job_id, "-X", "-n", "-P", "-o", "JobID,State"]
+    return sacct_state((ask(argv, True) if fresh else ask(argv)).stdout, job_id)
 
 
 def sacct_state(text: str, job_id: str) -> str:

@@ -24,7 +24,13 @@ sees it as it is, unless another command had that fresh look at the job in the l
 interval, and one more at most every ``ONE_SHOT_EVERY_S``); a process that asks again
 (``logs --follow``, ``submit --wait``) follows on the interval. A controller that refuses or
 fails is left alone for a growing pause (``BACKOFF_S`` doubling to ``MAX_BACKOFF_S``), and
-one that answers slowly sets the next interval to ten times its answer.
+one that answers slowly sets the next interval to ten times its answer. The view keeps since
+when the controller has not answered (a failed look, or one still waiting after
+``SILENT_AFTER_S``): a command shows the last state with that (``hpcdist.slurm.freshness``)
+rather than wait for the look another process has in flight. A process that waits for a job
+for a person (``submit --wait``) asks with ``within``: the view no older than that, whatever
+the interval, a slow answer or a pause after a failure (one question at a time, as
+``sbatch --wait`` asks), so that it sees the job's end within seconds.
 ``HPCDIST_SLURM_VIEW=off`` asks SLURM directly each time.
 """
 
@@ -46,6 +52,7 @@ from pathlib import Path
 from typing import Any
 
 from hpcdist.errors import UserError
+from hpcdist.slurm.freshness import Seen
 from hpcdist.slurm.parse import (
     FINAL_STATES,
     expand_task_ids,
@@ -67,6 +74,7 @@ BACKOFF_S = 10.0
 MAX_BACKOFF_S = 300.0
 SLOW_FACTOR = 10.0  # an answer that took d seconds: the next one no sooner than 10 d later
 LOCK_WAIT_S = 60.0
+SILENT_AFTER_S = 5.0  # a look unanswered this long: the controller is not answering
 KEEP_ENDED_S = 2 * 86400.0  # how long the view keeps a job the controller forgot
 ENV_SWITCH = "HPCDIST_SLURM_VIEW"
 FORMAT_VERSION = 3
@@ -221,6 +229,8 @@ class ViewState:
     paused_until: float = float("-inf")
     answers: dict[str, dict[str, Any]] = field(default_factory=dict)  # argv -> result
     forced: dict[str, float] = field(default_factory=dict)  # job -> its last fresh look
+    silent_since: float | None = None  # the first look unanswered since the last answer
+    asking_since: float | None = None  # a look in flight since then
     _index: dict[str, list[Row]] | None = field(default=None, repr=False, compare=False)
     _max_id: int | None = field(default=None, repr=False, compare=False)
     _youngest: float | None = field(default=-1.0, repr=False, compare=False)
@@ -269,6 +279,8 @@ class ViewState:
             "paused_until": None if self.paused_until == float("-inf") else self.paused_until,
             "answers": self.answers,
             "forced": self.forced,
+            "silent_since": self.silent_since,
+            "asking_since": self.asking_since,
         }
 
     @classmethod
@@ -287,15 +299,24 @@ class ViewState:
                 ),
                 answers=dict(data["answers"]),
                 forced={str(k): float(v) for k, v in data.get("forced", {}).items()},
+                silent_since=_moment(data.get("silent_since")),
+                asking_since=_moment(data.get("asking_since")),
             )
         except (KeyError, TypeError, ValueError, AttributeError):
             return cls()  # a view of another version or a torn one: asked again
 
-    def fresh(self, now: float, newer_than: str | None = None, first: bool = False) -> bool:
+    def fresh(
+        self,
+        now: float,
+        newer_than: str | None = None,
+        first: bool = False,
+        within: float | None = None,
+    ) -> bool:
         """Whether the view may answer now without asking the controller; ``first``: the
-        process's first question about ``newer_than`` (a command typed now)."""
-        if now < self.paused_until:
-            return True  # the controller is left alone; the last answer stands
+        process's first question about ``newer_than`` (a command typed now); ``within``:
+        a waiter's longest wait between looks (module docstring)."""
+        if now < self.paused_until:  # the controller is left alone; the last answer stands
+            return within is None or now - self.paused_until + _pause(self.failures) < within
         age = now - self.at
         if self.stale:  # a submit or cancel of the user's since: asked once more, now
             return age < SLOW_FACTOR * self.call_s
@@ -304,7 +325,15 @@ class ViewState:
         allowed = self.interval(now)
         if newer_than is not None and _newer(newer_than, self):
             allowed = max(MIN_INTERVAL_S, SLOW_FACTOR * self.call_s)
-        return age <= allowed
+        return age <= (allowed if within is None else min(allowed, within))
+
+    def seen(self, now: float, asking_elsewhere: bool) -> Seen:
+        """When the controller last answered, and since when it has not: a failed look, or
+        one another process (``asking_elsewhere``) has had in flight over SILENT_AFTER_S."""
+        silent = self.silent_since
+        if silent is None and asking_elsewhere and self.asking_since is not None:
+            silent = self.asking_since if now - self.asking_since > SILENT_AFTER_S else None
+        return Seen(None if self.at == float("-inf") else self.at, silent)
 
     def one_shot_due(self, now: float, job_id: str | None) -> bool:
         """Whether a command's first question about a job earns a fresh look: the view is
@@ -312,6 +341,15 @@ class ViewState:
         its tasks) in the last ONE_SHOT_EVERY_S."""
         last = self.forced.get(_job_key(job_id), float("-inf"))
         return now - self.at > ONE_SHOT_AGE_S and now - last > ONE_SHOT_EVERY_S
+
+
+def _moment(value: Any) -> float | None:
+    return None if value is None else float(value)
+
+
+def _pause(failures: int) -> float:
+    """How long the controller is left alone after its ``failures``-th failure in a row."""
+    return min(MAX_BACKOFF_S, BACKOFF_S * 2 ** (failures - 1)) if failures else 0.0
 
 
 def _job_key(job_id: str | None) -> str:
@@ -390,20 +428,24 @@ class SharedView:
         """The user's rows, asking the controller only when the view is too old."""
         return self.current(newer_than).rows
 
-    def current(self, newer_than: str | None = None) -> ViewState:
+    def current(self, newer_than: str | None = None, within: float | None = None) -> ViewState:
         """The view, asked again of the controller only when it is too old. A process's
         first question about a job is a command typed now (``status``, ``report``): it may
         see the job as it is, at most once per ONE_SHOT_EVERY_S for the job whatever the
-        number of processes; a process that asks again is following, on the interval."""
+        number of processes; a process that asks again is following, on the interval (or
+        ``within``). A look another process has had in flight over SILENT_AFTER_S is not
+        waited for: the view answers as it is, the controller silent."""
         first = _job_key(newer_than) not in self._asked
         self._asked.add(_job_key(newer_than))
         state = self.read()
-        if state.fresh(self.clock(), newer_than, first):
+        if state.fresh(self.clock(), newer_than, first, within):
+            return state
+        if self._hung(state):
             return state
         with self._locked():
             state = self.read()  # another process may have asked while this one waited
             now = self.clock()
-            if state.fresh(now, newer_than, first):
+            if state.fresh(now, newer_than, first, within):
                 return state
             forced = first and state.one_shot_due(now, newer_than)
             state = self._refresh(state)
@@ -414,8 +456,12 @@ class SharedView:
             return self.read()
 
     def _refresh(self, state: ViewState) -> ViewState:
-        state = dataclasses.replace(state, _index=None, _max_id=None, _youngest=-1.0)
+        """Ask the controller (the look in flight written first, for the other readers)."""
         started = self.clock()
+        self.write(dataclasses.replace(state, asking_since=started))
+        state = dataclasses.replace(
+            state, _index=None, _max_id=None, _youngest=-1.0, asking_since=None
+        )
         try:
             proc = self.runner(view_argv())
         except UserError:  # no answer in time
@@ -423,30 +469,60 @@ class SharedView:
         now = self.clock()
         if proc.returncode != 0:
             state.failures += 1
-            pause = min(MAX_BACKOFF_S, BACKOFF_S * 2 ** (state.failures - 1))
-            state.paused_until = now + pause
+            state.paused_until = now + _pause(state.failures)
+            state.silent_since = started if state.silent_since is None else state.silent_since
             return state
         state.rows = merge_rows(state.rows, parse_rows(proc.stdout), now)
         state.at, state.call_s = now, now - started
         state.stale, state.failures, state.paused_until = False, 0, float("-inf")
+        state.silent_since = None
         return state
 
-    def answer(self, argv: list[str]) -> subprocess.CompletedProcess[str]:
+    def _lock_held(self) -> bool:
+        """Whether another process holds the view's lock now (a look in flight)."""
+        try:
+            fd = os.open(self.path.with_suffix(".lock"), os.O_RDWR | os.O_NOFOLLOW)
+        except OSError:
+            return False
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            return True
+        finally:
+            os.close(fd)  # closing releases a lock taken here
+        return False
+
+    def _hung(self, state: ViewState) -> bool:
+        """Whether another process's look has waited on the controller over SILENT_AFTER_S."""
+        asking = state.asking_since
+        return asking is not None and self.clock() - asking > SILENT_AFTER_S and self._lock_held()
+
+    def seen(self) -> Seen:
+        """When the controller last answered the view, and since when it has not."""
+        state = self.read()
+        return state.seen(self.clock(), state.asking_since is not None and self._lock_held())
+
+    def answer(self, argv: list[str], fresh: bool = False) -> subprocess.CompletedProcess[str]:
         """Another command's answer (sacct rows, another user's job), shared on the same
-        interval as the view: asked again once it is older than the view may be."""
+        interval as the view: asked again once it is older than the view may be (``fresh``:
+        asked now). While another process's look waits on a silent controller, sacct (the
+        database) is asked at once and the controller not at all."""
         key = "\x00".join(argv)
         state = self.read()
         now = self.clock()
         kept = state.answers.get(key)
         allowed = state.interval(now)
-        if kept is not None and now - float(kept["at"]) <= allowed:
+        if kept is not None and not fresh and now - float(kept["at"]) <= allowed:
             return subprocess.CompletedProcess(argv, int(kept["rc"]), kept["out"], kept["err"])
-        if argv[0] != "sacct" and now < state.paused_until:  # the controller is left alone
-            return subprocess.CompletedProcess(argv, 1, "", "the controller is paused")
+        hung = self._hung(state)
+        if argv[0] != "sacct" and (now < state.paused_until or hung):
+            return subprocess.CompletedProcess(argv, 1, "", "the controller is not answering")
+        if hung:
+            return self.runner(argv)
         with self._locked():
             state = self.read()
             kept = state.answers.get(key)
-            if kept is not None and self.clock() - float(kept["at"]) <= allowed:
+            if kept is not None and not fresh and self.clock() - float(kept["at"]) <= allowed:
                 return subprocess.CompletedProcess(argv, kept["rc"], kept["out"], kept["err"])
             proc = self.runner(argv)
             at = self.clock()
@@ -477,14 +553,14 @@ def shared_view(runner: Runner = slurm_tool) -> SharedView | None:
     return _VIEWS[path]
 
 
-def user_rows(job_id: str) -> list[Row] | None:
+def user_rows(job_id: str, within: float | None = None) -> list[Row] | None:
     """The view's rows of ``job_id`` ([] when the user has no such job the controller
     knows); None when the view is off. A running job's TimeUsed is brought up to now (the
-    view's age added)."""
+    view's age added). ``within``: a waiter's question (SharedView.current)."""
     view = shared_view()
     if view is None:
         return None
-    state = view.current(newer_than=job_id)
+    state = view.current(newer_than=job_id, within=within)
     rows = state.rows_of(job_id)
     age = max(0.0, view.clock() - state.at) if state.at != float("-inf") else 0.0
     return [_aged(row, age) if row.get("State") == "RUNNING" and age >= 1 else row for row in rows]
@@ -505,11 +581,18 @@ def _seconds(text: str) -> float | None:
     return seconds + 86400 * int(days or 0)
 
 
-def shared_answer(argv: list[str]) -> subprocess.CompletedProcess[str]:
+def shared_answer(argv: list[str], fresh: bool = False) -> subprocess.CompletedProcess[str]:
     """A query's answer, shared with the user's other processes through the view when it is
-    on; else the command's own answer."""
+    on; else the command's own answer. ``fresh``: asked now, whatever answer is kept."""
     view = shared_view()
-    return slurm_tool(argv) if view is None else view.answer(argv)
+    return slurm_tool(argv) if view is None else view.answer(argv, fresh)
+
+
+def seen() -> Seen | None:
+    """When the controller last answered the user's view, and since when it has not; None
+    when the view is off (every question is asked at once)."""
+    view = shared_view()
+    return None if view is None else view.seen()
 
 
 def mark_stale() -> None:

@@ -29,6 +29,7 @@ def slurm(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> dict[str, JobInfo]
     """Job id -> what SLURM says of it; sacct rows from the fixture files."""
     jobs: dict[str, JobInfo] = {}
     monkeypatch.chdir(tmp_path)  # no job records here
+    monkeypatch.setenv("HPCDIST_SLURM_VIEW", "off")  # nor this user's view of a cluster
     monkeypatch.setattr(
         cli_follow, "query_jobs", lambda job_id: [jobs[job_id]] if job_id in jobs else []
     )
@@ -36,7 +37,7 @@ def slurm(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> dict[str, JobInfo]
     monkeypatch.setattr(
         slurmquery,
         "sacct_rows",
-        lambda job_id: parse_sacct((FIXTURES / f"sacct_{job_id}.txt").read_text()),
+        lambda job_id, fresh=False: parse_sacct((FIXTURES / f"sacct_{job_id}.txt").read_text()),
     )
     return jobs
 
@@ -70,7 +71,7 @@ def test_a_limit_missing_from_the_database_row_is_the_controller_s(
 ) -> None:
     # sacct's row of a job that just ended can lack its Timelimit for a moment.
     text = (FIXTURES / "sacct_9569844.txt").read_text().replace("|00:30:00|", "||")
-    monkeypatch.setattr(slurmquery, "sacct_rows", lambda job_id: parse_sacct(text))
+    monkeypatch.setattr(slurmquery, "sacct_rows", lambda job_id, fresh=False: parse_sacct(text))
     slurm["9569844"] = _info("9569844", limit_s=controller_limit)
     result = CliRunner().invoke(cli, ["status", "9569844"])
     assert result.exit_code == 0, result.output
@@ -232,3 +233,91 @@ def test_only_sruns_label_at_the_start_of_a_line_is_removed() -> None:
     # srun's own line names node1: it keeps its words ("nodetask 0" before).
     line = "srun: error: node1: task 0: Terminated\n"
     assert shown(line) == line
+
+
+def _at(clock: str) -> float:
+    import time
+
+    return time.mktime(time.strptime(f"2026-12-07T{clock}", "%Y-%m-%dT%H:%M:%S"))
+
+
+@pytest.mark.parametrize(
+    ("age_s", "head"),
+    [
+        (10.0, "9569853 RUNNING"),
+        (40.0, "9569853 RUNNING (as of 12:02:58, 40 s ago)"),
+    ],
+)
+def test_status_says_how_old_a_state_is_past_ten_seconds(
+    slurm: dict[str, JobInfo], monkeypatch: pytest.MonkeyPatch, age_s: float, head: str
+) -> None:
+    from hpcdist.slurm.freshness import Seen
+
+    monkeypatch.setattr("time.time", lambda: _at("12:02:58") + age_s)
+    slurm["9569853"] = _info("9569853", state="RUNNING", seen=Seen(_at("12:02:58")))
+    result = CliRunner().invoke(cli, ["status", "9569853"])
+    assert result.exit_code == 0, result.output
+    assert result.stdout.splitlines()[0] == head
+
+
+def test_status_of_a_silent_controller_gives_the_last_state_seen(
+    slurm: dict[str, JobInfo],
+) -> None:
+    from hpcdist.slurm.freshness import Seen
+
+    seen = Seen(_at("12:02:58"), silent_since=_at("12:03:10"))
+    slurm["9569853"] = _info("9569853", state="RUNNING", seen=seen)
+    result = CliRunner().invoke(cli, ["status", "9569853"])
+    assert result.stdout.splitlines()[0] == (
+        "9569853 RUNNING (controller not answering since 12:03:10; last seen RUNNING at 12:02:58)"
+    )
+    slurm["9569853"] = _info("9569853", state="UNANSWERED", seen=Seen(None, _at("12:03:10")))
+    result = CliRunner().invoke(cli, ["status", "9569853"])
+    assert result.stdout.splitlines() == [
+        "9569853 UNANSWERED (controller not answering since 12:03:10; job not seen since it "
+        "was submitted)",
+        "  name:       wrap",
+    ]
+
+
+def test_efficiency_is_never_read_from_a_record_written_before_the_end(
+    slurm: dict[str, JobInfo], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    running = (FIXTURES / "sacct_9569844.txt").read_text().replace("COMPLETED", "RUNNING")
+    monkeypatch.setattr(slurmquery, "sacct_rows", lambda job_id, fresh=False: parse_sacct(running))
+    monkeypatch.setattr(cli_follow, "FINAL_RECORD_WAIT_S", 0.0)
+    slurm["9569844"] = _info("9569844")
+    result = CliRunner().invoke(cli, ["status", "9569844"])
+    assert result.exit_code == 0, result.output
+    assert (
+        "  efficiency: not final yet: SLURM's database has not finished the job's record; "
+        "ask again in a few seconds" in result.stdout.splitlines()
+    )
+    assert not any(line.startswith("  advice:") for line in result.stdout.splitlines())
+
+
+@pytest.mark.parametrize(
+    ("states", "seen", "now", "said"),
+    [
+        (["RUNNING"], (_at("12:02:58"), None), "12:03:08", ""),
+        (
+            ["RUNNING"],
+            (_at("12:02:58"), None),
+            "12:03:09",
+            "states of jobs not ended: as of 12:02:58, 11 s ago",
+        ),
+        ([], (_at("12:02:58"), None), "12:09:00", ""),
+        (
+            ["RUNNING"],
+            (_at("12:02:58"), _at("12:03:10")),
+            "12:03:11",
+            "controller not answering since 12:03:10; states as last seen at 12:02:58",
+        ),
+    ],
+)
+def test_lists_note_says_how_old_the_states_are(
+    states: list[str], seen: tuple[float, float | None], now: str, said: str
+) -> None:
+    from hpcdist.slurm.freshness import Seen
+
+    assert cli_follow.list_note(states, Seen(*seen), _at(now)) == said

@@ -16,7 +16,7 @@ def test_ctrl_c_during_wait_says_the_job_keeps_running(
 ) -> None:
     monkeypatch.chdir(tmp_path)
 
-    def interrupted(record: object, rank: int, poll_s: float = 1.0) -> str:
+    def interrupted(record: object, rank: int, poll_s: float = 1.0, within: object = None) -> str:
         raise KeyboardInterrupt
 
     monkeypatch.setattr(cli_jobs, "follow", interrupted)

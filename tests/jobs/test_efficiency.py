@@ -216,3 +216,47 @@ def test_a_job_that_never_ran_gets_no_advice_and_no_usage() -> None:
     assert advice(eff) is None
     assert advice(dataclasses.replace(eff, state="COMPLETED")) is None
     assert advice(dataclasses.replace(eff, state="COMPLETED", ran=True)) is not None
+
+
+FINAL_HEADER = "JobID|State|End|TotalCPU"
+
+
+@pytest.mark.parametrize(
+    ("lines", "final"),
+    [
+        (
+            ["5|COMPLETED|2026-12-07T12:04:05|02:07.000", "5.batch|COMPLETED|2026-12-07T12:04:05|"],
+            True,
+        ),
+        (["5|RUNNING|Unknown|00:00:00", "5.batch|RUNNING|Unknown|"], False),  # read as it ran
+        (["5|COMPLETED|2026-12-07T12:04:05|00:00:00", "5.batch|RUNNING|Unknown|"], False),
+        (["5|COMPLETED|Unknown|00:00:00"], False),
+        (["5|CANCELLED by 0|2026-12-07T12:04:05|00:00:00"], True),  # ended while it waited
+        (["5|FAILED|2026-12-07T12:01:00|", "5|RUNNING|Unknown|"], False),  # requeued: the last
+        ([], False),
+    ],
+)
+def test_only_an_ended_jobs_whole_record_is_final(lines: list[str], final: bool) -> None:
+    from hpcdist.jobs.efficiency import record_final
+
+    assert record_final(parse_sacct("\n".join([FINAL_HEADER, *lines])), "5") is final
+
+
+def test_efficiency_waits_for_the_final_record_and_no_longer() -> None:
+    from hpcdist.jobs.efficiency import final_rows
+
+    running = parse_sacct(f"{FINAL_HEADER}\n5|RUNNING|Unknown|00:00:00\n")
+    ended = parse_sacct(f"{FINAL_HEADER}\n5|COMPLETED|2026-12-07T12:04:05|02:07.000\n")
+    answers = [running, running, ended]
+    asked: list[bool] = []
+    slept: list[float] = []
+
+    def fetch(fresh: bool) -> list[dict[str, str]]:
+        asked.append(fresh)
+        return answers.pop(0)
+
+    assert final_rows(fetch, ["5"], wait_s=5.0, sleep=slept.append) == ended
+    assert (asked, slept) == ([False, True, True], [1.0, 1.0])  # the kept answer, then anew
+    answers[:] = [running] * 4
+    assert final_rows(fetch, ["5"], wait_s=2.0, sleep=slept.append) is None
+    assert answers == [running]  # asked three times: at once, after 1 s and after 2 s

@@ -310,3 +310,141 @@ def test_a_running_jobs_time_used_is_brought_up_to_now() -> None:
     ]
     assert _aged({"TimeUsed": "1:05"}, 10.4)["TimeUsed"] == "75"
     assert _aged({"TimeUsed": "INVALID"}, 10.4)["TimeUsed"] == "INVALID"
+
+
+class StalledScontrol(FakeScontrol):
+    """A controller that answers ``text`` or, while ``stalled``, fails after ``hang_s``
+    (scontrol's own timeout), the clock moved on by that much."""
+
+    def __init__(self, text: str, clock: Clock, hang_s: float = 20.0) -> None:
+        super().__init__(text)
+        self.clock, self.hang_s, self.stalled = clock, hang_s, False
+
+    def __call__(self, argv: list[str]) -> subprocess.CompletedProcess[str]:
+        self.calls.append(argv)
+        if not self.stalled:
+            return subprocess.CompletedProcess(argv, 0, self.text, "")
+        self.clock.now += self.hang_s
+        return subprocess.CompletedProcess(argv, 1, "", "Socket timed out on send/recv")
+
+
+def test_a_failed_look_is_silence_from_when_it_began_until_an_answer(tmp_path: Path) -> None:
+    clock = Clock(T0 + 100)
+    scontrol = StalledScontrol(line("5"), clock)
+    view = SharedView(tmp_path / "view.json", scontrol, clock)
+    view.rows(newer_than="5")
+    assert view.seen() == userjobs.Seen(T0 + 100, None)
+    scontrol.stalled = True
+    clock.now = T0 + 250  # the view is older than half the job's age: asked again
+    rows = view.rows(newer_than="5")
+    assert [(r["JobArrayID"], r["State"]) for r in rows] == [("5", "RUNNING")]  # kept
+    assert view.seen() == userjobs.Seen(T0 + 100, T0 + 250)
+    clock.now += userjobs.BACKOFF_S + 1
+    view.rows(newer_than="5")  # failed again: silent since the first failed look
+    assert view.seen() == userjobs.Seen(T0 + 100, T0 + 250)
+    scontrol.stalled = False
+    clock.now += 2 * userjobs.BACKOFF_S + 1
+    view.rows(newer_than="5")
+    assert view.seen() == userjobs.Seen(clock.now, None)
+
+
+@pytest.mark.parametrize(
+    ("in_flight_s", "silent"),
+    [(userjobs.SILENT_AFTER_S, False), (userjobs.SILENT_AFTER_S + 0.5, True)],
+)
+def test_a_look_another_process_has_in_flight_too_long_is_silence_not_a_wait(
+    tmp_path: Path, in_flight_s: float, silent: bool
+) -> None:
+    import fcntl
+
+    clock = Clock(T0 + 1000)
+    scontrol = FakeScontrol(line("5"))
+    view = SharedView(tmp_path / "view.json", scontrol, clock)
+    view.rows(newer_than="5")
+    asking = T0 + 2000
+    view.write(userjobs.ViewState.from_dict({**view.read().to_dict(), "asking_since": asking}))
+    clock.now = asking + in_flight_s
+    assert view.seen() == userjobs.Seen(T0 + 1000, None)  # nobody holds the lock: no look
+    fd = os.open(view.path.with_suffix(".lock"), os.O_RDWR)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX)  # the other process, its look in flight
+        assert view.seen() == userjobs.Seen(T0 + 1000, asking if silent else None)
+        if silent:  # answered at once, from the view as it is: no wait for the lock
+            fresh = SharedView(view.path, scontrol, clock)
+            assert [r["State"] for r in fresh.rows(newer_than="5")] == ["RUNNING"]
+            assert len(scontrol.calls) == 1
+    finally:
+        os.close(fd)
+
+
+@pytest.mark.parametrize("within", [None, 6.0])
+def test_a_waiter_looks_within_its_bound_whatever_the_interval_or_pause(
+    tmp_path: Path, within: float | None
+) -> None:
+    clock = Clock(T0 + 1000)  # the job's age gives the longest interval
+    scontrol = StalledScontrol(line("5"), clock, hang_s=0.0)
+    view = SharedView(tmp_path / "view.json", scontrol, clock)
+    view.current("5", within)
+    clock.now += 6.0
+    view.current("5", within)
+    assert len(scontrol.calls) == 1  # exactly 6 s old: still fresh
+    clock.now += 0.5
+    view.current("5", within)
+    assert len(scontrol.calls) == (1 if within is None else 2)
+    scontrol.stalled = True  # fails at once: the pause after it is BACKOFF_S
+    clock.now += MAX_INTERVAL_S + 1
+    view.current("5", within)
+    calls = len(scontrol.calls)
+    clock.now += 6.5
+    view.current("5", within)
+    assert len(scontrol.calls) == calls + (0 if within is None else 1)
+
+
+@pytest.mark.parametrize(
+    ("sacct", "silent", "expected"),
+    [
+        ("77|PENDING\n", True, "UNANSWERED"),  # the database lags: never taken for the state
+        ("", True, "UNANSWERED"),  # not even recorded yet: not UNKNOWN
+        ("77|COMPLETED\n", True, "COMPLETED"),  # an end is final wherever it is read
+        ("77|PENDING\n", False, "PENDING"),
+        ("", False, "UNKNOWN"),
+    ],
+)
+def test_a_failed_question_never_becomes_a_state(
+    monkeypatch: pytest.MonkeyPatch, sacct: str, silent: bool, expected: str
+) -> None:
+    from hpcdist.slurm import query
+
+    def answer(argv: list[str], fresh: bool = False) -> subprocess.CompletedProcess[str]:
+        if argv[0] == "sacct":
+            return subprocess.CompletedProcess(argv, 0, sacct, "")
+        return subprocess.CompletedProcess(argv, 1, "", "the controller is not answering")
+
+    seen = userjobs.Seen(T0, T0 + 12 if silent else None)
+    monkeypatch.setattr(userjobs, "user_rows", lambda job_id, within=None: [])
+    monkeypatch.setattr(userjobs, "shared_answer", answer)
+    monkeypatch.setattr(userjobs, "seen", lambda: seen)
+    assert query.slurm_job_state("77") == expected
+
+
+def test_a_waiter_takes_a_completing_jobs_end_from_the_database(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    from hpcdist.slurm import query
+
+    asked: list[bool] = []
+    sacct = ["77|RUNNING\n"]
+
+    def answer(argv: list[str], fresh: bool = False) -> subprocess.CompletedProcess[str]:
+        asked.append(fresh)
+        return subprocess.CompletedProcess(argv, 0, sacct[0], "")
+
+    rows = parse_rows(line("77", "COMPLETING"))
+    monkeypatch.setattr(userjobs, "user_rows", lambda job_id, within=None: rows)
+    monkeypatch.setattr(userjobs, "shared_answer", answer)
+    assert query.slurm_job_state("77") == "COMPLETING"  # a typed command: the controller's
+    assert asked == []
+    assert query.slurm_job_state("77", within=6.0) == "COMPLETING"  # not written there yet
+    sacct[0] = "77|COMPLETED\n"
+    assert query.slurm_job_state("77", within=6.0) == "COMPLETED"
+    assert asked == [True, True]  # asked now, never an answer kept from before the end
