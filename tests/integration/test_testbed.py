@@ -160,3 +160,32 @@ def test_a_base_directory_keeps_the_slurm_version_of_its_state() -> None:
         assert not (base / "etc" / "slurm.conf").exists()
     finally:
         shutil.rmtree(base, ignore_errors=True)
+
+
+@pytest.mark.parametrize(
+    ("env", "message"),
+    [
+        ({"MGMT": "1", "NETNS": "0"}, "HPCDIST_TESTBED_MGMT=1 needs HPCDIST_TESTBED_NETNS=1"),
+        (
+            {"SITE": "strict", "ACCOUNTING": "0"},
+            "HPCDIST_TESTBED_SITE=strict needs accounting (associations, QOS); "
+            "HPCDIST_TESTBED_ACCOUNTING=0 was given",
+        ),
+        (
+            {"SOCKETS": "2", "CORES_PER_SOCKET": "8", "THREADS_PER_CORE": "2", "CPUS": "16"},
+            "HPCDIST_TESTBED_CPUS=16 disagrees with the declared layout 2x8x2 "
+            "(SOCKETS x CORES_PER_SOCKET x THREADS_PER_CORE = 32)",
+        ),
+    ],
+    ids=["mgmt-without-netns", "strict-without-accounting", "cpus-against-layout"],
+)
+def test_a_site_shape_the_testbed_cannot_make_is_one_line_and_starts_nothing(
+    tmp_path: Path, env: dict[str, str], message: str
+) -> None:
+    base = tmp_path / "tb"
+    proc = _up(
+        {"HPCDIST_TESTBED_DIR": str(base), **{f"HPCDIST_TESTBED_{k}": v for k, v in env.items()}}
+    )
+    assert (proc.returncode, proc.stdout) == (1, "")
+    assert proc.stderr == f"slurm-testbed: up failed: {message}\n"
+    assert not base.exists()
