@@ -404,7 +404,8 @@ class SharedView:
         write_atomic(self.path, json.dumps(state.to_dict()), mode=PRIVATE_FILE_MODE)
 
     @contextlib.contextmanager
-    def _locked(self) -> Any:
+    def _locked(self, give_up: Callable[[], bool] = lambda: False) -> Any:
+        """The view's lock (yields True), or False once ``give_up()`` holds while waiting."""
         private_dir(self.path.parent, "hpcdist's SLURM view folder")
         fd = os.open(self.path.with_suffix(".lock"), os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW, 0o600)
         try:
@@ -414,13 +415,16 @@ class SharedView:
                     fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
                     break
                 except BlockingIOError:
+                    if give_up():
+                        yield False
+                        return
                     if time.monotonic() > deadline:
                         raise UserError(
                             f"the SLURM view {self.path} stayed locked {LOCK_WAIT_S:.0f} s; "
                             f"another hpcdist process holds it (set {ENV_SWITCH}=off to skip it)"
                         ) from None
                     time.sleep(0.05)
-            yield
+            yield True
         finally:
             os.close(fd)
 
@@ -442,7 +446,9 @@ class SharedView:
             return state
         if self._hung(state):
             return state
-        with self._locked():
+        with self._locked(give_up=lambda: self._hung(self.read())) as locked:
+            if not locked:  # the look in flight elsewhere went silent while this one waited
+                return self.read()
             state = self.read()  # another process may have asked while this one waited
             now = self.clock()
             if state.fresh(now, newer_than, first, within):
