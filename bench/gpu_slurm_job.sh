@@ -70,7 +70,7 @@ TESTBEDS=/tmp/gsj-${GPU_SLURM_PORT_OFFSET:-0}
 : >"$SUMMARY"
 
 # NVLink multicast stays off in every process: the driver, the daemons, every job and task
-# (sbatch and srun pass this environment on; the gpu-cluster profile also exports them).
+# (sbatch and srun pass this environment on; examples/profiles/gpu-cluster.yaml also exports them).
 export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
 export PYTHONUNBUFFERED=1
 export HPCDIST_DATA_DIR=$WORK/data
@@ -285,7 +285,7 @@ run_job() {
 render() {  # OUT_FILE hpcdist-render-flags...
   local out=$1
   shift
-  if ! python3 -m hpcdist.cli.main render --profile gpu-cluster --partition gpu "$@" \
+  if ! python3 -m hpcdist.cli.main render --profile "$REPO/examples/profiles/gpu-cluster.yaml" --partition gpu "$@" \
     --script "$out" --force 2>"$LOGS/render.err"; then
     verdict FAIL "render $*: $(cat "$LOGS/render.err")"
   fi

@@ -5,7 +5,7 @@
 #SBATCH --job-name="hpcdist-commcheck"
 #SBATCH --nodes=2
 #SBATCH --ntasks-per-node=1
-#SBATCH --cpus-per-task=2
+#SBATCH --cpus-per-task=1
 #SBATCH --time="00:30:00"
 #SBATCH --output="%x-%j.out"
 #SBATCH --no-requeue
@@ -27,13 +27,13 @@ hpcdist_main='import os, sys; cwd = {os.path.abspath(p) for p in os.environ.get(
 if [ -n "${HPCDIST_VENV:-}" ]; then source "${HPCDIST_VENV}/bin/activate"; fi
 
 # >>> environment
-# CPU layout: 1 compute thread on 2 CPUs, 1 for the exchange; OpenMP wait: the runtime's default.
+# CPU layout: 1 compute thread on 1 CPU; OpenMP wait: the runtime's default.
 # Where ranks exchange gradients, a quarter of each rank's CPUs is kept free for the
 # exchange (docs/benchmarks.md, "CPU layout"); --threads-per-task and --omp-wait-policy
 # change it.
 export OMP_NUM_THREADS=1
 export MKL_NUM_THREADS=1
-export HPCDIST_CPUS_PER_TASK=2
+export HPCDIST_CPUS_PER_TASK=1
 # <<< environment
 
 # hpcdist's state of this job (its secret, its log record) lives in
@@ -49,7 +49,7 @@ echo "hpcdist: job ${SLURM_JOB_ID} on ${SLURM_JOB_NODELIST}, restart ${SLURM_RES
 # LOCAL_RANK, WORLD_SIZE, LOCAL_WORLD_SIZE, MASTER_ADDR, MASTER_PORT, NODE_RANK) from SLURM's,
 # then the command in its place, so code written for torchrun runs unchanged.
 status=0
-srun --nodes=2 --ntasks-per-node=1 --cpus-per-task=2 --kill-on-bad-exit=1 --label \
+srun --nodes=2 --ntasks-per-node=1 --cpus-per-task=1 --kill-on-bad-exit=1 --label \
   python3 -m hpcdist.distributed.rankenv -- python3 -m hpcdist.distributed.commcheck --timeout 60 || status=$?
 if [ "$status" -ne 0 ]; then
   echo "hpcdist: communication check failed with exit code ${status}" >&2

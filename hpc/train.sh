@@ -1,14 +1,12 @@
 #!/bin/bash
 # ufsemulator-threads: one process on one node, training with 40 threads
-# Rendered by hpcdist 0.1.0 from templates/threads.sh.j2, profile cpu-cluster (shipped:cpu-cluster.yaml).
+# Rendered by hpcdist 0.1.0 from templates/threads.sh.j2, profile generic (shipped:generic.yaml).
 # Regenerate it with hpcdist rather than editing it by hand.
 #SBATCH --job-name="ufsemulator-threads"
 #SBATCH --nodes=1
 #SBATCH --ntasks-per-node=1
 #SBATCH --cpus-per-task=40
-#SBATCH --time="04:00:00"
-#SBATCH --mem="0"
-#SBATCH --partition="compute"
+#SBATCH --time="00:30:00"
 #SBATCH --output="%x-%j.out"
 # The warning: SIGUSR2 about 90 s before the time limit (SLURM may send it up to a minute early) to every rank (every process of the job step); hpcdist sends the command no other signal.
 #SBATCH --signal="USR2@90"
@@ -35,7 +33,6 @@ terminated=0
 trap 'terminated=1' TERM
 
 # Site setup (the profile's lines, then --setup's): module loads, environment activation.
-if command -v module >/dev/null 2>&1; then module load python/3.11; fi
 if [ -n "${HPCDIST_VENV:-}" ]; then source "${HPCDIST_VENV}/bin/activate"; fi
 
 # >>> environment
@@ -54,7 +51,6 @@ export HPCDIST_SIGNAL_LEAD=90
 # A node that a failure names (a killed rank, a network error) is left out of this run's
 # requeued or resubmitted pieces for this many seconds (--bad-node-hold).
 export HPCDIST_BAD_NODE_HOLD=3600
-export GLOO_SOCKET_IFNAME=ib0
 # <<< environment
 
 # hpcdist's state of this job (its secret, its requeue marker, its log record) lives in

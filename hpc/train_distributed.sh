@@ -1,11 +1,11 @@
 #!/bin/bash
-# ufsemulator-gloo: DDP over gloo, 2 nodes x 1 tasks, 2 CPUs each
+# ufsemulator-gloo: DDP over gloo, 2 nodes x 1 tasks, 1 CPUs each
 # Rendered by hpcdist 0.1.0 from templates/gloo.sh.j2, profile generic (shipped:generic.yaml).
 # Regenerate it with hpcdist rather than editing it by hand.
 #SBATCH --job-name="ufsemulator-gloo"
 #SBATCH --nodes=2
 #SBATCH --ntasks-per-node=1
-#SBATCH --cpus-per-task=2
+#SBATCH --cpus-per-task=1
 #SBATCH --time="00:30:00"
 #SBATCH --output="%x-%j.out"
 # The warning: SIGUSR2 about 90 s before the time limit (SLURM may send it up to a minute early) to every rank (every process of the job step); hpcdist sends the command no other signal.
@@ -36,13 +36,13 @@ trap 'terminated=1' TERM
 if [ -n "${HPCDIST_VENV:-}" ]; then source "${HPCDIST_VENV}/bin/activate"; fi
 
 # >>> environment
-# CPU layout: 1 compute thread on 2 CPUs, 1 for the exchange; OpenMP wait: the runtime's default.
+# CPU layout: 1 compute thread on 1 CPU; OpenMP wait: the runtime's default.
 # Where ranks exchange gradients, a quarter of each rank's CPUs is kept free for the
 # exchange (docs/benchmarks.md, "CPU layout"); --threads-per-task and --omp-wait-policy
 # change it.
 export OMP_NUM_THREADS=1
 export MKL_NUM_THREADS=1
-export HPCDIST_CPUS_PER_TASK=2
+export HPCDIST_CPUS_PER_TASK=1
 # The warning signal's name, for the command: hpcdist's training catches it to checkpoint.
 export HPCDIST_SIGNAL=USR2
 # SLURM warns 90 s before the time limit. Where the run's checkpoint takes longer
@@ -76,5 +76,5 @@ trap '' TERM
 # LOCAL_RANK, WORLD_SIZE, LOCAL_WORLD_SIZE, MASTER_ADDR, MASTER_PORT, NODE_RANK) from SLURM's,
 # then the command in its place, so code written for torchrun runs unchanged.
 exec python3 -c "${hpcdist_main}" hpcdist.distributed.jobstep run --warning=USR2@90 --requeue --terminated="${terminated}" --max-restarts=3 --script="${BASH_SOURCE[0]}" -- \
-  srun --nodes=2 --ntasks-per-node=1 --cpus-per-task=2 --kill-on-bad-exit=1 --label \
+  srun --nodes=2 --ntasks-per-node=1 --cpus-per-task=1 --kill-on-bad-exit=1 --label \
   python3 -m hpcdist.distributed.rankenv -- python3 -m ufsemulator train

@@ -1,14 +1,12 @@
 #!/bin/bash
 # ufsemulator-nccl: DDP over NCCL, 1 nodes x 4 GPUs, one task per GPU
-# Rendered by hpcdist 0.1.0 from templates/nccl.sh.j2, profile gpu-cluster (shipped:gpu-cluster.yaml).
+# Rendered by hpcdist 0.1.0 from templates/nccl.sh.j2, profile generic (shipped:generic.yaml).
 # Regenerate it with hpcdist rather than editing it by hand.
 #SBATCH --job-name="ufsemulator-nccl"
 #SBATCH --nodes=1
 #SBATCH --ntasks-per-node=4
-#SBATCH --cpus-per-task=16
-#SBATCH --time="04:00:00"
-#SBATCH --mem="0"
-#SBATCH --partition="gpu"
+#SBATCH --cpus-per-task=1
+#SBATCH --time="00:30:00"
 #SBATCH --output="%x-%j.out"
 #SBATCH --gpus-per-node=4
 # The warning: SIGUSR2 about 90 s before the time limit (SLURM may send it up to a minute early) to every rank (every process of the job step); hpcdist sends the command no other signal.
@@ -36,7 +34,6 @@ terminated=0
 trap 'terminated=1' TERM
 
 # Site setup (the profile's lines, then --setup's): module loads, environment activation.
-if command -v module >/dev/null 2>&1; then module load cuda; fi
 if [ -n "${HPCDIST_VENV:-}" ]; then source "${HPCDIST_VENV}/bin/activate"; fi
 
 # >>> environment
@@ -51,13 +48,11 @@ export HPCDIST_SIGNAL_LEAD=90
 # A node that a failure names (a killed rank, a network error) is left out of this run's
 # requeued or resubmitted pieces for this many seconds (--bad-node-hold).
 export HPCDIST_BAD_NODE_HOLD=3600
-export NCCL_DEBUG=WARN
-export TORCH_NCCL_ASYNC_ERROR_HANDLING=1
-export TORCH_NCCL_TRACE_BUFFER_SIZE=2000
-export TORCH_NCCL_DUMP_ON_TIMEOUT=1
 export NCCL_NVLS_ENABLE=0
 export TORCH_SYMM_MEM_DISABLE_MULTICAST=1
 export NVSHMEM_DISABLE_NVLS=1
+export TORCH_NCCL_TRACE_BUFFER_SIZE=2000
+export TORCH_NCCL_DUMP_ON_TIMEOUT=1
 # <<< environment
 
 # hpcdist's state of this job (its secret, its requeue marker, its log record) lives in
@@ -83,5 +78,5 @@ trap '' TERM
 # LOCAL_RANK, WORLD_SIZE, LOCAL_WORLD_SIZE, MASTER_ADDR, MASTER_PORT, NODE_RANK) from SLURM's,
 # then the command in its place, so code written for torchrun runs unchanged.
 exec python3 -c "${hpcdist_main}" hpcdist.distributed.jobstep run --warning=USR2@90 --requeue --terminated="${terminated}" --max-restarts=3 --script="${BASH_SOURCE[0]}" -- \
-  srun --nodes=1 --ntasks-per-node=4 --cpus-per-task=16 --kill-on-bad-exit=1 --label \
+  srun --nodes=1 --ntasks-per-node=4 --cpus-per-task=1 --kill-on-bad-exit=1 --label \
   python3 -m hpcdist.distributed.rankenv -- python3 -m ufsemulator train

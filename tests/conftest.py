@@ -18,12 +18,21 @@ from __future__ import annotations
 
 import os
 import re
+from pathlib import Path
 
 import pytest
 
 WORKER_PORT_STEP = 550
 MAX_WORKERS = 5
 DEFAULT_TESTBED_DIR = "/tmp/hpcdist-testbed"
+
+# The tests' profiles: `local` (the testbed, written out), and the example site profiles of
+# examples/profiles under their names. A job with no profile asks the cluster it talks to,
+# so tests that render a script name one (HPCDIST_PROFILE below) and render the same bytes
+# whether or not a testbed answers; tests of the cluster's own description unset it.
+TEST_CONFIG_HOME = Path(__file__).resolve().parent / "fixtures" / "config"
+os.environ.setdefault("XDG_CONFIG_HOME", str(TEST_CONFIG_HOME))
+os.environ.setdefault("HPCDIST_PROFILE", "local")
 
 
 def worker_testbed(worker: str, environ: dict[str, str]) -> dict[str, str]:

@@ -1,4 +1,5 @@
-"""The committed scripts in hpc/, rendered from the templates with shipped profiles.
+"""The committed scripts in hpc/, rendered from the templates with the shipped profile
+(``generic``: nothing of a site assumed) and the flags a site's values would give.
 
 Regenerate them all with ``python3 -m hpcdist.render.hpcscripts``; ``--check`` exits 1 if any
 committed script differs from a fresh render (the tests run that check too).
@@ -17,11 +18,25 @@ from hpcdist.state.fileutil import umask_mode, write_atomic
 
 # script name -> the flags that `hpcdist render` would be given for it.
 HPC_SCRIPTS: Mapping[str, Mapping[str, Any]] = {
-    "train.sh": {"profile": "cpu-cluster", "mode": "threads", "nodes": 1, "cpus_per_task": 40},
+    "train.sh": {"profile": "generic", "mode": "threads", "nodes": 1, "cpus_per_task": 40},
     "test_distributed.sh": {"profile": "generic", "mode": "test", "nodes": 2},
     "train_distributed.sh": {"profile": "generic", "mode": "gloo", "nodes": 2},
     "train_distributed_multinode.sh": {"profile": "generic", "mode": "gloo", "nodes": 4},
-    "train_gpu.sh": {"profile": "gpu-cluster", "mode": "nccl", "nodes": 1, "gpus_per_node": 4},
+    "train_gpu.sh": {
+        "profile": "generic",
+        "mode": "nccl",
+        "nodes": 1,
+        "gpus_per_node": 4,
+        # As examples/profiles/gpu-cluster.yaml sets them: the flight recorder, and NVLink
+        # SHARP multicast off, as on shared machines.
+        "env": (
+            "TORCH_NCCL_TRACE_BUFFER_SIZE=2000",
+            "TORCH_NCCL_DUMP_ON_TIMEOUT=1",
+            "NCCL_NVLS_ENABLE=0",
+            "TORCH_SYMM_MEM_DISABLE_MULTICAST=1",
+            "NVSHMEM_DISABLE_NVLS=1",
+        ),
+    },
 }
 
 

@@ -16,12 +16,13 @@ import click
 
 from hpcdist.errors import ProfileError, SpecError
 from hpcdist.spec.build import build_spec
+from hpcdist.spec.clusterprofile import cluster_profile
 from hpcdist.spec.dependency import parse_after
 from hpcdist.spec.grammar import node_count
 from hpcdist.spec.joboption import JobOption
 from hpcdist.spec.jobspec import AUTO, JOB_OPTIONS, JobSpec
 from hpcdist.spec.logfolder import private_logs
-from hpcdist.spec.profiles import DEFAULT_PROFILE, Profile, load_profile
+from hpcdist.spec.profiles import Profile, load_profile
 from hpcdist.spec.siteopts import parse_sbatch_option
 from hpcdist.spec.sweep import parse_sets, parse_sweeps
 from hpcdist.spec.validate import current_folder
@@ -102,7 +103,10 @@ _SOURCE_OPTIONS: tuple[Callable[[F], F], ...] = (
         "--profile",
         default=None,
         metavar="NAME|PATH",
-        help=f"Cluster profile (default: $HPCDIST_PROFILE, else {DEFAULT_PROFILE}).",
+        help=(
+            "Cluster profile (default: $HPCDIST_PROFILE, else the cluster's own description, "
+            "asked of SLURM)."
+        ),
     ),
     click.option(
         "--trust-profile",
@@ -164,15 +168,17 @@ def spec_from_options(options: dict[str, Any]) -> JobSpec:
 
 
 def options_profile(options: dict[str, Any]) -> Profile:
-    """The profile the options name: --profile, else $HPCDIST_PROFILE, else the default."""
+    """The profile the options name: --profile, else $HPCDIST_PROFILE, else the cluster's
+    own description (hpcdist.spec.clusterprofile), for the partition --partition names."""
     named = options.get("profile")
     if named is not None and not str(named).strip():
         raise SpecError(f"--profile is empty ({named!r}); leave it out or name a profile")
     from_env = os.environ.get(PROFILE_ENV) if not named else None
+    if not named and not (from_env or "").strip():
+        partition = options.get("partition")
+        return cluster_profile(str(partition) if partition else None)
     try:
-        return load_profile(
-            named or from_env or DEFAULT_PROFILE, trust=bool(options.get("trust_profile", False))
-        )
+        return load_profile(str(named or from_env), trust=bool(options.get("trust_profile", False)))
     except ProfileError as exc:
         if from_env and str(exc).startswith("--profile "):
             # The name came from the environment: the message names where it was set.

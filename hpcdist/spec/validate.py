@@ -49,7 +49,7 @@ def validate(spec: JobSpec, profile: Profile) -> None:
     _check_cpus(spec, profile)
     _check_time_and_limits(spec, profile)
     _check_job_environment(spec)
-    _check_array(spec)
+    _check_array(spec, profile)
     check_sweep(spec)
     check_run_options(spec)
     if spec.output.endswith(".sh"):
@@ -119,6 +119,7 @@ def _check_time_and_limits(spec: JobSpec, profile: Profile) -> None:
         raise SpecError(f"--launcher {spec.launcher!r}; expected one of {', '.join(LAUNCHERS)}")
     if spec.memory is not None:
         check_memory("--mem", spec.memory)
+        _check_memory_fits(spec.memory, profile)
     if spec.signal is not None:
         _check_warning_fits(spec.signal, spec.time, seconds)
     if spec.collective_timeout is not None and spec.collective_timeout < 1:
@@ -129,11 +130,34 @@ def _check_time_and_limits(spec: JobSpec, profile: Profile) -> None:
         raise SpecError(f"--bad-node-hold must be >= 1 second, got {spec.bad_node_hold}")
 
 
-def _check_array(spec: JobSpec) -> None:
-    """--array: SLURM's grammar; a sweep makes its own array (one task per point)."""
+def _check_memory_fits(memory: str, profile: Profile) -> None:
+    """--mem above the memory of the profile's smallest node: SLURM would refuse the job
+    (or, with other nodes, never start it)."""
+    number = re.fullmatch(r"\+?([0-9]+)([KkMmGgTt]?)[Bb]?", memory)
+    if profile.memory_mb is None or number is None:
+        return
+    scale = {"k": 1 / 1024, "": 1, "m": 1, "g": 1024, "t": 1024**2}[number[2].lower()]
+    wanted = int(number[1]) * scale
+    if wanted > profile.memory_mb:
+        raise SpecError(
+            f"--mem {memory!r} ({wanted:.0f} MB) exceeds the {profile.memory_mb} MB a node of "
+            f"profile {profile.name!r} has; expected at most {profile.memory_mb}M, or 0 for "
+            "all of a node's memory"
+        )
+
+
+def _check_array(spec: JobSpec, profile: Profile) -> None:
+    """--array: SLURM's grammar and the site's MaxArraySize; a sweep makes its own array
+    (one task per point)."""
     if spec.array is None:
         return
-    array_task_ids("--array", spec.array)
+    ids = array_task_ids("--array", spec.array)
+    most = profile.max_array_size
+    if most is not None and ids[-1] >= most:
+        raise SpecError(
+            f"--array {spec.array!r} has task id {ids[-1]}; profile {profile.name!r} takes "
+            f"ids up to {most - 1} (MaxArraySize {most})"
+        )
     if spec.sweep:
         raise SpecError(
             f"--array {spec.array!r} with --sweep: the sweep makes the job array itself (one "

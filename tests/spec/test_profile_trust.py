@@ -19,13 +19,13 @@ def config_home(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     return folder
 
 
-@pytest.mark.parametrize("name", ["local", "local.yaml"])
+@pytest.mark.parametrize("name", ["generic", "generic.yaml"])
 def test_bare_name_is_shipped_never_the_current_folders(
     name: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, config_home: Path
 ) -> None:
     monkeypatch.chdir(tmp_path)
-    (tmp_path / "local.yaml").write_text("partition: planted\n")
-    assert resolve_profile_path(name) == PROFILE_DIR / "local.yaml"
+    (tmp_path / "generic.yaml").write_text("partition: planted\n")
+    assert resolve_profile_path(name) == PROFILE_DIR / "generic.yaml"
     assert load_profile(name).partition != "planted"
 
 
@@ -60,8 +60,8 @@ def test_writable_profile_refused_unless_trusted(tmp_path: Path, mode: int, refu
 
 
 def test_shipped_profiles_need_no_check() -> None:
-    assert trust_problem(PROFILE_DIR / "local.yaml") == ""
-    assert load_profile("local").source == "shipped:local.yaml"
+    assert trust_problem(PROFILE_DIR / "generic.yaml") == ""
+    assert load_profile("generic").source == "shipped:generic.yaml"
 
 
 @pytest.mark.skipif(os.geteuid() != 0, reason="chown needs root")

@@ -23,6 +23,9 @@ from hpcdist.spec.jobspec import (
 )
 from hpcdist.spec.options import spec_from_options
 from hpcdist.spec.profiles import Profile, load_profile, profile_from_mapping, shipped_profiles
+from tests.conftest import TEST_CONFIG_HOME
+
+REPO_ROOT = Path(__file__).resolve().parents[2]
 
 # (flags for `hpcdist render`, the whole one-line error after "hpcdist: error: ")
 _MEM_EXPECTED = (
@@ -191,8 +194,8 @@ BAD_REQUESTS: list[tuple[list[str], str]] = [
     (["--backend", "nccl", "--mode", "gloo"], "--backend 'nccl' contradicts --mode 'gloo'"),
     (
         ["--profile", "nosuch"],
-        "--profile 'nosuch' is not a shipped profile (cpu-cluster, generic, gpu-cluster, local) "
-        "nor one of '/nonexistent-config/hpcdist/profiles'",
+        "--profile 'nosuch' is not a shipped profile (generic) "
+        f"nor one of '{TEST_CONFIG_HOME}/hpcdist/profiles'",
     ),
     (["--profile", "/nonexistent/p.yaml"], "--profile '/nonexistent/p.yaml': no such file"),
     (
@@ -281,8 +284,8 @@ BAD_REQUESTS: list[tuple[list[str], str]] = [
 def test_bad_request_is_one_line_exit_2_nothing_written(
     args: list[str], message: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    # The user's own profiles would be in a folder that does not exist.
-    monkeypatch.setenv("XDG_CONFIG_HOME", "/nonexistent-config")
+    # The tests' own profiles (tests/conftest.py): `local` unless --profile names another.
+    monkeypatch.setenv("XDG_CONFIG_HOME", str(TEST_CONFIG_HOME))
     out = tmp_path / "job.sh"
     result = CliRunner().invoke(cli, ["render", *args, "--script", str(out)])
     assert result.exit_code == 2, result.output
@@ -405,10 +408,23 @@ def test_test_mode_neither_signals_nor_requeues() -> None:
     assert (spec.signal, spec.requeue) == (None, False)
 
 
-@pytest.mark.parametrize("name", ["local", "generic", "cpu-cluster", "gpu-cluster"])
-def test_shipped_profiles_load(name: str) -> None:
-    assert name in shipped_profiles()
-    assert load_profile(name).name == name
+def test_the_only_shipped_profile_assumes_no_hardware_and_no_network() -> None:
+    assert shipped_profiles() == ["generic"]
+    generic = load_profile("generic")
+    assert (generic.cores_per_node, generic.max_nodes, generic.max_time) == (None, None, None)
+    assert (generic.partition, dict(generic.env), dict(generic.gloo_env)) == (None, {}, {})
+
+
+@pytest.mark.parametrize("name", ["cpu-cluster", "gpu-cluster"])
+def test_example_profiles_load_and_pin_no_interface(name: str) -> None:
+    example = REPO_ROOT / "examples" / "profiles" / f"{name}.yaml"
+    assert load_profile(str(example)).name == name
+    assert "SOCKET_IFNAME" not in "".join(
+        line for line in example.read_text().splitlines() if not line.lstrip().startswith("#")
+    )
+    # The tests name them as a user's own profiles (tests/conftest.py): the same bytes.
+    fixture = TEST_CONFIG_HOME / "hpcdist" / "profiles" / f"{name}.yaml"
+    assert fixture.read_bytes() == example.read_bytes()
 
 
 def test_gpu_profile_carries_nccl_environment_not_the_template() -> None:

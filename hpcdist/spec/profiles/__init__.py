@@ -1,10 +1,11 @@
 """Cluster profiles: YAML files naming a cluster's partitions, limits, setup and environment.
 
-A profile is chosen with ``--profile NAME|PATH``. A NAME (no slash) is a profile of the
-user's config folder (``$XDG_CONFIG_HOME/hpcdist/profiles/NAME.yaml``, default
-``~/.config/...``) or one shipped beside this module (``local``, ``cpu-cluster``,
-``gpu-cluster``), never a file of the current folder; a PATH (with a slash: ``./x.yaml``)
-is that file. A profile's setup lines run in the job as the user, so a file that another
+A profile is chosen with ``--profile NAME|PATH`` (or ``$HPCDIST_PROFILE``); with neither,
+the cluster describes itself (``hpcdist.spec.clusterprofile``). A NAME (no slash) is a
+profile of the user's config folder (``$XDG_CONFIG_HOME/hpcdist/profiles/NAME.yaml``,
+default ``~/.config/...``) or the one shipped beside this module (``generic``: nothing of a
+site assumed), never a file of the current folder; a PATH (with a slash: ``./x.yaml``) is
+that file. A profile's setup lines run in the job as the user, so a file that another
 user owns or can write is refused unless ``trust`` (``--trust-profile``) is given.
 """
 
@@ -24,7 +25,6 @@ from hpcdist.spec.jobspec import JOB_OPTIONS
 from hpcdist.state.trustedfile import Refused, read_once, read_trusted, trusted_root
 
 PROFILE_DIR = Path(__file__).resolve().parent
-DEFAULT_PROFILE = "local"
 
 
 @dataclass(frozen=True)
@@ -39,6 +39,9 @@ class Profile:
     cores_per_node: int | None = None
     gpus_per_node: int = 0
     max_time: str | None = None
+    # The smallest node's memory (--mem above it is refused) and the site's MaxArraySize.
+    memory_mb: int | None = None
+    max_array_size: int | None = None
     defaults: Mapping[str, Any] = field(default_factory=dict)
     env: Mapping[str, str] = field(default_factory=dict)
     gloo_env: Mapping[str, str] = field(default_factory=dict)
@@ -60,7 +63,7 @@ class Profile:
 
 
 _KEYS = tuple(f for f in Profile.__dataclass_fields__ if f not in ("name", "source"))
-_INT_KEYS = ("max_nodes", "cores_per_node", "gpus_per_node")
+_INT_KEYS = ("max_nodes", "cores_per_node", "gpus_per_node", "memory_mb", "max_array_size")
 _STR_KEYS = ("description", "partition", "account", "qos", "max_time", "gpu_request")
 _ENV_KEYS = ("env", "gloo_env", "nccl_env")
 
@@ -141,7 +144,7 @@ def read_profile(path: Path, trust: bool) -> bytes:
     return found.data
 
 
-def load_profile(name_or_path: str = DEFAULT_PROFILE, trust: bool = False) -> Profile:
+def load_profile(name_or_path: str, trust: bool = False) -> Profile:
     path = resolve_profile_path(name_or_path)
     try:
         raw = yaml.safe_load(read_profile(path, trust).decode("utf-8"))
