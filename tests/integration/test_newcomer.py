@@ -121,7 +121,20 @@ def test_sbatch_of_the_rendered_script_completes_and_binds_no_interface(
     bed: NetBed, tmp_path: Path, work: Path
 ) -> None:
     env = newcomer(bed, tmp_path / "home")
-    proc = hpcdist(env, work, "render", "--nodes", "4", "--backend", "gloo", "--partition", "batch")
+    # 10 epochs: the submitted job above trains the default 150; this one shows the script.
+    proc = hpcdist(
+        env,
+        work,
+        "render",
+        "--nodes",
+        "4",
+        "--backend",
+        "gloo",
+        "--partition",
+        "batch",
+        "--set",
+        "training.epochs=10",
+    )
     assert proc.returncode == 0, proc.stderr
     script = work / "job.sh"
     script.write_text(proc.stdout)
