@@ -90,7 +90,12 @@ def cli() -> None:
     help="Write the script to this file instead of stdout.",
 )
 @click.option("--force", is_flag=True, help="Overwrite --script if it exists.")
-def render(out: Path | None, force: bool, **options: Any) -> int:
+@click.option(
+    "--trust-folder",
+    is_flag=True,
+    help="Write --script into a folder that other users can write (refused otherwise).",
+)
+def render(out: Path | None, force: bool, trust_folder: bool, **options: Any) -> int:
     """Print the sbatch script for a job; change nothing."""
     from hpcdist.jobs.leadcheck import lead_warning
     from hpcdist.render.script import render as render_spec
@@ -102,16 +107,32 @@ def render(out: Path | None, force: bool, **options: Any) -> int:
     if out is None:
         click.echo(script, nl=False)
         return 0
+    _write_script(out, script, force, trust_folder)
+    click.echo(f"wrote {out}", err=True)
+    return 0
+
+
+def _write_script(out: Path, script: str, force: bool, trust_folder: bool) -> None:
+    """Write ``render --script``'s file: never writable by group or others, and only into
+    a folder no other user can write (or rename away), unless ``trust_folder``: a script
+    that another user can change runs their lines as you when you run sbatch."""
+    from hpcdist.state.workfolder import script_folder_problem
+
     if out.exists() and not force:
         raise UserError(f"--script {str(out)!r} exists; pass --force to overwrite it")
     if not out.parent.is_dir():
         raise UserError(f"--script {str(out)!r}: folder {str(out.parent)!r} does not exist")
+    problem = "" if trust_folder else script_folder_problem(out.parent)
+    if problem:
+        raise UserError(
+            f"--script {str(out)!r}: {problem}, who could change the script before you run "
+            "sbatch; write it to a folder only you can write (e.g. in your home), or pass "
+            "--trust-folder if you trust everyone who can write there"
+        )
     try:
-        write_atomic(out, script, mode=umask_mode(executable=True))
+        write_atomic(out, script, mode=umask_mode(executable=True) & ~0o022)
     except OSError as exc:
         raise UserError(f"--script {str(out)!r} cannot be written: {exc.strerror}") from exc
-    click.echo(f"wrote {out}", err=True)
-    return 0
 
 
 def main(argv: list[str] | None = None) -> int:

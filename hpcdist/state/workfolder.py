@@ -61,6 +61,16 @@ def working_folder_problem(folder: Path, my_uid: int | None = None) -> str:
     return ""
 
 
+def script_folder_problem(folder: Path, my_uid: int | None = None) -> str:
+    """Why another user could change or replace a file written into ``folder`` (a rendered
+    script): the folder, or one above it, that they can write, quoted with its owner and
+    mode; "" if nobody can."""
+    problem = working_folder_problem(folder, my_uid)
+    for tail in (", who can rename it away and replace it", ", who can replace it"):
+        problem = problem.removesuffix(tail)
+    return problem
+
+
 def check_working_folder(folder: Path, what: str = "the job's working folder") -> str:
     """One line refusing ``folder`` as a job's working folder, or "" where it is safe."""
     problem = working_folder_problem(folder)

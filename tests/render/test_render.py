@@ -418,6 +418,38 @@ def test_render_to_file_is_atomic_and_refuses_to_overwrite(tmp_path: Path) -> No
     assert sorted(p.name for p in tmp_path.iterdir()) == ["job.sh"]
 
 
+def test_render_to_a_folder_others_can_write_is_refused_unless_trusted(tmp_path: Path) -> None:
+    shared = tmp_path / "shared"
+    shared.mkdir()
+    out = shared / "job.sh"
+    runner = CliRunner()
+    for mode in (0o777, 0o770, 0o2775, 0o757):  # group or others may write: refused
+        shared.chmod(mode)
+        refused = runner.invoke(cli, ["render", "--script", str(out)])
+        assert refused.exit_code == 2, refused.output
+        (line,) = refused.stderr.strip().splitlines()
+        assert f"--script '{out}': '{shared}' can be written by others" in line
+        assert f"mode {mode:04o}" in line and "--trust-folder" in line
+        assert not out.exists()
+    old = os.umask(0)
+    try:
+        trusted = runner.invoke(cli, ["render", "--script", str(out), "--trust-folder"])
+        assert trusted.exit_code == 0, trusted.output
+        assert out.stat().st_mode & 0o777 == 0o755  # never writable by group or others
+        shared.chmod(0o755)  # only the user may write: no flag needed
+        again = runner.invoke(cli, ["render", "--script", str(out), "--force"])
+        assert again.exit_code == 0, again.output
+        assert out.stat().st_mode & 0o777 == 0o755
+    finally:
+        os.umask(old)
+    os.umask(0o077)
+    try:
+        private = runner.invoke(cli, ["render", "--script", str(out), "--force"])
+        assert private.exit_code == 0 and out.stat().st_mode & 0o777 == 0o700
+    finally:
+        os.umask(old)
+
+
 def test_render_prints_to_stdout() -> None:
     result = CliRunner().invoke(cli, ["render", "--backend=gloo", "--nodes=4"])
     assert result.exit_code == 0

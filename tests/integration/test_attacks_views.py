@@ -1,0 +1,92 @@
+"""What another user can reach through what hpcdist writes for you to run and what it shows
+you of the queue: a rendered script, and the job records of the shared view.
+
+The victim and the attacker share a group and a project folder of mode 2775 (the
+attacker's group, as a project group is for its members). The victim's umask is 002, as
+many sites set it. A rendered script in such a folder is the attacker's to change before
+the victim runs sbatch; the attacker's own job, with newlines and escape sequences in its
+name and comment, is in the victim's view of the queue.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import tempfile
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from tests.integration import test_attacks as attacks
+from tests.integration.conftest import SlurmCluster, job_state, sbatch, slurm_env
+from tests.integration.test_attacks import HPCDIST, Attacker, one_line
+
+attacker, home = attacks.attacker, attacks.home
+
+
+@pytest.fixture
+def group_project(attacker: Attacker) -> Iterator[Path]:
+    """A 2775 project folder of the group the victim shares with the attacker."""
+    folder = Path(tempfile.mkdtemp(prefix="hpcdist-group-", dir="/tmp"))
+    os.chown(folder, -1, attacker.gid)
+    folder.chmod(0o2775)
+    try:
+        yield folder
+    finally:
+        shutil.rmtree(folder, ignore_errors=True)
+
+
+def _as_victim(*args: str, cwd: Path) -> subprocess.CompletedProcess[str]:
+    """hpcdist run by the victim with umask 002."""
+    return subprocess.run(
+        [*HPCDIST, *args],
+        cwd=cwd,
+        env=slurm_env(),
+        capture_output=True,
+        text=True,
+        timeout=120,
+        preexec_fn=lambda: os.umask(0o002),
+    )
+
+
+RENDER = ("render", "--mode", "threads", "--command", "true", "--job-name", "victim")
+
+
+# ------------------------------------------------------------------ a rendered script
+
+
+def test_a_script_is_not_written_where_another_user_can_change_it(
+    slurm_cluster: SlurmCluster, attacker: Attacker, group_project: Path
+) -> None:
+    script = group_project / "job.sh"
+    line = one_line(_as_victim(*RENDER, "--script", "job.sh", cwd=group_project))
+    assert line.startswith(f"hpcdist: error: --script 'job.sh': '{group_project}' can be written")
+    assert "mode 2775" in line and "--trust-folder" in line and "only you can write" in line
+    assert not script.exists() and list(group_project.iterdir()) == []  # nothing written
+    # Trusted: written, but never group-writable under umask 002: the attacker cannot
+    # change it in place (she could rename it away: the folder is the group's, as trusted).
+    trusted = _as_victim(*RENDER, "--script", "job.sh", "--trust-folder", cwd=group_project)
+    assert trusted.returncode == 0, trusted.stderr
+    assert script.stat().st_mode & 0o777 == 0o755
+    assert script.stat().st_gid == attacker.gid  # the folder's group: hers too
+    edited = attacker.run("write", str(script), "#!/bin/bash\ntouch /tmp/pwned-by-script\n")
+    assert edited.returncode == 13, edited.stdout
+    assert "pwned" not in script.read_text()
+
+
+def test_a_script_in_the_victims_own_folder_runs_as_rendered(
+    slurm_cluster: SlurmCluster, attacker: Attacker, home: Path
+) -> None:
+    home.chmod(0o755)  # others may look in, not write
+    os.chown(home, -1, attacker.gid)
+    proc = _as_victim(*RENDER, "--script", "job.sh", cwd=home)
+    assert proc.returncode == 0, proc.stderr
+    script = home / "job.sh"
+    assert script.stat().st_mode & 0o777 == 0o755
+    assert attacker.run("write", str(script), "#!/bin/bash\nid\n").returncode == 13
+    assert attacker.run("symlink", "/etc/passwd", str(home / "job2.sh")).returncode == 13
+    job = sbatch(script, cwd=home)
+    assert job.returncode == 0, job
+    assert job_state(job.job_id) == "COMPLETED"
