@@ -40,6 +40,7 @@ from hpcdist.facts.protocol import (
     local_exit_name,
     local_log_name,
 )
+from hpcdist.facts.warning import parse_warning
 from hpcdist.state.fileutil import write_atomic
 
 # Where a local job's ranks leave their logs and exit codes (the job's submitit folder).
@@ -76,8 +77,8 @@ def batch_environ(env: Mapping[str, str], folder: Path, bindir: Path) -> dict[st
     return out
 
 
-# The script's warning, as SLURM reads it: ``#SBATCH --signal="[B:]SIG[@SECONDS]"``.
-_WARNING = re.compile(r'^#SBATCH --signal="?(?:(B):)?(?:SIG)?([A-Z0-9]+)(?:@[0-9]+)?"?\s*$', re.M)
+# The script's warning, as SLURM reads it: ``#SBATCH --signal="[{B,R}...:]SIG[@SECONDS]"``.
+_WARNING = re.compile(r'^#SBATCH --signal=(?:"([^"]*)"|(\S+))\s*$', re.M)
 # What submitit's local controller sends at (time limit - signal_delay_s): its USR2.
 CONTROLLER_WARNING = signal.SIGUSR2
 SRUN_PID = "srun.pid"  # the running stand-in's pid, in the job's folder
@@ -87,14 +88,13 @@ def script_warning(text: str) -> tuple[signal.Signals, bool] | None:
     """The warning signal a script asks for, and whether SLURM sends it to the batch
     shell alone (``B:``) rather than to the step's tasks; None if it asks for none."""
     found = _WARNING.search(text)
-    if found is None:
+    parsed = None if found is None else parse_warning(found.group(1) or found.group(2))
+    if parsed is None:
         return None
-    name = found.group(2)
     try:
-        number = signal.Signals(int(name)) if name.isdigit() else signal.Signals[f"SIG{name}"]
-    except (KeyError, ValueError):
+        return signal.Signals(parsed.number), parsed.batch_shell
+    except ValueError:
         return None
-    return number, found.group(1) == "B"
 
 
 def _deliver_warning(

@@ -41,6 +41,7 @@ from hpcdist.facts.protocol import (
     is_inherited,
 )
 from hpcdist.facts.runs import RUNS_DIR, run_name
+from hpcdist.facts.warning import parse_warning
 from hpcdist.slurm import control
 
 
@@ -176,11 +177,15 @@ def requeue_job(
 
 
 def warning_signal(given: str | None) -> signal.Signals | None:
-    """The signal of a ``--signal`` value (``B:USR1@60`` -> SIGUSR1); None for none."""
-    if not given:
+    """The signal of a ``--signal`` value in any spelling SLURM takes (``B:USR1@60``,
+    ``rb:sigusr1``, ``10`` -> SIGUSR1); None for none."""
+    parsed = parse_warning(given) if given else None
+    if parsed is None:
         return None
-    name = given.removeprefix("B:").partition("@")[0]
-    return signal.Signals.__members__.get(f"SIG{name}")
+    try:
+        return signal.Signals(parsed.number)
+    except ValueError:
+        return None
 
 
 def warning_death(status: int, given: str | None, step_log: str = "") -> str:

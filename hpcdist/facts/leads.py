@@ -14,10 +14,20 @@ import math
 from dataclasses import dataclass
 from typing import Any
 
+from hpcdist.facts.warning import SLURM_DEFAULT_LEAD_S, parse_warning
+
+__all__ = [
+    "CHECKPOINT_TIMING_FILE",
+    "SIGNAL_LEAD_VAR",
+    "SLURM_DEFAULT_LEAD_S",
+    "CheckpointTiming",
+    "margin_s",
+    "needed_lead_s",
+    "signal_lead_s",
+]
+
 CHECKPOINT_TIMING_FILE = "checkpoint_timing.json"
 SIGNAL_LEAD_VAR = "HPCDIST_SIGNAL_LEAD"  # seconds between SLURM's warning and its kill
-# SLURM's own lead where --signal names none (``--signal=USR2`` means ``USR2@60``).
-SLURM_DEFAULT_LEAD_S = 60
 # What a checkpoint may take beyond the last one measured: a disk busier than then, the
 # steps until the ranks agree to stop, the exit. At least 5 s, a quarter for long ones.
 MARGIN_MIN_S = 5.0
@@ -35,13 +45,9 @@ def needed_lead_s(checkpoint_s: float) -> float:
 
 def signal_lead_s(signal: str | None) -> int | None:
     """The lead of a ``--signal`` value (``B:USR2@90`` -> 90, ``USR2`` -> SLURM's 60);
-    None without a signal or with a lead that is not a number."""
-    if not signal:
-        return None
-    _, at, lead = signal.partition("@")
-    if not at:
-        return SLURM_DEFAULT_LEAD_S
-    return int(lead) if lead.strip().isdigit() else None
+    None without a signal or with one SLURM does not take."""
+    parsed = parse_warning(signal) if signal else None
+    return None if parsed is None else parsed.lead_s
 
 
 @dataclass(frozen=True)

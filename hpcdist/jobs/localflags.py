@@ -11,11 +11,11 @@ account and QOS that the user asked for beyond the profile's own.
 
 from __future__ import annotations
 
-import re
 import shutil
 from typing import Any
 
 from hpcdist.errors import SpecError, UserError
+from hpcdist.facts.leads import signal_lead_s
 from hpcdist.spec.jobspec import DEFAULTS, JOB_OPTIONS, JobSpec
 
 # Options the local executor cannot honour once they differ from their default.
@@ -58,14 +58,5 @@ def check_local_launcher(spec: JobSpec) -> None:
         )
 
 
-# SLURM's lead where --signal names none (sbatch(1): "the default is 60 seconds").
-_DEFAULT_LEAD_S = 60
-_LEAD = re.compile(r"@([0-9]+)$")
-
-
-def warning_lead_s(signal: str | None) -> int | None:
-    """How long before the time limit ``--signal`` asks for its warning; None: no warning."""
-    if not signal:
-        return None
-    found = _LEAD.search(signal.strip())
-    return int(found.group(1)) if found else _DEFAULT_LEAD_S
+# How long before the time limit ``--signal`` asks for its warning; None: no warning.
+warning_lead_s = signal_lead_s

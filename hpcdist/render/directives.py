@@ -22,6 +22,7 @@ from hpcdist.facts.launch import (
 )
 from hpcdist.render.container import container_prefix, container_srun_options
 from hpcdist.spec.dependency import dependency_value
+from hpcdist.spec.grammar import parse_signal
 from hpcdist.spec.jobspec import JOB_OPTIONS, Count, JobSpec
 from hpcdist.spec.logfolder import NOTE, moved_log
 from hpcdist.spec.sweep import array_range, task_command
@@ -94,7 +95,7 @@ def warning_text(spec: JobSpec) -> str:
     ``render`` writes above the directive and ``submit`` prints."""
     if spec.signal is None:
         return "none; at the time limit SLURM sends TERM, then KILL"
-    seconds = spec.signal.partition("@")[2] or "60"  # SLURM's default
+    seconds = parse_signal("--signal", spec.signal).lead_s
     where = (
         "the batch shell, and hpcdist's runner passes it on to every rank"
         if spec.warns_batch_shell

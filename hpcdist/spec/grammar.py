@@ -10,9 +10,9 @@ without an end) is refused with the reason, never as "not a SLURM value".
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass
 
 from hpcdist.errors import SpecError
+from hpcdist.facts.warning import MAX_LEAD_S, WARNING_SIGNALS, WarningSignal, parse_warning
 
 # --mem: a number, then K, M (the default), G or T, in either case, and an optional B.
 _MEMORY = re.compile(r"\+?([0-9]+)(?:[KkMmGgTt][Bb]?)?")
@@ -29,86 +29,24 @@ def check_memory(where: str, value: str) -> None:
         )
 
 
-# --signal: [{B,R}...:]SIGNAL[@SECONDS], a name with or without SIG in any case, or a number.
-_SIGNAL_NAMES = {
-    "HUP": 1,
-    "INT": 2,
-    "QUIT": 3,
-    "ABRT": 6,
-    "KILL": 9,
-    "USR1": 10,
-    "USR2": 12,
-    "ALRM": 14,
-    "TERM": 15,
-    "CONT": 18,
-    "STOP": 19,
-    "TSTP": 20,
-    "TTIN": 21,
-    "TTOU": 22,
-    "URG": 23,
-    "XCPU": 24,
-    # Names SLURM 22.05 refuses and 24.11 takes; none of them is a warning a job catches.
-    "ILL": 4,
-    "TRAP": 5,
-    "BUS": 7,
-    "FPE": 8,
-    "SEGV": 11,
-    "PIPE": 13,
-    "CHLD": 17,
-    "XFSZ": 25,
-    "VTALRM": 26,
-    "PROF": 27,
-    "WINCH": 28,
-    "IO": 29,
-    "POLL": 29,
-    "PWR": 30,
-    "SYS": 31,
-}
-_SIGNAL_NUMBERS = {number: name for name, number in reversed(_SIGNAL_NAMES.items())}
-# The warnings a job can catch and checkpoint on (the runner traps them).
-WARNING_SIGNALS = ("USR1", "USR2", "TERM", "INT", "HUP", "URG", "CONT")
-_SIGNAL = re.compile(r"(?:([BRbr]+):)?([A-Za-z0-9]+)(?:@([0-9]*))?")
-_MAX_WARNING_S = 65535  # SLURM keeps the warning time in 16 bits
-
-
-@dataclass(frozen=True)
-class Signal:
-    """A parsed ``--signal``: the signal's name (USR2 of ``SIGusr2``), whether the batch
-    shell alone gets it (``B:``), and the seconds before the end (None: SLURM's 60)."""
-
-    name: str
-    batch_shell: bool
-    seconds: int | None
+# --signal: [{B,R}...:]SIGNAL[@SECONDS], read by hpcdist.facts.warning for every side.
+Signal = WarningSignal
 
 
 def parse_signal(where: str, value: str) -> Signal:
     """``USR2@90``, ``SIGUSR2@90``, ``12@90``, ``R:USR2@90``, ``B:usr2`` -> Signal."""
-    match = _SIGNAL.fullmatch(value)
-    name = None if match is None else _signal_name(match.group(2))
-    seconds_text = None if match is None else match.group(3)
-    if match is None or name is None or int(seconds_text or 0) > _MAX_WARNING_S:
+    parsed = parse_warning(value)
+    if parsed is None:
         raise SpecError(
             f"{where} {value!r} is not a SLURM signal; expected [B:|R:]SIGNAL[@SECONDS] with "
-            f"a signal name or number and 0-{_MAX_WARNING_S} seconds, e.g. USR2@90"
+            f"a signal name or number and 0-{MAX_LEAD_S} seconds, e.g. USR2@90"
         )
-    if name not in WARNING_SIGNALS:
+    if not parsed.catchable:
         raise SpecError(
-            f"{where} {value!r}: SLURM would send {name}, which the job cannot catch to "
+            f"{where} {value!r}: SLURM would send {parsed.name}, which the job cannot catch to "
             f"checkpoint; hpcdist needs one of {', '.join(WARNING_SIGNALS)}, e.g. USR2@90"
         )
-    flags = (match.group(1) or "").upper()
-    return Signal(name, "B" in flags, int(seconds_text) if seconds_text else None)
-
-
-def _signal_name(text: str) -> str | None:
-    """The signal's name without SIG, of a name in any case or a number; None if unknown.
-    A number SLURM takes but hpcdist has no name for is named by its number."""
-    if text.isdigit():
-        number = int(text)
-        return _SIGNAL_NUMBERS.get(number, str(number)) if number > 0 else None
-    upper = text.upper()
-    upper = upper[3:] if upper.startswith("SIG") else upper
-    return upper if upper in _SIGNAL_NAMES else None
+    return parsed
 
 
 MAIL_TYPES = (

@@ -260,10 +260,6 @@ def _check_cpus(spec: JobSpec, profile: Profile) -> None:
         )
 
 
-# sbatch --signal without @SECONDS warns this long before the limit (sbatch(1)).
-_DEFAULT_WARNING_S = 60
-
-
 def _profile_time(profile: Profile) -> int | None:
     """The profile's max_time in seconds (None: none, or no limit such as UNLIMITED); a bad
     one is named as the profile's key."""
@@ -275,8 +271,7 @@ def _profile_time(profile: Profile) -> int | None:
 def _check_warning_fits(signal: str, time: str, limit_s: int) -> None:
     """A warning at or before the job's start leaves it no time to work: it would be
     warned, checkpoint and be requeued (or restarted) in a loop."""
-    seconds = parse_signal("--signal", signal).seconds
-    warning_s = _DEFAULT_WARNING_S if seconds is None else seconds
+    warning_s = parse_signal("--signal", signal).lead_s
     if warning_s >= limit_s:
         raise SpecError(
             f"--time {time!r} ({limit_s} s) leaves no time before --signal {signal!r} warns "

@@ -120,12 +120,16 @@ def test_what_sbatch_takes_renders_as_given(
         ("R:USR2@90", "USR2", False, 90),
         ("usr2@90", "USR2", False, 90),
         ("B:sigusr1@120", "USR1", True, 120),
-        ("rb:10", "USR1", True, None),
+        ("rb:10", "USR1", True, 60),  # SLURM's lead where none is given
+        ("RB:USR2@60", "USR2", True, 60),
+        ("b:USR2@60", "USR2", True, 60),
+        ("Br:SIGusr2@0", "USR2", True, 0),
+        ("USR2@", "USR2", False, 60),
         ("TERM@65535", "TERM", False, 65535),
     ],
 )
 def test_every_spelling_of_a_signal_is_the_warning_the_job_catches(
-    signal: str, name: str, batch_shell: bool, seconds: int | None
+    signal: str, name: str, batch_shell: bool, seconds: int
 ) -> None:
     assert parse_signal("--signal", signal) == type(parse_signal("--signal", "USR2"))(
         name, batch_shell, seconds
