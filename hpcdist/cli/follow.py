@@ -28,7 +28,7 @@ from hpcdist.jobs.logpaths import (
     missing_log,
     no_log_line,
 )
-from hpcdist.jobs.logread import printable, read_log_bytes, read_log_text
+from hpcdist.jobs.logread import one_line, printable, read_log_bytes, read_log_text
 from hpcdist.jobs.records import (
     FINAL_STATES,
     JobRecord,
@@ -132,10 +132,10 @@ def _shell_status(code: int) -> str:
 
 
 def _describe(info: JobInfo, summary: str | None, advice: str | None) -> list[str]:
-    lines = [f"{info.job_id} {freshness.shown(info.state, info.seen)}"]
+    lines = [f"{one_line(info.job_id)} {freshness.shown(info.state, info.seen)}"]
     rows: list[tuple[str, str]] = [("name", info.name)]
     if info.state == UNANSWERED:  # nothing the controller said: no nodes, times or code
-        return [*lines, *(f"  {key + ':':<11} {value}" for key, value in rows)]
+        return [*lines, *(f"  {key + ':':<11} {one_line(value)}" for key, value in rows)]
     if info.reason is not None:
         rows.append(("reason", info.reason))
     rows.append(("nodes", f"{info.nodes} ({info.num_nodes})" if info.nodes else "none yet"))
@@ -155,7 +155,7 @@ def _describe(info: JobInfo, summary: str | None, advice: str | None) -> list[st
         rows.append(("efficiency", summary))
     if advice is not None:
         rows.append(("advice", advice))
-    lines.extend(f"  {key + ':':<11} {value}" for key, value in rows)
+    lines.extend(f"  {key + ':':<11} {one_line(value)}" for key, value in rows)
     return lines
 
 
@@ -243,7 +243,7 @@ def _summary(job_id: str, infos: Sequence[JobInfo]) -> list[str]:
         (i.job_id, i.state, f"exit code {exit_text(i.exit_code, i.signal, i.reason)}")
         for i in infos
     ]
-    return [f"{job_id} {summary(states)[0]}", *summary(states)[1:]]
+    return [one_line(line) for line in [f"{job_id} {summary(states)[0]}", *summary(states)[1:]]]
 
 
 def _job_json(info: JobInfo, eff: Any, summary: str | None, advice: str | None) -> dict[str, Any]:
@@ -584,7 +584,8 @@ def list_command() -> int:
     for run, row in group_by_run(sorted(rows, key=_newest_first), runs_by_job()):
         job_id, shown_state, shown_elapsed, executor, name = row
         click.echo(
-            f"{job_id:>12}  {shown_state:<11} {shown_elapsed:>10}  {executor:<8} {run:<16} {name}"
+            f"{job_id:>12}  {shown_state:<11} {shown_elapsed:>10}  {executor:<8} "
+            f"{one_line(run):<16} {one_line(name)}"
         )
     waiting = [row[1] for row in rows if row[3] != "local" and row[1] not in FINAL_STATES]
     said = list_note(waiting, userjobs.seen(), now)

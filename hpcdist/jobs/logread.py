@@ -75,6 +75,15 @@ def read_log_text(path: Path) -> str:
     return printable(read_log_bytes(path).decode(errors="replace"))
 
 
+def one_line(text: str) -> str:
+    """A value another user may have written (a job's name, comment, path, reason) for one
+    line of output: every control character, newline and tab too, escaped as ``\\xNN``."""
+    return _ANY_CONTROL.sub(lambda m: f"\\x{ord(m.group()):02x}", text)
+
+
+_ANY_CONTROL = re.compile(r"[\x00-\x1f\x7f-\x9f]")
+
+
 def printable(text: str) -> str:
     """``text`` with every control character except newline and tab escaped as ``\\xNN``."""
     return _CONTROL.sub(lambda m: f"\\x{ord(m.group()):02x}", text)

@@ -40,8 +40,40 @@ def parse_key_values(line: str) -> dict[str, str]:
 
 
 def parse_scontrol_records(text: str) -> list[dict[str, str]]:
-    """Every record of ``scontrol show job -o`` (one line each; an array job has several)."""
+    """Every record of ``scontrol show job -o`` (one line each; an array job has several).
+    Refused (SlurmOutputError) where they cannot be told apart: ``ambiguity``."""
+    problem = ambiguity(text)
+    if problem:
+        raise SlurmOutputError(f"scontrol's job records cannot be told apart: {problem}")
     return [parse_key_values(line) for line in text.splitlines() if line.strip()]
+
+
+# The start of a record of ``scontrol -o show job``: its numeric id, then another field.
+_RECORD_START = re.compile(r"JobId=\d+ [A-Za-z]")
+_USER_ID = re.compile(r"(?:^|\s)UserId=")
+
+
+def ambiguity(text: str) -> str:
+    """Why the records of ``scontrol -o show job`` output cannot be told apart (a job's
+    name, comment, command or paths are its owner's text, printed unquoted, newlines and
+    all, so one record can pose as several); "" if nothing says so: every line starts a
+    record, names its owner once, and no job id or array task comes twice."""
+    seen: set[str] = set()
+    for number, line in enumerate(text.splitlines(), 1):
+        if not line.strip() or line.startswith("No jobs in the system"):
+            continue
+        if not _RECORD_START.match(line):
+            return f"line {number} starts no record (a field holds a newline)"
+        if len(_USER_ID.findall(line)) != 1:
+            return f"line {number} names an owner {len(_USER_ID.findall(line))} times"
+        record = parse_key_values(line)
+        keys = {record["JobId"]}
+        if record.get("ArrayJobId") and record.get("ArrayTaskId", "").isdigit():
+            keys.add(f"{record['ArrayJobId']}_{record['ArrayTaskId']}")
+        if keys & seen:
+            return f"line {number} repeats job {sorted(keys & seen)[0]}"
+        seen |= keys
+    return ""
 
 
 def parse_sacct(text: str) -> list[dict[str, str]]:

@@ -55,6 +55,7 @@ from hpcdist.errors import UserError
 from hpcdist.slurm.freshness import Seen
 from hpcdist.slurm.parse import (
     FINAL_STATES,
+    ambiguity,
     expand_task_ids,
     parse_exit_code,
     parse_key_values,
@@ -135,6 +136,22 @@ def parse_rows(text: str, uid: int | None = None) -> list[Row]:
 # read as alice's finished job. The real UserId is always printed, so a record that spells
 # it twice is another user's disguise (or one's own odd name) and is left out of the view.
 _USER_ID = re.compile(r"(?:^|\s)UserId=")
+
+
+def own_rows(runner: Runner) -> list[Row] | None:
+    """The user's rows where ``scontrol -o show job`` of every job is ambiguous (another
+    user's job holds a newline and could pose as the user's): the user's own jobs, listed by
+    their numbers alone (``squeue --me``, which filters them by user id), each asked of the
+    controller on its own, so no other user's text is read. None: the controller failed."""
+    listed = runner(["squeue", "--me", "--noheader", "--states=all", "--format=%F"])
+    if listed.returncode != 0:
+        return None
+    rows: list[Row] = []
+    for head in sorted({word for word in listed.stdout.split() if word.isdigit()}, key=int):
+        proc = runner(["scontrol", "-o", "show", "job", head])
+        if proc.returncode == 0 and not ambiguity(proc.stdout):  # one's own newline: left out
+            rows += parse_rows(proc.stdout)
+    return rows
 
 
 def _task_rows(record: Mapping[str, str]) -> list[Row]:
@@ -469,20 +486,27 @@ class SharedView:
             state, _index=None, _max_id=None, _youngest=-1.0, asking_since=None
         )
         try:
-            proc = self.runner(view_argv())
+            rows = self._rows(self.runner(view_argv()))
         except UserError:  # no answer in time
-            proc = subprocess.CompletedProcess(view_argv(), 1, "", "timeout")
+            rows = None
         now = self.clock()
-        if proc.returncode != 0:
+        if rows is None:
             state.failures += 1
             state.paused_until = now + _pause(state.failures)
             state.silent_since = started if state.silent_since is None else state.silent_since
             return state
-        state.rows = merge_rows(state.rows, parse_rows(proc.stdout), now)
+        state.rows = merge_rows(state.rows, rows, now)
         state.at, state.call_s = now, now - started
         state.stale, state.failures, state.paused_until = False, 0, float("-inf")
         state.silent_since = None
         return state
+
+    def _rows(self, proc: subprocess.CompletedProcess[str]) -> list[Row] | None:
+        """The user's rows of the controller's answer (None: it failed); where its records
+        cannot be told apart, asked again job by job (``own_rows``)."""
+        if proc.returncode != 0:
+            return None
+        return own_rows(self.runner) if ambiguity(proc.stdout) else parse_rows(proc.stdout)
 
     def _lock_held(self) -> bool:
         """Whether another process holds the view's lock now (a look in flight)."""

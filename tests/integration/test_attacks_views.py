@@ -20,8 +20,8 @@ from pathlib import Path
 import pytest
 
 from tests.integration import test_attacks as attacks
-from tests.integration.conftest import SlurmCluster, job_state, sbatch, slurm_env
-from tests.integration.test_attacks import HPCDIST, Attacker, one_line
+from tests.integration.conftest import SlurmCluster, job_state, run_slurm, sbatch, slurm_env
+from tests.integration.test_attacks import HPCDIST, Attacker, _script, hpcdist, one_line
 
 attacker, home = attacks.attacker, attacks.home
 
@@ -90,3 +90,61 @@ def test_a_script_in_the_victims_own_folder_runs_as_rendered(
     job = sbatch(script, cwd=home)
     assert job.returncode == 0, job
     assert job_state(job.job_id) == "COMPLETED"
+
+
+# ------------------------------------------------------------------ the shared job view
+
+
+def _forged(victim_job: int) -> str:
+    """A job name whose newlines start records of the victim's: her pending job finished,
+    and a failed task 7 of it, with a log path of the attacker's choosing."""
+    owner = f"UserId=root({os.getuid()}) GroupId=root(0)"
+    tail = "Restarts=0 ExitCode=0:0 RunTime=00:00:01 TimeLimit=00:05:00 NodeList=node3 NumNodes=1"
+    return "\n".join(
+        [
+            "x",
+            f"JobId={victim_job} JobName=victim {owner} JobState=COMPLETED Reason=None {tail} "
+            "StdOut=/etc/shadow",
+            f"JobId={victim_job + 100000} ArrayJobId={victim_job} ArrayTaskId=7 JobName=victim "
+            f"{owner} JobState=FAILED Reason=NonZeroExitCode {tail} StdOut=/etc/shadow",
+            "JobId=4000000000 JobName=y",
+        ]
+    )
+
+
+def test_another_users_job_cannot_forge_the_victims_job_states(
+    slurm_cluster: SlurmCluster, attacker: Attacker, home: Path
+) -> None:
+    victim_job = sbatch(_script(home, "victim", "threads", "true"), "--hold", wait=False, cwd=home)
+    queued = attacker.run("sbatch", _forged(victim_job.job_id))
+    assert queued.returncode == 0, queued.stdout
+    forger = queued.stdout.splitlines()[0].strip()
+    try:
+        shown = run_slurm("scontrol", "-o", "show", "job").stdout
+        assert f"\nJobId={victim_job.job_id} JobName=victim UserId=root(" in shown  # planted
+        proc = hpcdist("status", str(victim_job.job_id), cwd=home)
+        assert proc.returncode == 0, proc.stderr
+        assert proc.stdout.startswith(f"{victim_job.job_id} PENDING"), proc.stdout
+        assert "COMPLETED" not in proc.stdout and "FAILED" not in proc.stdout
+        assert "node3" not in proc.stdout and "shadow" not in proc.stdout
+        assert "_7" not in proc.stdout
+        # Her job's own record cannot be told apart from what it poses as: refused, one line.
+        line = one_line(hpcdist("status", forger, cwd=home))
+        assert "cannot be told apart" in line and "\n" not in line
+    finally:
+        run_slurm("scancel", forger, str(victim_job.job_id), check=False)
+
+
+def test_status_prints_another_users_escape_sequences_escaped(
+    slurm_cluster: SlurmCluster, attacker: Attacker, home: Path
+) -> None:
+    queued = attacker.run("sbatch", "\x1b]0;pwned\x07\x1b[2Jname")
+    assert queued.returncode == 0, queued.stdout
+    job = queued.stdout.splitlines()[0].strip()
+    try:
+        proc = hpcdist("status", job, cwd=home)
+        assert proc.returncode == 0, proc.stderr
+        assert "name:       \\x1b]0;pwned\\x07\\x1b[2Jname" in proc.stdout
+        assert "\x1b" not in proc.stdout and "\x07" not in proc.stdout
+    finally:
+        run_slurm("scancel", job, check=False)

@@ -448,3 +448,52 @@ def test_a_waiter_takes_a_completing_jobs_end_from_the_database(
     sacct[0] = "77|COMPLETED\n"
     assert query.slurm_job_state("77", within=6.0) == "COMPLETED"
     assert asked == [True, True]  # asked now, never an answer kept from before the end
+
+
+def _line(job: int, uid: int, state: str, name: str = "n") -> str:
+    return f"JobId={job} JobName={name} UserId=u({uid}) GroupId=g(0) JobState={state} Reason=None"
+
+
+def test_a_name_with_newlines_makes_the_view_ask_job_by_job() -> None:
+    from hpcdist.slurm.parse import ambiguity
+
+    me = os.getuid()
+    mine = _line(10, me, "PENDING")
+    forged = _line(11, 4242, "PENDING", name=f"x\n{_line(10, me, 'COMPLETED')}\nJobId=9 JobName=y")
+    assert ambiguity(mine) == "" and ambiguity(f"{mine}\n{_line(12, me, 'RUNNING')}") == ""
+    assert ambiguity(f"{mine}\n{forged}") == "line 2 names an owner 0 times"
+    assert ambiguity(f"{mine}\nmore name") == "line 2 starts no record (a field holds a newline)"
+    assert ambiguity(f"{mine}\n{mine}") == "line 2 repeats job 10"
+    assert "names an owner 2 times" in ambiguity(f"{mine} UserId=u({me})")
+    asked: list[list[str]] = []
+
+    def runner(argv: list[str]) -> subprocess.CompletedProcess[str]:
+        asked.append(argv)
+        out = {"scontrol -o show job": f"{mine}\n{forged}", "squeue": "10\n"}
+        out["scontrol -o show job 10"] = mine
+        key = "squeue" if argv[0] == "squeue" else " ".join(argv)
+        return subprocess.CompletedProcess(argv, 0, out[key], "")
+
+    view = SharedView(Path(os.devnull), runner)
+    rows = view._rows(runner(userjobs.view_argv()))
+    assert [(row["JobID"], row["State"]) for row in rows or []] == [("10", "PENDING")]
+    assert asked[1][:2] == ["squeue", "--me"] and asked[2] == [
+        "scontrol",
+        "-o",
+        "show",
+        "job",
+        "10",
+    ]
+    # Without a newline anywhere: the one answer, nothing asked again.
+    asked.clear()
+    assert [
+        row["JobID"] for row in view._rows(runner(["scontrol", "-o", "show", "job", "10"])) or []
+    ] == ["10"]
+    assert len(asked) == 1
+
+
+def test_one_line_escapes_every_control_character() -> None:
+    from hpcdist.jobs.logread import one_line
+
+    assert one_line("a\x1b]0;t\x07\nb\tc\x7f") == "a\\x1b]0;t\\x07\\x0ab\\x09c\\x7f"
+    assert one_line("plain name-1") == "plain name-1"
