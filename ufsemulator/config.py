@@ -88,10 +88,14 @@ class ExportConfig:
     # (sst, sss, uocn, vocn) all hold it is missing, like a NaN row. None: no such value.
     land_value: float | None = None
     # An input further than this fraction of its training range outside that range is
-    # out of range: flagged by out_of_range(); with out_of_range: fill, predict answers
-    # fill_value there too.
+    # out of range: flagged by row_flags(); with out_of_range: fill (the default), predict
+    # answers fill_value there too, never an extrapolated number; flag: predict answers.
     range_margin: float = 0.1
-    out_of_range: Literal["flag", "fill"] = "flag"
+    out_of_range: Literal["flag", "fill"] = "fill"
+    # jac_physical, tlm and adjoint refuse (raise, with the counts per input) when more
+    # than this share of the rows with data is out of range: a background in the wrong
+    # units would otherwise get a zero Jacobian everywhere, silently. 1.0: never refuse.
+    max_out_of_range: float = 0.01
     clamp: bool = False  # clamp predict to the output's physical bounds (aice: [0, 1])
     aoti: bool = False  # also write model.pt2 (AOTInductor) beside model.pt after training
 
@@ -102,6 +106,12 @@ class ExportConfig:
                 raise ConfigError(
                     f"'export.{key}' must be {' or '.join(words)} or a mapping, got {value!r}"
                 )
+        share = self.max_out_of_range
+        if isinstance(share, bool) or not isinstance(share, int | float) or not 0 <= share <= 1:
+            raise ConfigError(
+                f"'export.max_out_of_range' must be a share from 0 to 1 (1: never refuse), "
+                f"got {share!r}"
+            )
 
 
 @dataclass(frozen=True)

@@ -239,6 +239,7 @@ _ATTRIBUTES = (
     "land_columns",
     "range_margin",
     "fill_out_of_range",
+    "max_out_of_range",
     "clamp_output",
     "output_lower",
     "output_upper",

@@ -54,6 +54,7 @@ def of(model: Any) -> dict[str, Any]:
         else [],
         "range_margin": float(model.range_margin),
         "out_of_range": "fill" if model.fill_out_of_range else "flag",
+        "max_out_of_range": float(model.max_out_of_range),
         "clamp": bool(model.clamp_output),
         "activation": str(model.activation),
         "methods": {
@@ -62,10 +63,21 @@ def of(model: Any) -> dict[str, Any]:
             "jac_physical": "([N, n_in], mask [N] or [N, 1]) -> [N, n_out, n_in]",
             "tlm": "([N, n_in], dx [N, n_in]) -> [N, n_out]",
             "adjoint": "([N, n_in], dy [N, n_out]) -> [N, n_in]",
+            "check_background": "([N, n_in], mask) -> {input name: rows out of range, ...}",
             "forward": "NORMALISED in and out (training); not the prediction",
         },
         "jedi_names_follow": JEDI_REFERENCE,
     }
+
+
+def _refusal_text(sig: Mapping[str, Any]) -> str:
+    share = float(sig.get("max_out_of_range", 1.0))
+    if share >= 1.0:
+        return "too many rows out of range: never refused (max_out_of_range 1)"
+    return (
+        f"too many rows out of range: jac_physical, tlm and adjoint refuse (an error with the "
+        f"counts per input) when more than {share:.4g} of the rows with data are out of range"
+    )
 
 
 def _land_text(sig: Mapping[str, Any]) -> str:
@@ -115,6 +127,7 @@ def describe(extra: Mapping[str, str], path: str) -> str:
         f"out of range (beyond the training range by {_number(sig['range_margin'])} of it): "
         + ("predict gives the fill value" if sig["out_of_range"] == "fill" else "flagged")
         + " (row_flags), jac_physical, tlm and adjoint 0",
+        _refusal_text(sig),
         "forward: NORMALISED in and out (training), not the prediction: call predict",
     ]
     if extra.get("cpu_isa"):  # an AOTInductor package: compiled code for one kind of CPU

@@ -124,6 +124,7 @@ def prepare_export(model: EmulatorMLP, options: ExportConfig) -> EmulatorMLP:
     model.fill_value = math.nan if options.fill_value is None else float(options.fill_value)
     model.range_margin = float(options.range_margin)
     model.fill_out_of_range = options.out_of_range == "fill"
+    model.max_out_of_range = float(options.max_out_of_range)
     model.clamp_output = bool(options.clamp)
     chosen_levels = (
         ("input_levels", options.input_levels, config.n_in),

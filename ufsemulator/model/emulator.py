@@ -111,6 +111,7 @@ class EmulatorMLP(nn.Module):
         range_margin: float
         fill_out_of_range: bool
         clamp_output: bool
+        max_out_of_range: float
         land_value: float
         land_columns: list[int]
         block_rows: int
@@ -146,6 +147,9 @@ class EmulatorMLP(nn.Module):
         self.range_margin = 0.1
         self.fill_out_of_range = False
         self.clamp_output = False
+        # The largest share of rows with data (mask non-zero) that may lie out of range
+        # before jac_physical, tlm and adjoint refuse (an export sets it; 1.0: never).
+        self.max_out_of_range = 1.0
         # Land stored as a number (SOCA writes 0.0 over land): a row whose land_columns
         # all hold land_value is missing. NaN (never equal): no land value.
         self.land_value = math.nan
@@ -244,6 +248,13 @@ class EmulatorMLP(nn.Module):
         return self._flags(inputs, valid)
 
     def _flags(self, inputs: torch.Tensor, valid: torch.Tensor) -> torch.Tensor:
+        outside = self._outside(inputs).any(dim=1)
+        # Literals: TorchScript cannot read module constants (ROW_OK, ...) here.
+        flags = torch.where(outside, 1, 0)
+        return torch.where(valid, flags, 2).to(torch.int8)
+
+    def _outside(self, inputs: torch.Tensor) -> torch.Tensor:
+        """``[N, n_in]``: each value beyond its training range by more than the margin."""
         dtype = self.input_min.dtype
         if inputs.dtype == torch.float64:
             dtype = inputs.dtype
@@ -252,10 +263,79 @@ class EmulatorMLP(nn.Module):
         # An infinite bound (range unknown) gives inf - inf = NaN: no bound there.
         pad = torch.where(torch.isfinite(width), width * self.range_margin, torch.zeros_like(width))
         x = inputs.to(dtype)
-        outside = ((x < low - pad) | (x > high + pad)).any(dim=1)
-        # Literals: TorchScript cannot read module constants (ROW_OK, ...) here.
-        flags = torch.where(outside, 1, 0)
-        return torch.where(valid, flags, 2).to(torch.int8)
+        return (x < low - pad) | (x > high + pad)
+
+    @torch.jit.export
+    def check_background(
+        self, inputs: torch.Tensor, mask: torch.Tensor | None = None
+    ) -> dict[str, int]:
+        """A cycle's pre-check: for each input name, how many rows with data hold it out of
+        range; ``rows``, ``missing_rows`` (flag 2), ``rows_with_data`` (not missing, mask
+        non-zero), ``out_of_range_rows`` (flag 1 among them) and ``allowed_out_of_range_rows``
+        (what ``max_out_of_range`` lets jac_physical, tlm and adjoint accept)."""
+        _, valid = self._prepare(inputs)
+        used = self._used(valid, mask, inputs.shape[0])
+        outside = self._outside(inputs) & used.unsqueeze(1)
+        counts: dict[str, int] = {}
+        for k, name in enumerate(self.input_names):
+            counts[name] = int(outside[:, k].sum())
+        counts["rows"] = int(inputs.shape[0])
+        counts["missing_rows"] = int((~valid).sum())
+        counts["rows_with_data"] = int(used.sum())
+        counts["out_of_range_rows"] = int(outside.any(dim=1).sum())
+        allowed = self.max_out_of_range * counts["rows_with_data"]
+        counts["allowed_out_of_range_rows"] = math.floor(allowed)
+        return counts
+
+    def _used(self, valid: torch.Tensor, mask: torch.Tensor | None, n: int) -> torch.Tensor:
+        """Rows a linearisation is asked for: data (not missing, not land), mask non-zero."""
+        if mask is None:
+            return valid
+        if mask.numel() != n:
+            raise ValueError(
+                f"mask must hold one value per input row ({n} rows), got shape {mask.shape}"
+            )
+        m = mask.reshape(n)
+        return valid & torch.isfinite(m) & (m != 0)
+
+    def _refuse_out_of_range(
+        self,
+        inputs: torch.Tensor,
+        flags: torch.Tensor,
+        used: torch.Tensor,
+        caller: str,
+        traced: bool,
+    ) -> None:
+        """Refuse a linearisation when more than ``max_out_of_range`` of the rows with data
+        are out of range: a background in the wrong units, or one the model never saw,
+        would otherwise get a zero Jacobian everywhere and a cycle no balance at all."""
+        if self.max_out_of_range >= 1.0:
+            return
+        out = ((flags == 1) & used).sum()
+        limit = self.max_out_of_range * used.sum().to(torch.float64)
+        if traced:
+            # torch.export: no data-dependent branch; the package throws this message.
+            torch._assert_async(
+                out.to(torch.float64) <= limit,
+                f"{caller} refused: more than {self.max_out_of_range} of the rows with data "
+                "are outside the training range (row_flags 1; export.max_out_of_range); "
+                "is the background in the units of input_units? predict gives the row flags",
+            )
+            return
+        if float(out) <= float(limit):
+            return
+        outside = self._outside(inputs) & used.unsqueeze(1)
+        parts: list[str] = []
+        for k, name in enumerate(self.input_names):
+            count = int(outside[:, k].sum())
+            if count > 0:
+                parts.append(f"{name} ({self.input_units[k]}) {count}")
+        raise ValueError(
+            f"{caller} refused: {int(out)} of {int(used.sum())} rows with data are outside "
+            f"the training range, more than export.max_out_of_range {self.max_out_of_range} "
+            f"allows; rows out of range per input: {', '.join(parts)}; is the background in "
+            f"the units of input_units? check_background(inputs) gives the counts"
+        )
 
     @torch.jit.export
     def predict(self, inputs: torch.Tensor) -> torch.Tensor:
@@ -271,51 +351,67 @@ class EmulatorMLP(nn.Module):
         y = self._blocks(x, False, by_block)[0]
         y = y * self.output_std.to(x.dtype) + self.output_mean.to(x.dtype)
         if self.clamp_output:
-            low = torch.tensor(self.output_lower, dtype=y.dtype, device=y.device)
-            high = torch.tensor(self.output_upper, dtype=y.dtype, device=y.device)
+            low, high = self._bounds(y)
             y = torch.minimum(torch.maximum(y, low), high)
         keep = valid
         if self.fill_out_of_range:
             keep = self._flags(inputs, valid) == 0
         return torch.where(keep.unsqueeze(1), y, torch.full_like(y, self.fill_value))
 
+    def _bounds(self, y: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        low = torch.tensor(self.output_lower, dtype=y.dtype, device=y.device)
+        high = torch.tensor(self.output_upper, dtype=y.dtype, device=y.device)
+        return low, high
+
     @torch.jit.export
     def jac_physical(self, inputs: torch.Tensor, mask: torch.Tensor | None = None) -> torch.Tensor:
-        """d(physical output)/d(physical input), ``[N, n_out, n_in]``, in the inputs' dtype.
+        """d(physical output)/d(physical input), ``[N, n_out, n_in]``, in the inputs' dtype:
+        the derivative of what ``predict`` returns (0 for an output ``clamp_output`` clamps).
 
         Each row is multiplied by its ``mask`` value (``[N]`` or ``[N, 1]``, any dtype;
         fractions allowed, NaN counts as 0), as SABER's reference emulators do. A row that
         ``row_flags`` does not pass (missing, land, or out of range: beyond the training
         range by more than ``range_margin`` of it) is zero, whatever ``out_of_range`` says:
         a linearisation outside the training data is not one a DA system should apply.
+        When more than ``max_out_of_range`` of the rows with data are out of range, it
+        raises a ValueError with the counts per input instead (so do ``tlm``, ``adjoint``).
         """
-        return self._jacobian(inputs, mask, True)
+        return self._linearised(inputs, mask, True, "jac_physical")[0]
 
     def _jacobian(
         self, inputs: torch.Tensor, mask: torch.Tensor | None, by_block: bool
     ) -> torch.Tensor:
+        return self._linearised(inputs, mask, by_block, "jac_physical")[0]
+
+    def _linearised(
+        self, inputs: torch.Tensor, mask: torch.Tensor | None, by_block: bool, caller: str
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        """The Jacobian ``[N, n_out, n_in]`` and each row's weight ``[N]`` (0: not used)."""
         x, valid = self._prepare(inputs)
         dtype = x.dtype
         n = x.shape[0]
-        jac = self._blocks(x, True, by_block)[1]
+        flags = self._flags(inputs, valid)
+        self._refuse_out_of_range(inputs, flags, self._used(valid, mask, n), caller, not by_block)
+        y, jac = self._blocks(x, True, by_block)
         scale = self.output_std.to(dtype).unsqueeze(1) / self.input_std.to(dtype).unsqueeze(0)
         jac = jac * scale.unsqueeze(0)
-        row = (self._flags(inputs, valid) == 0).to(dtype)
+        if self.clamp_output:
+            y = y * self.output_std.to(dtype) + self.output_mean.to(dtype)
+            low, high = self._bounds(y)
+            jac = jac * ((y >= low) & (y <= high)).to(dtype).unsqueeze(2)
+        row = (flags == 0).to(dtype)
         if mask is not None:
-            if mask.numel() != n:
-                raise ValueError(
-                    f"mask must hold one value per input row ({n} rows), got shape {mask.shape}"
-                )
             m = mask.reshape(n).to(dtype)
             row = row * torch.where(torch.isfinite(m), m, torch.zeros_like(m))
         jac = jac * row.reshape(n, 1, 1)
-        return torch.where(torch.isfinite(jac), jac, torch.zeros_like(jac))
+        return torch.where(torch.isfinite(jac), jac, torch.zeros_like(jac)), row
 
     @torch.jit.export
     def tlm(
         self, inputs: torch.Tensor, dx: torch.Tensor, mask: torch.Tensor | None = None
     ) -> torch.Tensor:
-        """Tangent linear at ``inputs``: ``J dx``, ``[N, n_out]`` (same rules as jac)."""
+        """Tangent linear at ``inputs``: ``J dx``, ``[N, n_out]`` (same rules as jac; a row
+        whose Jacobian is zeroed gives 0 whatever its ``dx``, NaN included)."""
         return self._tlm(inputs, dx, mask, True)
 
     def _tlm(
@@ -323,16 +419,18 @@ class EmulatorMLP(nn.Module):
     ) -> torch.Tensor:
         if dx.shape != inputs.shape:
             raise ValueError(f"dx must have the shape of inputs {inputs.shape}, got {dx.shape}")
-        jac = self._jacobian(inputs, mask, by_block)
+        jac, row = self._linearised(inputs, mask, by_block, "tlm")
+        dx = torch.where(row.unsqueeze(1) != 0, dx.to(jac.dtype), torch.zeros_like(jac[:, 0]))
         # A sum over n_in in a fixed order, element by element: the same bits in any batch.
-        products = jac * dx.to(jac.dtype).unsqueeze(1)
+        products = jac * dx.unsqueeze(1)
         return _ordered_sum(products)
 
     @torch.jit.export
     def adjoint(
         self, inputs: torch.Tensor, dy: torch.Tensor, mask: torch.Tensor | None = None
     ) -> torch.Tensor:
-        """Adjoint at ``inputs``: ``J^T dy``, ``[N, n_in]``, for ``dy`` ``[N, n_out]``."""
+        """Adjoint at ``inputs``: ``J^T dy``, ``[N, n_in]``, for ``dy`` ``[N, n_out]`` (a
+        row whose Jacobian is zeroed gives 0 whatever its ``dy``)."""
         return self._adjoint(inputs, dy, mask, True)
 
     def _adjoint(
@@ -340,8 +438,9 @@ class EmulatorMLP(nn.Module):
     ) -> torch.Tensor:
         if dy.dim() != 2 or dy.shape[0] != inputs.shape[0] or dy.shape[1] != self.n_out:
             raise ValueError(f"dy must be [{inputs.shape[0]}, {self.n_out}], got {dy.shape}")
-        jac = self._jacobian(inputs, mask, by_block)
-        products = jac.transpose(1, 2) * dy.to(jac.dtype).unsqueeze(1)
+        jac, row = self._linearised(inputs, mask, by_block, "adjoint")
+        dy = torch.where(row.unsqueeze(1) != 0, dy.to(jac.dtype), torch.zeros_like(jac[:, :, 0]))
+        products = jac.transpose(1, 2) * dy.unsqueeze(1)
         return _ordered_sum(products)
 
     def _blocks(

@@ -51,36 +51,92 @@ def test_names_carry_their_units(tmp_path: Path, options: ExportConfig, units: l
     assert [loaded.input_units[k] for k in (0, 2, 3, 11)] == units
 
 
-def test_a_background_in_the_wrong_units_gets_zero_jacobians(tmp_path: Path) -> None:
+def test_a_background_in_the_wrong_units_is_refused_with_the_counts(tmp_path: Path) -> None:
     """What SABER does: names from the background, no units read, only jac_physical. A
     background in the right units gets the model's Jacobian; one in the wrong units (air
     temperature in degC where the name carries K, or an ocean temperature in K where
-    SOCA's name carries degC) gets flagged rows and zero Jacobians, never a number."""
+    SOCA's name carries degC) is refused by jac_physical, tlm and adjoint with the number
+    of rows out of range and the input, never answered with a zero Jacobian."""
     model = ranged_model()
     x_native = physical_inputs(model, 32).double()
     x_right = jedi_inputs(model, 32)
     with torch.no_grad():
         truth = model.double().jac_physical(x_native)
         model.float()
-    options = ExportConfig(names="jedi", out_of_range="fill")
-    jedi = _load(export_model(model, tmp_path / "jedi.pt", options))
+    jedi = _load(export_model(model, tmp_path / "jedi.pt", ExportConfig(names="jedi")))
     jac = jedi.jac_physical(x_right.float(), torch.ones(32, 1))
     assert (jedi.row_flags(x_right) == 0).all() and (jac != 0).any(dim=2).all()
     assert (jac[:, 0, 0].double() - truth[:, 0, 0]).abs().max() <= 1e-4 * truth.abs().max()
-    for column, shift in ((2, -273.15), (0, 273.15)):
+    for column, shift, name in (
+        (2, -273.15, "air_temperature (K) 32"),
+        (0, 273.15, "sea_water_potential_temperature (degC) 32"),
+    ):
         wrong = x_right.clone()
         wrong[:, column] += shift
         assert (jedi.row_flags(wrong) == 1).all()
-        assert (jedi.jac_physical(wrong.float(), torch.ones(32, 1)) == 0).all()
-        assert (jedi.tlm(wrong, torch.ones_like(wrong)) == 0).all()
-        assert (jedi.adjoint(wrong, torch.ones(32, 1, dtype=wrong.dtype)) == 0).all()
-        assert torch.isnan(jedi.predict(wrong)).all()
+        for method, args in (
+            ("jac_physical", (wrong.float(), torch.ones(32, 1))),
+            ("tlm", (wrong, torch.ones_like(wrong))),
+            ("adjoint", (wrong, torch.ones(32, 1, dtype=wrong.dtype))),
+        ):
+            with pytest.raises(torch.jit.Error, match=rf"{method} refused: 32 of 32 rows") as info:
+                getattr(jedi, method)(*args)
+            assert name in str(info.value)
+        assert torch.isnan(jedi.predict(wrong)).all()  # out_of_range: fill by default
+        assert jedi.check_background(wrong)[name.split()[0]] == 32
+    # Turned off (max_out_of_range 1): the old behaviour, zero Jacobians on flagged rows.
+    quiet = ExportConfig(names="jedi", max_out_of_range=1.0)
+    silent = _load(export_model(model, tmp_path / "quiet.pt", quiet))
+    wrong = x_right.clone()
+    wrong[:, 2] -= 273.15
+    assert (silent.jac_physical(wrong.float(), torch.ones(32, 1)) == 0).all()
     # Checking units at the call (what a caller that knows them can add) names the culprit.
     sig = json.loads(read_extra_files(tmp_path / "jedi.pt")["signature.json"])
     background = {item["name"]: item["unit"] for item in sig["inputs"]}
     with pytest.raises(ValueError, match=r"air_temperature in degC .*takes K"):
         signature.check_units(sig, background | {"air_temperature": "degC"})
     signature.check_units(sig, background)
+
+
+@pytest.mark.parametrize(
+    ("outside", "masked", "missing", "refused"),
+    [
+        (1, 0, 0, False),  # 1 of 100: the limit (0.01), accepted
+        (2, 0, 0, True),  # 2 of 100: refused
+        (2, 1, 0, True),  # one of them masked out: 1 of 99 rows asked for, over 0.99
+        (1, 1, 0, False),  # the one out of range masked out: 0 of 99
+        (2, 0, 50, True),  # missing rows do not count: 2 of 50
+        (1, 0, 50, True),  # 1 of 50 rows with data: 2%
+    ],
+)
+def test_the_refusal_counts_rows_with_data_and_a_non_zero_mask(
+    tmp_path: Path, outside: int, masked: int, missing: int, refused: bool
+) -> None:
+    model = ranged_model()
+    loaded = _load(export_model(model, tmp_path / "m.pt"))
+    x = model.input_mean.repeat(100, 1)
+    x[99 - missing + 1 :, 0] = float("nan")
+    x[:outside, 4] = 1e6  # hi far out of range
+    mask = torch.ones(100, 1)
+    mask[:masked] = 0.0
+    counts = loaded.check_background(x, mask)
+    assert counts["hi"] == outside - masked and counts["missing_rows"] == missing
+    assert counts["rows_with_data"] == 100 - missing - masked
+    if refused:
+        with pytest.raises(
+            torch.jit.Error, match=rf"{outside - masked} of {100 - missing - masked}"
+        ):
+            loaded.jac_physical(x, mask)
+    else:
+        assert loaded.jac_physical(x, mask)[:outside].abs().sum() == 0
+
+
+@pytest.mark.parametrize("share", [-0.01, 1.01, "all", True])
+def test_max_out_of_range_is_a_share(share: Any) -> None:
+    with pytest.raises(ConfigError, match=rf"export.max_out_of_range' must be a share .*{share!r}"):
+        ExportConfig(max_out_of_range=share)
+    assert ExportConfig(max_out_of_range=0).max_out_of_range == 0
+    assert ExportConfig(max_out_of_range=1.0).max_out_of_range == 1.0
 
 
 @pytest.mark.parametrize(
@@ -116,8 +172,11 @@ def test_out_of_range_fill_and_clamp_are_the_users(tmp_path: Path) -> None:
         model.layers[-1].bias.fill_(10.0)  # type: ignore[union-attr]  # predicts far above 1
     x = physical_inputs(model, 4)
     x[2, 0] = 9.9e19  # far outside the range, below the fill threshold
-    flagged = _load(export_model(model, tmp_path / "a.pt"))
-    assert flagged.row_flags(x).tolist() == [0, 0, 1, 0]
+    default = _load(export_model(model, tmp_path / "d.pt"))
+    assert default.row_flags(x).tolist() == [0, 0, 1, 0]
+    y = default.predict(x)[:, 0]  # fill by default: never an extrapolated number
+    assert torch.isnan(y[2]) and (y[[0, 1, 3]] > 1.0).all()
+    flagged = _load(export_model(model, tmp_path / "a.pt", ExportConfig(out_of_range="flag")))
     assert (flagged.predict(x) > 1.0).all()  # flag mode: flagged, not filled; no clamp
     options = ExportConfig(clamp=True, out_of_range="fill", fill_value=-1.0)
     strict = _load(export_model(model, tmp_path / "b.pt", options))
@@ -215,3 +274,52 @@ def test_export_cli_packages_for_aoti_when_asked(
     assert "names jedi" in out and "Packaged" in out and "m.pt2" in out
     assert main(["export", "--out", str(tmp_path / "x.pt")]) == 2
     assert "export needs --checkpoint and --out" in capsys.readouterr().err
+
+
+def test_a_clamped_output_has_a_zero_jacobian_and_predicts_derivative_elsewhere(
+    tmp_path: Path,
+) -> None:
+    """With clamp: true the Jacobian is the derivative of what predict returns: 0 where
+    predict clamps, central differences of predict (float64) elsewhere."""
+    model = ranged_model()
+    x = physical_inputs(model, 64).double()
+    with torch.no_grad():
+        y = model.double().predict(x)[:, 0]
+        # Shift the output so a quarter of the rows predict above 1 (clamped to 1).
+        shift = (1.0 - torch.quantile(y, 0.75)) / model.output_std[0]
+        model.layers[-1].bias += shift  # type: ignore[operator,union-attr]
+        model.float()
+    free = _load(export_model(model, tmp_path / "free.pt", ExportConfig(max_out_of_range=1.0)))
+    options = ExportConfig(clamp=True, max_out_of_range=1.0)
+    clamped = _load(export_model(model, tmp_path / "clamped.pt", options))
+    unclamped = free.predict(x)[:, 0]
+    jac = clamped.jac_physical(x)
+    over = unclamped > 1.0 + 1e-3
+    inside = (unclamped < 1.0 - 1e-3) & (unclamped > 1e-3)
+    assert int(over.sum()) >= 8 and int(inside.sum()) >= 8
+    assert (jac[over] == 0).all() and (free.jac_physical(x)[over] != 0).any()
+    fd = torch.zeros_like(jac)
+    for k in range(x.shape[1]):
+        h = 1e-4 * float(model.input_std[k])
+        step = torch.zeros_like(x)
+        step[:, k] = h
+        fd[:, :, k] = (clamped.predict(x + step) - clamped.predict(x - step)) / (2 * h)
+    scale = jac[inside].abs().amax(dim=2, keepdim=True)
+    assert ((jac[inside] - fd[inside]).abs() <= 1e-6 * scale).all()
+
+
+def test_nan_increments_on_rows_not_linearised_give_zero(tmp_path: Path) -> None:
+    """A masked row and a missing row: tlm and adjoint answer 0 there whatever the
+    increment holds, NaN included; a used row keeps its answer."""
+    model = ranged_model()
+    loaded = _load(export_model(model, tmp_path / "m.pt"))
+    x = physical_inputs(model, 4).double()
+    x[2, 0] = float("nan")  # missing
+    mask = torch.tensor([[1.0], [0.0], [1.0], [1.0]])
+    dx, dy = torch.ones_like(x), torch.ones(4, 1, dtype=x.dtype)
+    dx[[1, 2]] = float("nan")
+    dy[[1, 2]] = float("nan")
+    tlm, adjoint = loaded.tlm(x, dx, mask), loaded.adjoint(x, dy, mask)
+    assert tlm[[1, 2]].tolist() == [[0.0], [0.0]] and torch.isfinite(tlm).all()
+    assert (adjoint[[1, 2]] == 0).all() and torch.isfinite(adjoint).all()
+    assert (tlm[[0, 3]] != 0).all()
