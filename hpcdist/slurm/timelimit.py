@@ -17,6 +17,8 @@ from hpcdist.errors import SpecError
 _WITH_DAYS = re.compile(r"([0-9]*)-(?:([0-9]+)(?::([0-9]+)(?::([0-9]+))?)?)?")
 _WITHOUT_DAYS = re.compile(r"([0-9]+)(?::([0-9]+)(?::([0-9]+))?)?")
 _UNLIMITED = ("-1", "INFINITE", "UNLIMITED")
+# Python reads no number of more digits (and no time limit SLURM takes is near that long).
+_TOO_LONG = re.compile(r"[0-9]{4001}")
 
 _EXPECTED = "one of MM, MM:SS, HH:MM:SS, D-HH, D-HH:MM, D-HH:MM:SS"
 
@@ -38,6 +40,8 @@ def parse_time_limit(value: str, where: str = "--time") -> int | None:
     """Seconds of a SLURM time limit, None for no limit; SpecError when sbatch refuses it."""
     if value.upper() in _UNLIMITED:
         return None
+    if _TOO_LONG.search(value):
+        raise SpecError(f"{where} {value!r} is not a SLURM time limit; expected {_EXPECTED}")
     days_match = _WITH_DAYS.fullmatch(value)
     if days_match is not None and value != "-":
         days, hours, minutes, seconds = (int(g or 0) for g in days_match.groups())

@@ -80,7 +80,10 @@ def check_mail_type(where: str, value: str) -> None:
 
 
 # --nodes: N, MIN-MAX, or (SLURM >= 23.02) MIN-MAX:STEP and comma lists of counts.
-_NODE_COUNTS = re.compile(r"([0-9]+)(?:-([0-9]*)(?::([0-9]+))?)?")
+# Numbers of at most 4000 digits: Python reads no longer ones, and no count is near that.
+_NODE_COUNTS = re.compile(r"([0-9]{1,4000})(?:-([0-9]{0,4000})(?::([0-9]{1,4000}))?)?")
+# Counts a choice is told in one by one; a longer one is told by its least and most.
+_COUNTS_LISTED = 10000
 
 
 def node_count(where: str, value: object) -> int:
@@ -90,30 +93,40 @@ def node_count(where: str, value: object) -> int:
     if isinstance(value, int) and not isinstance(value, bool):
         return value
     text = str(value)
-    if re.fullmatch(r"-?[0-9]+", text):
+    if re.fullmatch(r"-?[0-9]{1,4000}", text):
         return int(text)  # a count below 1 is refused with the job's other counts
-    counts: set[int] = set()
-    for item in text.split(","):
-        match = _NODE_COUNTS.fullmatch(item)
-        if match is None:
-            raise SpecError(
-                f"{where} {text!r} is not a SLURM node count; expected a number such as 4 "
-                "(or a range MIN-MAX)"
-            )
-        low, high, step = match.groups()
-        if high is not None and (high == "" or int(high) < int(low)):
-            raise SpecError(
-                f"{where} {text!r}: the most nodes {high or 'none'} is fewer than the least "
-                f"{low} (SLURM refuses it); expected MIN-MAX with MIN <= MAX"
-            )
-        counts.update(range(int(low), int(high or low) + 1, int(step or 1) or 1))
-    if len(counts) > 1:
-        raise SpecError(
-            f"{where} {text!r} lets SLURM choose among {len(counts)} node counts; hpcdist "
-            "lays the ranks out (world size, rank 0's node) before the job starts and needs "
-            f"one count: expected e.g. {where} {min(counts)}"
+    counts = [_node_counts(where, text, item) for item in text.split(",")]
+    low, high = min(c[0] for c in counts), max(c[-1] for c in counts)
+    if low != high:
+        several = (
+            f"{len(set().union(*counts))} node counts"
+            if sum(len(c) for c in counts) <= _COUNTS_LISTED
+            else f"the node counts {low} to {high}"
         )
-    return counts.pop()
+        raise SpecError(
+            f"{where} {text!r} lets SLURM choose among {several}; hpcdist lays the "
+            "ranks out (world size, rank 0's node) before the job starts and needs one "
+            f"count: expected e.g. {where} {low}"
+        )
+    return low
+
+
+def _node_counts(where: str, text: str, item: str) -> range:
+    """The counts of one item of a node count (``2``, ``2-4``, ``2-8:2``), as a range: its
+    length and ends are worked out, never listed."""
+    match = _NODE_COUNTS.fullmatch(item)
+    if match is None:
+        raise SpecError(
+            f"{where} {text!r} is not a SLURM node count; expected a number such as 4 "
+            "(or a range MIN-MAX)"
+        )
+    low, high, step = match.groups()
+    if high is not None and (high == "" or int(high) < int(low)):
+        raise SpecError(
+            f"{where} {text!r}: the most nodes {high or 'none'} is fewer than the least "
+            f"{low} (SLURM refuses it); expected MIN-MAX with MIN <= MAX"
+        )
+    return range(int(low), int(high or low) + 1, int(step or 1) or 1)
 
 
 # --exclusive[=user|mcs] (no value: whole nodes).
@@ -166,32 +179,38 @@ def _operators_follow_features(tokens: list[str]) -> bool:
 
 
 # --array: ITEM[,ITEM...][%LIMIT], an ITEM N, N-M or N-M:STEP; ids up to MaxArraySize - 1.
-_ARRAY_ITEM = re.compile(r"([0-9]+)(?:-([0-9]+)(?::([0-9]+))?)?")
-_ARRAY_LIMIT = re.compile(r"[0-9]+")
-MAX_ARRAY_ID = 1000  # SLURM's default MaxArraySize is 1001
+# Numbers of at most _DIGITS digits: Python reads no longer ones, and no id SLURM takes is
+# near that long.
+_DIGITS = 4000
+_NUMBER = rf"[0-9]{{1,{_DIGITS}}}"
+_ARRAY_ITEM = re.compile(rf"({_NUMBER})(?:-({_NUMBER})(?::({_NUMBER}))?)?")
+_ARRAY_LIMIT = re.compile(_NUMBER)
+DEFAULT_MAX_ARRAY_SIZE = 1001  # SLURM's default MaxArraySize: ids 0-1000
 
 
-def array_task_ids(where: str, value: str) -> list[int]:
-    """The task ids of an ``--array`` value such as ``0-15:2%4`` or ``1,3,5-7``."""
+def array_last_id(where: str, value: str) -> int:
+    """The highest task id of an ``--array`` value such as ``0-15:2%4`` (14) or ``1,3,5-7``
+    (7), worked out from each range's ends and step: the ids are never listed, so that
+    ``0-2147483648`` is checked as fast as ``0-3``."""
     items, percent, limit = value.partition("%")
-    ids: list[int] = []
-    for item in items.split(","):
-        match = _ARRAY_ITEM.fullmatch(item)
-        first, last, step = match.groups() if match else ("", None, None)
-        if match is None or int(last or first) < int(first) or step == "0" or step == "":
-            raise SpecError(
-                f"{where} {value!r} is not a SLURM job array; expected task ids such as "
-                "0-15, 1,3,5-7 or 0-15:2, optionally %K for at most K at once"
-            )
-        ids.extend(range(int(first), int(last or first) + 1, int(step or 1)))
+    last = max(_array_item_last(where, value, item) for item in items.split(","))
     if percent and not _ARRAY_LIMIT.fullmatch(limit):
         raise SpecError(f"{where} {value!r}: the limit after % must be a number, e.g. 0-15%4")
-    if max(ids) > MAX_ARRAY_ID:
+    return last
+
+
+def _array_item_last(where: str, value: str, item: str) -> int:
+    """The last id of one item: N, or N-M[:STEP] (the last step at or below M)."""
+    match = _ARRAY_ITEM.fullmatch(item)
+    first, last, step = (int(n) if n else None for n in (match.groups() if match else [None] * 3))
+    if first is None or (last is not None and last < first) or step == 0:
         raise SpecError(
-            f"{where} {value!r} has task id {max(ids)}; expected ids up to {MAX_ARRAY_ID} "
-            "(SLURM's default MaxArraySize)"
+            f"{where} {value!r} is not a SLURM job array; expected task ids such as "
+            "0-15, 1,3,5-7 or 0-15:2, optionally %K for at most K at once"
         )
-    return sorted(set(ids))
+    if last is None:
+        return first
+    return first + (last - first) // (step or 1) * (step or 1)
 
 
 # --partition: one partition or a comma list (the first that can start the job); SLURM

@@ -12,9 +12,10 @@ from pathlib import Path
 from hpcdist.errors import SpecError
 from hpcdist.slurm.timelimit import parse_time_limit, time_limit_seconds
 from hpcdist.spec.grammar import (
+    DEFAULT_MAX_ARRAY_SIZE,
     MAX_NAME_BYTES,
     MAX_PATH_BYTES,
-    array_task_ids,
+    array_last_id,
     check_length,
     check_memory,
     parse_signal,
@@ -151,12 +152,17 @@ def _check_array(spec: JobSpec, profile: Profile) -> None:
     (one task per point)."""
     if spec.array is None:
         return
-    ids = array_task_ids("--array", spec.array)
+    last = array_last_id("--array", spec.array)
     most = profile.max_array_size
-    if most is not None and ids[-1] >= most:
+    if most is not None and last >= most:
         raise SpecError(
-            f"--array {spec.array!r} has task id {ids[-1]}; profile {profile.name!r} takes "
+            f"--array {spec.array!r} has task id {last}; profile {profile.name!r} takes "
             f"ids up to {most - 1} (MaxArraySize {most})"
+        )
+    if most is None and last >= DEFAULT_MAX_ARRAY_SIZE:
+        raise SpecError(
+            f"--array {spec.array!r} has task id {last}; expected ids up to "
+            f"{DEFAULT_MAX_ARRAY_SIZE - 1} (SLURM's default MaxArraySize)"
         )
     if spec.sweep:
         raise SpecError(

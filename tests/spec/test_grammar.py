@@ -16,7 +16,7 @@ from hpcdist.cli.main import cli
 from hpcdist.errors import SpecError
 from hpcdist.render.script import render
 from hpcdist.spec.dependency import dependency_jobs, dependency_value, parse_after
-from hpcdist.spec.grammar import array_task_ids, node_count, parse_signal
+from hpcdist.spec.grammar import array_last_id, node_count, parse_signal
 from hpcdist.spec.options import spec_from_options
 from tests.jobs.test_submit import _directives
 
@@ -158,6 +158,10 @@ def test_a_node_count_that_is_one_count(value: object, count: int) -> None:
         ("4-2", "--nodes '4-2': the most nodes 2 is fewer than the least 4"),
         ("2-", "--nodes '2-': the most nodes none is fewer than the least 2"),
         ("two", "--nodes 'two' is not a SLURM node count"),
+        ("1,1-3", "--nodes '1,1-3' lets SLURM choose among 3 node counts"),
+        ("1-3000000000", "--nodes '1-3000000000' lets SLURM choose among the node counts 1 to "),
+        ("9" * 4001, "--nodes '999"),
+        ("1-" + "9" * 4001, "--nodes '1-999"),
     ],
 )
 def test_a_choice_of_node_counts_is_refused_in_one_line(value: str, said: str) -> None:
@@ -176,16 +180,35 @@ def test_a_profiles_node_range_is_named_as_its_key(tmp_path: Path) -> None:
 
 
 @pytest.mark.parametrize(
-    ("value", "ids"),
+    ("value", "last"),
     [
-        ("0-15:2%4", [0, 2, 4, 6, 8, 10, 12, 14]),
-        ("1,3,5-7", [1, 3, 5, 6, 7]),
-        ("7", [7]),
-        ("0-1000%0", list(range(1001))),
+        ("0-15:2%4", 14),
+        ("0-16:2", 16),
+        ("3-1002:2", 1001),  # the last step at or below the end
+        ("1,3,5-7", 7),
+        ("9,3", 9),
+        ("7", 7),
+        ("0-1000%0", 1000),
+        ("0-2147483648", 2147483648),
+        ("0-" + "9" * 4000, int("9" * 4000)),
     ],
 )
-def test_array_task_ids(value: str, ids: list[int]) -> None:
-    assert array_task_ids("--array", value) == ids
+def test_the_last_array_id_is_worked_out_not_listed(value: str, last: int) -> None:
+    assert array_last_id("--array", value) == last
+
+
+@pytest.mark.parametrize(
+    ("value", "said"),
+    [
+        ("0-15:00", "--array '0-15:00' is not a SLURM job array"),  # a step of 0
+        ("0-" + "9" * 4001, "--array '0-999"),  # more digits than Python reads
+        ("0-3%" + "9" * 4001, "--array '0-3%999"),
+    ],
+)
+def test_an_array_python_cannot_read_is_refused_in_one_line(value: str, said: str) -> None:
+    with pytest.raises(SpecError) as info:
+        array_last_id("--array", value)
+    assert str(info.value).startswith(said)
 
 
 @pytest.mark.parametrize(
