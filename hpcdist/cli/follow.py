@@ -148,7 +148,10 @@ def _describe(info: JobInfo, summary: str | None, advice: str | None) -> list[st
         if killed is not None:
             rows.append(("warning", killed))
     rows.append(("restarts", str(info.restarts)))
-    rows.append(("stdout", info.stdout or "unknown"))
+    if info.stdout is None and info.guessed_log:
+        rows.append(("logs", f"{info.guessed_log} ({_GUESSED})"))
+    else:
+        rows.append(("stdout", info.stdout or "unknown"))
     if info.stderr and info.stderr != info.stdout:
         rows.append(("stderr", info.stderr))
     if summary is not None:
@@ -320,7 +323,7 @@ def _with_log(job_id: str, rank: int, poll_s: float, tell: Callable[[str], str])
         if info is None and not _silent():
             raise unknown_job(job_id)
         if info is not None and (
-            info.state in _ENDED or job_logs(info, rank, [Path.cwd()]).stdout is not None
+            info.state in _ENDED or job_logs(info, rank, [Path.cwd()]).files()
         ):
             return info
         time.sleep(poll_s)
@@ -364,6 +367,8 @@ def record_log_names(record: JobRecord) -> list[tuple[str, str]]:
         ]
     info = query_job(record.job_id)
     found = job_logs(info, None, [Path.cwd()]) if info is not None else None
+    if found is not None and found.guessed:
+        return [("log", f"{', '.join(map(str, found.guesses))} ({_GUESSED})")]
     if found is None or found.stdout is None:
         return [("log", "unknown (SLURM does not name it yet)")]
     names = [("log", str(found.stdout))]
@@ -401,13 +406,22 @@ def follow_files(
 
 
 def _with_log_paths(info: JobInfo) -> JobInfo:
-    """``info`` with the log paths its log record gives (SLURM's own otherwise)."""
+    """``info`` with the log paths its log record gives (SLURM's own otherwise); files
+    named for the job, where none names its logs, as its guessed log, never as stdout."""
     found = job_logs(info, None, [Path.cwd()])
     return dataclasses.replace(
         info,
         stdout=None if found.stdout is None else str(found.stdout),
         stderr=None if found.stderr is None else str(found.stderr),
+        guessed_log=", ".join(map(str, found.guesses)) or None,
     )
+
+
+# What a guessed log is, where status and submit name one.
+_GUESSED = (
+    "files named for the job: SLURM no longer names its logs, and which of them is its "
+    "stdout is not known"
+)
 
 
 def _record_in(folder: Path, job_id: str) -> JobRecord | None:
@@ -531,7 +545,7 @@ def _slurm_view(
 ) -> tuple[list[tuple[Path, bool]], Callable[[str], bool], Callable[[str], str]]:
     """A SLURM job's log files, and which of their lines are rank ``rank``'s (all: None)."""
     found = job_logs(info, rank, [Path.cwd()])
-    if found.stdout is None:
+    if not found.files():
         raise UserError(
             f"no log of job {info.job_id} ({freshness.shown(info.state, info.seen)}) found; "
             f"looked in: {'; '.join(found.looked)}"

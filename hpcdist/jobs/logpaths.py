@@ -78,14 +78,20 @@ class LogPaths:
     stderr: Path | None
     looked: tuple[str, ...]
     per_rank: bool = False  # the rank's own files (``--rank-logs split``), not the job's
-    guessed: bool = False  # a file named for the job, not a path SLURM or a record gave
+    # Files named for the job, where neither SLURM nor a record names its logs: which
+    # stream each holds is not known (stdout and stderr are then None).
+    guesses: tuple[Path, ...] = ()
+
+    @property
+    def guessed(self) -> bool:
+        return bool(self.guesses)
 
     def files(self) -> list[tuple[Path, bool]]:
-        """(path, is stderr) of each distinct log, stdout first."""
+        """(path, is stderr) of each distinct log, stdout first; each guess as stdout."""
         found = [] if self.stdout is None else [(self.stdout, False)]
         if self.stderr is not None and self.stderr != self.stdout:
             found.append((self.stderr, True))
-        return found
+        return found + [(guess, False) for guess in self.guesses]
 
 
 def job_logs(
@@ -134,15 +140,50 @@ def _record_names(info: JobInfo) -> list[str]:
     return list(dict.fromkeys(n for n in (info.raw_id, info.job_id) if n))
 
 
+# The suffixes of a log a job's name may give (``-o x-%j.txt``), besides SLURM's own .out.
+_LOG_SUFFIXES = (".out", ".log", ".err", ".txt")
+
+
 def _guessed(info: JobInfo, looked: list[str]) -> LogPaths:
-    """Neither SLURM nor a record names the logs: a file in WorkDir named for the job, said
-    to be a guess; or none."""
+    """Neither SLURM nor a record names the logs: every file in WorkDir named for the job,
+    said to be guesses (which of them holds which stream is not known); or none."""
     looked.append(f"SLURM's StdOut of job {info.job_id} (unknown)")
-    if info.guessed_log is None:
+    guesses = named_for_job(Path(info.workdir), info.raw_id or info.job_id) if info.workdir else []
+    if not guesses and info.guessed_log is not None:
+        guesses = [Path(info.guessed_log)]
+    if not guesses:
         return LogPaths(None, None, tuple(looked))
-    looked.append(f"a file named for the job in its WorkDir: {info.guessed_log} (a guess)")
-    guess = Path(info.guessed_log)
-    return LogPaths(guess, guess, tuple(looked), guessed=True)
+    listed = ", ".join(str(guess) for guess in guesses)
+    looked.append(f"files named for the job in its WorkDir: {listed} (a guess)")
+    return LogPaths(None, None, tuple(looked), guesses=tuple(guesses))
+
+
+def named_for_job(workdir: Path, job_id: str) -> list[Path]:
+    """The logs in ``workdir`` whose name holds ``job_id`` (not as part of a longer
+    number), stdout-looking names first; a rank's own file beside one of them is left out."""
+    named = re.compile(rf"(?<![0-9]){re.escape(job_id)}(?![0-9])")
+    try:
+        found = [
+            path
+            for path in workdir.iterdir()
+            if path.suffix in _LOG_SUFFIXES and named.search(path.name) and path.is_file()
+        ]
+    except OSError:
+        return []
+    ranks = {rank_log_pattern(str(path), "") for path in found}
+    kept = [path for path in found if not _a_ranks_file(path, ranks)]
+    return sorted(kept, key=lambda path: (_looks_like_stderr(path.name), path.name))
+
+
+def _a_ranks_file(path: Path, ranks: set[str]) -> bool:
+    """``o-140.rank1.log`` beside ``o-140.log``: a rank's own file, not the job's log."""
+    found = re.fullmatch(r"(.*\.rank)[0-9]+(\..*)?", str(path))
+    return found is not None and f"{found[1]}{found[2] or ''}" in ranks
+
+
+def _looks_like_stderr(name: str) -> bool:
+    """``e-123.log``, ``x-123.err``: last among the guesses."""
+    return bool(re.search(r"(^e[-_.]|err)", name))
 
 
 def _read_record(

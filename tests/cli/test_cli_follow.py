@@ -321,3 +321,25 @@ def test_lists_note_says_how_old_the_states_are(
     from hpcdist.slurm.freshness import Seen
 
     assert cli_follow.list_note(states, Seen(*seen), _at(now)) == said
+
+
+def test_a_forgotten_plain_jobs_logs_are_every_file_named_for_it_never_one_as_stdout(
+    slurm: dict[str, JobInfo], tmp_path: Path
+) -> None:
+    # sbatch -o aa-%j.txt -e aa-%j.out, no log record; SLURM (sacct, before 23.02) no longer
+    # names its logs. The .out file is its stderr: neither is shown as the job's stdout.
+    (tmp_path / "aa-9569844.txt").write_text("OUT-LINE\n")
+    (tmp_path / "aa-9569844.out").write_text("ERR-LINE\n")
+    slurm["9569844"] = _info(
+        "9569844", stdout=None, stderr=None, workdir=str(tmp_path), source="sacct"
+    )
+    status = CliRunner().invoke(cli, ["status", "9569844"])
+    assert status.exit_code == 0, status.output
+    assert "stdout:" not in status.stdout and "stderr:" not in status.stdout
+    assert (
+        f"  logs:       {tmp_path / 'aa-9569844.out'}, {tmp_path / 'aa-9569844.txt'} (files "
+        "named for the job: SLURM no longer names its logs, and which of them is its stdout "
+        "is not known)"
+    ) in status.stdout.splitlines()
+    logs = CliRunner().invoke(cli, ["logs", "9569844"])
+    assert (logs.exit_code, logs.stdout) == (0, "ERR-LINE\nOUT-LINE\n")

@@ -150,9 +150,30 @@ def test_a_name_guessed_from_sacct_is_never_taken_for_slurms_and_the_record_wins
 def test_without_a_record_the_guess_is_used_and_said_to_be_one(tmp_path: Path) -> None:
     (tmp_path / "slurm-141.out").write_text("x")
     found = job_logs(_sacct_info("141", tmp_path), None, [tmp_path])
-    assert (found.stdout, found.guessed) == (tmp_path / "slurm-141.out", True)
+    assert (found.stdout, found.guesses) == (None, (tmp_path / "slurm-141.out",))
+    assert found.files() == [(tmp_path / "slurm-141.out", False)]
     assert found.looked[-1].endswith("(a guess)")
-    assert job_logs(_sacct_info("142", tmp_path), None, [tmp_path]).stdout is None
+    assert job_logs(_sacct_info("142", tmp_path), None, [tmp_path]).files() == []
+
+
+@pytest.mark.parametrize(
+    ("names", "guesses"),
+    [
+        # -o aa-%j.txt -e aa-%j.out: the .out file is its stderr; neither is called stdout.
+        (["aa-143.txt", "aa-143.out"], ["aa-143.out", "aa-143.txt"]),
+        (["bb-143.out", "bb-143.err"], ["bb-143.out", "bb-143.err"]),
+        (["e-143.log", "o-143.log", "o-143.rank1.log"], ["o-143.log", "e-143.log"]),
+        (["x-1430.out", "checkpoint-143.pt", "y-143.out"], ["y-143.out"]),
+    ],
+)
+def test_every_file_named_for_a_forgotten_job_is_shown_as_a_guess(
+    tmp_path: Path, names: list[str], guesses: list[str]
+) -> None:
+    for name in names:
+        (tmp_path / name).write_text(name)
+    found = job_logs(_sacct_info("143", tmp_path), None, [tmp_path])
+    assert (found.stdout, found.stderr) == (None, None)
+    assert [path.name for path, _ in found.files()] == guesses
 
 
 def test_an_array_tasks_record_is_found_under_its_own_job_id(tmp_path: Path) -> None:
