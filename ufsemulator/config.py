@@ -75,7 +75,9 @@ class DataConfig:
 class ExportConfig:
     """What the export tells its caller (a DA system looks names up, never units)."""
 
-    names: str | dict[str, str] = "short"  # short | jedi | {our name: exported name}
+    # short | jedi | soca | {our name: exported name}: soca takes a SOCA background's names
+    # and units (air_temperature in CICE's degC where jedi's is K; ufsemulator.export.names)
+    names: str | dict[str, str] = "short"
     # A name carries its unit (ufsemulator.export.names): None takes those units; native,
     # jedi or {name: unit} are checked against them, so a name never comes in a foreign unit.
     units: str | dict[str, str] | None = None  # native | jedi | {name: unit}
@@ -100,7 +102,7 @@ class ExportConfig:
     aoti: bool = False  # also write model.pt2 (AOTInductor) beside model.pt after training
 
     def __post_init__(self) -> None:
-        for key, words in (("names", ("short", "jedi")), ("units", ("native", "jedi"))):
+        for key, words in (("names", ("short", "jedi", "soca")), ("units", ("native", "jedi"))):
             value = getattr(self, key)
             if isinstance(value, str) and value not in words:
                 raise ConfigError(

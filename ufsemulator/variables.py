@@ -7,6 +7,8 @@ without pulling in the file reader.
 - ``CICE_NAMES``: the field name in a CICE history file, before the stream suffix.
 - ``CF_NAMES``: CF standard names (and JEDI's names) a CF-named file may use, by input.
 - ``JEDI_NAMES``: the name a JEDI background gives the field; what SABER looks up.
+- ``SOCA_NAMES``: the names of the fields a SOCA (MOM6 + CICE) background holds, as its
+  ``fields_metadata.yml`` spells them (JCSDA/soca ``test/Data/fields_metadata.yml``).
 - ``UNITS``: the units the emulator is trained in (CICE's). The unit each exported name
   carries: :mod:`ufsemulator.export.names`.
 """
@@ -76,7 +78,7 @@ JEDI_NAMES: dict[str, str] = {
     "tsfc": "snow_ice_surface_temperature",
     "hi": "sea_ice_volume",
     "hs": "sea_ice_snow_volume",
-    "sice": "sea_ice_salinity",
+    "sice": "bulk_ice_salinity",
     "uocn": "eastward_sea_water_velocity",
     "vocn": "northward_sea_water_velocity",
     "uatm": "eastward_wind",
@@ -86,19 +88,48 @@ JEDI_NAMES: dict[str, str] = {
     "fswdn": "surface_downwelling_shortwave_flux_in_air",
 }
 
+# SOCA's own names (JCSDA/soca test/Data/fields_metadata.yml, commit 964fd66, October
+# 2024): ocean fields from MOM6's restart, sea-ice and air fields from CICE's ("io file:
+# ice", io names Tair_h, Tsfc_h, sice_h). SOCA keeps ice and snow thickness per category
+# only (sea_ice_category_thickness, sea_ice_category_snow_thickness), not the cell means
+# hi and hs, and no winds, humidity or radiation: those have no SOCA name.
+SOCA_NAMES: dict[str, str] = {
+    "aice": "sea_ice_area_fraction",
+    "sst": "sea_water_potential_temperature",
+    "sss": "sea_water_salinity",
+    "tair": "air_temperature",
+    "tsfc": "snow_ice_surface_temperature",
+    "sice": "bulk_ice_salinity",
+    "uocn": "eastward_sea_water_velocity",
+    "vocn": "northward_sea_water_velocity",
+}
+
 # CF standard names first, then JEDI's where it differs; matched against a variable's
 # name and its standard_name attribute.
 CF_NAMES: dict[str, tuple[str, ...]] = {
     "aice": ("sea_ice_area_fraction",),
-    "sst": ("sea_surface_temperature", "sea_water_potential_temperature", "sea_water_temperature"),
+    "sst": (
+        "sea_surface_temperature",
+        "sea_water_potential_temperature",
+        "sea_water_temperature",
+        "skin_temperature_at_surface_where_sea",
+    ),
     "sss": ("sea_surface_salinity", "sea_water_salinity"),
     "tair": ("air_temperature",),
     "tsfc": ("sea_ice_surface_temperature", "snow_ice_surface_temperature", "surface_temperature"),
     "hi": ("sea_ice_thickness", "sea_ice_volume"),
     "hs": ("surface_snow_thickness", "sea_ice_snow_thickness", "sea_ice_snow_volume"),
-    "sice": ("sea_ice_salinity",),
-    "uocn": ("sea_water_x_velocity", "eastward_sea_water_velocity"),
-    "vocn": ("sea_water_y_velocity", "northward_sea_water_velocity"),
+    "sice": ("sea_ice_salinity", "bulk_ice_salinity"),
+    "uocn": (
+        "sea_water_x_velocity",
+        "eastward_sea_water_velocity",
+        "surface_eastward_sea_water_velocity",
+    ),
+    "vocn": (
+        "sea_water_y_velocity",
+        "northward_sea_water_velocity",
+        "surface_northward_sea_water_velocity",
+    ),
     "uatm": ("eastward_wind", "x_wind"),
     "vatm": ("northward_wind", "y_wind"),
     "qref": ("specific_humidity", "water_vapor_mixing_ratio_wrt_moist_air"),

@@ -4,10 +4,17 @@ SABER's TorchBalance looks every input up by name among the background's fields 
 reads a unit, so a name must fix its unit. One table says, for each of our variables,
 which names it may be exported under and in which unit: our short name in the units we
 train in (CICE's), CF standard names in their canonical units, JEDI's names as a JEDI
-background holds them, and SOCA's where a SOCA background differs from CF (MOM6's ocean
-temperature, ``sea_water_potential_temperature``, in degC; salinity in g/kg, numerically
-ppt). An export takes the unit of the name it gives; a ``units`` setting can only confirm
-it, never pick another.
+background holds them, and SOCA's as a SOCA background holds them. SOCA's units follow
+from its ``fields_metadata.yml`` (JCSDA/soca ``test/Data/fields_metadata.yml``, commit
+964fd66): each field is read from MOM6's or CICE's restart without conversion (the
+identity case of ``src/soca/VariableChange/Model2GeoVaLs/Model2GeoVaLs.F90``), so
+``sea_water_potential_temperature`` and its surface ``sea_surface_temperature`` are MOM6's
+degC, ``air_temperature`` (CICE's ``Tair_h``) and ``snow_ice_surface_temperature``
+(``Tsfc_h``) are CICE's degC, ``bulk_ice_salinity`` (``sice_h``) ppt; SOCA's only K
+temperature is ``skin_temperature_at_surface_where_sea`` (the file adds 273.15). An
+fv3-jedi background holds ``air_temperature`` in K: that one name has two units, so
+``names: soca`` gives it in degC and ``names: jedi`` (or a mapping) in K. An export takes
+the unit of the name it gives; a ``units`` setting can only confirm it, never pick another.
 
 No torch here: the config check before training uses it too.
 """
@@ -16,14 +23,20 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
-from ufsemulator.variables import CF_NAMES, JEDI_NAMES, UNITS, canonical_unit, conversion
+from ufsemulator.variables import (
+    CF_NAMES,
+    JEDI_NAMES,
+    SOCA_NAMES,
+    UNITS,
+    canonical_unit,
+    conversion,
+)
 
 # A name's unit where it is not the one we train in. Names absent here carry UNITS.
 _NAME_UNIT: dict[str, str] = {
-    "sea_surface_temperature": "K",
     "sea_water_temperature": "K",
+    "skin_temperature_at_surface_where_sea": "K",
     "air_temperature": "K",
-    "snow_ice_surface_temperature": "K",
     "sea_ice_surface_temperature": "K",
     "surface_temperature": "K",
     "specific_humidity": "kg/kg",
@@ -32,13 +45,25 @@ _NAME_UNIT: dict[str, str] = {
 # Inputs a SOCA (ocean) background holds at its surface, by their SOCA names: a row whose
 # ocean inputs all hold export.land_value is land.
 OCEAN_INPUTS: tuple[str, ...] = ("sst", "sss", "uocn", "vocn")
+# Where a SOCA background holds a name in another unit than the table's (CICE's Tair_h).
+_SOCA_UNIT: dict[str, str] = {"air_temperature": "degC"}
+SCHEMES: tuple[str, ...] = ("short", "jedi", "soca")
 
 
-def name_units(variable: str) -> dict[str, str]:
-    """Every name ``variable`` may be exported under, with the unit that name carries."""
+def name_units(variable: str, scheme: str | None = None) -> dict[str, str]:
+    """Every name ``variable`` may be exported under, with the unit that name carries
+    (in a SOCA background with ``scheme`` ``soca``)."""
     native = UNITS.get(variable, "")
     names = [variable, JEDI_NAMES.get(variable, variable), *CF_NAMES.get(variable, ())]
-    return {name: _NAME_UNIT.get(name, native) for name in names}
+    units = {name: _NAME_UNIT.get(name, native) for name in names}
+    if scheme == "soca":
+        units.update({n: u for n, u in _SOCA_UNIT.items() if n in units})
+    return units
+
+
+def scheme_of(choice: str | Mapping[str, str]) -> str | None:
+    """The naming scheme of an ``export.names`` setting (None for a mapping)."""
+    return None if isinstance(choice, Mapping) else choice
 
 
 def exported_names(
@@ -68,11 +93,35 @@ def exported_names(
         chosen = list(names)
     elif choice == "jedi":
         chosen = [JEDI_NAMES.get(name, name) for name in names]
+    elif choice == "soca":
+        absent = [name for name in names if name not in SOCA_NAMES]
+        if absent:
+            raise ValueError(
+                f"export names soca: a SOCA background holds no field for "
+                f"{', '.join(absent)} (SOCA names: {', '.join(sorted(SOCA_NAMES))}; ice and "
+                "snow thickness only per category); leave them out of data.inputs"
+            )
+        chosen = [SOCA_NAMES[name] for name in names]
     else:
-        raise ValueError(f"export names must be 'short', 'jedi' or a mapping, got {choice!r}")
+        raise ValueError(
+            f"export names must be 'short', 'jedi', 'soca' or a mapping, got {choice!r}"
+        )
     for variable, name in zip(names, chosen, strict=True):
         _check_known(variable, name)
+    if isinstance(choice, Mapping):
+        _check_one_scheme(choice)
     return chosen
+
+
+def _check_one_scheme(choice: Mapping[str, str]) -> None:
+    """A mapping gives every variable a long name or none: short and long names mixed
+    would be half our scheme and half a background's, which no background holds."""
+    short = sorted(key for key, name in choice.items() if key == name)
+    if short and len(short) < len(choice):
+        raise ValueError(
+            f"export name mapping mixes our short names ({', '.join(short)}) with a "
+            "background's names; name every variable as the background does"
+        )
 
 
 def _check_known(variable: str, name: str) -> None:
@@ -104,12 +153,16 @@ def check_distinct(inputs: list[str], outputs: list[str]) -> None:
 
 
 def exported_units(
-    variables: tuple[str, ...], exported: list[str], choice: str | Mapping[str, str] | None
+    variables: tuple[str, ...],
+    exported: list[str],
+    choice: str | Mapping[str, str] | None,
+    scheme: str | None = None,
 ) -> list[str]:
-    """The unit each exported name carries (from the table). ``choice`` (``export.units``)
-    may only confirm them: ``native`` and ``jedi`` must give the same units, a mapping
-    ``{variable: unit}`` the same unit for each variable it lists."""
-    units = [name_units(v)[name] for v, name in zip(variables, exported, strict=True)]
+    """The unit each exported name carries (from the table; in a SOCA background with
+    ``scheme`` ``soca``). ``choice`` (``export.units``) may only confirm them: ``native``
+    and ``jedi`` must give the same units, a mapping ``{variable: unit}`` the same unit for
+    each variable it lists."""
+    units = [name_units(v, scheme)[name] for v, name in zip(variables, exported, strict=True)]
     for variable, name, unit in zip(variables, exported, units, strict=True):
         if conversion(UNITS.get(variable, unit) or unit, unit) is None and unit:
             raise ValueError(

@@ -131,10 +131,16 @@ def describe(extra: Mapping[str, str], path: str) -> str:
         "forward: NORMALISED in and out (training), not the prediction: call predict",
     ]
     if extra.get("cpu_isa"):  # an AOTInductor package: compiled code for one kind of CPU
+        target = extra.get("cpu_target") or "host"  # a package from before the choice
+        runs_on = (
+            "any x86-64 CPU with AVX2 and FMA (Haswell and later)"
+            if target == "portable"
+            else "CPUs with every extension of the compiling machine"
+        )
         lines.append(
-            f"compiled for: vector ISA {extra['cpu_isa']}, -march={extra.get('cpu_march')} "
-            f"on {extra.get('compiled_on_cpu')}; a CPU without these stops on an illegal "
-            "instruction"
+            f"compiled for: {target}, vector ISA {extra['cpu_isa']}, "
+            f"-march={extra.get('cpu_march')} on {extra.get('compiled_on_cpu')}: runs on "
+            f"{runs_on}; another stops on an illegal instruction"
         )
     return "\n".join(lines + provenance_lines(origin))
 

@@ -40,6 +40,7 @@ from ufsemulator.export.names import (
     check_unit_keys,
     exported_names,
     exported_units,
+    scheme_of,
 )
 from ufsemulator.model.emulator import EmulatorMLP, ModelConfig
 from ufsemulator.variables import UNITS, conversion
@@ -114,8 +115,9 @@ def prepare_export(model: EmulatorMLP, options: ExportConfig) -> EmulatorMLP:
         model.input_names = exported_names(ins, options.names, outs)
         model.output_names = exported_names(outs, options.names, ins)
         check_distinct(model.input_names, model.output_names)
-        input_units = exported_units(ins, model.input_names, options.units)
-        output_units = exported_units(outs, model.output_names, options.units)
+        scheme = scheme_of(options.names)
+        input_units = exported_units(ins, model.input_names, options.units, scheme)
+        output_units = exported_units(outs, model.output_names, options.units, scheme)
     except ValueError as exc:
         raise ConfigError(str(exc)) from None
     _set_land(model, ins, options.land_value)

@@ -15,7 +15,7 @@ from ufsemulator.errors import CheckpointError
 from ufsemulator.export.torchscript import export_checkpoint, export_model, load_checkpoint_model
 from ufsemulator.model.emulator import EmulatorMLP, ModelConfig
 from ufsemulator.model.normalization import Stats
-from ufsemulator.variables import INPUT_NAMES
+from ufsemulator.variables import INPUT_NAMES, JEDI_NAMES
 
 
 def _load(path: Path) -> Any:
@@ -152,7 +152,7 @@ JEDI_INPUTS = [
     "snow_ice_surface_temperature",
     "sea_ice_volume",
     "sea_ice_snow_volume",
-    "sea_ice_salinity",
+    "bulk_ice_salinity",
     "eastward_sea_water_velocity",
     "northward_sea_water_velocity",
     "eastward_wind",
@@ -206,7 +206,7 @@ def jedi_inputs(model: EmulatorMLP, n: int, seed: int = 1) -> torch.Tensor:
     """Physical inputs in the units of their JEDI names (air and ice-surface temperatures
     in K, humidity in kg/kg, SOCA's ocean temperature in degC), float64."""
     x = physical_inputs(model, n, seed).double()
-    x[:, [2, 3]] += 273.15
+    x[:, 2] += 273.15  # tsfc: SOCA's snow_ice_surface_temperature, CICE's degC
     x[:, 11] *= 1e-3
     return x
 
@@ -217,16 +217,16 @@ def test_jedi_names_units_and_levels_travel_with_the_export(
     _, loaded = exported
     assert list(loaded.input_names) == JEDI_INPUTS
     assert list(loaded.output_names) == ["sea_ice_area_fraction"]
-    assert list(loaded.input_units)[:4] == ["degC", "ppt", "K", "K"]  # SOCA's degC
+    assert list(loaded.input_units)[:4] == ["degC", "ppt", "K", "degC"]  # SOCA's degC
     assert list(loaded.input_units)[11] == "kg/kg" and list(loaded.output_units) == ["1"]
-    names = {name: name for name in (*INPUT_NAMES, "aice")}
+    names = {name: JEDI_NAMES[name] for name in (*INPUT_NAMES, "aice")}
     names |= {"sst": "sea_surface_temperature", "qref": "specific_humidity"}
     options = ExportConfig(names=names, input_levels=tuple(range(14)), output_levels=(3,))
     other = _load(export_model(aice_model(), tmp_path / "m.pt", options))
-    assert list(other.input_names)[:2] == ["sea_surface_temperature", "sss"]
-    assert other.output_names == ["aice"]
-    # CF's sea_surface_temperature is in K, specific_humidity in kg/kg; short names: ours.
-    assert [other.input_units[k] for k in (0, 1, 2, 11)] == ["K", "ppt", "degC", "kg/kg"]
+    assert list(other.input_names)[:2] == ["sea_surface_temperature", "sea_water_salinity"]
+    assert other.output_names == ["sea_ice_area_fraction"]
+    # SOCA's sea_surface_temperature is in degC (MOM6's), specific_humidity in kg/kg.
+    assert [other.input_units[k] for k in (0, 1, 2, 11)] == ["degC", "ppt", "K", "kg/kg"]
     assert list(other.input_levels) == list(range(14)) and list(other.output_levels) == [3]
 
 

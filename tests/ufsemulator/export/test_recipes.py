@@ -13,7 +13,7 @@ import pytest
 import torch
 
 from ufsemulator.__main__ import main
-from ufsemulator.config import ExportConfig, default_config_path, load_config
+from ufsemulator.config import ConfigError, ExportConfig, default_config_path, load_config
 from ufsemulator.export.torchscript import export_model, read_extra_files
 from ufsemulator.model.emulator import EmulatorMLP, ModelConfig
 from ufsemulator.variables import UNITS
@@ -21,13 +21,23 @@ from ufsemulator.variables import UNITS
 from .test_export import _load
 
 CONFIGS = default_config_path().parent
+# SOCA's names and units as SOCA defines them: JCSDA/soca, test/Data/fields_metadata.yml at
+# commit 964fd662 (October 2024) names each field and the restart it is read from (MOM6's
+# Temp, Salt, u, v; CICE's Tair_h, Tsfc_h, sice_h), and
+# src/soca/VariableChange/Model2GeoVaLs/Model2GeoVaLs.F90 copies them without conversion
+# (only skin_temperature_at_surface_where_sea adds 273.15): MOM6's degC and psu, CICE's
+# degC and ppt. src/soca/MLBalance/MLJac.h reads the same seven as its inputs.
+SOCA = {
+    "sea_water_potential_temperature": ("degC", 0),
+    "sea_water_salinity": ("ppt", 0),
+    "eastward_sea_water_velocity": ("m/s", 0),
+    "northward_sea_water_velocity": ("m/s", 0),
+    "air_temperature": ("degC", 0),
+    "snow_ice_surface_temperature": ("degC", 0),
+    "bulk_ice_salinity": ("ppt", 0),
+}
 RECIPES = {
-    "soca_background.yaml": {
-        "sea_water_potential_temperature": ("degC", 0),
-        "sea_water_salinity": ("ppt", 0),
-        "eastward_sea_water_velocity": ("m/s", 0),
-        "northward_sea_water_velocity": ("m/s", 0),
-    },
+    "soca_background.yaml": SOCA,
     "coupled_background.yaml": {
         "sea_water_potential_temperature": ("degC", 0),
         "sea_water_salinity": ("ppt", 0),
@@ -126,8 +136,55 @@ def test_the_soca_recipe_trains_and_exports(
     assert main([*argv, "--epochs", "1", *sets]) == 0
     sig = json.loads(read_extra_files(run / "model.pt")["signature.json"])
     assert [i["name"] for i in sig["inputs"]] == list(RECIPES["soca_background.yaml"])
-    assert [i["unit"] for i in sig["inputs"]] == ["degC", "ppt", "m/s", "m/s"]
+    assert [i["unit"] for i in sig["inputs"]] == [unit for unit, _ in SOCA.values()]
     assert sig["land_value"] == 0.0
     assert main(["export", "--describe", str(run / "model.pt")]) == 0
     out = capsys.readouterr().out
     assert "a row whose sea_water_potential_temperature, sea_water_salinity" in out
+
+
+def test_soca_names_refuse_a_variable_soca_does_not_hold(tmp_path: Path) -> None:
+    model = recipe_model(("sst", "hi"))
+    with pytest.raises(ConfigError, match=r"a SOCA background holds no field for hi \(SOCA"):
+        export_model(model, tmp_path / "m.pt", ExportConfig(names="soca"))
+
+
+@pytest.mark.parametrize(
+    ("names", "units"),
+    [
+        ("soca", ["degC", "degC", "degC"]),  # CICE's Tair_h, Tsfc_h in a SOCA background
+        ("jedi", ["degC", "K", "degC"]),  # fv3-jedi's air_temperature in K
+    ],
+)
+def test_air_temperature_takes_the_unit_of_its_background(
+    names: str, units: list[str], tmp_path: Path
+) -> None:
+    model = recipe_model(("sst", "tair", "tsfc"))
+    loaded = _load(export_model(model, tmp_path / "m.pt", ExportConfig(names=names)))
+    assert list(loaded.input_units) == units
+    assert list(loaded.input_names)[1] == "air_temperature"
+
+
+@pytest.mark.parametrize(
+    ("mapping", "accepted"),
+    [
+        ({"sst": "sea_surface_temperature", "uocn": "surface_eastward_sea_water_velocity"}, True),
+        ({"sst": "sst", "uocn": "surface_eastward_sea_water_velocity"}, False),
+        ({"sst": "sst", "uocn": "uocn"}, True),
+    ],
+)
+def test_a_mapping_names_every_variable_in_one_scheme(
+    mapping: dict[str, str], accepted: bool, tmp_path: Path
+) -> None:
+    """SOCA's surface names (degC for sea_surface_temperature, as SOCA holds it); short
+    names mixed with a background's are refused."""
+    model = EmulatorMLP(ModelConfig(n_in=2, input_names=("sst", "uocn"), input_levels=(0, 0)))
+    options = ExportConfig(names={**mapping, "aice": "sea_ice_area_fraction"})
+    if accepted and mapping["sst"] == "sst":
+        options = ExportConfig(names={**mapping, "aice": "aice"})
+    if not accepted:
+        with pytest.raises(ConfigError, match=r"mixes our short names \(sst\)"):
+            export_model(model, tmp_path / "m.pt", options)
+        return
+    loaded = _load(export_model(model, tmp_path / "m.pt", options))
+    assert list(loaded.input_units) == ["degC", "m/s"]

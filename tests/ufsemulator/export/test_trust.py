@@ -39,9 +39,9 @@ def ranged_model() -> EmulatorMLP:
 @pytest.mark.parametrize(
     ("options", "units"),
     [
-        (ExportConfig(names="jedi"), ["degC", "K", "K", "kg/kg"]),  # SOCA's degC
-        (ExportConfig(names="jedi", units="jedi"), ["degC", "K", "K", "kg/kg"]),
-        (ExportConfig(names="jedi", units={"tair": "kelvin"}), ["degC", "K", "K", "kg/kg"]),
+        (ExportConfig(names="jedi"), ["degC", "K", "degC", "kg/kg"]),  # SOCA's degC
+        (ExportConfig(names="jedi", units="jedi"), ["degC", "K", "degC", "kg/kg"]),
+        (ExportConfig(names="jedi", units={"tair": "kelvin"}), ["degC", "K", "degC", "kg/kg"]),
         (ExportConfig(names="short"), ["degC", "degC", "degC", "g/kg"]),
         (ExportConfig(units="native"), ["degC", "degC", "degC", "g/kg"]),
     ],
@@ -260,7 +260,7 @@ def test_export_cli_packages_for_aoti_when_asked(
 
     calls: list[tuple[Path, Path]] = []
 
-    def package(model_pt: Path, out: Path) -> Path:
+    def package(model_pt: Path, out: Path, cpu: str = "portable") -> Path:
         calls.append((Path(model_pt), Path(out)))
         return Path(out)
 
