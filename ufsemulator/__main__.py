@@ -125,13 +125,21 @@ def _add_export(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> Non
         "--aoti",
         type=Path,
         metavar="PT2",
-        help="also write an AOTInductor package (predict, jac_physical) for LibTorch's "
-        "AOTIModelPackageLoader; compiling takes 1-2 min",
+        help="also write an AOTInductor package (predict, jac_physical, tlm, adjoint; "
+        "float32) for LibTorch's AOTIModelPackageLoader; compiling takes 2-4 min",
+    )
+    export.add_argument(
+        "--aoti-cpu",
+        choices=["portable", "host"],
+        default="portable",
+        help="CPUs the package runs on: portable (default; x86-64-v3: AVX2 and FMA, Haswell "
+        "and later) or host (this machine's every extension, e.g. AVX-512)",
     )
     export.add_argument(
         "--names",
-        choices=["short", "jedi"],
-        help="input/output names (default: the checkpoint's export.names)",
+        choices=["short", "jedi", "soca"],
+        help="input/output names (default: the checkpoint's export.names); soca: a SOCA "
+        "background's names and units",
     )
     export.add_argument(
         "--units",
@@ -296,10 +304,10 @@ def _export(args: argparse.Namespace) -> int:
     if args.aoti is not None:
         from ufsemulator.export.aoti import package_export
 
-        package = package_export(path, args.aoti)
+        package = package_export(path, args.aoti, args.aoti_cpu)
         print(
             f"Packaged {path} for AOTInductor at {package} (predict, jac_physical, tlm, "
-            "adjoint; float32, inputs checked)"
+            f"adjoint; float32, inputs checked; CPUs: {args.aoti_cpu})"
         )
     return 0
 

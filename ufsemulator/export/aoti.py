@@ -9,19 +9,22 @@ of time into native code and packaged together in one ``.pt2`` file:
 - model ``adjoint``: ``(inputs [N, n_in], dy [N, n_out], mask [N, 1])`` -> ``[N, n_in]``
 
 N is dynamic (0 .. 2**31 - 2 rows); every input must be float32, 2-D, C-contiguous, with
-its stated column count. The package checks that itself on every call, whoever calls it
-(torch's own input checks, compiled in and switched on: torch leaves them off unless the
-caller sets ``AOTI_RUNTIME_CHECK_INPUTS=1``), and throws a ``std::runtime_error`` naming
-the input and what it expected. :func:`load` (Python) and the C++ example do the same
-before calling, with a clearer message, and make a contiguous copy of a strided input
-(cheap next to the call) instead of refusing it.
+its stated column count and as many rows as ``inputs``. The package checks that itself on
+every call, whoever calls it (torch's own input checks, compiled in and switched on: torch
+leaves them off unless the caller sets ``AOTI_RUNTIME_CHECK_INPUTS=1``; and a check that
+every argument has the rows of ``inputs``, which torch does not make: a 0-row mask beside
+N-row inputs would read past it), and throws a ``std::runtime_error`` naming the input and
+what it expected. ``jac_physical``, ``tlm`` and ``adjoint`` throw too when more than the
+export's ``max_out_of_range`` of the rows with data are out of range. :func:`load`
+(Python) and the C++ example check the shapes before calling, with a clearer message, and
+make a contiguous copy of a strided input (cheap next to the call) instead of refusing it.
 
 The package's metadata (``get_metadata()`` in C++) holds the same ``signature.json``,
 ``provenance.json`` and ``format_version`` as ``model.pt``, and what CPU it needs:
-``cpu_isa`` (the vector instruction set, e.g. ``avx512``), ``cpu_march`` (``native``: every
-extension of ``compiled_on_cpu``, the machine that compiled it, unless
-TORCHINDUCTOR_CPP_MARCH named a target such as ``x86-64-v3``); a CPU without them stops
-with an illegal instruction. Load it in C++ with
+``cpu_target`` (``portable``, the default: ``-march=x86-64-v3`` and 256-bit AVX2 vectors,
+any x86-64 CPU with AVX2 and FMA; ``host``: ``-march=native`` and the widest vectors of
+``compiled_on_cpu``, the machine that compiled it), ``cpu_isa`` and ``cpu_march``; a CPU
+without them stops with an illegal instruction. Load it in C++ with
 ``torch::inductor::AOTIModelPackageLoader(path, "jac_physical")`` or in Python with
 :func:`load`. Compiling takes about a minute per program on a loaded 2-core machine.
 """
@@ -119,17 +122,30 @@ def _programs(model: nn.Module) -> dict[str, tuple[nn.Module, tuple[torch.Tensor
     return programs
 
 
-def package_model(model: nn.Module, out: str | Path, metadata: dict[str, str]) -> Path:
-    """Compile ``model`` (an :class:`EmulatorMLP` prepared for export) into ``out``."""
+# What the compiled code may use: "portable" any x86-64 CPU with AVX2 and FMA (x86-64-v3,
+# Haswell and later; the Jacobian has the same bits as with AVX-512), "host" every
+# extension of the compiling machine (-march=native, its widest vectors).
+CPU_TARGETS = ("portable", "host")
+PORTABLE_MARCH, PORTABLE_SIMDLEN = "x86-64-v3", 256
+
+
+def package_model(
+    model: nn.Module, out: str | Path, metadata: dict[str, str], cpu: str = "portable"
+) -> Path:
+    """Compile ``model`` (an :class:`EmulatorMLP` prepared for export) into ``out``, for
+    the CPUs ``cpu`` names (:data:`CPU_TARGETS`)."""
     from torch._inductor import aot_compile
-    from torch._inductor.cpu_vec_isa import pick_vec_isa
+    from torch._inductor import config as inductor_config
     from torch._inductor.package import package_aoti
 
+    if cpu not in CPU_TARGETS:
+        raise ValueError(f"--aoti-cpu must be {' or '.join(CPU_TARGETS)}, got {cpu!r}")
     out = Path(out)
-    metadata = {**metadata, **_target(str(pick_vec_isa()))}
-    options = {
+    target = {"cpp.march": PORTABLE_MARCH, "cpp.simdlen": PORTABLE_SIMDLEN}
+    if cpu == "host":
+        target = {"cpp.march": None, "cpp.simdlen": None}
+    options: dict[str, Any] = {
         "aot_inductor.package": True,
-        "aot_inductor.metadata": metadata,
         # Checks of 0- and 1-row inputs would refuse them (torch assumes >= 2 rows there).
         "aot_inductor.check_lowerbound": False,
     }
@@ -137,7 +153,8 @@ def package_model(model: nn.Module, out: str | Path, metadata: dict[str, str]) -
     tmp_name = out.with_name(f".{out.stem}.{os.getpid()}.{uuid.uuid4().hex[:8]}.tmp.pt2")
     try:
         files: dict[str, Any] = {}
-        with warnings.catch_warnings(), _checks_always_on():
+        with warnings.catch_warnings(), _checks_always_on(), inductor_config.patch(target):
+            options["aot_inductor.metadata"] = {**metadata, **_target(cpu)}
             warnings.simplefilter("ignore", UserWarning)
             warnings.simplefilter("ignore", FutureWarning)  # torch's own LeafSpec notice
             for name, (wrapper, args, shapes) in _programs(model).items():
@@ -150,11 +167,11 @@ def package_model(model: nn.Module, out: str | Path, metadata: dict[str, str]) -
     return out
 
 
-def _target(vec_isa: str) -> dict[str, str]:
-    """What CPU the compiled code needs: torch compiles for -march=native (the compiling
-    machine's every extension) unless TORCHINDUCTOR_CPP_MARCH names a target such as
-    x86-64-v3, and vectorises for ``vec_isa`` unless ATEN_CPU_CAPABILITY says otherwise."""
+def _target(cpu: str) -> dict[str, str]:
+    """What CPU the compiled code needs: the vector ISA torch picks (``pick_vec_isa``,
+    256-bit AVX2 for a portable package) and the -march it compiles with."""
     from torch._inductor import config
+    from torch._inductor.cpu_vec_isa import pick_vec_isa
 
     model = "unknown"
     with contextlib.suppress(OSError):
@@ -163,7 +180,8 @@ def _target(vec_isa: str) -> dict[str, str]:
                 model = line.split(":", 1)[1].strip()
                 break
     return {
-        "cpu_isa": vec_isa or "none",
+        "cpu_target": cpu,
+        "cpu_isa": str(pick_vec_isa()) or "none",
         "cpu_march": config.cpp.march or "native",
         "compiled_on_cpu": model,
     }
@@ -178,51 +196,89 @@ def _export(wrapper: nn.Module, args: tuple[torch.Tensor, ...], shapes: Any) -> 
         return torch.export.export(wrapper, args, dynamic_shapes=shapes)
 
 
+# Run before torch's own checks (which read sizes without looking at the dimension count):
+# every argument 2-D with one row per point, as many rows as the first. torch checks each
+# argument alone, so a 0-row mask beside N-row inputs passed and the kernels read past it.
+_ROWS_CHECK = """
+{
+    int64_t rows = -1;
+    for (int k = 0; k < %(count)d; ++k) {
+        int64_t dim = 0;
+        AOTI_TORCH_ERROR_CODE_CHECK(aoti_torch_get_dim(input_handles[k], &dim));
+        if (dim != 2) {
+            std::stringstream ss;
+            ss << "input_handles[" << k << "]: expected a 2-D tensor [rows, columns], got "
+               << dim << " dimensions\\n";
+            throw std::runtime_error(std::move(ss).str());
+        }
+        const int64_t got = ConstantHandle(input_handles[k]).sizes()[0];
+        if (k == 0) rows = got;
+        if (got != rows) {
+            std::stringstream ss;
+            ss << "input_handles[" << k << "]: " << got << " rows, but input_handles[0] has "
+               << rows << ": every argument takes one row per point\\n";
+            throw std::runtime_error(std::move(ss).str());
+        }
+    }
+}
+"""
+
+
 @contextlib.contextmanager
 def _checks_always_on() -> Iterator[None]:
     """Compile torch's input checks (dtype, sizes, strides, device) switched on for good,
-    not only under ``AOTI_RUNTIME_CHECK_INPUTS=1``: SABER sets no such variable. Fails the
-    packaging, rather than ship an unchecked package, if torch's generated code changed."""
+    not only under ``AOTI_RUNTIME_CHECK_INPUTS=1``: SABER sets no such variable; and before
+    them a check that every argument is 2-D with the rows of the first (:data:`_ROWS_CHECK`).
+    Fails the packaging, rather than ship an unchecked package, if torch's generated code
+    changed."""
     from torch._inductor.codegen.cpp_wrapper_cpu import CppWrapperCpu
+    from torch._inductor.virtualized import V
 
     original = CppWrapperCpu.generate_input_output_runtime_checks
-    seen: list[bool] = []
+    seen: list[str] = []
 
     def generate(self: Any) -> None:
-        splice = self.prefix.splice_aot
+        splice, writeline = self.prefix.splice_aot, self.prefix.writeline_aot
 
         def patched(code: Any, strip: bool = False) -> None:
             if isinstance(code, str) and _GATE in code:
                 code = code.replace(_GATE, _ALWAYS)
-                seen.append(True)
+                seen.append("gate")
             splice(code, strip)
 
-        self.prefix.splice_aot = patched
+        def first_check(line: Any) -> None:
+            if line == "check_input_0(input_handles);":
+                splice(_ROWS_CHECK % {"count": len(V.graph.graph_inputs)})
+                seen.append("rows")
+            writeline(line)
+
+        self.prefix.splice_aot, self.prefix.writeline_aot = patched, first_check
         try:
             original(self)
         finally:
-            del self.prefix.splice_aot
+            del self.prefix.splice_aot, self.prefix.writeline_aot
 
     CppWrapperCpu.generate_input_output_runtime_checks = generate  # type: ignore[method-assign]
     try:
         yield
     finally:
         CppWrapperCpu.generate_input_output_runtime_checks = original  # type: ignore[method-assign]
-    if not seen:
+    if "gate" not in seen or "rows" not in seen:
         raise RuntimeError(
             f"torch {torch.__version__} no longer generates the AOTInductor input checks this "
             "export switches on; the package would not check its inputs"
         )
 
 
-def package_export(model_pt: str | Path, out: str | Path) -> Path:
-    """The AOTInductor package of an existing ``model.pt`` (same weights, same metadata)."""
+def package_export(model_pt: str | Path, out: str | Path, cpu: str = "portable") -> Path:
+    """The AOTInductor package of an existing ``model.pt`` (same weights, same metadata),
+    compiled for the CPUs ``cpu`` names (portable: x86-64-v3; host: this machine's)."""
     from ufsemulator.export.torchscript import read_extra_files
 
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", DeprecationWarning)
         scripted = torch.jit.load(str(model_pt))
-    return package_model(python_model(scripted), out, read_extra_files(model_pt))
+    return package_model(python_model(scripted), out, read_extra_files(model_pt), cpu)
 
 
 # What prepare_export sets on a model beyond its weights and buffers.
