@@ -21,6 +21,7 @@ steps are done, so the rate jumps there, as when other work leaves a node.
 from __future__ import annotations
 
 import argparse
+import itertools
 import json
 import os
 import subprocess
@@ -33,6 +34,7 @@ from typing import Any
 ROOT = Path(__file__).resolve().parents[1]
 FRACTIONS = (0.1, 0.25, 0.5, 0.75)
 TARGET = 0.20  # the predicted end within 20% of the real one
+FRACTIONS_OF_PACE = (0.0, 0.25, 0.5, 0.75, 1.0)
 
 CONFIG = """\
 data: {{mask: ocean}}
@@ -88,7 +90,7 @@ def _status(folder: Path, job: int) -> dict[str, Any] | None:
     average = None
     if rate and beat.time is not None and beat.steps is not None and beat.step is not None:
         average = beat.time + max(0, beat.steps - beat.step) / rate
-    return {**found, "average_end": average}
+    return {**found, "average_end": average, "beat_time": beat.time}
 
 
 def _load(seconds: float) -> list[subprocess.Popen[bytes]]:
@@ -116,7 +118,7 @@ def measure(
         job = _submit(folder, epochs)
         load = _load(timeout) if load_until is not None else []
         try:
-            predictions, unloaded = _watch(folder, job, (every, timeout), load_until, load)
+            predictions, unloaded, seen = _watch(folder, job, (every, timeout), load_until, load)
         finally:
             _unload(load)
         beat_file = folder / "runs" / str(job) / "heartbeat.json"
@@ -134,6 +136,7 @@ def measure(
         "training_s": round(real_end - started, 1),
         "load_until": load_until,
         "load_ended_at_fraction": unloaded,
+        "steps_per_s_by_quarter": quarter_rates(seen, int(beat.get("steps") or 0)),
         "rows": rows,
     }
 
@@ -144,12 +147,14 @@ def _watch(
     every_timeout: tuple[float, float],
     load_until: float | None,
     load: list[subprocess.Popen[bytes]],
-) -> tuple[dict[float, tuple[float, dict[str, Any]]], float | None]:
+) -> tuple[dict[float, tuple[float, dict[str, Any]]], float | None, list[tuple[float, int]]]:
     """Ask ``status`` until the job has left the queue: per wanted fraction, when it was asked
-    and the forecast it gave first at or past it; and where the load was taken away."""
+    and the forecast it gave first at or past it; where the load was taken away; the
+    heartbeats' (time, step) it read."""
     predictions: dict[float, tuple[float, dict[str, Any]]] = {}
     unloaded = None
     every, timeout = every_timeout
+    seen: list[tuple[float, int]] = []  # the heartbeats' (time, step), for the rate's pace
     deadline = time.monotonic() + timeout
     while _queued(job, folder):
         if time.monotonic() > deadline:
@@ -158,6 +163,8 @@ def _watch(
         found = _status(folder, job)
         if found and found.get("steps"):
             fraction = found["step"] / found["steps"]
+            if found.get("beat_time") is not None:
+                seen.append((found["beat_time"], found["step"]))
             if load and unloaded is None and load_until is not None and fraction >= load_until:
                 _unload(load)
                 unloaded = round(fraction, 3)
@@ -165,7 +172,23 @@ def _watch(
                 if found.get("end") and fraction >= wanted and wanted not in predictions:
                     predictions[wanted] = (time.time(), {**found, "fraction": fraction})
         time.sleep(every)
-    return predictions, unloaded
+    return predictions, unloaded, seen
+
+
+def quarter_rates(seen: list[tuple[float, int]], steps: int) -> list[float | None]:
+    """Steps a second in each quarter of the steps, from the heartbeats ``status`` read
+    (time, step): how much the rate itself moved while the forecast was asked."""
+    rates: list[float | None] = []
+    for low, high in itertools.pairwise(FRACTIONS_OF_PACE):
+        before = [mark for mark in seen if mark[1] <= low * steps]
+        after = [mark for mark in seen if mark[1] >= high * steps]
+        first = before[-1] if before else (seen[0] if seen else None)
+        last = after[0] if after else (seen[-1] if seen else None)
+        if first is None or last is None or last[0] <= first[0]:
+            rates.append(None)
+        else:
+            rates.append(round((last[1] - first[1]) / (last[0] - first[0]), 1))
+    return rates
 
 
 def _row(
@@ -213,7 +236,12 @@ def table(result: dict[str, Any]) -> str:
             f"| {row['error_s']:+.1f} "
             f"| {row['of_time_left']:.1%} | {row['of_training']:.1%} {average}"
         )
-    lines += ["", f"Target: within {TARGET:.0%}; {_verdict(result['rows'])}."]
+    pace = " / ".join("-" if r is None else f"{r:.0f}" for r in result["steps_per_s_by_quarter"])
+    lines += [
+        "",
+        f"The rate in each quarter of the steps: {pace} steps/s.",
+        f"Target: within {TARGET:.0%}; {_verdict(result['rows'])}.",
+    ]
     return "\n".join(lines)
 
 

@@ -59,4 +59,8 @@ def test_forecast_short_mode_sets_predictions_against_the_real_end(
     assert header in proc.stdout and "| piece's average: predicted - real (s) |" in proc.stdout
     if result["rows"]:
         assert "(the piece's average: worst " in proc.stdout
+    # How much the rate itself moved: a quarter's rate where statuses were read through it.
+    quarters = result["steps_per_s_by_quarter"]
+    assert len(quarters) == 4 and all(rate is None or rate > 0 for rate in quarters)
+    assert "The rate in each quarter of the steps: " in proc.stdout
     print(proc.stdout)
