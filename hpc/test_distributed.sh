@@ -40,7 +40,7 @@ export HPCDIST_CPUS_PER_TASK=1
 # folders of this user's alone: below the submit folder, or in the user's own state folder
 # where others can write or own that one; a folder another user owns or can write is
 # refused, never used. The ranks prove they hold the secret before they exchange anything.
-prepared="$(python3 -c "${hpcdist_main}" hpcdist.distributed.jobstep prepare --log-record '{"output":"%x-%j.out","error":null,"name":"hpcdist-commcheck","rank_logs":"label"}')"
+prepared="$(python3 -c "${hpcdist_main}" hpcdist.distributed.jobstep prepare --log-record '{"output":"%x-%j.out","error":null,"name":"hpcdist-commcheck","rank_logs":"label","lead":null,"memory":null,"gpus_per_node":0}')"
 eval "${prepared}"
 echo "hpcdist: job ${SLURM_JOB_ID} on ${SLURM_JOB_NODELIST}, restart ${SLURM_RESTART_COUNT:-0}"
 # srun in SLURM >= 22.05 no longer inherits --cpus-per-task from sbatch: pass it explicitly.

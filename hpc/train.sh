@@ -57,7 +57,7 @@ export HPCDIST_BAD_NODE_HOLD=3600
 # folders of this user's alone: below the submit folder, or in the user's own state folder
 # where others can write or own that one; a folder another user owns or can write is
 # refused, never used. The ranks prove they hold the secret before they exchange anything.
-prepared="$(python3 -c "${hpcdist_main}" hpcdist.distributed.jobstep prepare --log-record '{"output":"%x-%j.out","error":null,"name":"ufsemulator-threads","rank_logs":"label"}' --marker)"
+prepared="$(python3 -c "${hpcdist_main}" hpcdist.distributed.jobstep prepare --log-record '{"output":"%x-%j.out","error":null,"name":"ufsemulator-threads","rank_logs":"label","lead":90,"memory":null,"gpus_per_node":0}' --marker)"
 eval "${prepared}"
 echo "hpcdist: job ${SLURM_JOB_ID} on ${SLURM_JOB_NODELIST}, restart ${SLURM_RESTART_COUNT:-0}"
 # Rank 0 checkpoints on the warning signal, then asks for a requeue: it exits 85 and leaves

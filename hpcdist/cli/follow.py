@@ -78,6 +78,7 @@ def _efficiency(infos: Sequence[JobInfo]) -> dict[str, tuple[Any, str, str | Non
     if not ended:
         return {}
     from hpcdist.jobs import efficiency as eff
+    from hpcdist.jobs.logpaths import job_record
     from hpcdist.slurm.query import sacct_rows
 
     asked = ended[0].job_id.split("_")[0] if len(ended) > 1 else ended[0].job_id
@@ -94,7 +95,8 @@ def _efficiency(infos: Sequence[JobInfo]) -> dict[str, tuple[Any, str, str | Non
             # 22.05); the controller's record (or the view) holds it.
             found = dataclasses.replace(found, limit_s=info.limit_s)
         if found is not None:
-            out[info.job_id] = (found, eff.summary(found), eff.advice(found))
+            request = eff.Request.from_record(job_record(info, [Path.cwd()]))
+            out[info.job_id] = (found, eff.summary(found), eff.advice(found, request))
     return out
 
 

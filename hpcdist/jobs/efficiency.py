@@ -52,6 +52,7 @@ class Efficiency:
     ran: bool = True  # False: the job never started (cancelled or failed while pending)
     task_peak_mb: float | None = None  # MaxRSS: the largest task of the step that counted
     tasks_per_node: int = 1  # that step's tasks on its fullest node
+    nodes: int = 1
 
     @property
     def cpu_fraction(self) -> float | None:
@@ -162,6 +163,7 @@ def efficiency(rows: Sequence[Mapping[str, str]], job_id: str) -> Efficiency | N
         ran=ran,
         task_peak_mb=None if memory is None else memory.task_peak_mb,
         tasks_per_node=1 if memory is None else memory.tasks_per_node,
+        nodes=max(nodes, 1),
     )
 
 
@@ -245,32 +247,78 @@ def summary(eff: Efficiency) -> str:
     return f"{cpu}, {_memory_text(eff)}, {wall}"
 
 
-def _suggest_mem(node_mb: float) -> str:
-    mb = max(100, math.ceil(node_mb * MEMORY_HEADROOM / 100) * 100)
+def _suggest_mem(mb_used: float) -> str:
+    mb = max(100, math.ceil(mb_used * MEMORY_HEADROOM / 100) * 100)
     return f"{mb // 1024}G" if mb % 1024 == 0 else f"{mb}M"
 
 
 def suggest_time_s(elapsed_s: float, lead_s: int = WARNING_LEAD_S) -> int:
-    """Whole minutes that hold the run with headroom and the warning's lead after it: a
-    job given less is warned (and checkpoints, or is requeued) before it ends, and
-    ``--time`` at or under the lead is refused."""
-    return max(1, math.ceil((elapsed_s * TIME_HEADROOM + lead_s) / 60)) * 60
+    """Whole minutes that hold the run with headroom and the warning's lead after it, and
+    always more than the lead: a job given less is warned (and checkpoints, or is
+    requeued) before it ends, and ``--time`` at or under the lead is refused."""
+    return max(1, math.ceil((elapsed_s * TIME_HEADROOM + lead_s + 1) / 60)) * 60
 
 
-def advice(eff: Efficiency) -> str | None:
+@dataclass(frozen=True)
+class Request:
+    """How the job asked for what the advice changes, from its log record (a script
+    hpcdist rendered): the warning's lead (None: no warning), the sbatch option of its
+    memory request and its GPUs a node. ``known`` False: a job of another tool, told in
+    sbatch's own options, its lead taken to be hpcdist's default."""
+
+    lead_s: int | None = WARNING_LEAD_S
+    memory: str | None = None
+    gpus_per_node: int | None = None
+    known: bool = False
+
+    @classmethod
+    def from_record(cls, record: Mapping[str, object] | None) -> Request:
+        if record is None or "lead" not in record:
+            return cls()
+        lead, memory, gpus = record.get("lead"), record.get("memory"), record.get("gpus_per_node")
+        return cls(
+            lead_s=lead if isinstance(lead, int) else None,
+            memory=memory if memory in ("mem", "mem-per-cpu", "mem-per-gpu") else None,
+            gpus_per_node=gpus if isinstance(gpus, int) and gpus > 0 else None,
+            known=True,
+        )
+
+
+def _memory_tip(eff: Efficiency, request: Request, node_mb: float) -> str | None:
+    """The smaller request in the option the job used: hpcdist refuses --mem beside
+    --mem-per-gpu, and sbatch --mem beside --mem-per-cpu."""
+    cpus = max(1, eff.alloc_cpus // max(eff.nodes, 1))
+    per_cpu = _suggest_mem(node_mb / cpus)
+    on = f"its {cpus} CPU{'s' if cpus > 1 else ''} a node"
+    if request.memory == "mem-per-gpu":
+        if request.gpus_per_node is None:
+            return None
+        return f"--mem-per-gpu={_suggest_mem(node_mb / request.gpus_per_node)}"
+    if request.memory == "mem-per-cpu":
+        option = "--sbatch mem-per-cpu=" if request.known else "--mem-per-cpu="
+        return f"{option}{per_cpu} ({on})"
+    if request.memory == "mem" or request.known:
+        return f"--mem={_suggest_mem(node_mb)}"
+    return f"--mem={_suggest_mem(node_mb)} (or --mem-per-cpu={per_cpu}: {on})"
+
+
+def advice(eff: Efficiency, request: Request | None = None) -> str | None:
     """One line when a completed job used under half of its memory or time; else None.
 
     Only for COMPLETED jobs that ran: one that failed early says nothing about what it
-    needed. A smaller --time is advised only where it is smaller than the limit it had."""
+    needed. A smaller --time is advised only where it is smaller than the limit it had,
+    each value in the option the job used (``request``), one that hpcdist and sbatch take."""
     if eff.state != "COMPLETED" or not eff.ran:
         return None
+    request = request or Request()
     tips = []
     memory = eff.memory_fraction
     if memory is not None and memory < ADVICE_BELOW and eff.node_memory_mb is not None:
-        suggested = _suggest_mem(eff.node_memory_mb)
-        tips.append(f"it used {_percent(memory)} of its memory: --mem={suggested} would do")
+        tip = _memory_tip(eff, request, eff.node_memory_mb)
+        if tip is not None:
+            tips.append(f"it used {_percent(memory)} of its memory: {tip} would do")
     time = eff.time_fraction
-    seconds = suggest_time_s(eff.elapsed_s)
+    seconds = suggest_time_s(eff.elapsed_s, request.lead_s or 0)
     if time is not None and time < ADVICE_BELOW and eff.limit_s and seconds < eff.limit_s:
         tips.append(
             f"it used {_percent(time)} of its time limit: --time="

@@ -134,6 +134,13 @@ def job_logs(
     return LogPaths(stdout_path, stderr_path, tuple(looked), per_rank=split)
 
 
+def job_record(info: JobInfo, folders: Sequence[Path]) -> Mapping[str, object] | None:
+    """The job's log record (a script hpcdist rendered leaves one) in ``folders`` or its
+    WorkDir; None without one."""
+    workdir = [Path(info.workdir)] if info.workdir else []
+    return _read_record(_record_names(info), list(dict.fromkeys([*folders, *workdir])), [])
+
+
 def _record_names(info: JobInfo) -> list[str]:
     """The names the job's log record may have: the job's own id (the script writes it
     under SLURM_JOB_ID, which for an array task is not ``A_a``), then the id asked."""

@@ -139,16 +139,33 @@ def _agent(spec: JobSpec) -> str:
 
 
 def log_record(spec: JobSpec) -> str:
-    """What the script leaves in ``logs/<job id>`` (``hpcdist.jobs.logpaths`` reads it)."""
+    """What the script leaves in ``logs/<job id>`` (``hpcdist.jobs.logpaths`` reads it): its
+    logs, and how it asked for its warning and memory (``status``'s advice keeps to them)."""
+    gpus = spec.gpus_per_node if isinstance(spec.gpus_per_node, int) else None
     return json.dumps(
         {
             "output": spec.output,
             "error": spec.error,
             "name": spec.job_name,
             "rank_logs": spec.rank_logs,
+            "lead": leads.signal_lead_s(spec.signal),
+            "memory": memory_option(spec),
+            "gpus_per_node": gpus,
         },
         separators=(",", ":"),
     )
+
+
+def memory_option(spec: JobSpec) -> str | None:
+    """The sbatch option that carries the job's memory request (``mem``, ``mem-per-cpu``
+    or ``mem-per-gpu``); None where it asks for none."""
+    site = dict(spec.sbatch_options)
+    for option in ("mem-per-gpu", "mem-per-cpu", "mem"):
+        if option in site:
+            return option
+    if spec.mem_per_gpu is not None:
+        return "mem-per-gpu"
+    return "mem" if spec.memory is not None else None
 
 
 def _srun_words(spec: JobSpec) -> list[str]:

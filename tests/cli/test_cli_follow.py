@@ -343,3 +343,25 @@ def test_a_forgotten_plain_jobs_logs_are_every_file_named_for_it_never_one_as_st
     ) in status.stdout.splitlines()
     logs = CliRunner().invoke(cli, ["logs", "9569844"])
     assert (logs.exit_code, logs.stdout) == (0, "ERR-LINE\nOUT-LINE\n")
+
+
+def test_status_advice_keeps_the_warning_lead_of_the_jobs_record(
+    slurm: dict[str, JobInfo], tmp_path: Path
+) -> None:
+    # Rendered with --signal USR2@600: 4 s of 0:30:00 used, and 0:02:00 would be refused.
+    from hpcdist.state.folders import state_dir
+
+    record = state_dir("logs", project_dir=tmp_path) / "9569844"
+    record.write_text(
+        json.dumps(
+            {"output": "%x-%j.out", "error": None, "name": "c", "rank_logs": "label", "lead": 600}
+        )
+    )
+    record.chmod(0o600)
+    slurm["9569844"] = _info("9569844", workdir=str(tmp_path))
+    status = CliRunner().invoke(cli, ["status", "9569844"])
+    assert status.exit_code == 0, status.output
+    assert (
+        "  advice:     it used 0.2% of its time limit: --time=0:11:00 would do and starts "
+        "sooner (backfill)"
+    ) in status.stdout.splitlines()

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import dataclasses
+import json
+import re
 from pathlib import Path
 
 import pytest
@@ -11,12 +13,13 @@ from hpcdist.errors import SpecError
 from hpcdist.jobs.efficiency import (
     WARNING_LEAD_S,
     Efficiency,
+    Request,
     advice,
     efficiency,
     suggest_time_s,
     summary,
 )
-from hpcdist.slurm.parse import format_duration, parse_sacct
+from hpcdist.slurm.parse import format_duration, parse_duration, parse_sacct
 from hpcdist.spec.options import spec_from_options
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "slurm"
@@ -85,7 +88,12 @@ def _eff(memory: float | None, time: float | None, state: str = "COMPLETED") -> 
 @pytest.mark.parametrize(
     ("memory", "time", "expected"),
     [
-        (0.49, 0.9, "it used 49.0% of its memory: --mem=700M would do"),
+        (
+            0.49,
+            0.9,
+            "it used 49.0% of its memory: --mem=700M (or --mem-per-cpu=700M: its 1 CPU a "
+            "node) would do",
+        ),
         (0.50, 0.9, None),
         (0.51, 0.9, None),
         (
@@ -98,7 +106,8 @@ def _eff(memory: float | None, time: float | None, state: str = "COMPLETED") -> 
         (
             0.2,
             0.2,
-            "it used 20.0% of its memory: --mem=300M would do; it used 20.0% of its "
+            "it used 20.0% of its memory: --mem=300M (or --mem-per-cpu=300M: its 1 CPU a "
+            "node) would do; it used 20.0% of its "
             "time limit: --time=0:07:00 would do and starts sooner (backfill)",
         ),
         (None, None, None),
@@ -260,3 +269,61 @@ def test_efficiency_waits_for_the_final_record_and_no_longer() -> None:
     answers[:] = [running] * 4
     assert final_rows(fetch, ["5"], wait_s=2.0, sleep=slept.append) is None
     assert answers == [running]  # asked three times: at once, after 1 s and after 2 s
+
+
+def _without(argv: list[str], option: str) -> list[str]:
+    """``argv`` without the flag (and its value) that ``option`` sets: ``--time`` or
+    ``--sbatch mem-per-cpu``."""
+    out, skip = [], False
+    for n, word in enumerate(argv):
+        if skip:
+            skip = False
+            continue
+        flag, _, key = option.partition(" ")
+        value = argv[n + 1] if n + 1 < len(argv) else ""
+        if word == flag and (not key or value.startswith(f"{key}=")):
+            skip = True
+            continue
+        out.append(word)
+    return out
+
+
+@pytest.mark.parametrize(
+    ("flags", "cpus"),
+    [
+        (["--signal", "USR2@600", "--time", "2:00:00", "--mem", "4000M"], 1),
+        (["--signal", "B:USR1@3000", "--time", "3:00:00", "--mem", "4000M"], 1),
+        (["--mode", "nccl", "--gpus-per-node", "4", "--mem-per-gpu", "8G", "--time", "2:00:00"], 4),
+        (["--sbatch", "mem-per-cpu=1000M", "--cpus-per-task", "4", "--time", "2:00:00"], 4),
+    ],
+    ids=["lead-600", "lead-3000", "mem-per-gpu", "mem-per-cpu"],
+)
+def test_each_piece_of_advice_is_taken_when_fed_back(flags: list[str], cpus: int) -> None:
+    """A job that used a tenth of its memory and 10 s of its time: the advice, given the
+    job's own log record, names values in the options it used, and hpcdist renders the
+    job again with them."""
+    from click.testing import CliRunner
+
+    from hpcdist.cli.main import cli
+
+    rendered = CliRunner().invoke(cli, ["render", "--profile", "generic", *flags])
+    assert rendered.exit_code == 0, rendered.output
+    record = json.loads(re.findall(r"--log-record '(\{.*?\})'", rendered.stdout)[0])
+    eff = Efficiency(
+        state="COMPLETED",
+        elapsed_s=10.0,
+        limit_s=float(parse_duration(flags[flags.index("--time") + 1]) or 0),
+        alloc_cpus=cpus,
+        cpu_used_s=None,
+        node_memory_mb=3200.0,
+        mem_request_mb=32000.0,
+    )
+    tip = advice(eff, Request.from_record(record))
+    assert tip is not None
+    advised = re.findall(r"--sbatch [a-z-]+=[0-9A-Z]+|--[a-z-]+=[0-9A-Z:]+", tip)
+    assert len(advised) == 2 and advised[-1].startswith("--time="), tip
+    again = flags
+    for option in advised:
+        again = [*_without(again, option.partition("=")[0]), *option.split(" ")]
+    taken = CliRunner().invoke(cli, ["render", "--profile", "generic", *again])
+    assert taken.exit_code == 0, f"{tip}\n{again}\n{taken.output}"
