@@ -194,7 +194,27 @@ def model_card(name: str, sig: Mapping[str, Any], origin: Mapping[str, Any]) -> 
         "`jac_physical`). Intended use: the balance operator's Jacobian and predictions "
         "inside the training range below; not a forecast model. Rows flagged by "
         "`row_flags` are outside what it was trained on.\n\n"
-        "```\n" + describe(extra, name) + "\n```\n"
+        "```\n" + describe(extra, name) + "\n```\n\n" + _card_notes(origin)
+    )
+
+
+def _card_notes(origin: Mapping[str, Any]) -> str:
+    """How the card's R^2 was measured, and what the AOTInductor package holds."""
+    training = (origin.get("config") or {}).get("training") or {}
+    share = training.get("val_fraction", 0.2)
+    return (
+        "**R^2** (`best_val_r2`, `final_val_r2` above) is 1 - SSE/SST over the validation "
+        f"rows: a seeded random {share:g} of the training data's rows "
+        "(`training.val_fraction`), the same on every rank, summed over all ranks. It is "
+        "the network's own output, before any clamp or fill, on rows of the same files "
+        "and times as training: not a held-out period or region.\n\n"
+        "**model.pt2** (with `export --aoti` or `export.aoti: true`) holds the same weights "
+        "and the same signature and provenance, compiled ahead of time by AOTInductor into "
+        "four float32 programs: `predict` (prediction and row flags), `jac_physical`, "
+        "`tlm`, `adjoint`. It is compiled for `x86-64-v3` (AVX2 and FMA, any x86-64 CPU "
+        "since Haswell) unless `--aoti-cpu host` chose the compiling machine's every "
+        "extension; `export --describe model.pt2` says which. It refuses what the "
+        "TorchScript methods refuse, and inputs of another dtype, shape or row count.\n"
     )
 
 
