@@ -64,7 +64,7 @@ def submit(executor: str, dry_run: bool, wait: bool, no_preflight: bool, **optio
     try:
         state = follow(record, rank=0, within=WAIT_LOOK_S)
     except KeyboardInterrupt:
-        return _stopped_following(record.job_id)
+        return _stopped_following(record)
     click.echo(f"Job {record.job_id} ended {state}")
     return 0 if state == "COMPLETED" else 1
 
@@ -75,11 +75,17 @@ def submit(executor: str, dry_run: bool, wait: bool, no_preflight: bool, **optio
 WAIT_LOOK_S = 6.0
 
 
-def _stopped_following(job_id: str) -> int:
-    """Ctrl-C stops the following, not the job: say so, and how to reach it again."""
+def _stopped_following(record: JobRecord) -> int:
+    """Ctrl-C stops the following, not the job: say so, and how to reach it again; a job
+    that has ended (by then, or of the Ctrl-C) is said to have ended, with its state."""
+    job_id = record.job_id
+    state = job_state(record)
+    if state in FINAL_STATES:
+        click.echo(f"\nhpcdist: aborted; job {job_id} ended {state}", err=True)
+        return 130
     click.echo(
-        f"\nhpcdist: stopped following; job {job_id} keeps running "
-        f"(hpcdist status {job_id}, hpcdist logs {job_id} --follow, hpcdist cancel {job_id})",
+        f"\nhpcdist: aborted; job {job_id} keeps running ({state}): hpcdist status "
+        f"{job_id}, hpcdist logs {job_id} --follow, hpcdist cancel {job_id}",
         err=True,
     )
     return 130
@@ -116,7 +122,7 @@ def _submitted_array(record: JobRecord, max_parallel: int | None, wait: bool) ->
             arrays=arrays,
         )
     except KeyboardInterrupt:
-        return _stopped_following(record.job_id)
+        return _stopped_following(record)
     ended = sum(state == "COMPLETED" for state in states.values())
     click.echo(f"Job {record.job_id} ended: {ended} of {len(states)} tasks COMPLETED")
     from hpcdist.jobs.report import collect, table

@@ -18,6 +18,7 @@ folder, where ``hpcdist status`` and ``logs`` read them. Standard library only.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import re
@@ -113,6 +114,15 @@ def _deliver_warning(
         pass  # no step runs: SLURM's warning would reach no task either
 
 
+def _leave_terminal() -> None:
+    """The job leaves the process group of the terminal that submitted it, as a SLURM job
+    runs apart from it: a Ctrl-C there (``submit --wait``) stops the following, never the
+    job. SIGINT is the job's own again (its controller started with it ignored)."""
+    with contextlib.suppress(OSError):
+        os.setpgid(0, 0)
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+
 def batch(folder: Path, script: Path, workdir: str | None) -> int:
     """Run ``script`` with bash as a batch shell of this machine; its exit code.
     ``folder`` may name the job by ``%j``, as submitit's folders do."""
@@ -124,6 +134,7 @@ def batch(folder: Path, script: Path, workdir: str | None) -> int:
     stand_in.write_text(f'#!/bin/sh\nexec {shlex.quote(sys.executable)} -m {module} srun "$@"\n')
     stand_in.chmod(0o700)
     env = batch_environ(os.environ, folder, bindir)
+    _leave_terminal()
     child = subprocess.Popen(["bash", str(script)], env=env, cwd=workdir)
     _relay_to([child])
     warning = script_warning(script.read_text(errors="replace"))

@@ -13,7 +13,9 @@ On a machine without SLURM, submitit's local executor runs one task:
 from __future__ import annotations
 
 import shlex
+import signal
 import sys
+import threading
 from pathlib import Path
 from typing import Any
 
@@ -90,4 +92,13 @@ def queue_local(
         "--chdir",
         workdir,
     ]
-    return executor._submit_command(shlex.join(argv))
+    # A Ctrl-C in the terminal that submits (submit --wait) reaches every process of its
+    # group: submitit's controller starts with SIGINT ignored, and the batch task leaves
+    # the group (localstep), so that it stops the following, never the job, as with SLURM.
+    ignored = threading.current_thread() is threading.main_thread()
+    previous = signal.signal(signal.SIGINT, signal.SIG_IGN) if ignored else None
+    try:
+        return executor._submit_command(shlex.join(argv))
+    finally:
+        if ignored:
+            signal.signal(signal.SIGINT, previous)

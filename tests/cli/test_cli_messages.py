@@ -2,7 +2,11 @@
 
 from __future__ import annotations
 
+import os
+import signal
+import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -11,8 +15,23 @@ from hpcdist.cli import jobs as cli_jobs
 from hpcdist.cli.main import main
 
 
-def test_ctrl_c_during_wait_says_the_job_keeps_running(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+@pytest.mark.parametrize(
+    ("state", "said"),
+    [
+        (
+            "RUNNING",
+            "hpcdist: aborted; job {job} keeps running (RUNNING): hpcdist status {job}, "
+            "hpcdist logs {job} --follow, hpcdist cancel {job}",
+        ),
+        ("FAILED", "hpcdist: aborted; job {job} ended FAILED"),
+    ],
+)
+def test_ctrl_c_during_wait_tells_the_truth_about_the_job(
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+    state: str,
+    said: str,
 ) -> None:
     monkeypatch.chdir(tmp_path)
 
@@ -20,6 +39,7 @@ def test_ctrl_c_during_wait_says_the_job_keeps_running(
         raise KeyboardInterrupt
 
     monkeypatch.setattr(cli_jobs, "follow", interrupted)
+    monkeypatch.setattr(cli_jobs, "job_state", lambda record: state)
     code = main(
         [
             "submit",
@@ -35,10 +55,45 @@ def test_ctrl_c_during_wait_says_the_job_keeps_running(
     err = capsys.readouterr().err
     assert code == 130
     job = err.split("job ")[1].split()[0]
-    assert (
-        f"hpcdist: stopped following; job {job} keeps running (hpcdist status {job}, "
-        f"hpcdist logs {job} --follow, hpcdist cancel {job})"
-    ) in err
+    assert err.splitlines()[-1] == said.format(job=job)
+
+
+_LONG = ("--time", "10", "--command", "sleep 120")
+
+
+def test_ctrl_c_of_the_terminal_during_a_local_wait_leaves_the_job_running(tmp_path: Path) -> None:
+    """The terminal's Ctrl-C reaches every process of its foreground group: the local job
+    (its controller, batch shell and ranks) is not among them, as a SLURM job is not."""
+    hpcdist = [sys.executable, "-m", "hpcdist.cli.main"]
+    out, err = tmp_path / "out", tmp_path / "err"
+    with out.open("w") as stdout, err.open("w") as stderr:
+        waiter = subprocess.Popen(
+            [*hpcdist, "submit", "--executor", "local", "--mode", "threads", "--wait", *_LONG],
+            cwd=tmp_path,
+            stdout=stdout,
+            stderr=stderr,
+            start_new_session=True,  # its own group, as a terminal's foreground job has
+        )
+    deadline = time.monotonic() + 60
+    while "hpcdist: job " not in out.read_text() and time.monotonic() < deadline:
+        time.sleep(0.1)
+    job = out.read_text().split("Submitted job ")[1].split()[0]
+    try:
+        assert "hpcdist: job " in out.read_text()  # the batch shell runs
+        os.killpg(waiter.pid, signal.SIGINT)
+        assert waiter.wait(timeout=60) == 130
+        said = err.read_text()
+        assert "Traceback" not in said, said
+        assert said.strip().splitlines() == [
+            f"hpcdist: aborted; job {job} keeps running (RUNNING): hpcdist status {job}, "
+            f"hpcdist logs {job} --follow, hpcdist cancel {job}"
+        ]
+        status = subprocess.run(
+            [*hpcdist, "status", job], cwd=tmp_path, capture_output=True, text=True, check=False
+        )
+        assert status.stdout.startswith(f"{job} RUNNING"), status.stdout + status.stderr
+    finally:
+        subprocess.run([*hpcdist, "cancel", job], cwd=tmp_path, capture_output=True, check=False)
 
 
 @pytest.mark.parametrize(
