@@ -3,20 +3,23 @@
 from __future__ import annotations
 
 import json
+import re
 import time
+from collections import Counter
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 import click
 
 from hpcdist.cli.follow import follow, record_log_names, unknown_job
+from hpcdist.jobs.logpaths import expand_pattern
 from hpcdist.jobs.records import (
     FINAL_STATES,
     JobRecord,
     cancel,
     find_record,
     job_state,
-    load_record,
     shown_state,
 )
 from hpcdist.jobs.submit import EXECUTORS
@@ -54,10 +57,11 @@ def submit(executor: str, dry_run: bool, wait: bool, no_preflight: bool, **optio
     record = result.record
     click.echo(f"Submitted job {record.job_id} ({result.executor}, {spec.mode}, {spec.shape})")
     if record.points is not None and "_" not in record.job_id and len(record.points) > 1:
-        return _submitted_array(record, spec.max_parallel, wait)
-    click.echo(f"  state: {shown_state(record, job_state(record))}")
+        return _submitted_array(record, spec.max_parallel, wait, spec.output)
+    click.echo(f"  state: {shown_state(record, states_line(job_state(record)))}")
     click.echo(f"  warning: {warning_text(spec)}")
-    for label, path in record_log_names(record):
+    logs = [("logs", tasks_logs(record, spec.output))] if spec.array else []
+    for label, path in logs or record_log_names(record):
         click.echo(f"  {label}: {path}")
     if not wait:
         return 0
@@ -80,18 +84,48 @@ def _stopped_following(record: JobRecord) -> int:
     that has ended (by then, or of the Ctrl-C) is said to have ended, with its state."""
     job_id = record.job_id
     state = job_state(record)
-    if state in FINAL_STATES:
-        click.echo(f"\nhpcdist: aborted; job {job_id} ended {state}", err=True)
+    if all(one in FINAL_STATES for one in state.splitlines()):
+        click.echo(f"\nhpcdist: aborted; job {job_id} ended {states_line(state)}", err=True)
         return 130
     click.echo(
-        f"\nhpcdist: aborted; job {job_id} keeps running ({state}): hpcdist status "
+        f"\nhpcdist: aborted; job {job_id} keeps running ({states_line(state)}): hpcdist status "
         f"{job_id}, hpcdist logs {job_id} --follow, hpcdist cancel {job_id}",
         err=True,
     )
     return 130
 
 
-def _submitted_array(record: JobRecord, max_parallel: int | None, wait: bool) -> int:
+def states_line(state: str) -> str:
+    """A job's state; an array's (one line a task) counted on one line:
+    ``3 PENDING, 1 RUNNING (4 tasks)``."""
+    states = state.splitlines()
+    if len(states) <= 1:
+        return state
+    counted = ", ".join(f"{n} {one}" for one, n in Counter(states).items())
+    return f"{counted} ({len(states)} tasks)"
+
+
+def task_log(record: JobRecord, output: str, task_id: str) -> str | None:
+    """The log of an array's task where its name is known now (``%A_%a``); None where it
+    holds the task's own job id (``%j``), which SLURM gives the task when it starts."""
+    if re.search(r"%[0-9]*[jJ]", output):
+        return None
+    path = Path(expand_pattern(output, task_id, record.name))
+    return str(path if path.is_absolute() else Path(record.workdir or record.folder) / path)
+
+
+def tasks_logs(record: JobRecord, output: str) -> str:
+    """Where an array's tasks write, in one line."""
+    example = f"hpcdist logs {record.job_id}_<task>"
+    if task_log(record, output, f"{record.job_id}_0") is None:
+        return (
+            f"each task's own, named by the job id SLURM gives the task when it starts "
+            f"({output}): {example}"
+        )
+    return f"each task's own ({output}): {example}"
+
+
+def _submitted_array(record: JobRecord, max_parallel: int | None, wait: bool, output: str) -> int:
     """An array's tasks, each with its point and log (a big sweep: each array it was
     queued as); with --wait, every task to its end."""
     from hpcdist.jobs.arrays import wait_for_tasks
@@ -107,9 +141,11 @@ def _submitted_array(record: JobRecord, max_parallel: int | None, wait: bool) ->
             last = array.first + array.count - 1
             click.echo(f"    {array.array_id}: points {array.first}-{last}")
     tasks = task_ids(record)
+    if task_log(record, output, record.job_id) is None:
+        click.echo(f"  logs: {tasks_logs(record, output)}")
     for task_id, point in tasks[:LISTED_TASKS]:
-        log = record_log_names(load_record(task_id))[0][1]
-        click.echo(f"  {task_id}: {' '.join(point)}; log: {log}")
+        log = task_log(record, output, task_id)
+        click.echo(f"  {task_id}: {' '.join(point)}" + ("" if log is None else f"; log: {log}"))
     if len(tasks) > LISTED_TASKS:
         click.echo(f"  ... {len(tasks) - LISTED_TASKS} more (hpcdist status {record.job_id})")
     if not wait:

@@ -13,6 +13,7 @@ import pytest
 
 from hpcdist.cli import jobs as cli_jobs
 from hpcdist.cli.main import main
+from hpcdist.jobs.records import JobRecord
 
 
 @pytest.mark.parametrize(
@@ -315,3 +316,59 @@ def test_ctrl_c_while_the_command_line_loads_is_one_line_and_exit_130(
     monkeypatch.setattr(builtins, "__import__", interrupted)
     assert entry.main() == 130
     assert capsys.readouterr().err == "hpcdist: aborted\n"
+
+
+@pytest.mark.parametrize(
+    ("state", "line"),
+    [
+        ("RUNNING", "RUNNING"),
+        ("PENDING\nPENDING\nPENDING\nPENDING", "4 PENDING (4 tasks)"),
+        ("PENDING\nRUNNING\nPENDING", "2 PENDING, 1 RUNNING (3 tasks)"),
+    ],
+)
+def test_an_arrays_state_is_one_line(state: str, line: str) -> None:
+    assert cli_jobs.states_line(state) == line
+
+
+def _array_record(tmp_path: Path) -> JobRecord:
+    return JobRecord(
+        job_id="500",
+        executor="slurm",
+        name="sweep",
+        mode="gloo",
+        nodes=1,
+        tasks=1,
+        folder=str(tmp_path / "submitit"),
+        submitted=0.0,
+        command=["python3"],
+        workdir=str(tmp_path),
+    )
+
+
+@pytest.mark.parametrize(
+    ("output", "log"),
+    [
+        ("%x-%j.out", None),  # the task's own job id: given when it starts
+        ("%x-%8J.log", None),
+        ("%x-%A_%a.out", "sweep-500_2.out"),
+        ("logs/%a.out", "logs/2.out"),
+        ("/abs/%A-%a.out", "/abs/500-2.out"),
+    ],
+)
+def test_a_tasks_log_is_named_only_where_its_name_is_known(
+    tmp_path: Path, output: str, log: str | None
+) -> None:
+    found = cli_jobs.task_log(_array_record(tmp_path), output, "500_2")
+    assert found == (None if log is None else str(tmp_path / log))
+    said = cli_jobs.tasks_logs(_array_record(tmp_path), output)
+    assert said.endswith("hpcdist logs 500_<task>")
+    assert ("named by the job id SLURM gives the task" in said) is (log is None)
+
+
+def test_ctrl_c_after_every_task_of_an_array_ended_says_so(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    monkeypatch.setattr(cli_jobs, "job_state", lambda record: "COMPLETED\nFAILED\nCOMPLETED")
+    assert cli_jobs._stopped_following(_array_record(tmp_path)) == 130
+    said = "hpcdist: aborted; job 500 ended 2 COMPLETED, 1 FAILED (3 tasks)"
+    assert capsys.readouterr().err.strip() == said
