@@ -215,8 +215,6 @@ def test_cpu_scaling_runs_every_exchange_beside_independent_copies(tmp_path: Pat
             "40x32",
             "--layouts",
             "hpcdist",
-            "--layout",
-            "passive:OMP_WAIT_POLICY=PASSIVE",
             "--work-dir",
             str(tmp_path),
             "--json",
@@ -232,8 +230,9 @@ def test_cpu_scaling_runs_every_exchange_beside_independent_copies(tmp_path: Pat
     )
     assert proc.returncode == 0, proc.stdout + proc.stderr
     layouts = json.loads(out.read_text())["layouts"]
-    assert set(layouts) == {"hpcdist", "passive"}
-    assert layouts["passive"]["env"] == {"OMP_WAIT_POLICY": "PASSIVE"}
+    # One layout: each layout runs every exchange again (the full mode compares several;
+    # a --layout of one's own is parsed in test_cpu_scaling_takes_a_layout_of_ones_own).
+    assert set(layouts) == {"hpcdist"}
     for layout in layouts.values():
         steps = layout["step_ms"]
         exchanges = {"shm", "direct", "halving", "gloo"}
@@ -249,6 +248,26 @@ def test_cpu_scaling_runs_every_exchange_beside_independent_copies(tmp_path: Pat
         assert sent["shm"] < 0.1 * grads
     assert "| hpcdist (1 threads" in proc.stdout and "direct/copies" in proc.stdout
     assert "halving sent" in proc.stdout
+
+
+def test_cpu_scaling_takes_a_layout_of_ones_own() -> None:
+    from bench.cpu_scaling import _layout
+
+    assert _layout("passive:OMP_WAIT_POLICY=PASSIVE") == (
+        "passive",
+        {"OMP_WAIT_POLICY": "PASSIVE"},
+    )
+    assert _layout("t8:threads=8, KMP_BLOCKTIME=0") == (
+        "t8",
+        {"threads": "8", "KMP_BLOCKTIME": "0"},
+    )
+    for bad, said in (
+        ("passive", "expected NAME:threads=T"),
+        ("p:NOEQUALS", "expected VAR=VALUE in --layout"),
+        ("p:threads=0", "threads must be an integer >= 1"),
+    ):
+        with pytest.raises(argparse.ArgumentTypeError, match=said):
+            _layout(bad)
 
 
 def test_cpu_scaling_refuses_more_cpus_than_it_may_use() -> None:
@@ -282,6 +301,11 @@ def test_export_paths_bench_short_mode_times_both_cxx_paths(
     for path in ("torchscript", "aoti"):
         timings = record["paths"][path]
         assert timings["first_jacobian_ms"] > 0 and timings["jacobian_ms"] > 0
+        # 1 and 2 threads measured; the ratio is whatever this machine gives, > 0.
+        assert set(record["by_threads"]) == {"1", "2"}
+        assert record["jacobian_vs_one_thread"][path]["1"] == 1.0
+        assert record["jacobian_vs_one_thread"][path]["2"] > 0
     assert record["aoti_jacobian_speedup"] > 0 and record["aoti_max_diff"] < 1e-3
     printed = capsys.readouterr().out
     assert "| torchscript |" in printed and "| aoti |" in printed
+    assert "C++ at 2 thread(s)" in printed and "torchscript 1 threads 1.00x" in printed
