@@ -216,6 +216,17 @@ def _check_choice(flag: str, value: str, choices: tuple[str, ...]) -> None:
         raise SpecError(f"{flag} {value!r}; expected one of {', '.join(choices)}")
 
 
+# Owned options that mean something else than the flag that owns them: said as what they
+# do, never as a name for that flag (ntasks-per-socket is no --tasks-per-node).
+_OTHER_LAYOUT = {
+    "ntasks-per-core": "counts tasks per core",
+    "ntasks-per-socket": "counts tasks per socket",
+    "ntasks-per-gpu": "counts tasks per GPU",
+    "cpus-per-gpu": "counts CPUs per GPU",
+    "gpus-per-socket": "counts GPUs per socket",
+}
+
+
 def _owner(owned: Mapping[str, str], name: str) -> str | None:
     """The first-class flag for option ``name`` or an abbreviation of one (sbatch and srun
     take ``--nod`` for ``--nodes``); None where hpcdist does not own it."""
@@ -229,6 +240,15 @@ def _check_sbatch_key(key: str, spec: JobSpec) -> None:
         raise SpecError(
             f"--sbatch key {key!r} is not an sbatch long option; expected lower-case "
             "letters, digits and dashes, e.g. --sbatch comment=site-test"
+        )
+    matches = [full for full in OWNED_SBATCH if full.startswith(key)]
+    full = key if key in OWNED_SBATCH else matches[0] if len(matches) == 1 else None
+    other = _OTHER_LAYOUT.get(full or "")
+    if other is not None:
+        raise SpecError(
+            f"--sbatch {key!r} {other}, a layout hpcdist does not make: it gives each node "
+            "--tasks-per-node tasks of --cpus-per-task CPUs each (and --gpus-per-node "
+            "GPUs); expected those flags"
         )
     owner = _owner(OWNED_SBATCH, key)
     if owner is None and "gres".startswith(key) and uses_gpus(spec):

@@ -49,6 +49,15 @@ def site(tmp_path: Path) -> str:
 BAD_SITE_REQUESTS: list[tuple[list[str], str]] = [
     (["--sbatch", "nodes=4"], "--sbatch 'nodes' is hpcdist's own option; use --nodes instead"),
     (["--sbatch", "ntasks=8"], "--sbatch 'ntasks' is hpcdist's own option; use --ntasks"),
+    (
+        ["--sbatch", "ntasks-per-socket=1"],
+        "--sbatch 'ntasks-per-socket' counts tasks per socket, a layout hpcdist does not make: "
+        "it gives each node --tasks-per-node tasks of --cpus-per-task CPUs each",
+    ),
+    (["--sbatch", "ntasks-per-s=1"], "--sbatch 'ntasks-per-s' counts tasks per socket, a"),
+    (["--sbatch", "cpus-per-gpu=4"], "--sbatch 'cpus-per-gpu' counts CPUs per GPU, a layout"),
+    (["--sbatch", "gpus-per-socket=1"], "--sbatch 'gpus-per-socket' counts GPUs per socket"),
+    (["--sbatch", "ntasks-per-node=2"], "--sbatch 'ntasks-per-node' is hpcdist's own option; use"),
     (["--sbatch", "time=10"], "use --time instead"),
     (["--sbatch", "partition=x"], "use --partition instead"),
     (["--sbatch", "--job-name=x"], "--sbatch 'job-name' is hpcdist's own option; use --job-name"),
