@@ -19,7 +19,7 @@ import click
 
 from hpcdist.errors import UserError
 from hpcdist.facts.launch import rank_log_pattern
-from hpcdist.facts.protocol import WARNING_KILLED
+from hpcdist.facts.protocol import REQUEUE_EXIT_CODE, WARNING_KILLED
 from hpcdist.jobs.badnodeview import describe_held, held_nodes
 from hpcdist.jobs.logpaths import (
     array_logs_line,
@@ -127,6 +127,11 @@ def _shell_status(code: int) -> str:
         name = signal.Signals(code - 128).name if 128 < code < 128 + signal.SIGRTMIN else None
     except ValueError:
         name = None
+    if code == REQUEUE_EXIT_CODE:
+        return (
+            f"{code} (the command checkpointed and asked for a requeue, which was not made; "
+            "the job's log says why)"
+        )
     if name is None:
         return str(code)
     oom = _OOM if code == 137 else ""

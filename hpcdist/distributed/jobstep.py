@@ -51,6 +51,7 @@ from hpcdist.facts.protocol import (
     LOG_DIR,
     MARKER_DIR,
     MARKER_VAR,
+    REQUEUE_EXIT_CODE,
     SECRET_DIR,
     SECRET_VAR,
     derive_port,
@@ -209,7 +210,24 @@ def _after_step(
         marker.unlink(missing_ok=True)
     requeueing.set()
     requeued = requeue_job(os.environ, args.max_restarts, terminated(), resubmit=args.script)
-    return 0 if requeued else report(mark, status, os.environ)
+    return 0 if requeued else _not_requeued(mark, status)
+
+
+def _not_requeued(mark: LogMark, status: int) -> int:
+    """Rank 0 checkpointed and asked for a requeue that hpcdist did not make. SLURM may
+    have requeued the job since (an ``scontrol requeue`` whose restart it counts as the
+    job ends): then it resumes as the next restart, and no other route is said. Else the
+    request's exit code is said to be one, with the route to resume."""
+    requeued = requeued_by_command(os.environ)
+    if requeued:
+        say(requeued)
+        return status
+    if status == REQUEUE_EXIT_CODE:
+        say(
+            f"exit code {REQUEUE_EXIT_CODE}: the command checkpointed and asked for a "
+            "requeue, which was not made (why: above)"
+        )
+    return report(mark, status, os.environ)
 
 
 def narrow_logs(fds: tuple[int, ...] = (1, 2)) -> None:

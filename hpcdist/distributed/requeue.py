@@ -79,8 +79,9 @@ def ending(job: str, view: control.JobView | None, run_restarts: int) -> str:
         return ""
     if view.restarts is not None and view.restarts > run_restarts:
         return (
-            f"job {job} was requeued already while it ran (restart {view.restarts}: the "
-            "command requeued it itself, e.g. Lightning's auto-requeue); not a second time"
+            f"job {job} was requeued already while it ran (restart {view.restarts}: by "
+            "scontrol requeue, the command's own, e.g. Lightning's auto-requeue, or by "
+            "hand); not a second time"
         )
     if view.state and view.state != "RUNNING" and not view.preempted:
         return f"job {job} is {view.state}: cancelled (scancel) or at its time limit"
@@ -231,8 +232,9 @@ def requeued_by_command(env: Mapping[str, str]) -> str:
     if view is None or view.restarts is None or view.restarts <= run_restarts:
         return ""
     return (
-        f"the command requeued job {job} itself (restart {view.restarts}, e.g. Lightning's "
-        "auto-requeue); hpcdist does not requeue it again"
+        f"job {job} was requeued by scontrol requeue (restart {view.restarts}): by the "
+        "command itself (e.g. Lightning's auto-requeue) or by hand; it resumes from its "
+        "checkpoint, and hpcdist does not requeue it again"
     )
 
 

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from hpcdist.cli.follow import warning_killed
+from hpcdist.cli.follow import exit_text, warning_killed
 from hpcdist.distributed.requeue import (
     SignalRelay,
     array_task,
@@ -450,3 +450,42 @@ def test_the_warning_death_of_one_task_is_found_in_sruns_report(report: str, sai
     log = f"hpcdist: job 7 on node[1-2], restart 0\n{report}\n{ended}\n"
     assert bool(warning_death(143, "USR1@60", log)) is said
     assert warning_death(0, "USR1@60", log) == ""  # the step ended well: nothing killed it
+
+
+@pytest.mark.parametrize(
+    ("restarts", "requeued"),
+    [("3", True), ("2", False)],  # SLURM's count of restarts, this run's is 2
+)
+def test_a_refused_request_says_what_became_of_the_job(
+    restarts: str,
+    requeued: bool,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """--max-restarts reached, then scontrol requeue by hand: SLURM requeued the job all
+    the same, so no resubmission is advised; else exit 85 is said to be the request."""
+    from hpcdist.distributed import jobstep
+    from hpcdist.distributed.badnodes import LogMark
+
+    _tools(tmp_path, monkeypatch, "None", 0, "JobState=COMPLETING Reason=None", restarts)
+    for name, value in _job(SLURM_RESTART_COUNT="2", HPCDIST_RUN_DIR="runs/r").items():
+        monkeypatch.setenv(name, value)
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "runs" / "r").mkdir(parents=True)
+    (tmp_path / "runs" / "r" / "checkpoint.pt").write_bytes(b"x")
+    assert jobstep._not_requeued(LogMark(()), REQUEUE_EXIT_CODE) == REQUEUE_EXIT_CODE
+    err = capsys.readouterr().err
+    assert ("job 77 was requeued by scontrol requeue (restart 3): by the command" in err) is (
+        requeued
+    )
+    assert ("resume it by submitting the job again" in err) is not requeued
+    assert ("exit code 85: the command checkpointed and asked for a requeue" in err) is not (
+        requeued
+    )
+
+
+def test_status_says_what_exit_code_85_is() -> None:
+    assert exit_text(REQUEUE_EXIT_CODE, 0, None).startswith(
+        "85 (the command checkpointed and asked for a requeue, which was not made"
+    )

@@ -71,7 +71,7 @@ def test_a_killed_rank_requeues_the_run_without_its_node_and_it_completes(
     assert f"hpcdist: excluding node {bad} from the next piece" in log, log
     assert f"hpcdist: a node failed the step, requeueing job {job.job_id}" in log, log
     # The TERM of hpcdist's own requeue is not taken for the command's (Lightning's).
-    assert "the command requeued job" not in log, log
+    assert "was requeued by scontrol requeue" not in log, log
     assert f"hpcdist: this run is kept off node {bad} ({why}, until " in log, log
     pieces = re.findall(r"^hpcdist: job \d+ on (\S+), restart (\d+)$", log, re.M)
     assert [restart for _, restart in pieces] == ["0", "1"], log
@@ -113,7 +113,7 @@ def test_a_training_rank_that_hangs_is_named_and_the_run_goes_on_without_its_nod
     assert f"hpcdist: node {bad} named by rank 1 {never}" in log, log
     pieces = re.findall(r"^hpcdist: job \d+ on (\S+), restart (\d+)$", log, re.M)
     assert [restart for _, restart in pieces] == ["0", "1"], log
-    assert "the command requeued job" not in log, log
+    assert "was requeued by scontrol requeue" not in log, log
     second = run_slurm("scontrol", "show", "hostnames", pieces[1][0]).stdout.split()
     assert bad not in second and len(second) == 2, pieces
     print(f"measured: training rank 1 stopped on {bad}; requeued on {pieces[1][0]}, COMPLETED")

@@ -178,7 +178,7 @@ def test_a_warned_lightning_job_requeues_itself_once_and_resumes_at_its_epoch(
     assert "COMPLETED" in state, log
     assert "Handling auto-requeue signal: 10" in log, log  # Lightning's handler, not a death
     # Lightning requeued it; hpcdist saw that and did not requeue it again.
-    assert f"hpcdist: the command requeued job {job_id} itself (restart 1" in log, log
+    assert f"hpcdist: job {job_id} was requeued by scontrol requeue (restart 1)" in log, log
     assert "checkpoint written, requeueing" not in log, log
     shown = run_slurm("scontrol", "show", "job", str(job_id)).stdout
     assert "Restarts=1 " in shown, shown
