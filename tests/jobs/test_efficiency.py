@@ -288,25 +288,17 @@ def _without(argv: list[str], option: str) -> list[str]:
     return out
 
 
-@pytest.mark.parametrize(
-    ("flags", "cpus"),
-    [
-        (["--signal", "USR2@600", "--time", "2:00:00", "--mem", "4000M"], 1),
-        (["--signal", "B:USR1@3000", "--time", "3:00:00", "--mem", "4000M"], 1),
-        (["--mode", "nccl", "--gpus-per-node", "4", "--mem-per-gpu", "8G", "--time", "2:00:00"], 4),
-        (["--sbatch", "mem-per-cpu=1000M", "--cpus-per-task", "4", "--time", "2:00:00"], 4),
-    ],
-    ids=["lead-600", "lead-3000", "mem-per-gpu", "mem-per-cpu"],
-)
-def test_each_piece_of_advice_is_taken_when_fed_back(flags: list[str], cpus: int) -> None:
-    """A job that used a tenth of its memory and 10 s of its time: the advice, given the
-    job's own log record, names values in the options it used, and hpcdist renders the
-    job again with them."""
+def advised_flags(
+    flags: list[str], cpus: int, profile: str = "generic", used_mb: float = 3200.0
+) -> tuple[str, list[str]]:
+    """The advice to a job rendered with ``flags`` that used ``used_mb`` a node, a tenth of
+    its memory, and 10 s of its time (its own log record read as status reads it), and
+    ``flags`` changed as it says."""
     from click.testing import CliRunner
 
     from hpcdist.cli.main import cli
 
-    rendered = CliRunner().invoke(cli, ["render", "--profile", "generic", *flags])
+    rendered = CliRunner().invoke(cli, ["render", "--profile", profile, *flags])
     assert rendered.exit_code == 0, rendered.output
     record = json.loads(re.findall(r"--log-record '(\{.*?\})'", rendered.stdout)[0])
     eff = Efficiency(
@@ -315,8 +307,8 @@ def test_each_piece_of_advice_is_taken_when_fed_back(flags: list[str], cpus: int
         limit_s=float(parse_duration(flags[flags.index("--time") + 1]) or 0),
         alloc_cpus=cpus,
         cpu_used_s=None,
-        node_memory_mb=3200.0,
-        mem_request_mb=32000.0,
+        node_memory_mb=used_mb,
+        mem_request_mb=10 * used_mb,
     )
     tip = advice(eff, Request.from_record(record))
     assert tip is not None
@@ -325,5 +317,33 @@ def test_each_piece_of_advice_is_taken_when_fed_back(flags: list[str], cpus: int
     again = flags
     for option in advised:
         again = [*_without(again, option.partition("=")[0]), *option.split(" ")]
+    return tip, again
+
+
+ADVISED_JOBS = [
+    pytest.param(["--signal", "USR2@600", "--time", "2:00:00", "--mem", "4000M"], 1, id="lead"),
+    pytest.param(["--signal", "B:USR1@3000", "--time", "3:00:00", "--mem", "4000M"], 1, id="B:"),
+    pytest.param(
+        ["--mode", "nccl", "--gpus-per-node", "4", "--mem-per-gpu", "8G", "--time", "2:00:00"],
+        4,
+        id="mem-per-gpu",
+    ),
+    pytest.param(
+        ["--sbatch", "mem-per-cpu=1000M", "--cpus-per-task", "2", "--time", "2:00:00"],
+        2,
+        id="mem-per-cpu",
+    ),
+]
+
+
+@pytest.mark.parametrize(("flags", "cpus"), ADVISED_JOBS)
+def test_each_piece_of_advice_is_taken_when_fed_back(flags: list[str], cpus: int) -> None:
+    """The advice names values in the options the job used, and hpcdist renders the job
+    again with them (the testbed's sbatch takes them: tests/integration/test_advice_slurm)."""
+    from click.testing import CliRunner
+
+    from hpcdist.cli.main import cli
+
+    tip, again = advised_flags(flags, cpus)
     taken = CliRunner().invoke(cli, ["render", "--profile", "generic", *again])
     assert taken.exit_code == 0, f"{tip}\n{again}\n{taken.output}"
