@@ -138,13 +138,25 @@ def _shell_status(code: int) -> str:
     return f"{code} (128 + {code - 128}: a rank was killed by signal {code - 128}, {name}){oom}"
 
 
+def reason_text(info: JobInfo) -> str:
+    """SLURM's reason, said true: it names a batch shell that a signal killed after it ran
+    JobLaunchFailure (22.05), though the job launched."""
+    reason = info.reason or ""
+    if reason == "JobLaunchFailure" and info.signal and (info.elapsed_s or 0) > 0:
+        return (
+            f"{reason} (SLURM's word here for a batch shell killed by signal {info.signal} "
+            f"after it ran {format_duration(info.elapsed_s or 0)}: the job did launch)"
+        )
+    return reason
+
+
 def _describe(info: JobInfo, summary: str | None, advice: str | None) -> list[str]:
     lines = [f"{one_line(info.job_id)} {freshness.shown(info.state, info.seen)}"]
     rows: list[tuple[str, str]] = [("name", info.name)]
     if info.state == UNANSWERED:  # nothing the controller said: no nodes, times or code
         return [*lines, *(f"  {key + ':':<11} {one_line(value)}" for key, value in rows)]
     if info.reason is not None:
-        rows.append(("reason", info.reason))
+        rows.append(("reason", reason_text(info)))
     rows.append(("nodes", f"{info.nodes} ({info.num_nodes})" if info.nodes else "none yet"))
     rows.append(
         ("elapsed", f"{format_duration(info.elapsed_s or 0)} of {format_duration(info.limit_s)}")

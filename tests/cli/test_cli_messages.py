@@ -372,3 +372,38 @@ def test_ctrl_c_after_every_task_of_an_array_ended_says_so(
     assert cli_jobs._stopped_following(_array_record(tmp_path)) == 130
     said = "hpcdist: aborted; job 500 ended 2 COMPLETED, 1 FAILED (3 tasks)"
     assert capsys.readouterr().err.strip() == said
+
+
+@pytest.mark.parametrize(
+    ("signal_number", "elapsed_s", "explained"),
+    [(9, 6.0, True), (9, 0.0, False), (0, 6.0, False)],  # a true launch failure: plain
+)
+def test_a_batch_shell_killed_after_it_ran_is_not_said_to_have_failed_to_launch(
+    signal_number: int, elapsed_s: float, explained: bool
+) -> None:
+    from hpcdist.cli.follow import reason_text
+    from hpcdist.slurm.query import JobInfo
+
+    info = JobInfo(
+        job_id="7",
+        name="kb",
+        state="FAILED",
+        reason="JobLaunchFailure",
+        nodes="node1",
+        num_nodes=1,
+        elapsed_s=elapsed_s,
+        limit_s=None,
+        exit_code=0,
+        signal=signal_number,
+        restarts=0,
+        stdout=None,
+        stderr=None,
+        workdir=None,
+        source="scontrol",
+    )
+    said = reason_text(info)
+    assert said.startswith("JobLaunchFailure")
+    assert (
+        said == "JobLaunchFailure (SLURM's word here for a batch shell killed by signal 9 after it "
+        "ran 0:00:06: the job did launch)"
+    ) is explained
