@@ -29,12 +29,15 @@ _FOLDER_WORDS = {"--run-dir": False, "--resume": True}
 
 
 def run_folders(spec: JobSpec) -> list[Path]:
-    """The run folders the job will continue in, as far as its spec names them."""
-    found = list(_from_command(spec.command))
-    found += [
+    """The run folders the job will continue in, as far as its spec names them; a relative
+    one from the job's working folder (its --chdir), where the training reads it."""
+    named = list(_from_command(spec.command))
+    named += [
         Path(v) for k, v in (o.partition("=")[::2] for o in spec.overrides) if k == "output.run_dir"
     ]
-    found += [Path(value) for key, value in spec.env if key == RUN_DIR_VAR]
+    named += [Path(value) for key, value in spec.env if key == RUN_DIR_VAR]
+    workdir = Path(spec.workdir) if spec.workdir else None
+    found = [workdir / path if workdir and not path.is_absolute() else path for path in named]
     found += _continued(spec.continue_run)
     return list(dict.fromkeys(found))
 

@@ -95,3 +95,22 @@ def test_a_continued_run_is_checked_in_the_folder_its_records_name(
     )
     assert run_folders(spec) == ([recorded] if found else [])
     assert ("last checkpoint in" in lead_warning(spec)) is found
+
+
+@pytest.mark.parametrize(
+    ("flags", "warned"),
+    [
+        # The job runs in work/: its run folder ../runs/12 is the recorded one.
+        (["--chdir", "work", "--set", "output.run_dir=../runs/12"], True),
+        # work/runs/12 holds no checkpoint: ./runs/12 is not the job's.
+        (["--chdir", "work", "--set", "output.run_dir=runs/12"], False),
+        (["--set", "output.run_dir=runs/12"], True),
+    ],
+)
+def test_a_relative_run_folder_is_the_one_below_the_jobs_working_folder(
+    recorded: Path, capsys: pytest.CaptureFixture[str], flags: list[str], warned: bool
+) -> None:
+    (recorded.parents[1] / "work").mkdir()
+    code, _, err = _render(capsys, "--signal=USR2@30", *flags)
+    assert code == 0
+    assert ("the lead of 30 s is shorter than the last checkpoint" in err) is warned
