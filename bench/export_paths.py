@@ -2,11 +2,12 @@
 
 Builds examples/cxx, exports a model of the default size (14-64-64-64-1, GELU, JEDI names)
 both ways, and runs the C++ example ``--runs`` times (each a fresh process, so each has a
-first call) on ``--rows`` rows at ``--threads`` threads. Per path it prints the load time,
-the first call and the median of later calls of ``jac_physical`` and ``predict``, and the
-ratios the issue's targets are about (AOTI Jacobian vs TorchScript's; first vs later call).
+first call) on ``--rows`` rows at each of ``--threads`` (default 1 and 2 intra-op threads).
+Per path and thread count it prints the load time, the first call and the median of later
+calls of ``jac_physical`` and ``predict``, the AOTI Jacobian against TorchScript's, and
+each path's Jacobian at more threads against one (above 1: slower with more threads).
 
-    python -m bench.export_paths                      # 10,000 rows, 1 thread, 5 processes
+    python -m bench.export_paths                      # 10,000 rows, 1 and 2 threads, 5 runs
     python -m bench.export_paths --short              # CI: small model, 1,000 rows, 1 process
     python -m bench.export_paths --binary B --model M.pt --aoti M.pt2   # reuse artifacts
     python -m bench.export_paths --work DIR --rows 100000   # build and export into DIR once
@@ -125,7 +126,9 @@ def table(summary: dict[str, Any], rows: int, threads: int) -> str:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m bench.export_paths", description=__doc__)
     parser.add_argument("--rows", type=int, default=10_000)
-    parser.add_argument("--threads", type=int, default=1)
+    parser.add_argument(
+        "--threads", default="1,2", help="intra-op thread counts, comma-separated (1,2)"
+    )
     parser.add_argument("--repeat", type=int, default=20, help="timed calls per process")
     parser.add_argument("--runs", type=int, default=5, help="processes (first calls) per path")
     parser.add_argument("--hidden", default="64,64,64", help="hidden widths (default size)")
@@ -154,17 +157,49 @@ def main(argv: list[str] | None = None) -> int:
             hidden = tuple(int(h) for h in args.hidden.split(","))
             args.model, args.aoti = make_models(work, hidden)
         prepared = time.perf_counter() - started
-        reports = [
-            run_once(binary, args.model, args.aoti, args.rows, args.threads, args.repeat)
-            for _ in range(args.runs)
-        ]
-    summary = summarise(reports)
-    print(table(summary, args.rows, args.threads))
+        counts = [int(t) for t in str(args.threads).split(",")]
+        by_threads = {
+            t: [
+                run_once(binary, args.model, args.aoti, args.rows, t, args.repeat)
+                for _ in range(args.runs)
+            ]
+            for t in counts
+        }
+    summaries = {t: summarise(reports) for t, reports in by_threads.items()}
+    for t, summary in summaries.items():
+        print(table(summary, args.rows, t))
+    scaling = thread_scaling(summaries)
+    print(scaling_line(scaling))
     print(f"(build and export {prepared:.0f} s)", file=sys.stderr)
     if args.json is not None:
-        record = {"rows": args.rows, "threads": args.threads, **summary, "runs": reports}
+        first = counts[0]
+        record = {"rows": args.rows, "threads": first, **summaries[first]}
+        record["by_threads"] = {str(t): summary for t, summary in summaries.items()}
+        record["jacobian_vs_one_thread"] = scaling
+        record["runs"] = by_threads[first]
         args.json.write_text(json.dumps(record, indent=2) + "\n")
     return 0
+
+
+def thread_scaling(summaries: dict[int, dict[str, Any]]) -> dict[str, dict[str, float]]:
+    """Per path, the Jacobian's later-call time at each thread count over its time at the
+    first count (1: above 1 means more threads made it slower)."""
+    first = next(iter(summaries.values()))["paths"]
+    return {
+        path: {
+            str(t): s["paths"][path]["jacobian_ms"] / first[path]["jacobian_ms"]
+            for t, s in summaries.items()
+        }
+        for path in first
+    }
+
+
+def scaling_line(scaling: dict[str, dict[str, float]]) -> str:
+    parts = [
+        f"{path} " + ", ".join(f"{t} threads {ratio:.2f}x" for t, ratio in ratios.items())
+        for path, ratios in scaling.items()
+    ]
+    return "Jacobian time against the first thread count: " + "; ".join(parts)
 
 
 if __name__ == "__main__":

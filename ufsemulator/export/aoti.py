@@ -141,9 +141,13 @@ def package_model(
     if cpu not in CPU_TARGETS:
         raise ValueError(f"--aoti-cpu must be {' or '.join(CPU_TARGETS)}, got {cpu!r}")
     out = Path(out)
-    target = {"cpp.march": PORTABLE_MARCH, "cpp.simdlen": PORTABLE_SIMDLEN}
+    target: dict[str, Any] = {"cpp.march": PORTABLE_MARCH, "cpp.simdlen": PORTABLE_SIMDLEN}
     if cpu == "host":
         target = {"cpp.march": None, "cpp.simdlen": None}
+    # One thread, whatever the caller's: more made the Jacobian slower (its blocks are too
+    # small to share), and the refusal's throw must not leave an OpenMP region (that is
+    # std::terminate, not an exception the caller gets).
+    target["cpp.threads"] = 1
     options: dict[str, Any] = {
         "aot_inductor.package": True,
         # Checks of 0- and 1-row inputs would refuse them (torch assumes >= 2 rows there).

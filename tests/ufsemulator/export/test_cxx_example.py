@@ -20,6 +20,7 @@ import json
 import re
 import shutil
 import subprocess
+import sys
 import time
 from pathlib import Path
 from typing import Any
@@ -41,6 +42,8 @@ EXAMPLE = REPO / "examples" / "cxx"
 ROWS = 64
 # What the AOTInductor package is made from: a change to any of these compiles it again.
 AOTI_SOURCES = (
+    "config.py",
+    "export/names.py",
     "model/emulator.py",
     "export/torchscript.py",
     "export/aoti.py",
@@ -95,8 +98,12 @@ def case(
     a land row, a fractional mask."""
     tmp = tmp_path_factory.mktemp("cxx-case")
     options = ExportConfig(names="jedi")  # JEDI names: their units (K, kg/kg, SOCA's degC)
-    model_path = export_model(aice_model(), tmp / "model.pt", options)
-    key = hashlib.sha256(torch.__version__.encode())
+    model = aice_model()  # trained on 5 std either side of the mean: every test row inside
+    model.set_input_range(
+        model.input_mean - 5 * model.input_std, model.input_mean + 5 * model.input_std
+    )
+    model_path = export_model(model, tmp / "model.pt", options)
+    key = hashlib.sha256(f"{torch.__version__} range 5 std".encode())
     for name in AOTI_SOURCES:
         key.update((REPO / "ufsemulator" / name).read_bytes())
     cache = request.config.cache
@@ -161,7 +168,7 @@ def test_cxx_reads_the_names_and_levels_saber_looks_up(cxx_run: dict[str, Any]) 
     assert cxx_run["input_names"] == JEDI_INPUTS
     assert cxx_run["output_names"] == ["sea_ice_area_fraction"]
     assert cxx_run["input_levels"] == [0] * 14 and cxx_run["output_levels"] == [0]
-    assert cxx_run["input_units"][:4] == ["degC", "ppt", "K", "K"]
+    assert cxx_run["input_units"][:4] == ["degC", "ppt", "K", "degC"]
     assert cxx_run["jacobian_shape"] == [ROWS, 1, 14] and cxx_run["jacobian_dtype"] == "Float"
     assert cxx_run["threads"] == 1 and cxx_run["predict_ms"] > 0
 
@@ -237,7 +244,7 @@ def test_python_loads_the_aoti_package_with_the_exports_signature(case: dict[str
 def test_cxx_refuses_a_background_in_other_units(binary: Path, tmp_path: Path) -> None:
     """The documented path: the caller passes its background's units; a mismatch is exit 2."""
     model = export_model(aice_model(), tmp_path / "jedi.pt", ExportConfig(names="jedi"))
-    kelvin = "K,ppt,degC,K,m,m,ppt,m/s,m/s,m/s,m/s,g/kg,W/m2,W/m2"
+    kelvin = "K,ppt,degC,degC,m,m,ppt,m/s,m/s,m/s,m/s,g/kg,W/m2,W/m2"
     out = subprocess.run(
         [str(binary), str(model), "--input-units", kelvin, "--rows", "4"],
         capture_output=True,
@@ -248,7 +255,7 @@ def test_cxx_refuses_a_background_in_other_units(binary: Path, tmp_path: Path) -
     assert "sea_water_potential_temperature in K (the module takes degC)" in out.stderr
     assert "air_temperature in degC (the module takes K)" in out.stderr
     assert "water_vapor_mixing_ratio_wrt_moist_air in g/kg (the module takes kg/kg)" in out.stderr
-    celsius = "degC,ppt,K,K,m,m,ppt,m/s,m/s,m/s,m/s,kg/kg,W/m2,W/m2"
+    celsius = "degC,ppt,K,degC,m,m,ppt,m/s,m/s,m/s,m/s,kg/kg,W/m2,W/m2"
     ok = subprocess.run(
         [str(binary), str(model), "--input-units", celsius, "--rows", "4", "--repeat", "1"],
         capture_output=True,
@@ -256,6 +263,93 @@ def test_cxx_refuses_a_background_in_other_units(binary: Path, tmp_path: Path) -
         timeout=60,
     )
     assert ok.returncode == 0 and json.loads(ok.stdout)["input_units"][0] == "degC"
+
+
+def test_cxx_stops_on_a_background_in_other_units_with_the_counts(
+    binary: Path, case: dict[str, Any], tmp_path: Path
+) -> None:
+    """SABER passes no units: a background with air temperature in degC where the name
+    carries K lands out of range in every row, and jac_physical refuses it with the counts
+    (exit 2, one line), instead of a zero Jacobian and exit 0. In range: exit 0."""
+    wrong = case["x"].clone()
+    wrong[:, 2] -= 273.15
+    wrong.numpy().astype("<f4").tofile(tmp_path / "celsius.f32")
+    out = subprocess.run(
+        [str(binary), str(case["model"]), "--inputs", str(tmp_path / "celsius.f32"),
+         "--repeat", "1"],
+        capture_output=True, text=True, timeout=60,
+    )  # fmt: skip
+    assert out.returncode == 2 and out.stdout == "" and out.stderr.count("\n") == 1
+    # 64 rows: one land row and one NaN row are missing, the other 62 all out of range.
+    assert out.stderr.startswith("error: jac_physical refused: 62 of 62 rows with data")
+    assert "air_temperature (K) 62" in out.stderr and "max_out_of_range 0.01" in out.stderr
+    ok = subprocess.run(
+        [str(binary), str(case["model"]), "--inputs", str(case["dir"] / "inputs.f32"),
+         "--repeat", "1"],
+        capture_output=True, text=True, timeout=60,
+    )  # fmt: skip
+    assert ok.returncode == 0, ok.stderr
+
+
+def test_the_package_refuses_a_background_in_other_units(case: dict[str, Any]) -> None:
+    """The same refusal from the .pt2, straight through torch's loader, in every program
+    that linearises; predict still answers (with its row flags)."""
+    from torch._inductor.package import load_package
+
+    wrong = case["x"].clone()
+    wrong[:, 2] -= 273.15
+    n = wrong.shape[0]
+    calls = {
+        "jac_physical": (wrong, torch.ones(n, 1)),
+        "tlm": (wrong, torch.ones(n, 14), torch.ones(n, 1)),
+        "adjoint": (wrong, torch.ones(n, 1), torch.ones(n, 1)),
+    }
+    for name, args in calls.items():
+        with pytest.raises(RuntimeError, match=rf"{name} refused: more than 0.01 of the rows"):
+            load_package(str(case["aoti"]), name)(*args)
+        assert load_package(str(case["aoti"]), name)(case["x"], *args[1:]) is not None
+    _, flags = load_package(str(case["aoti"]), "predict")(wrong)
+    assert (flags == 1).sum() == n - 2
+
+
+# Every program, every argument with 0 rows or a different count than ``inputs``.
+MISMATCHED = {
+    "predict": [],
+    "jac_physical": [(8, 0), (0, 8), (8, 9)],
+    "tlm": [(8, 0, 8), (8, 8, 0), (0, 8, 8), (8, 8, 3)],
+    "adjoint": [(8, 0, 8), (8, 8, 0), (0, 8, 8), (8, 3, 8)],
+}
+
+
+@pytest.mark.parametrize("program", ["jac_physical", "tlm", "adjoint"])
+def test_the_package_refuses_rows_that_do_not_match_without_a_crash(
+    case: dict[str, Any], program: str
+) -> None:
+    """torch checks each argument alone; a 0-row mask beside 8-row inputs read past it
+    (a segfault). Run in a child process, so a crash fails the test instead of ending it."""
+    script = (
+        "import sys, torch\n"
+        "from torch._inductor.package import load_package\n"
+        "from ufsemulator.export.aoti import arguments\n"
+        f"run = load_package({str(case['aoti'])!r}, {program!r})\n"
+        f"args = arguments({program!r}, 14, 1)\n"
+        f"for rows in {MISMATCHED[program]!r}:\n"
+        "    tensors = [torch.ones(r, a.columns) for r, a in zip(rows, args)]\n"
+        "    try:\n"
+        "        run(*tensors)\n"
+        "        print('served', rows)\n"
+        "    except RuntimeError as exc:\n"
+        "        print('refused', rows, str(exc).strip().splitlines()[0])\n"
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", script], capture_output=True, text=True, timeout=120, cwd=REPO
+    )
+    assert out.returncode == 0, out.stderr[-2000:]
+    lines = out.stdout.splitlines()
+    assert len(lines) == len(MISMATCHED[program]) and all(
+        line.startswith("refused") for line in lines
+    ), lines
+    assert "rows, but input_handles[0] has 8" in lines[0]
 
 
 def test_describe_reads_the_aoti_package_too(
@@ -266,7 +360,8 @@ def test_describe_reads_the_aoti_package_too(
     assert main(["export", "--describe", str(case["aoti"])]) == 0
     out = capsys.readouterr().out
     assert "(format 2)" in out and re.search(r"sea_water_potential_temperature +degC +level 0", out)
-    assert "compiled for: vector ISA " in out and "-march=native on " in out
+    assert "compiled for: portable, vector ISA avx2, -march=x86-64-v3 on " in out
+    assert "runs on any x86-64 CPU with AVX2 and FMA" in out
 
 
 # The bad inputs and small batches of the C++ example's --aoti-probe, as Python makes them.
@@ -275,11 +370,14 @@ PROBES = {
     "13 columns": lambda x, m: (x[:, :13].contiguous(), m),
     "transposed": lambda x, m: (x.t().contiguous().t(), m),
     "short mask": lambda x, m: (x, m[:5]),
+    "mask 0 rows": lambda x, m: (x, m[:0]),
+    "inputs 0 rows": lambda x, m: (x[:0], m),
     "rows 0": lambda x, m: (x[:0], m[:0]),
     "rows 1": lambda x, m: (x[:1], m[:1]),
     "rows 7": lambda x, m: (x[:7], m[:7]),
 }
-EXPECTED = {name: "refused" for name in ("float64", "13 columns", "short mask")}
+REFUSED = ("float64", "13 columns", "short mask", "mask 0 rows", "inputs 0 rows")
+EXPECTED = {name: "refused" for name in REFUSED}
 
 
 def _outcome(call: Any) -> str:
@@ -368,3 +466,34 @@ def test_python_aoti_rows_have_the_same_bits_alone_and_in_a_batch(
     aoti = [r for r in results if r["path"] in ("aoti", "torchscript")]
     assert len(aoti) == 16
     assert all(r["differing_rows"] == 0 and not r["differs_from_first_threads"] for r in aoti)
+
+
+@pytest.mark.parametrize("cuda", [True, False])
+def test_cmake_links_a_cuda_wheel_directly(tmp_path: Path, cuda: bool) -> None:
+    """A CUDA wheel's TorchConfig.cmake stops without a matching CUDA toolkit (as this
+    stand-in's does): for a wheel with libtorch_cuda.so the example's CMake links
+    libtorch_cpu and libc10 directly; a CPU wheel goes through TorchConfig.cmake.
+    Configure only (no compiler run)."""
+    cmake = shutil.which("cmake")
+    if cmake is None:
+        pytest.fail("the C++ example needs cmake (scripts/run-tests installs cmake)")
+    torch_dir = tmp_path / "torch"
+    (torch_dir / "share" / "cmake" / "Torch").mkdir(parents=True)
+    (torch_dir / "share" / "cmake" / "Torch" / "TorchConfig.cmake").write_text(
+        'message(FATAL_ERROR "stand-in TorchConfig: wants a CUDA toolkit")\n'
+    )
+    (torch_dir / "lib").mkdir()
+    libs = ["libtorch_cpu.so", "libc10.so"] + (["libtorch_cuda.so"] if cuda else [])
+    for lib in libs:
+        (torch_dir / "lib" / lib).write_bytes(b"")
+    out = subprocess.run(
+        [cmake, "-S", str(EXAMPLE), "-B", str(tmp_path / "build"),
+         f"-DCMAKE_PREFIX_PATH={torch_dir / 'share' / 'cmake'}"],
+        capture_output=True, text=True, timeout=120,
+    )  # fmt: skip
+    linked = f"LibTorch: linking {torch_dir / 'lib' / 'libtorch_cpu.so'} and libc10.so directly"
+    if cuda:
+        assert out.returncode == 0, out.stderr
+        assert linked in out.stdout
+    else:
+        assert out.returncode != 0 and "stand-in TorchConfig" in out.stderr
