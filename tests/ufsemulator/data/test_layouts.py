@@ -331,9 +331,10 @@ def test_model_normalisation_and_export_follow_data_inputs(
         "sea_water_salinity",
         "snow_ice_surface_temperature",
         "sea_ice_snow_volume",
-        "sea_ice_salinity",
+        "bulk_ice_salinity",
         "eastward_sea_water_velocity",
         "northward_sea_water_velocity",
     ]
     assert list(loaded.input_levels) == [0] * 8
-    assert loaded.jac_physical(torch.ones(3, 8), torch.ones(3, 1)).shape == (3, 1, 8)
+    inside = loaded.input_mean.repeat(3, 1)  # a background mostly out of range is refused
+    assert loaded.jac_physical(inside, torch.ones(3, 1)).shape == (3, 1, 8)

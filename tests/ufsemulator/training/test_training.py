@@ -430,11 +430,9 @@ def test_cli_trains_and_exports(tmp_path: Path, capsys: pytest.CaptureFixture[st
         )
         == 0
     )
-    assert torch.jit.load(str(tmp_path / "m.pt")).jac_physical(torch.randn(3, 14)).shape == (
-        3,
-        1,
-        14,
-    )
+    exported = torch.jit.load(str(tmp_path / "m.pt"))
+    # Rows inside the training range: a background mostly outside it is refused.
+    assert exported.jac_physical(exported.input_mean.repeat(3, 1)).shape == (3, 1, 14)
     # Resuming without --config takes the checkpoint's config; --epochs extends the run.
     assert main(["train", "--resume", str(run / "checkpoint.pt"), "--epochs", "3"]) == 0
     assert load_checkpoint(run / "checkpoint.pt")["epoch"] == 3
