@@ -8,7 +8,8 @@ of time into native code and packaged together in one ``.pt2`` file:
 - model ``tlm``: ``(inputs [N, n_in], dx [N, n_in], mask [N, 1])`` -> ``[N, n_out]``
 - model ``adjoint``: ``(inputs [N, n_in], dy [N, n_out], mask [N, 1])`` -> ``[N, n_in]``
 
-N is dynamic (0 .. 2**31 - 2 rows); every input must be float32, 2-D, C-contiguous, with
+Each runs on one thread whatever the caller sets (more made the Jacobian slower). N is
+dynamic (0 .. 2**31 - 2 rows); every input must be float32, 2-D, C-contiguous, with
 its stated column count and as many rows as ``inputs``. The package checks that itself on
 every call, whoever calls it (torch's own input checks, compiled in and switched on: torch
 leaves them off unless the caller sets ``AOTI_RUNTIME_CHECK_INPUTS=1``; and a check that
