@@ -23,6 +23,7 @@ if TYPE_CHECKING:
     from hpcdist.distributed.heartbeat import (
         HeartbeatWriter,
         continue_run,
+        foreign_heartbeat,
         heartbeat_for,
         record_piece,
     )
@@ -67,6 +68,7 @@ __all__ = [
     "expand_nodelist",
     "expand_tasks_per_node",
     "flight_recorder_files",
+    "foreign_heartbeat",
     "heartbeat_for",
     "last_checkpoint_time",
     "name_the_missing",
@@ -95,6 +97,7 @@ _FACTS = {
     "HeartbeatWriter": "hpcdist.distributed.heartbeat",
     "heartbeat_for": "hpcdist.distributed.heartbeat",
     "continue_run": "hpcdist.distributed.heartbeat",
+    "foreign_heartbeat": "hpcdist.distributed.heartbeat",
     "record_piece": "hpcdist.distributed.heartbeat",
     # The checkpoint's measured time and the early checkpoint before SLURM's kill.
     "CheckpointTiming": "hpcdist.distributed.warnlead",

@@ -12,8 +12,8 @@ import contextlib
 import dataclasses
 import json
 import os
+import secrets
 import sys
-import tempfile
 import time
 from collections.abc import Callable, Mapping, MutableMapping
 from pathlib import Path
@@ -39,7 +39,8 @@ from hpcdist.facts.runs import (
 from hpcdist.state.fileutil import write_atomic
 from hpcdist.state.outputs import output_mode
 from hpcdist.state.private import PrivacyError, write_private
-from hpcdist.state.trustedfile import read_private, read_trusted
+from hpcdist.state.runroot import run_folder_fd, walked_path
+from hpcdist.state.trustedfile import read_at, read_private
 
 
 class HeartbeatWriter:
@@ -92,9 +93,10 @@ class HeartbeatWriter:
         )
         try:
             replace_file(self.path, beat.to_bytes())
-        except OSError as exc:
+        except (OSError, PrivacyError) as exc:  # a folder swapped: the checkpoint says so
             self.stopped = True
-            print(f"hpcdist: heartbeat stopped: {self.path}: {exc.strerror}", file=sys.stderr)
+            why = exc.strerror if isinstance(exc, OSError) else str(exc)
+            print(f"hpcdist: heartbeat stopped: {self.path}: {why}", file=sys.stderr)
             return None
         self.written += 1
         return beat
@@ -138,19 +140,24 @@ def _rate(start: Mark, end: Mark) -> float | None:
 
 def replace_file(path: Path, data: bytes) -> None:
     """``path`` replaced by ``data`` at once (a temporary file beside it, renamed over it), so
-    a reader sees the old or the new heartbeat, never half of one. No fsync, unlike a
-    checkpoint: a heartbeat lost in a crash is worth nothing, while an fsync every few
-    seconds on a busy shared file system would cost the step loop milliseconds."""
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
-    try:
-        with os.fdopen(fd, "wb") as handle:
-            handle.write(data)
-            os.fchmod(handle.fileno(), output_mode())  # never writable by others
-        os.replace(tmp, path)
-    except BaseException:
-        with contextlib.suppress(OSError):
-            os.unlink(tmp)
-        raise
+    a reader sees the old or the new heartbeat, never half of one. The run folder is walked
+    to as every run file's is (``hpcdist.state.runroot``) and both go through its
+    descriptor: a folder renamed or linked meanwhile is refused, never written. No fsync,
+    unlike a checkpoint: a heartbeat lost in a crash is worth nothing, while an fsync every
+    few seconds on a busy shared file system would cost the step loop milliseconds."""
+    tmp = f".{path.name}.{secrets.token_hex(6)}.tmp"
+    flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | getattr(os, "O_CLOEXEC", 0)
+    with run_folder_fd(path.parent) as folder:
+        fd = os.open(tmp, flags, 0o600, dir_fd=folder)
+        try:
+            with os.fdopen(fd, "wb") as handle:
+                handle.write(data)
+                os.fchmod(handle.fileno(), output_mode())  # never writable by others
+            os.replace(tmp, path.name, src_dir_fd=folder, dst_dir_fd=folder)
+        except BaseException:
+            with contextlib.suppress(OSError):
+                os.unlink(tmp, dir_fd=folder)
+            raise
 
 
 def heartbeat_for(
@@ -160,6 +167,7 @@ def heartbeat_for(
     env = os.environ if environ is None else environ
     fixed = Heartbeat(
         run_id=env.get(RUN_ID_VAR, "").strip() or None,
+        run_dir=str(walked_path(folder)),
         job_id=run_name(env),
         restart=restarts_so_far(env),
         epochs=epochs,
@@ -207,9 +215,8 @@ def continue_run(
     env = os.environ if environ is None else environ
     mine = env.get(RUN_ID_VAR, "").strip()
     try:
-        found = read_trusted(
-            checkpoint_dir / HEARTBEAT_FILE, "heartbeat", checkpoint_dir.parent, check_root=False
-        )
+        with run_folder_fd(checkpoint_dir) as fd:
+            found = read_at(fd, checkpoint_dir / HEARTBEAT_FILE, "heartbeat")
     except (OSError, PrivacyError):
         return None
     beat = parse(found.data)
@@ -251,3 +258,21 @@ def _move_piece(record: Path, run_id: str) -> Path | None:
     except (OSError, ValueError, PrivacyError):
         return None
     return target / record.name
+
+
+def foreign_heartbeat(dir_fd: int, run_dir: Path) -> str:
+    """Why the run folder ``run_dir`` (open as ``dir_fd``) holds another run folder's files:
+    its heartbeat was written for another path (a folder renamed or moved into this name);
+    "" where it has none, or one written here."""
+    try:
+        found = read_at(dir_fd, Path(run_dir) / HEARTBEAT_FILE, "heartbeat")
+    except FileNotFoundError:
+        return ""
+    beat = parse(found.data)
+    here = str(walked_path(Path(run_dir)))
+    if beat is None or not beat.run_dir or beat.run_dir == here:
+        return ""
+    return (
+        f"run folder {str(run_dir)!r} holds the files of run {beat.run_id or 'unknown'}, "
+        f"written in {beat.run_dir!r} (moved or renamed into this name)"
+    )

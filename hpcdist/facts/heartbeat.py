@@ -53,6 +53,7 @@ class Heartbeat:
     """One heartbeat; None where the writer did not know (or did not write) a value."""
 
     run_id: str | None = None
+    run_dir: str | None = None  # the run folder it was written for, as walked to
     job_id: str | None = None
     restart: int | None = None
     epoch: int | None = None

@@ -17,7 +17,8 @@ from typing import Any
 from hpcdist.facts.heartbeat import HEARTBEAT_FILE, Heartbeat, parse
 from hpcdist.facts.runs import glob_quote, run_id_problem
 from hpcdist.spec.runopts import run_records
-from hpcdist.state.trustedfile import Refused, read_private, read_trusted
+from hpcdist.state.runroot import run_folder_fd, walked_path
+from hpcdist.state.trustedfile import Refused, read_at, read_private
 
 TRAIN_SUFFIX = ".train.json"  # as hpcdist.distributed.runpiece names the training's note
 
@@ -127,10 +128,10 @@ def read_heartbeat(run: Run) -> tuple[Heartbeat | None, str]:
     piece = run.last
     run_dir = Path(piece.run_dir)
     path = run_dir / HEARTBEAT_FILE
-    workdir = Path(piece.workdir) if piece.workdir else run_dir.parent
-    root = workdir if workdir in run_dir.parents else run_dir.parent
+    job_folder = (Path(piece.workdir),) if piece.workdir else ()  # a root of its own
     try:
-        found = read_trusted(path, "heartbeat", root=root, check_root=False)
+        with run_folder_fd(run_dir, extra=job_folder) as fd:
+            found = read_at(fd, path, "heartbeat")
     except FileNotFoundError:
         return None, f"no heartbeat yet in {run_dir}"
     except Refused as exc:
@@ -138,4 +139,12 @@ def read_heartbeat(run: Run) -> tuple[Heartbeat | None, str]:
     except OSError as exc:
         return None, f"heartbeat {path} cannot be read: {os.strerror(exc.errno or 0)}"
     beat = parse(found.data)
-    return (beat, "") if beat is not None else (None, f"heartbeat {path} is not JSON")
+    if beat is None:
+        return None, f"heartbeat {path} is not JSON"
+    here = str(walked_path(run_dir, job_folder))
+    if beat.run_dir and beat.run_dir != here:  # another run folder's, moved into this name
+        return None, (
+            f"heartbeat in {here} not shown: it is run {beat.run_id or 'unknown'}'s, "
+            f"written in {beat.run_dir}"
+        )
+    return beat, ""

@@ -10,6 +10,13 @@ from hpcdist.state.digests import DigestBook, default_book, sha256_bytes
 from hpcdist.state.fileutil import umask_mode, write_atomic
 from hpcdist.state.outputs import OutputRefused, book_for, output_mode, read_output, write_output
 from hpcdist.state.private import PrivacyError, create_exclusive, private_dir
+from hpcdist.state.runroot import (
+    RUN_ROOTS_VAR,
+    open_run_folder,
+    run_folder_fd,
+    start_of,
+    walked_path,
+)
 from hpcdist.state.statehome import make_state_base
 from hpcdist.state.trustedfile import (
     Refused,
@@ -23,6 +30,7 @@ from hpcdist.state.trustedfile import (
 )
 
 __all__ = [
+    "RUN_ROOTS_VAR",
     "DigestBook",
     "OutputRefused",
     "PrivacyError",
@@ -34,14 +42,18 @@ __all__ = [
     "folder_fd",
     "make_state_base",
     "open_folder",
+    "open_run_folder",
     "output_mode",
     "pause",
     "private_dir",
     "read_at",
     "read_once",
     "read_output",
+    "run_folder_fd",
     "sha256_bytes",
+    "start_of",
     "umask_mode",
+    "walked_path",
     "write_at",
     "write_atomic",
     "write_output",

@@ -5,6 +5,10 @@ A job id is public and a run folder may sit in a shared project folder, so a fil
 SHA-256 of every checkpoint it writes, in a private folder (``.hpcdist/digests``, 0700),
 and auto-resume accepts a checkpoint only if its digest is recorded there.
 
+A record is kept under the path the file was written at as the walk to its folder reached
+it (``hpcdist.state.runroot.walked_path``), never through a link: another run's file, put
+at this name by a rename or reached through a link, has its own record, not this one's.
+
 The record is updated around the atomic rename (``expect`` before, ``settle`` after), so
 a crash between the two leaves both the old and the new file acceptable.
 """
@@ -19,6 +23,7 @@ from pathlib import Path
 
 from hpcdist.state.folders import jobs_root
 from hpcdist.state.private import PrivacyError, write_private
+from hpcdist.state.runroot import walked_path
 from hpcdist.state.trustedfile import read_once, read_private
 
 
@@ -41,7 +46,7 @@ class DigestBook:
     root: Path | None = None  # the private state's top folder, checked down to ``folder``
 
     def record_path(self, target: Path) -> Path:
-        key = str(Path(os.path.abspath(target.parent)).resolve() / target.name)
+        key = str(walked_path(Path(target)))
         return self.folder / f"{hashlib.sha256(key.encode()).hexdigest()[:32]}.json"
 
     def accepted(self, target: Path) -> list[str]:
@@ -77,7 +82,7 @@ class DigestBook:
         return ""
 
     def _write(self, target: Path, digests: list[str]) -> None:
-        record = {"file": str(Path(target).resolve()), "sha256": digests}
+        record = {"file": str(walked_path(Path(target))), "sha256": digests}
         write_private(
             self.record_path(Path(target)),
             json.dumps(record) + "\n",

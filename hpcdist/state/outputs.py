@@ -6,7 +6,8 @@ files group-writable: another user could rewrite ``model.pt`` or ``training_resu
 in place. So every output is written atomically with no group or other write bit, whatever
 the umask, and the SHA-256 of the very bytes written is recorded in the user's private state
 (``hpcdist.state.digests``). A reader (export, ``hpcdist report``) opens the file once,
-checks its owner and mode by the descriptor and its folders from the working folder down,
+checks its owner and mode by the descriptor and its folders from a root the user trusts
+down (``hpcdist.state.runroot``),
 compares the digest of the bytes it read with the recorded one, and refuses a foreign or
 changed file in one line.
 """
@@ -20,7 +21,8 @@ from hpcdist.state.digests import DigestBook, sha256_bytes
 from hpcdist.state.fileutil import umask_mode
 from hpcdist.state.folders import jobs_root
 from hpcdist.state.private import PrivacyError
-from hpcdist.state.trustedfile import Refused, TrustedBytes, folder_fd, read_at, write_at
+from hpcdist.state.runroot import run_folder_fd
+from hpcdist.state.trustedfile import Refused, TrustedBytes, read_at, write_at
 
 
 class OutputRefused(PrivacyError):
@@ -40,19 +42,12 @@ def book_for(folder: Path | None = None) -> DigestBook:
     return DigestBook(root / "digests", root)
 
 
-def anchor_of(path: Path) -> Path:
-    """Where the walk to a run file's folder starts: the working folder for a file below it
-    (``runs/`` is then checked too), else the folder above the file's folder."""
-    path, cwd = Path(os.path.abspath(path)), Path.cwd()
-    return cwd if cwd in path.parents else path.parent.parent
-
-
 def write_output(path: Path, data: bytes, book: DigestBook | None) -> str:
     """Write ``data`` as ``path`` (atomically, through its folder's descriptor, mode
     ``output_mode()``) and record its digest in ``book``; returns the digest."""
     path = Path(os.path.abspath(path))
     digest = sha256_bytes(data)
-    with folder_fd(path.parent, anchor_of(path), "run folder", check_root=False) as fd:
+    with run_folder_fd(path.parent) as fd:
         if book is not None:
             book.expect(path, digest)
         write_at(fd, path.name, data, output_mode())
@@ -67,11 +62,12 @@ def read_output(path: Path, book: DigestBook, what: str = "run file") -> Trusted
     FileNotFoundError where there is no such file."""
     path = Path(os.path.abspath(path))
     try:
-        with folder_fd(path.parent, anchor_of(path), "run folder", check_root=False) as fd:
+        with run_folder_fd(path.parent) as fd:
             found = read_at(fd, path, what)
     except Refused as exc:
         where = "it" if exc.path == path else f"run folder {str(exc.path)!r}"
-        raise OutputRefused(f"refusing {what} {str(path)!r}: {where} {exc.problem}") from exc
+        hint = f"; {exc.hint}" if exc.hint else ""
+        raise OutputRefused(f"refusing {what} {str(path)!r}: {where} {exc.problem}{hint}") from exc
     problem = book.problem(path, found.sha256)
     if problem:
         raise OutputRefused(f"refusing {what} {str(path)!r}: {problem}")

@@ -97,10 +97,11 @@ class Refused(PrivacyError):
     """A folder or file that cannot be trusted: ``path`` and ``problem`` (with its owner
     and mode) for callers that say it their own way."""
 
-    def __init__(self, path: Path, what: str, problem: str) -> None:
+    def __init__(self, path: Path, what: str, problem: str, hint: str = "") -> None:
         from hpcdist.state.private import fix_hint
 
-        super().__init__(f"{what} {str(path)!r} {problem}; {fix_hint(path, problem)}")
+        self.hint = hint  # a fix of the caller's own; else the message says the usual one
+        super().__init__(f"{what} {str(path)!r} {problem}; {hint or fix_hint(path, problem)}")
         self.path, self.problem = path, problem
 
 

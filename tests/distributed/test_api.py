@@ -16,7 +16,7 @@ def test_every_public_name_is_the_group_modules_or_a_shared_fact(name: str) -> N
     facts = {"MARKER_VAR", "REQUEUE_EXIT_CODE", "RESULTS_FILE", "RUNS_DIR", "RUN_DIR_VAR"}
     facts |= {"SIGNAL_VAR", "run_name", "RUN_ID_VAR"}
     # Rank 0's heartbeat and run record: their own module, no process group.
-    beat = {"HeartbeatWriter", "heartbeat_for", "record_piece", "continue_run"}
+    beat = {"HeartbeatWriter", "heartbeat_for", "record_piece", "continue_run", "foreign_heartbeat"}
     lead = {"CheckpointTiming", "last_checkpoint_time", "record_checkpoint_time", "watch_job_end"}
     if name in {"RollCall", "name_the_missing"}:
         from hpcdist.distributed import rollcall

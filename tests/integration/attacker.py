@@ -70,6 +70,15 @@ def _symlink(target: str, link: str) -> None:
     os.symlink(target, link)
 
 
+def _rename(source: str, target: str) -> None:
+    """``mv source target`` in a folder she can write: a name of the victim's moved."""
+    os.rename(source, target)
+
+
+def _remove(path: str) -> None:
+    os.unlink(path)
+
+
 def _exchange(first: str, second: str) -> None:
     """Swap two names atomically (``renameat2(RENAME_EXCHANGE)``), as in the attacks on a
     folder's name between a check and a read."""
@@ -134,6 +143,8 @@ ACTIONS = {
     "copy": _copy,
     "read": _read,
     "symlink": _symlink,
+    "rename": _rename,
+    "remove": _remove,
     "exchange": _exchange,
     "listen": _listen,
     "join": _join,

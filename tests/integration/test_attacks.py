@@ -160,6 +160,12 @@ def _held(project: Path, script: Path) -> int:
     return sbatch(script, "--hold", wait=False, cwd=project).job_id
 
 
+def _roots(project: Path) -> str:
+    """The shared folder named as a root the victim trusts: its run folders below it are
+    walked from it (any folder that others can write is refused unless so named)."""
+    return f"--export=ALL,HPCDIST_RUN_ROOTS={project}"
+
+
 def _release_and_wait(job_id: int, job_state_timeout: float = 120) -> str:
     from tests.integration.conftest import job_state
 
@@ -221,14 +227,15 @@ def test_planted_checkpoint_in_a_run_folder_of_another_user_fails_the_job(
     (home / "cfg.yaml").write_text(CONFIG)
     run_dir = project / "runs" / "victim"  # the victim's run folder, in the shared folder
     command = f"python3 -m ufsemulator train --config cfg.yaml --run-dir {run_dir}"
-    job_id = _held(home, _script(home, "victim", "threads", command))
+    script = _script(home, "victim", "threads", command)
+    job_id = sbatch(script, "--hold", _roots(project), wait=False, cwd=home).job_id
     # The attacker plants runs/victim/checkpoint.pt before the job starts.
     assert attacker.run("mkdir", str(run_dir)).returncode == 0
     assert attacker.run("write", str(run_dir / "checkpoint.pt"), "planted").returncode == 0
     assert _release_and_wait(job_id) == "FAILED"
     log = _log(home, "victim", job_id)
-    # The run folder is the attacker's (made with runs/): refused before anything is read.
-    assert f"run folder '{run_dir}' is owned by uid {attacker.uid}" in log, log
+    # runs/ is the attacker's (made with runs/victim): refused before anything is read.
+    assert f"run folder '{run_dir.parent}' is owned by uid {attacker.uid}" in log, log
     assert "refusing to write or resume there" in log
     assert "Training completed" not in log
 
@@ -257,7 +264,8 @@ def test_checkpoint_changed_in_place_is_not_resumed(
     assert attacker.run("overwrite", str(checkpoint), str(planted)).returncode == 0
     checkpoint.chmod(0o644)  # the mode fixed; the bytes are still the attacker's
     command = f"python3 -m ufsemulator train --config cfg.yaml --run-dir {run_dir}"
-    job = sbatch(_script(home, "victim2", "threads", command), cwd=home, timeout=240)
+    script = _script(home, "victim2", "threads", command)
+    job = sbatch(script, _roots(project), cwd=home, timeout=240)
     log = _log(home, "victim2", job.job_id)
     assert job.returncode == 0, log
     assert f"Not resuming {checkpoint}: its SHA-256" in log, log
@@ -468,7 +476,7 @@ def test_checkpoint_swapped_between_check_and_load_is_not_loaded_and_not_written
     run_dir = project / "runs" / "r"
     run_dir.parent.mkdir(mode=0o755)
     first = f"python3 -m ufsemulator train --config two.yaml --run-dir {run_dir}"
-    job = sbatch(_script(home, "first", "threads", first), cwd=home, timeout=240)
+    job = sbatch(_script(home, "first", "threads", first), _roots(project), cwd=home, timeout=240)
     assert job.returncode == 0, _log(home, "first", job.job_id)
     mine = (project / "runs" / "r" / "checkpoint.pt").read_bytes()
     # The attacker's folder beside runs/, with her checkpoint at the same place.
@@ -479,7 +487,7 @@ def test_checkpoint_swapped_between_check_and_load_is_not_loaded_and_not_written
     hooks.mkdir()
     hooks.chmod(0o777)
     command = f"python3 -m ufsemulator train --config four.yaml --run-dir {run_dir}"
-    pause = f"--export=ALL,HPCDIST_TEST_PAUSE=resume-read:{hooks}"
+    pause = f"{_roots(project)},HPCDIST_TEST_PAUSE=resume-read:{hooks}"
     job = sbatch(_script(home, "again", "threads", command), pause, wait=False, cwd=home)
     _wait_for(hooks / "resume-read.ready")  # the checkpoint is open and checked
     swapped = attacker.run("exchange", str(project / "runs"), str(evil))
@@ -495,10 +503,11 @@ def test_checkpoint_swapped_between_check_and_load_is_not_loaded_and_not_written
     assert state == "FAILED", log
     # By uid: the name is looked up when the line is written (other sessions on this
     # machine may remove and add the attack user meanwhile).
-    said = f"'{run_dir}' is owned by uid {attacker.uid} ("
-    errors = [line for line in log.splitlines() if said in line]
+    said = f"'{run_dir.parent}' is owned by uid {attacker.uid} ("
+    errors = [line for line in log.splitlines() if said in line and "error:" in line]
     assert len(errors) == 1 and "error: checkpoint folder" in errors[0], log
     assert (project / "runs" / "r" / "checkpoint.pt").read_bytes() == b"planted"
+    assert not (project / "runs" / "r" / "heartbeat.json").exists()  # nor its heartbeat
     assert (evil / "r" / "checkpoint.pt").read_bytes() == mine  # the victim's, untouched
 
 

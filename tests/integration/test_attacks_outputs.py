@@ -66,8 +66,9 @@ def _train(home: Path, project: Path) -> Trained:
     train = "python3 -m ufsemulator train --config cfg.yaml"
     command = f"bash -c '{train} && {train} --run-dir {project}/runs/shared'"
     script = _script(home, "outputs", "threads", command)
+    roots = f"--export=ALL,HPCDIST_RUN_ROOTS={project}"  # the shared folder, named
     proc = subprocess.run(
-        ["sbatch", "--parsable", "--wait", str(script)],
+        ["sbatch", "--parsable", "--wait", roots, str(script)],
         cwd=home,
         env=slurm_env(),
         capture_output=True,
@@ -128,8 +129,9 @@ def test_export_refuses_a_checkpoint_after_runs_was_exchanged(
     checkpoint = trained.shared_run / "best_model.pt"
     out = trained.home / "exported.pt"
     argv = ["-m", "ufsemulator", "export", "--checkpoint", str(checkpoint), "--out", str(out)]
+    env = slurm_env({"HPCDIST_RUN_ROOTS": str(trained.project)})
     ok = subprocess.run(
-        ["python3", *argv], cwd=trained.home, env=slurm_env(), capture_output=True, text=True
+        ["python3", *argv], cwd=trained.home, env=env, capture_output=True, text=True
     )
     assert ok.returncode == 0, ok.stderr  # the victim's own, as written: exported
     out.unlink()
@@ -141,7 +143,7 @@ def test_export_refuses_a_checkpoint_after_runs_was_exchanged(
     assert copied.returncode == 0, copied.stdout
     assert attacker.run("exchange", str(trained.project / "runs"), str(evil)).returncode == 0
     proc = subprocess.run(
-        ["python3", *argv], cwd=trained.home, env=slurm_env(), capture_output=True, text=True
+        ["python3", *argv], cwd=trained.home, env=env, capture_output=True, text=True
     )
     line = one_line(proc)
     assert line.startswith(f"error: refusing checkpoint '{checkpoint}': run folder ")

@@ -26,6 +26,7 @@ from hpcdist.state import (
     PrivacyError,
     Refused,
     open_folder,
+    open_run_folder,
     pause,
     read_once,
     sha256_bytes,
@@ -60,9 +61,10 @@ def save_checkpoint(
     file or the new one, never a torn one: temp file in the same directory, fsync,
     rename (atomic on POSIX within one file system), fsync of the directory.
 
-    The folder is opened once, walked to from ``anchor`` (the working folder, whose own
-    mode is not checked; None: the folder itself is the start and must be the user's
-    alone), every folder below checked by what was opened; the temporary file and the
+    The folder is opened once, walked to as a run folder is (``anchor`` given: the start
+    ``ufsemulator.training.runfiles.run_anchor`` names; ``hpcdist.state.runroot``) or, with
+    None, from the folder itself, which must be the user's alone; every folder below is
+    checked by what was opened; the temporary file and the
     rename go through that descriptor, so a rename of a folder meanwhile cannot move the
     write elsewhere. With ``digests``, the SHA-256 of the very bytes written is recorded
     there (around the rename), so that auto-resume can tell this file from another."""
@@ -97,7 +99,10 @@ def write_bytes(
 @contextlib.contextmanager
 def _checked_folder(folder: Path, anchor: Path | None) -> Iterator[int]:
     try:
-        fd = open_folder(folder, anchor, "checkpoint folder", check_root=anchor is None)
+        if anchor is None:  # a folder the caller named: the start, the user's alone
+            fd = open_folder(folder, None, "checkpoint folder")
+        else:  # a run folder: walked from a root the user trusts (hpcdist.state.runroot)
+            fd = open_run_folder(folder, "checkpoint folder")
     except Refused as exc:
         raise PrivacyError(
             f"checkpoint folder {str(exc.path)!r} {exc.problem}; refusing to write the "

@@ -22,15 +22,16 @@ from typing import Any
 
 import torch.distributed as dist
 
-from hpcdist.distributed import RUN_DIR_VAR, DistContext
+from hpcdist.distributed import RUN_DIR_VAR, DistContext, foreign_heartbeat
 from hpcdist.state import (
     PrivacyError,
     Refused,
     TrustedBytes,
     book_for,
     default_book,
-    folder_fd,
     read_at,
+    run_folder_fd,
+    start_of,
     write_output,
 )
 from ufsemulator.config import Config
@@ -69,26 +70,24 @@ def default_run_dir(environ: Mapping[str, str] | None = None, base: Path | None 
 
 
 def run_anchor(run_dir: Path) -> Path:
-    """The working folder a run folder is reached from: the current folder for a run
-    folder below it (so ``runs/`` is checked as well as ``runs/<id>``), else the run
-    folder's parent. Its own mode is not checked: a project folder may be shared."""
-    path, cwd = Path(os.path.abspath(run_dir)), Path.cwd()
-    return cwd if cwd in path.parents else path.parent
+    """Where the walk to a run folder starts (``hpcdist.state.runroot``): the deepest root
+    the user trusts above it (the working folder, the home folder, ``HPCDIST_RUN_ROOTS``),
+    else ``/``, from where every folder on the way is checked."""
+    return Path(start_of(Path(run_dir)) or "/")
 
 
 RUN_DIR_MODE = 0o755
 
 
 def make_run_dir(path: Path) -> None:
-    """Every missing folder from the anchor down, each created 0755 under the umask: never
+    """Every missing folder down to ``path``, each created 0755 under the umask: never
     group-writable, whatever the umask's group bits allow (``mkdir -p`` would make the
     parents 0775 under a umask of 002)."""
     path = Path(os.path.abspath(path))
-    anchor = run_anchor(path)
-    for folder in [*reversed(path.relative_to(anchor).parents), path.relative_to(anchor)]:
-        if str(folder) != ".":
-            with contextlib.suppress(FileExistsError):
-                os.mkdir(anchor / folder, RUN_DIR_MODE)
+    missing = [folder for folder in (path, *path.parents) if not os.path.lexists(folder)]
+    for folder in reversed(missing):
+        with contextlib.suppress(FileExistsError):
+            os.mkdir(folder, RUN_DIR_MODE)
 
 
 def resolve_run_dir(
@@ -133,10 +132,11 @@ def run_dir_problem(path: Path) -> str:
     except OSError as exc:
         made = exc.strerror or type(exc).__name__
     try:
-        with folder_fd(path, run_anchor(path), "run folder", check_root=False):
-            return ""
+        with run_folder_fd(path) as fd:
+            return foreign_heartbeat(fd, path)
     except Refused as exc:
-        return f"run folder {str(exc.path)!r} {exc.problem}"
+        hint = f" ({exc.hint})" if exc.hint else ""
+        return f"run folder {str(exc.path)!r} {exc.problem}{hint}"
     except OSError as exc:
         return f"run folder {str(path)!r} cannot be made or opened ({made or exc.strerror})"
 
@@ -145,11 +145,10 @@ CHECKPOINT_NAME = "checkpoint.pt"
 
 
 def read_run_file(path: Path) -> TrustedBytes:
-    """A file of a run folder, reached from the working folder and read once (see
-    ``hpcdist.state.trustedfile``)."""
+    """A file of a run folder, reached from a root the user trusts and read once (see
+    ``hpcdist.state.runroot``)."""
     path = Path(os.path.abspath(path))
-    anchor = run_anchor(path.parent)
-    with folder_fd(path.parent, anchor, "run folder", check_root=False) as fd:
+    with run_folder_fd(path.parent) as fd:
         return read_at(fd, path, "checkpoint", pause_label="resume-read")
 
 
