@@ -209,6 +209,11 @@ def test_the_rank_uses_the_layouts_threads_not_slurms_cpu_count() -> None:
 
 def test_committed_scripts_carry_the_layout() -> None:
     root = Path(__file__).resolve().parents[2]
+    # Rendered with `generic` (nothing of a site assumed): 1 CPU a rank, its one thread.
     multinode = (root / "hpc" / "train_distributed_multinode.sh").read_text()
     assert "export OMP_NUM_THREADS=1\n" in multinode
-    assert f"export {CPUS_VAR}=2\n" in multinode
+    assert f"export {CPUS_VAR}=1\n" in multinode
+    # --cpus-per-task 40 for the one rank of the threads job: every CPU computes.
+    threads = (root / "hpc" / "train.sh").read_text()
+    assert "export OMP_NUM_THREADS=40\n" in threads
+    assert f"export {CPUS_VAR}=40\n" in threads
