@@ -153,7 +153,7 @@ def test_data_and_export_options_are_read(
         ({"data": {"time": "last"}}, "data.time must be all, INDEX or START:STOP, got 'last'"),
         ({"data": {"inputs": ["sst", "ssh"]}}, "'ssh' is not one"),
         ({"data": {"atmosphere": "atm.nc"}}, "'data.atmosphere' pairs with 'data.path'"),
-        ({"export": {"names": "cf"}}, "'export.names' must be short or jedi or a mapping"),
+        ({"export": {"names": "cf"}}, "'export.names' must be short or jedi or soca or a mapping"),
         ({"export": {"units": {"tair": 273}}}, "'export.units' must be a string or a mapping"),
     ],
 )
