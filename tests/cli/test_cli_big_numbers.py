@@ -5,8 +5,6 @@ machine)."""
 
 from __future__ import annotations
 
-import os
-import resource
 import subprocess
 import sys
 from pathlib import Path
@@ -20,25 +18,42 @@ _MOST_RSS_KB = 100 * 1024
 _HUGE = "9" * 5000
 
 
-def _capped() -> None:
-    resource.setrlimit(resource.RLIMIT_AS, (_ADDRESS_SPACE, _ADDRESS_SPACE))
+# Started from a small launcher, not from pytest: a process forked from the test process
+# (a worker that has imported torch) reports that process's resident memory as its own peak.
+# The launcher caps the command's address space, runs it, and writes its exit status and
+# peak resident KB (wait4) to its stdout; the command's stderr is passed through.
+_LAUNCH = """
+import os, resource, sys
+pid = os.fork()
+if pid == 0:
+    resource.setrlimit(resource.RLIMIT_AS, (int(sys.argv[1]), int(sys.argv[1])))
+    os.execv(sys.executable, [sys.executable, *sys.argv[2:]])
+_, status, usage = os.wait4(pid, 0)
+print(os.waitstatus_to_exitcode(status), usage.ru_maxrss)
+"""
 
 
 def _render(tmp_path: Path, *flags: str) -> tuple[int, str, int]:
     """Exit code, stderr and the peak resident KB of ``hpcdist render FLAGS``."""
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "hpcdist.cli.main", "render", *flags],
+    proc = subprocess.run(
+        [
+            sys.executable,
+            "-c",
+            _LAUNCH,
+            str(_ADDRESS_SPACE),
+            "-m",
+            "hpcdist.cli.main",
+            "render",
+            *flags,
+        ],
         cwd=tmp_path,
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.PIPE,
-        preexec_fn=_capped,
+        capture_output=True,
         text=True,
+        check=True,
+        timeout=120,
     )
-    assert proc.stderr is not None
-    err = proc.stderr.read()
-    _, status, usage = os.wait4(proc.pid, 0)
-    proc.returncode = os.waitstatus_to_exitcode(status)
-    return proc.returncode, err, usage.ru_maxrss
+    code, rss_kb = proc.stdout.split()[-2:]
+    return int(code), proc.stderr, int(rss_kb)
 
 
 @pytest.mark.parametrize(

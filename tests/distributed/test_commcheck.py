@@ -235,7 +235,8 @@ def test_commcheck_watchdog_ends_a_hung_step_with_a_verdict() -> None:
     proc = subprocess.run(
         [sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True, timeout=60
     )
-    assert time.monotonic() - start < 10
+    # Ended by the watchdog, not by the step's 30 s sleep (however busy the machine).
+    assert time.monotonic() - start < 30
     assert proc.returncode == 1
     assert proc.stdout.startswith(
         "FAIL: all_reduce did not finish within 0.5 s (rank 1/2, master node1:23456)"

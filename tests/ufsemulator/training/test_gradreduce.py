@@ -5,7 +5,6 @@ import socket
 import subprocess
 import sys
 import threading
-import time
 from pathlib import Path
 
 import pytest
@@ -86,16 +85,19 @@ def test_a_rank_that_never_arrives_ends_the_wait_naming_it(
         lonely.reduce_(torch.ones(4))
 
 
-def test_a_rank_whose_process_is_gone_is_named_within_seconds() -> None:
+def test_a_rank_whose_process_is_gone_is_named_not_waited_for(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # Without the check the wait would end at the collective timeout, with another message
+    # (no wall clock is measured: a busy machine may take any time to get there).
+    monkeypatch.setenv("HPCDIST_COLLECTIVE_TIMEOUT", "300")
     segment = shared_segment(2, 4)
     waiting = SharedMemoryAllReduce(segment, 4, 0, 2)
     gone = subprocess.Popen([sys.executable, "-c", "pass"])
     gone.wait()
     segment[:128].view(torch.int64)[9] = gone.pid  # rank 1's line: counter, then its pid
-    start = time.monotonic()
     with pytest.raises(RuntimeError, match=rf"rank 1 \(process {gone.pid}\) has exited"):
         waiting.reduce_(torch.ones(4))
-    assert time.monotonic() - start < 10
 
 
 def context(world: int, local_world: int, device: str = "cpu") -> DistContext:
