@@ -465,12 +465,13 @@ def slurm_job_state(job_id: str, within: float | None = None) -> str:
     first: sacct lags it and, while a job is being requeued, can briefly report the ending
     attempt as FAILED. sacct answers once the controller has forgotten the job (MinJobAge
     after it ended). While the controller is silent, sacct's final state, else UNANSWERED.
-    ``within``: a waiter's question (userjobs.SharedView.current); the job COMPLETING, its
-    final state is sacct's (SLURM wrote it there as the job ended)."""
+    ``within``: a waiter's question (userjobs.SharedView.current). A job COMPLETING has its
+    final state in sacct already (SLURM wrote it there as the job ended): a waiter and a
+    status after it say the same state."""
     rows = userjobs.user_rows(job_id, within)
     if rows:
         own = [row for row in rows if row["JobArrayID"] == job_id]
-        if own and within is not None and base_state(own[0]["State"]) == "COMPLETING":
+        if own and base_state(own[0]["State"]) == "COMPLETING":
             final = _sacct_state(userjobs.shared_answer, job_id, fresh=True)
             return final if final in FINAL_STATES else "COMPLETING"
         if own:  # a job, or one task

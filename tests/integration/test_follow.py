@@ -91,8 +91,9 @@ def test_plain_sbatch_job_status_efficiency_logs_and_list(
     assert "wall time" in efficiency and "of 0:30:00" in efficiency
     # The testbed gathers accounting (jobacct_gather/linux): CPU time is recorded.
     assert re.match(r"CPU \d+(\.\d+)?% \(", efficiency), efficiency
-    # A few seconds of a 30-minute limit: the advice says so, with the warning's 90 s lead.
-    assert "of its time limit: --time=0:02:00 would do" in _field(status.stdout, "advice")
+    # A few seconds of a 30-minute limit: the advice says so. A communication check has no
+    # warning (--mode test): no lead to keep room for, a minute holds it.
+    assert "of its time limit: --time=0:01:00 would do" in _field(status.stdout, "advice")
 
     data = json.loads(hpcdist("status", "--json", str(job.job_id), cwd=tmp_path).stdout)
     assert (data["state"], data["exit_code"], data["signal"], data["num_nodes"]) == (

@@ -427,9 +427,11 @@ def test_a_failed_question_never_becomes_a_state(
     assert query.slurm_job_state("77") == expected
 
 
-def test_a_waiter_takes_a_completing_jobs_end_from_the_database(
+def test_a_completing_jobs_end_comes_from_the_database(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
+    """A waiter and a typed status say the same state of a job that is COMPLETING: its end
+    as SLURM's database has it, once written there."""
     from hpcdist.slurm import query
 
     asked: list[bool] = []
@@ -442,12 +444,12 @@ def test_a_waiter_takes_a_completing_jobs_end_from_the_database(
     rows = parse_rows(line("77", "COMPLETING"))
     monkeypatch.setattr(userjobs, "user_rows", lambda job_id, within=None: rows)
     monkeypatch.setattr(userjobs, "shared_answer", answer)
-    assert query.slurm_job_state("77") == "COMPLETING"  # a typed command: the controller's
-    assert asked == []
     assert query.slurm_job_state("77", within=6.0) == "COMPLETING"  # not written there yet
-    sacct[0] = "77|COMPLETED\n"
-    assert query.slurm_job_state("77", within=6.0) == "COMPLETED"
-    assert asked == [True, True]  # asked now, never an answer kept from before the end
+    assert query.slurm_job_state("77") == "COMPLETING"
+    sacct[0] = "77|CANCELLED by 0\n"
+    assert query.slurm_job_state("77", within=6.0) == "CANCELLED"
+    assert query.slurm_job_state("77") == "CANCELLED"  # a typed status after the waiter
+    assert asked == [True] * 4  # asked now, never an answer kept from before the end
 
 
 def _line(job: int, uid: int, state: str, name: str = "n") -> str:

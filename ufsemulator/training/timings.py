@@ -43,10 +43,11 @@ class Timings:
     ``model.pt`` on disk; ``startup_s`` from the process start to the first step, made of
     ``imports_s`` (interpreter and imports, until training starts), ``process_group_s``,
     ``data_s`` (read, split, statistics, rows to the device) and ``setup_s`` (model,
-    parallel wrapper, optimiser). Between epochs: ``validation_s`` (with the epoch's one
-    all-reduce and host synchronisation) and ``checkpoint_s`` (what checkpoints cost the
-    training thread: taking the state and waiting for the writer at the end); together with
-    logging they are ``outside_steps_s``."""
+    parallel wrapper, optimiser, until the first step begins). Between epochs:
+    ``validation_s`` (with the epoch's one all-reduce and host synchronisation) and
+    ``checkpoint_s`` (what checkpoints cost the training thread: taking the state and
+    waiting for the writer at the end); together with logging they are
+    ``outside_steps_s``."""
 
     total_s: float
     startup_s: float

@@ -230,7 +230,7 @@ class _Clock:
             imports_s=self.train - self.process,
             process_group_s=self.group - self.train,
             data_s=self.data - self.group,
-            setup_s=self.setup - self.data,
+            setup_s=first - self.data,  # to the first step: the parts sum to startup_s
             steps_s=summary.train_time_s,
             epochs=epochs,
             outside_steps_s=outside,
