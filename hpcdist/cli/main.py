@@ -16,7 +16,7 @@ from typing import Any
 import click
 
 from hpcdist.errors import UserError
-from hpcdist.spec.options import job_options, spec_from_options
+from hpcdist.spec.options import job_options, spec_and_profile
 from hpcdist.state.fileutil import umask_mode, write_atomic
 
 # name -> (module, attribute): loaded when the subcommand is asked for (click's lazy group).
@@ -93,29 +93,33 @@ def cli() -> None:
 @click.option(
     "--trust-folder",
     is_flag=True,
-    help="Write --script into a folder that other users can write (refused otherwise).",
+    help=(
+        "Write --script into a folder that other users can write (refused otherwise); "
+        "profile key trust_folder: true."
+    ),
 )
 def render(out: Path | None, force: bool, trust_folder: bool, **options: Any) -> int:
     """Print the sbatch script for a job; change nothing."""
     from hpcdist.jobs.leadcheck import lead_warning
     from hpcdist.render.script import render as render_spec
 
-    spec = spec_from_options(options)
+    spec, profile = spec_and_profile(options)
     script = render_spec(spec)
     if warning := lead_warning(spec):
         click.echo(warning, err=True)
     if out is None:
         click.echo(script, nl=False)
         return 0
-    _write_script(out, script, force, trust_folder)
+    _write_script(out, script, force, trust_folder or profile.trust_folder)
     click.echo(f"wrote {out}", err=True)
     return 0
 
 
 def _write_script(out: Path, script: str, force: bool, trust_folder: bool) -> None:
     """Write ``render --script``'s file: never writable by group or others, and only into
-    a folder no other user can write (or rename away), unless ``trust_folder``: a script
-    that another user can change runs their lines as you when you run sbatch."""
+    a folder no other user can write (or rename away), unless ``trust_folder`` (the flag
+    or the profile's key): a script that another user can change runs their lines as you
+    when you run sbatch."""
     from hpcdist.state.workfolder import script_folder_problem
 
     if out.exists() and not force:
@@ -127,7 +131,8 @@ def _write_script(out: Path, script: str, force: bool, trust_folder: bool) -> No
         raise UserError(
             f"--script {str(out)!r}: {problem}, who could change the script before you run "
             "sbatch; write it to a folder only you can write (e.g. in your home), or pass "
-            "--trust-folder if you trust everyone who can write there"
+            "--trust-folder (or set trust_folder: true in your profile) if you trust everyone "
+            "who can write there"
         )
     try:
         write_atomic(out, script, mode=umask_mode(executable=True) & ~0o022)

@@ -132,6 +132,12 @@ def job_options(func: F) -> F:
 
 def spec_from_options(options: dict[str, Any]) -> JobSpec:
     """defaults < profile < flags, validated; raises SpecError / ProfileError for the user."""
+    return spec_and_profile(options)[0]
+
+
+def spec_and_profile(options: dict[str, Any]) -> tuple[JobSpec, Profile]:
+    """``spec_from_options``'s spec and the profile it was built from (read once), for a
+    command that also heeds a profile key of its own (``render``'s ``trust_folder``)."""
     flags = dict(options)
     profile = options_profile(flags)
     flags.pop("profile", None)
@@ -164,7 +170,7 @@ def spec_from_options(options: dict[str, Any]) -> JobSpec:
                 f"--command {command!r} is empty; expected the command each rank "
                 "runs (leave the flag out for the emulator training)"
             )
-    return private_logs(build_spec(profile, flags), current_folder())
+    return private_logs(build_spec(profile, flags), current_folder()), profile
 
 
 def options_profile(options: dict[str, Any]) -> Profile:

@@ -28,6 +28,7 @@ from hpcdist.render.hpcscripts import HPC_SCRIPTS, render_hpc_script
 from hpcdist.render.script import quote, render, template_dir
 from hpcdist.spec.jobspec import AUTO
 from hpcdist.spec.options import spec_from_options
+from hpcdist.state.private import user_name
 from tests.jobenv import install_job_python
 
 REPO = Path(__file__).resolve().parents[2]
@@ -448,6 +449,34 @@ def test_render_to_a_folder_others_can_write_is_refused_unless_trusted(tmp_path:
         assert private.exit_code == 0 and out.stat().st_mode & 0o777 == 0o700
     finally:
         os.umask(old)
+
+
+@pytest.mark.parametrize(("key", "written"), [("true", True), ("false", False)])
+def test_the_profiles_trust_folder_key_is_the_flags_word(
+    tmp_path: Path, key: str, written: bool
+) -> None:
+    profile = tmp_path / "site.yaml"
+    profile.write_text(f"trust_folder: {key}\n")
+    profile.chmod(0o644)
+    shared = tmp_path / "shared"
+    shared.mkdir()
+    shared.chmod(0o777)
+    out = shared / "job.sh"
+    result = CliRunner().invoke(cli, ["render", "--profile", str(profile), "--script", str(out)])
+    if written:
+        assert result.exit_code == 0, result.output
+        assert result.stderr == f"wrote {out}\n"
+        assert out.stat().st_mode & 0o022 == 0  # trusted folder, still no write bit for others
+        return
+    assert result.exit_code == 2, result.output
+    assert result.stderr == (
+        f"hpcdist: error: --script '{out}': '{shared}' can be written by others (owner "
+        f"{user_name(os.geteuid())}, mode 0777), who could change the script before you run "
+        "sbatch; write it to a folder only you can write (e.g. in your home), or pass "
+        "--trust-folder (or set trust_folder: true in your profile) if you trust everyone "
+        "who can write there\n"
+    )
+    assert not out.exists()
 
 
 def test_render_prints_to_stdout() -> None:

@@ -451,6 +451,8 @@ def test_a_profile_may_turn_multicast_back_on(tmp_path: Path) -> None:
         ({"defaults": {"nodez": 2}}, "unknown key 'defaults.nodez'; allowed: mode, nodes"),
         ({"max_nodes": "many"}, "max_nodes must be an integer >= 0, got 'many'"),
         ({"env": ["A"]}, "env must be a mapping, got list"),
+        ({"trust_folder": "yes"}, "'p.yaml': trust_folder must be true or false, got 'yes'"),
+        ({"trust_folder": 1}, "'p.yaml': trust_folder must be true or false, got 1"),
         (["a", "b"], "must be a mapping of keys, got list"),
     ],
 )
@@ -458,6 +460,11 @@ def test_bad_profile_names_the_key(raw: object, message: str) -> None:
     with pytest.raises(ProfileError, match=None) as info:
         profile_from_mapping("p", raw, source="p.yaml")
     assert message in str(info.value)
+
+
+@pytest.mark.parametrize(("raw", "trusted"), [({}, False), ({"trust_folder": True}, True)])
+def test_trust_folder_is_a_profile_key_off_by_default(raw: object, trusted: bool) -> None:
+    assert profile_from_mapping("p", raw, source="p.yaml").trust_folder is trusted
 
 
 def test_unreadable_profile_yaml_is_a_user_error(tmp_path: Path) -> None:

@@ -56,6 +56,9 @@ class Profile:
     sbatch: Mapping[str, str | None] = field(default_factory=dict)
     srun_args: tuple[str, ...] = ()
     container: Mapping[str, Any] = field(default_factory=dict)
+    # render --script may write into a folder others can write (--trust-folder's key): the
+    # user's word for every script rendered with this profile.
+    trust_folder: bool = False
 
     def key(self, name: str) -> str:
         """How a message names one of this profile's keys: its file and the key."""
@@ -66,6 +69,7 @@ _KEYS = tuple(f for f in Profile.__dataclass_fields__ if f not in ("name", "sour
 _INT_KEYS = ("max_nodes", "cores_per_node", "gpus_per_node", "memory_mb", "max_array_size")
 _STR_KEYS = ("description", "partition", "account", "qos", "max_time", "gpu_request")
 _ENV_KEYS = ("env", "gloo_env", "nccl_env")
+_BOOL_KEYS = ("trust_folder",)
 
 
 def shipped_profiles() -> list[str]:
@@ -170,26 +174,31 @@ def profile_from_mapping(name: str, raw: object, source: str = "<profile>") -> P
         raise ProfileError(
             f"profile {source!r} has unknown key {unknown[0]!r}; allowed: {', '.join(_KEYS)}"
         )
-    values: dict[str, Any] = {}
-    for key, value in raw.items():
-        if value is None:
-            continue
-        if key in _INT_KEYS:
-            values[key] = _expect_int(source, key, value)
-        elif key in _STR_KEYS:
-            values[key] = _expect_str(source, key, value)
-        elif key in _ENV_KEYS:
-            values[key] = _expect_env(source, key, value)
-        elif key in ("partitions", "setup", "gpu_types", "features", "srun_args"):
-            items = _expect_list(source, key, value)
-            values[key] = tuple(_expect_str(source, key, v) for v in items)
-        elif key == "defaults":
-            values[key] = _expect_defaults(source, value)
-        elif key == "sbatch":
-            values[key] = _expect_sbatch(source, value)
-        elif key == "container":
-            values[key] = _expect_container(source, value)
+    values = {
+        str(key): _expect_value(source, str(key), value)
+        for key, value in raw.items()
+        if value is not None
+    }
     return Profile(name=name, **values)
+
+
+def _expect_value(source: str, key: str, value: object) -> Any:
+    """A known key's value, checked for its type (ProfileError naming the key otherwise)."""
+    if key in _INT_KEYS:
+        return _expect_int(source, key, value)
+    if key in _STR_KEYS:
+        return _expect_str(source, key, value)
+    if key in _ENV_KEYS:
+        return _expect_env(source, key, value)
+    if key in _BOOL_KEYS:
+        return _expect_bool(source, key, value)
+    if key in ("partitions", "setup", "gpu_types", "features", "srun_args"):
+        return tuple(_expect_str(source, key, v) for v in _expect_list(source, key, value))
+    if key == "defaults":
+        return _expect_defaults(source, value)
+    if key == "sbatch":
+        return _expect_sbatch(source, value)
+    return _expect_container(source, value)  # "container": the last of _KEYS
 
 
 def _kind(value: object) -> str:
@@ -206,6 +215,12 @@ def _expect_str(source: str, key: str, value: object) -> str:
     if isinstance(value, bool) or not isinstance(value, (str, int, float)):
         raise ProfileError(f"profile {source!r}: {key} must be a string, got {_kind(value)}")
     return str(value)
+
+
+def _expect_bool(source: str, key: str, value: object) -> bool:
+    if not isinstance(value, bool):
+        raise ProfileError(f"profile {source!r}: {key} must be true or false, got {value!r}")
+    return value
 
 
 def _expect_list(source: str, key: str, value: object) -> list[object]:
@@ -232,11 +247,7 @@ def _expect_defaults(source: str, value: object) -> dict[str, Any]:
         if kind == "int" or (kind == "count" and item != "auto"):
             out[key] = _expect_int(source, f"defaults.{key}", item)
         elif kind == "bool":
-            if not isinstance(item, bool):
-                raise ProfileError(
-                    f"profile {source!r}: defaults.{key} must be true or false, got {item!r}"
-                )
-            out[key] = item
+            out[key] = _expect_bool(source, f"defaults.{key}", item)
         else:
             out[key] = _expect_str(source, f"defaults.{key}", item)
         if options[key].choices and out[key] not in options[key].choices:
