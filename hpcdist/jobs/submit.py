@@ -121,12 +121,14 @@ def plan_submission(
 ) -> SubmitPlan:
     """The plan of submitting ``spec``: refuses what submit cannot do, asks SLURM nothing."""
     kind = choose_executor(executor)
-    require_slurm_for_arrays(spec, kind)
     workdir = job_workdir(spec)
-    # The job's runner would refuse it when it starts: said now, before anything is queued.
+    # The job's runner would refuse it when it starts: said now, before anything is queued,
+    # and first: in such a folder the log was moved to a private one (private_logs), which
+    # the local executor would otherwise take for an -o of the user's.
     refused = check_working_folder(Path(workdir))
     if refused:
         raise SpecError(refused)
+    require_slurm_for_arrays(spec, kind)
     checks: list[str] = []
     if kind == "slurm" and spec.after:
         checks.append(CHECK_DEPENDENCIES)

@@ -4,6 +4,7 @@ binding and options, a queue the user asked for)."""
 
 from __future__ import annotations
 
+import os
 import signal
 import sys
 from pathlib import Path
@@ -19,6 +20,7 @@ from hpcdist.jobs.records import load_record, wait_for_final_state
 from hpcdist.jobs.submit import submit
 from hpcdist.render.script import render
 from hpcdist.spec.options import spec_from_options
+from hpcdist.state.private import user_name
 
 
 def _submit_local(tmp_path: Path, *flags: str) -> tuple[int, str, str]:
@@ -66,6 +68,35 @@ def test_defaults_and_the_profiles_own_queue_are_not_refused(
     code, out, err = _submit_local(tmp_path, "--dry-run", *flags)
     assert code == 0, err
     assert '"executor": "local"' in out
+
+
+@pytest.mark.parametrize(("mode", "refused"), [(0o777, True), (0o775, True), (0o755, False)])
+def test_a_folder_others_can_write_is_refused_for_what_it_is_not_for_a_log_name(
+    mode: int, refused: bool, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Its log was moved to a folder of the user's own (private_logs): no -o was given, and
+    # the refusal names the folder, not -o/--output.
+    shared = tmp_path / "shared"
+    shared.mkdir()
+    shared.chmod(mode)
+    monkeypatch.chdir(shared)
+    code, out, err = _submit_local(tmp_path, "--dry-run")
+    if not refused:
+        assert (code, err) == (0, "")
+        assert '"executor": "local"' in out
+        return
+    assert (code, out) == (2, "")
+    assert err == (
+        f"hpcdist: error: the job's working folder '{shared}' can be written by others (owner "
+        f"{user_name(os.geteuid())}, mode {mode:04o}): Python would import a module put there; "
+        "run the job from a folder that only you can write, below folders that only you (or "
+        "root) can write: sbatch --chdir or hpcdist --chdir DIR, e.g. a folder in your home\n"
+    )
+    private = tmp_path / "private"
+    private.mkdir(mode=0o755)
+    code, out, err = _submit_local(tmp_path, "--dry-run", "--chdir", str(private))
+    assert (code, err) == (0, "")  # the advice works
+    assert f'"workdir": "{private}"' in out
 
 
 def test_torchrun_is_refused_only_where_it_is_not_installed(
