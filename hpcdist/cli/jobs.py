@@ -14,6 +14,7 @@ import click
 
 from hpcdist.cli.follow import follow, record_log_names, unknown_job
 from hpcdist.jobs.logpaths import expand_pattern
+from hpcdist.jobs.logread import one_line
 from hpcdist.jobs.records import (
     FINAL_STATES,
     JobRecord,
@@ -175,7 +176,7 @@ def _task_reporter(count: int) -> Callable[[str, str], None]:
     """Each task's change of state, for a small array; a big one's count of ended tasks,
     at most once a second."""
     if count <= LISTED_TASKS:
-        return lambda task, state: click.echo(f"  {task} {shown(state, seen())}")
+        return lambda task, state: click.echo(f"  {task} {one_line(shown(state, seen()))}")
     ended: dict[str, bool] = {}
     said = [0.0, -1]
 
@@ -197,7 +198,7 @@ def cancel_command(job_id: str) -> int:
     # An array answers one state per task: said once each, in order.
     answer = cancel(record) if record is not None else _cancel_slurm_job(job_id)
     states = list(dict.fromkeys(s.strip() for s in answer.splitlines() if s.strip()))
-    state = ", ".join(states)
+    state = one_line(", ".join(states))  # SLURM's words of a job found there: escaped
     if states and all(one in FINAL_STATES for one in states):
         click.echo(f"Job {job_id} had already ended ({state}); nothing to cancel")
     else:

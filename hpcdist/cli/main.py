@@ -16,6 +16,7 @@ from typing import Any
 import click
 
 from hpcdist.errors import UserError
+from hpcdist.jobs.logread import one_line
 from hpcdist.spec.options import job_options, spec_and_profile
 from hpcdist.state.fileutil import umask_mode, write_atomic
 
@@ -69,7 +70,8 @@ class _Cli(click.Group):
             click.echo(f"hpcdist: error: {exc.format_message()}", err=True)
             sys.exit(2 if isinstance(exc, click.UsageError) else exc.exit_code)
         except UserError as exc:
-            click.echo(f"hpcdist: error: {exc}", err=True)
+            # One line, whatever it quotes: a path or a name may be another user's text.
+            click.echo(f"hpcdist: error: {one_line(str(exc))}", err=True)
             sys.exit(2)
         sys.exit(result if isinstance(result, int) else 0)
 

@@ -19,7 +19,7 @@ import click
 from hpcdist.errors import UserError
 from hpcdist.facts.heartbeat import Heartbeat
 from hpcdist.facts.runs import is_job_id
-from hpcdist.jobs.logread import read_log_text
+from hpcdist.jobs.logread import one_line, read_log_text
 from hpcdist.jobs.progress import Forecast, forecast
 from hpcdist.jobs.runs import Piece, Run, load_run, read_heartbeat, run_of_job
 from hpcdist.slurm.parse import format_duration
@@ -82,8 +82,8 @@ def piece_rows(run: Run, attempts: dict[tuple[str, int], Attempt]) -> list[str]:
             format_duration(attempt.elapsed_s) if attempt and attempt.elapsed_s is not None else "-"
         )
         lines.append(
-            f"  {number:<5} {piece.job_id:<10} {piece.restart:<7} {state:<11} {queued:>8} "
-            f"{ran:>8}  {_resumed(piece)}"
+            f"  {number:<5} {one_line(piece.job_id):<10} {piece.restart:<7} {state:<11} "
+            f"{queued:>8} {ran:>8}  {_resumed(piece)}"
         )
     return lines
 
@@ -192,8 +192,10 @@ def run_lines(run: Run, now: float | None = None) -> list[str]:
     beat, why = read_heartbeat(run)
     if beat is None:
         lines.append(f"  {'heartbeat:':<11} {why}")
-        return lines
-    return lines + progress_lines(beat, current, now)
+    else:
+        lines += progress_lines(beat, current, now)
+    # Nodes and folders are SLURM's and the file system's words: control characters escaped.
+    return [one_line(line) for line in lines]
 
 
 def run_json(run: Run, now: float | None = None) -> dict[str, Any]:

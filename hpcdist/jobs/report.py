@@ -21,6 +21,7 @@ from typing import Any
 from hpcdist.facts.runs import RESULTS_FILE, RUNS_DIR
 from hpcdist.jobs.arrays import sweep_states
 from hpcdist.jobs.logpaths import job_logs
+from hpcdist.jobs.logread import one_line
 from hpcdist.jobs.records import JobRecord, find_record, job_state, load_record
 from hpcdist.jobs.sweeparrays import SweepArray, from_lists, sweep_tasks
 from hpcdist.slurm.query import JobInfo, query_jobs
@@ -265,15 +266,17 @@ def varying(rows: Sequence[Row]) -> list[list[str]]:
 
 
 def table(rows: Sequence[Row]) -> str:
-    """The rows as a plain-text table, then one line per task that failed."""
-    labels = [" ".join(v) or "-" for v in varying(rows)]
+    """The rows as a plain-text table, then one line per task that failed. Every value is
+    printed with its control characters escaped (``one_line``): a reason is a log's line, a
+    folder SLURM's WorkDir, and a job found through SLURM may be another user's."""
+    labels = [one_line(" ".join(v)) or "-" for v in varying(rows)]
     head = ("", "job", "overrides", "state", "best val loss", "R^2", "epochs", "wall s")
     body = [
         (
             "*" if r.best else "",
-            r.job_id,
+            one_line(r.job_id),
             label,
-            r.state,
+            one_line(r.state),
             _fmt(r.best_val_loss, ".4g"),
             _fmt(r.val_r2, ".4f"),
             "-" if r.epochs is None else str(r.epochs),
@@ -286,10 +289,10 @@ def table(rows: Sequence[Row]) -> str:
         "  ".join(c.ljust(w) for c, w in zip(line, widths, strict=True)).rstrip()
         for line in (head, *body)
     ]
-    lines += [f"{r.job_id} {r.state}: {r.reason}" for r in rows if r.reason]
+    lines += [one_line(f"{r.job_id} {r.state}: {r.reason}") for r in rows if r.reason]
     best = next((r for r in rows if r.best), None)
     if best is not None:
-        lines.append(f"best: {best.job_id} ({best.run_dir})")
+        lines.append(one_line(f"best: {best.job_id} ({best.run_dir})"))
     return "\n".join(lines) + "\n"
 
 

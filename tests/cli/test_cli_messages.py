@@ -407,3 +407,57 @@ def test_a_batch_shell_killed_after_it_ran_is_not_said_to_have_failed_to_launch(
         said == "JobLaunchFailure (SLURM's word here for a batch shell killed by signal 9 after it "
         "ran 0:00:06: the job did launch)"
     ) is explained
+
+
+@pytest.mark.parametrize(
+    ("message", "said"),
+    [
+        ("log /tmp/a\x1b]0;pwned\x07 is gone", "log /tmp/a\\x1b]0;pwned\\x07 is gone"),
+        ("job 5 (FAILED\non node3) left no log", "job 5 (FAILED\\x0aon node3) left no log"),
+        ("job 5 left no log at /tmp/a b", "job 5 left no log at /tmp/a b"),
+    ],
+)
+def test_an_error_is_one_line_whatever_it_quotes(
+    message: str, said: str, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # A path or a reason in a message may be another user's text (SLURM's StdOut, a name).
+    from hpcdist.errors import UserError
+
+    def refuse(job_id: str) -> None:
+        raise UserError(message)
+
+    monkeypatch.setattr("hpcdist.jobs.report.collect", refuse)
+    assert main(["report", "5"]) == 2
+    captured = capsys.readouterr()
+    assert (captured.out, captured.err) == ("", f"hpcdist: error: {said}\n")
+
+
+@pytest.mark.parametrize(
+    ("state", "said"),
+    [
+        ("FAILED\x1b[2J\n5_1 COMPLETED", "  5_0 FAILED\\x1b[2J\\x0a5_1 COMPLETED\n"),
+        ("FAILED", "  5_0 FAILED\n"),
+    ],
+)
+def test_a_sweeps_task_states_are_printed_escaped(
+    state: str, said: str, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    monkeypatch.setattr(cli_jobs, "seen", lambda: None)
+    cli_jobs._task_reporter(3)("5_0", state)
+    assert capsys.readouterr().out == said
+
+
+@pytest.mark.parametrize(
+    ("answer", "said"),
+    [
+        ("RUNNING\x1b]0;pwned\x07", "Cancelled job 5 (was RUNNING\\x1b]0;pwned\\x07)\n"),
+        ("RUNNING", "Cancelled job 5 (was RUNNING)\n"),
+    ],
+)
+def test_cancel_prints_slurms_states_escaped(
+    answer: str, said: str, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    monkeypatch.setattr(cli_jobs, "find_record", lambda job_id: None)
+    monkeypatch.setattr(cli_jobs, "_cancel_slurm_job", lambda job_id: answer)
+    assert main(["cancel", "5"]) == 0
+    assert capsys.readouterr().out == said

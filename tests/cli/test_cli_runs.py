@@ -259,3 +259,26 @@ def test_status_json_never_predicts_an_end_before_a_requeue(
     if attempts != [RUNS]:  # requeued: an end, if any, after the requeue
         assert end is None or end >= REQUEUED_AT
         assert found["steps_per_s"] == (None if end is None else 2.0)
+
+
+def test_status_of_a_run_prints_nodes_and_folders_escaped(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from hpcdist.cli import runs
+
+    root = tmp_path / ".hpcdist" / "runs"
+    run_dir = str(tmp_path / "runs" / "\x1b]0;pwned\x07\n61")
+    piece = {"workdir": str(tmp_path), "run_dir": run_dir, "nodes": "node1", "started": 10}
+    _write(root / "61-ab" / "61-0.json", {**piece, "job_id": "61\x1b[2J", "restart": 0})
+    monkeypatch.setattr(runs, "job_attempts", lambda job: [])
+    monkeypatch.setattr(runs, "query_job", lambda job: None)
+    run = load_run("61-ab", root)
+    assert run is not None
+    escaped = f"{tmp_path}/runs/\\x1b]0;pwned\\x07\\x0a61"
+    assert runs.run_lines(run, now=20.0) == [
+        "run 61-ab: 1 piece, jobs 61\\x1b[2J",
+        "  PIECE JOB        RESTART STATE         QUEUED      RAN  RESUMED FROM",
+        "  1     61\\x1b[2J  0       UNKNOWN            -        -  start",
+        f"  run folder: {escaped}",
+        f"  heartbeat:  no heartbeat yet in {escaped}",
+    ]

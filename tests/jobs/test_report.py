@@ -101,6 +101,39 @@ def test_rows_sort_by_validation_loss_the_best_marked_failures_last() -> None:
     assert lines[5] == "best: 5_2 (runs/5_2)"
 
 
+def test_the_table_prints_every_value_with_its_control_characters_escaped() -> None:
+    # A reason is a line of a log, a folder is SLURM's WorkDir: another user's text where
+    # the job is theirs (a name with newlines posed as rows; ESC ] 0 retitles a terminal).
+    rows = mark_best(
+        [
+            dataclasses.replace(_row("5_0", 0.1), run_dir="/p/\x1b]0;pwned\x07\n5_1 COMPLETED"),
+            _row("5_1", None, "FAILED\x1b[2J", reason="\x1b]0;pwned\x07disk\tfull\nbest: 5_1"),
+        ]
+    )
+    lines = table(rows).splitlines()
+    assert lines[1:] == [
+        "*  5_0  training.lr=5_0  COMPLETED      0.1            0.9000  20      6.5",
+        "   5_1  training.lr=5_1  FAILED\\x1b[2J  -              -       -       -",
+        "5_1 FAILED\\x1b[2J: \\x1b]0;pwned\\x07disk\\x09full\\x0abest: 5_1",
+        "best: 5_0 (/p/\\x1b]0;pwned\\x07\\x0a5_1 COMPLETED)",
+    ]
+    plain = mark_best([_row("5_0", 0.1), _row("5_1", None, "FAILED", reason="disk full")])
+    assert table(plain).splitlines()[3:] == ["5_1 FAILED: disk full", "best: 5_0 (runs/5_0)"]
+
+
+def test_report_of_a_job_slurm_knows_escapes_its_logs_error_line(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    log = tmp_path / "emu-77.out"
+    log.write_text("Epoch 1/3\nerror: \x1b]0;pwned\x07data file gone\n")
+    info = dataclasses.replace(_slurm_info("77", str(tmp_path)), state="FAILED", stdout=str(log))
+    monkeypatch.setattr("hpcdist.jobs.report.query_jobs", lambda job: [info])
+    monkeypatch.chdir(tmp_path)
+    result = CliRunner().invoke(cli, ["report", "77"])
+    assert result.exit_code == 0, result.output
+    assert result.stdout.splitlines()[2:] == ["77 FAILED: \\x1b]0;pwned\\x07data file gone"]
+
+
 def test_no_row_is_best_when_no_training_finished_an_epoch() -> None:
     rows = mark_best([_row("5_0", None, "FAILED"), _row("5_1", None, "FAILED")])
     assert [r.best for r in rows] == [False, False]
