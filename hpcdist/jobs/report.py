@@ -4,8 +4,10 @@ Each row is one training: its overrides, its state, and what its ``training_resu
 says (best validation loss, R^2, epochs, wall time). The run folders are the training's
 defaults below the folder the job ran in (its ``--chdir``, as its record or SLURM's WorkDir
 says; else the project folder): ``runs/<array job id>_<task id>`` for an array task,
-``runs/<job id>`` for a single job. A task that failed says why: the last error line of its
-rank 0 log; a row without results says which folder was looked in.
+``runs/<job id>`` for a single job; a job that trained in a folder of its own
+(``HPCDIST_RUN_DIR``, ``--continue``) is read where its piece of its run's record says.
+A task that failed says why: the last error line of its rank 0 log; a row without results
+says which folder was looked in.
 """
 
 from __future__ import annotations
@@ -23,8 +25,10 @@ from hpcdist.jobs.arrays import sweep_states
 from hpcdist.jobs.logpaths import job_logs
 from hpcdist.jobs.logread import one_line
 from hpcdist.jobs.records import JobRecord, find_record, job_state, load_record
+from hpcdist.jobs.runs import trained_in
 from hpcdist.jobs.sweeparrays import SweepArray, from_lists, sweep_tasks
 from hpcdist.slurm.query import JobInfo, query_jobs
+from hpcdist.spec.runopts import run_records
 from hpcdist.state.digests import DigestBook
 from hpcdist.state.folders import project_base
 from hpcdist.state.outputs import OutputRefused, book_for, read_output
@@ -82,6 +86,8 @@ def collect(job_id: str, project_dir: Path | None = None) -> list[Row]:
     runs = job_folder(record, project_dir) / RUNS_DIR
     book = book_for(runs.parent)  # the digests the training there recorded
     ids = task_ids(record)
+    # A run folder of its own (HPCDIST_RUN_DIR, --continue) is where its run's record says.
+    trained = trained_in([task for task, _ in ids], run_records(project_dir))
     states = _states(record, [task for task, _ in ids])
     folders = [project_base(project_dir), runs.parent]
     infos: dict[str, JobInfo] | None = None
@@ -97,7 +103,14 @@ def collect(job_id: str, project_dir: Path | None = None) -> list[Row]:
         return logs
 
     rows = [
-        _row(task, overrides, states.get(task, "UNKNOWN"), runs / task, logs_of(task), book)
+        _row(
+            task,
+            overrides,
+            states.get(task, "UNKNOWN"),
+            trained.get(task, runs / task),
+            logs_of(task),
+            book,
+        )
         for task, overrides in ids
     ]
     return mark_best(rows)
@@ -184,9 +197,11 @@ def _rows_from_slurm(job_id: str) -> list[Row]:
     if not infos:
         load_record(job_id)  # the one-line error of an id nobody knows
     rows = []
+    trained = trained_in([info.job_id for info in infos], run_records())
     for info in sorted(infos, key=lambda i: _task_number(i.job_id)):
-        run_dir = Path(info.workdir or ".") / RUNS_DIR / info.job_id
-        book = book_for(run_dir.parent.parent)
+        default = Path(info.workdir or ".") / RUNS_DIR / info.job_id
+        run_dir = trained.get(info.job_id, default)
+        book = book_for(default.parent.parent)  # the job's folder: its training's digests
         try:
             recorded = read_results(run_dir / RESULTS_FILE, book).get("overrides")
         except OutputRefused:

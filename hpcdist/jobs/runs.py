@@ -123,6 +123,26 @@ def runs_by_job(root: Path | None = None) -> dict[str, str]:
     return found
 
 
+def trained_in(job_ids: list[str], root: Path | None = None) -> dict[str, Path]:
+    """job id -> the run folder its training wrote (its newest piece's: the training's own
+    note, else where the script pointed it, ``HPCDIST_RUN_DIR`` included), for each of
+    ``job_ids`` that started a piece of a run from this folder."""
+    root = run_records() if root is None else root
+    found: dict[str, Path] = {}
+    runs: dict[str, Run | None] = {}
+    wanted = set(job_ids)
+    for job_id, run_id in runs_by_job(root).items():
+        if job_id not in wanted:
+            continue
+        if run_id not in runs:
+            runs[run_id] = load_run(run_id, root)
+        run = runs[run_id]
+        pieces = [p for p in run.pieces if p.job_id == job_id and p.run_dir] if run else []
+        if pieces:
+            found[job_id] = Path(pieces[-1].run_dir)
+    return found
+
+
 def read_heartbeat(run: Run) -> tuple[Heartbeat | None, str]:
     """The run's heartbeat and "" or None and why there is none to show."""
     piece = run.last

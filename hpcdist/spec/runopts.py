@@ -54,6 +54,7 @@ def check_run_options(spec: JobSpec) -> None:
         )
 
 
-def run_records() -> Path:
-    """This folder's run records (``.hpcdist/runs``), whether or not they exist yet."""
-    return jobs_root() / Path(RUN_STATE_DIR).relative_to(".hpcdist")
+def run_records(project_dir: Path | None = None) -> Path:
+    """This folder's run records (``.hpcdist/runs``; ``project_dir``'s if given), whether or
+    not they exist yet."""
+    return jobs_root(project_dir) / Path(RUN_STATE_DIR).relative_to(".hpcdist")

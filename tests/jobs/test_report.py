@@ -20,6 +20,7 @@ from hpcdist.jobs.report import Row, collect, failure_reason, mark_best, plot, t
 from hpcdist.slurm.arrays import parse_task_states
 from hpcdist.slurm.parse import expand_task_ids
 from hpcdist.slurm.query import JobInfo
+from hpcdist.state.folders import state_dir
 from hpcdist.state.outputs import book_for, write_output
 from ufsemulator.config import Config, ConfigError
 from ufsemulator.overrides import apply_to, overrides_record
@@ -274,6 +275,42 @@ def test_report_from_the_submit_folder_reads_the_run_folder_of_a_job_with_chdir(
     lines = result.stdout.splitlines()
     assert lines[1].split() == ["*", "41", "-", "COMPLETED", "0.25", "0.7500", "3", "2.0"]
     assert lines[2] == f"best: 41 ({elsewhere / 'runs' / '41'})"
+
+
+@pytest.mark.parametrize("piece", [True, False])
+def test_report_reads_the_run_folder_the_runs_record_names(
+    piece: bool, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # HPCDIST_RUN_DIR (or --continue) trained the job in a folder of its own: the job's
+    # piece of its run, in the private state, says where; without one, runs/<job>.
+    project, elsewhere = tmp_path / "project", tmp_path / "scratch" / "exp1"
+    project.mkdir()
+    elsewhere.mkdir(parents=True)
+    write_output(
+        elsewhere / "training_results.json", json.dumps(_RESULTS).encode(), book_for(project)
+    )
+    save_record(_record("46", project, workdir=project), project)
+    if piece:
+        record = state_dir("runs", "46-ab", project_dir=project) / "46-0.json"
+        record.write_text(json.dumps({"job_id": "46", "run_dir": str(elsewhere), "started": 1}))
+        record.chmod(0o600)
+    monkeypatch.setattr("hpcdist.jobs.report.job_state", lambda record: "COMPLETED")
+    monkeypatch.setattr("hpcdist.jobs.report.query_jobs", _no_slurm_query)
+    monkeypatch.delenv("HPCDIST_HOME", raising=False)
+    monkeypatch.chdir(project)
+    result = CliRunner().invoke(cli, ["report", "46"])
+    assert result.exit_code == 0, result.output
+    lines = result.stdout.splitlines()
+    if piece:
+        assert lines[1:] == [
+            "*  46   -          COMPLETED  0.25           0.7500  3       2.0",
+            f"best: 46 ({elsewhere})",
+        ]
+    else:
+        assert lines[1:] == [
+            "  46   -          COMPLETED  -              -    -       -",
+            f"46 COMPLETED: no training_results.json in '{project / 'runs' / '46'}'",
+        ]
 
 
 def _no_slurm_query(job: str) -> list[JobInfo]:
