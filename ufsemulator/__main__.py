@@ -11,6 +11,7 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import os
+import re
 import sys
 from pathlib import Path
 
@@ -24,6 +25,8 @@ from ufsemulator.training import earlysignal
 
 EXIT_USAGE = 2
 EXIT_PREEMPTED = REQUEUE_EXIT_CODE
+# How gloo (and a socket under it) says that the rank at the other end is gone.
+_PEER_GONE = re.compile(r"Connection (?:closed|reset) by peer(?: \[[^\]]*\](?::\d+)?)?")
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -169,6 +172,18 @@ def main(argv: list[str] | None = None) -> int:
         return EXIT_USAGE
     except DistributedInitError as exc:
         print(f"error: {exc}", file=sys.stderr)
+        return 1
+    except RuntimeError as exc:
+        # A rank that ended (its own line says why) closes its connections: the ranks left
+        # say so in one line, not with a traceback of their next collective. The peer's
+        # address stays in the line: the job's runner reads it to name the node.
+        gone = _PEER_GONE.search(str(exc))
+        if gone is None:
+            raise
+        print(
+            f"error: another rank of this job ended first ({gone.group()}); its own line says why",
+            file=sys.stderr,
+        )
         return 1
 
 

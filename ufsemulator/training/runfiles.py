@@ -157,39 +157,73 @@ def trusted_resume(ctx: DistContext, run_dir: Path) -> tuple[Path, bytes] | None
     state recorded their digest when it was written (a requeued job picks up where it
     stopped); None otherwise, with one line saying why it starts fresh. Rank 0 decides;
     every other rank reads the file once itself and loads it only if its bytes have the
-    digest rank 0 accepted."""
-    chosen: list[object] = [None, ""]
-    data = b""
-    if ctx.is_main:
-        candidate = run_dir / CHECKPOINT_NAME
-        problem = ""
-        try:
-            found = read_run_file(candidate)
-        except FileNotFoundError:
-            found = None
-        except Refused as exc:
-            found, problem = None, f"{str(exc.path)!r} {exc.problem}"
-        if found is not None:
-            problem = default_book().problem(candidate, found.sha256)
-            if not problem:
-                chosen, data = [str(candidate), found.sha256], found.data
-        if problem:
-            print(f"Not resuming {candidate}: {problem}; starting fresh", flush=True)
+    digest rank 0 accepted; where one cannot, every rank ends with its one line
+    (``_agree_on_resume``)."""
+    chosen, data = _main_choice(run_dir) if ctx.is_main else ([None, ""], b"")
     if dist.is_initialized():  # else one process: nothing to agree on
         dist.broadcast_object_list(chosen, src=0)
     if chosen[0] is None:
         return None
     path = Path(str(chosen[0]))
+    problem = ""
     if not ctx.is_main:
-        found = read_run_file(path)
-        if found.sha256 != chosen[1]:
-            raise PrivacyError(
-                f"checkpoint {str(path)!r} read by rank {ctx.env.rank} has SHA-256 "
-                f"{found.sha256[:12]}..., not the {str(chosen[1])[:12]}... rank 0 accepted: "
-                "it was replaced meanwhile; refusing to resume"
-            )
-        data = found.data
+        data, problem = _read_as_accepted(path, str(chosen[1]), ctx.env.rank)
+    _agree_on_resume(problem)
     return path, data
+
+
+def _main_choice(run_dir: Path) -> tuple[list[object], bytes]:
+    """Rank 0's choice: ``[path, digest]`` of the run folder's checkpoint and its bytes
+    where the private state recorded that digest; ``[None, ""]`` otherwise (one line says
+    why, where there is a checkpoint)."""
+    candidate = run_dir / CHECKPOINT_NAME
+    problem = ""
+    try:
+        found = read_run_file(candidate)
+    except FileNotFoundError:
+        return [None, ""], b""
+    except Refused as exc:
+        problem = f"{str(exc.path)!r} {exc.problem}"
+    else:
+        problem = default_book().problem(candidate, found.sha256)
+        if not problem:
+            return [str(candidate), found.sha256], found.data
+    print(f"Not resuming {candidate}: {problem}; starting fresh", flush=True)
+    return [None, ""], b""
+
+
+def _read_as_accepted(path: Path, digest: str, rank: int) -> tuple[bytes, str]:
+    """Another rank's own read of the checkpoint rank 0 accepted: its bytes, and "" or why
+    they are not the bytes rank 0 accepted."""
+    try:
+        found = read_run_file(path)
+    except Refused as exc:
+        return (
+            b"",
+            f"checkpoint {str(path)!r} refused by rank {rank}: {str(exc.path)!r} {exc.problem}",
+        )
+    except OSError as exc:
+        return b"", f"checkpoint {str(path)!r} cannot be read by rank {rank}: {exc.strerror}"
+    if found.sha256 != digest:
+        return found.data, (
+            f"checkpoint {str(path)!r} read by rank {rank} has SHA-256 {found.sha256[:12]}..., "
+            f"not the {digest[:12]}... rank 0 accepted: it was replaced meanwhile; refusing "
+            "to resume"
+        )
+    return found.data, ""
+
+
+def _agree_on_resume(problem: str) -> None:
+    """Every rank learns whether any rank refused the checkpoint, and all end with the first
+    refusal's line (PrivacyError): a rank that ended alone would leave the others waiting
+    in their next collective for a peer that is gone, to end in a traceback of it."""
+    problems = [problem]
+    if dist.is_initialized():
+        problems = [""] * dist.get_world_size()
+        dist.all_gather_object(problems, problem)
+    refused = next((one for one in problems if one), "")
+    if refused:
+        raise PrivacyError(refused)
 
 
 def ensure_data(ctx: DistContext, config: Config, data_path: PathSpec | None) -> PathSpec:
