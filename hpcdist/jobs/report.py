@@ -23,7 +23,7 @@ from typing import Any
 from hpcdist.facts.runs import RESULTS_FILE, RUNS_DIR
 from hpcdist.jobs.arrays import sweep_states
 from hpcdist.jobs.logpaths import job_logs
-from hpcdist.jobs.logread import one_line
+from hpcdist.jobs.logread import ForeignLog, one_line, read_log_bytes
 from hpcdist.jobs.records import JobRecord, find_record, job_state, load_record
 from hpcdist.jobs.runs import trained_in
 from hpcdist.jobs.sweeparrays import SweepArray, from_lists, sweep_tasks
@@ -239,11 +239,15 @@ def _given(logs: list[Path]) -> Callable[[], list[Path]]:
 
 
 def failure_reason(logs: Sequence[Path]) -> str | None:
-    """The last error line of a task's logs (ufsemulator's ``error: ...`` first)."""
+    """The last error line of a task's logs (ufsemulator's ``error: ...`` first). A log is
+    read as ``hpcdist logs`` reads it: a link or another user's file at its name (a job
+    found through SLURM may be theirs) is not read at all."""
     text = ""
     for path in dict.fromkeys(logs):
-        if path.is_file():
-            text += path.read_text(errors="replace")
+        try:
+            text += read_log_bytes(path).decode(errors="replace")
+        except (ForeignLog, OSError):
+            continue
     # srun --label puts the rank before each of its lines (``0: error: ...``).
     lines = [_LABEL.sub("", line.strip(), count=1) for line in text.splitlines()]
     for pattern in _ERROR_LINES:

@@ -168,6 +168,26 @@ def test_a_failed_task_is_explained_by_the_last_error_of_its_rank_0_log(
     assert failure_reason([record.log_path(0), record.log_path(0, "err")]) == reason
 
 
+@pytest.mark.parametrize("planted", ["link", "foreign", None])
+def test_a_failed_tasks_reason_is_never_read_through_a_link_or_from_anothers_file(
+    planted: str | None, tmp_path: Path
+) -> None:
+    # A job found through SLURM may be another user's: its StdOut, a link to your secret.
+    secret = tmp_path / "secret"
+    secret.write_text("error: the victim's token 1234\n")
+    log = tmp_path / "emu-9.out"
+    if planted == "link":
+        log.symlink_to(secret)
+    else:
+        log.write_text("Epoch 1/3\nerror: data file gone\n")
+        if planted == "foreign":
+            if os.geteuid() != 0:
+                pytest.skip("chown to another user needs root")
+            os.chown(log, 65534, 65534)
+    reason = failure_reason([log])
+    assert reason == (None if planted else "data file gone")
+
+
 def _record(
     job: str,
     folder: Path,
