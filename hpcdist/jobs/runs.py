@@ -124,22 +124,29 @@ def runs_by_job(root: Path | None = None) -> dict[str, str]:
 
 
 def trained_in(job_ids: list[str], root: Path | None = None) -> dict[str, Path]:
-    """job id -> the run folder its training wrote (its newest piece's: the training's own
-    note, else where the script pointed it, ``HPCDIST_RUN_DIR`` included), for each of
-    ``job_ids`` that started a piece of a run from this folder."""
+    """job id -> the run folder the job's script pointed its training to (``HPCDIST_RUN_DIR``,
+    or the first job's folder for ``--continue``), as the job's newest piece of a run
+    recorded it, for each of ``job_ids`` that started one from this folder. The script's
+    word, not the training's note: a job may run more than one training."""
     root = run_records() if root is None else root
     found: dict[str, Path] = {}
-    runs: dict[str, Run | None] = {}
     wanted = set(job_ids)
     for job_id, run_id in runs_by_job(root).items():
         if job_id not in wanted:
             continue
-        if run_id not in runs:
-            runs[run_id] = load_run(run_id, root)
-        run = runs[run_id]
-        pieces = [p for p in run.pieces if p.job_id == job_id and p.run_dir] if run else []
+        pieces = [
+            piece
+            for path in (root / run_id).glob(f"{glob_quote(job_id)}-*.json")
+            if not path.name.endswith(TRAIN_SUFFIX)
+            and (piece := _json(path)) is not None
+            and isinstance(piece.get("run_dir"), str)
+            and piece["run_dir"]
+        ]
         if pieces:
-            found[job_id] = Path(pieces[-1].run_dir)
+            newest = max(
+                pieces, key=lambda p: (float(p.get("started") or 0), int(p.get("restart") or 0))
+            )
+            found[job_id] = Path(newest["run_dir"])
     return found
 
 

@@ -12,7 +12,14 @@ import pytest
 
 from hpcdist.cli.runs import group_by_run, progress_lines, start_of
 from hpcdist.facts.heartbeat import Heartbeat
-from hpcdist.jobs.runs import load_run, read_heartbeat, run_ids, run_of_job, runs_by_job
+from hpcdist.jobs.runs import (
+    load_run,
+    read_heartbeat,
+    run_ids,
+    run_of_job,
+    runs_by_job,
+    trained_in,
+)
 from hpcdist.slurm.query import Attempt
 
 
@@ -282,3 +289,19 @@ def test_status_of_a_run_prints_nodes_and_folders_escaped(
         f"  run folder: {escaped}",
         f"  heartbeat:  no heartbeat yet in {escaped}",
     ]
+
+
+def test_a_job_trained_where_its_script_pointed_it_not_where_a_later_training_went(
+    records: Path, tmp_path: Path
+) -> None:
+    # Job 45's command ran a second training with --run-dir elsewhere: its note says so,
+    # and report still reads the folder the job's script gave its training (HPCDIST_RUN_DIR).
+    _write(records / "41-ab" / "45-0.train.json", {"run_dir": str(tmp_path / "other")})
+    moved = tmp_path / "scratch" / "exp"
+    piece = {"workdir": str(tmp_path), "run_dir": str(moved), "job_id": "50", "started": 50}
+    _write(records / "50-cd" / "50-1.json", {**piece, "restart": 1})
+    assert trained_in(["41", "45", "50", "99"], records) == {
+        "41": tmp_path / "runs" / "41",
+        "45": tmp_path / "runs" / "41",
+        "50": moved,  # its newest piece's
+    }

@@ -241,3 +241,36 @@ def test_a_chain_continued_with_continue_job_is_one_run(
     # The tracker variable of every piece was the run id.
     for name, job in (("a", a), ("b", b)):
         assert re.findall(r"tracker=(\S*)", _log(tmp_path, name, job)) == [run_id], name
+    # report reads B where it trained: A's run folder, as B's piece of the run records.
+    report = _hpcdist(tmp_path, "report", str(b))
+    assert report.returncode == 0, report.stderr
+    assert report.stdout.splitlines()[-1] == f"best: {b} ({tmp_path / 'runs' / str(a)})"
+
+
+def test_report_reads_a_run_folder_set_by_hpcdist_run_dir(
+    slurm_cluster: SlurmCluster, tmp_path: Path
+) -> None:
+    folder, run_dir = tmp_path / "work", tmp_path / "scratch" / "exp1"  # two levels missing
+    folder.mkdir()
+    (folder / "cfg.yaml").write_text(CONFIG.format(epochs=1))
+    spec = spec_from_options(
+        {
+            "profile": "local",
+            "mode": "threads",
+            "cpus_per_task": 1,
+            "job_name": "rundir",
+            "time": "10:00",
+            "command": "python3 -m ufsemulator train --config cfg.yaml",
+        }
+    )
+    script = folder / "rundir.sh"
+    script.write_text(render(spec))
+    job = sbatch(script, f"--export=ALL,HPCDIST_RUN_DIR={run_dir}", cwd=folder, timeout=400)
+    assert job.returncode == 0, _log(folder, "rundir", job.job_id)
+    assert (run_dir / "training_results.json").is_file()
+    assert not (folder / "runs").exists()
+    report = _hpcdist(folder, "report", str(job.job_id))
+    assert report.returncode == 0, report.stderr
+    lines = report.stdout.splitlines()
+    assert lines[1].split()[:4] == ["*", str(job.job_id), "-", "COMPLETED"], report.stdout
+    assert lines[2:] == [f"best: {job.job_id} ({run_dir})"]
