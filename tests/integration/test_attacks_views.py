@@ -19,6 +19,7 @@ from pathlib import Path
 
 import pytest
 
+from hpcdist.state.statehome import private_state_root
 from tests.integration import test_attacks as attacks
 from tests.integration.conftest import SlurmCluster, job_state, run_slurm, sbatch, slurm_env
 from tests.integration.test_attacks import HPCDIST, Attacker, _script, hpcdist, one_line
@@ -90,6 +91,49 @@ def test_a_script_in_the_victims_own_folder_runs_as_rendered(
     job = sbatch(script, cwd=home)
     assert job.returncode == 0, job
     assert job_state(job.job_id) == "COMPLETED"
+
+
+def test_the_profiles_trust_folder_key_is_the_flags_word(
+    slurm_cluster: SlurmCluster, attacker: Attacker, group_project: Path, home: Path
+) -> None:
+    strict, trusting = home / "strict.yaml", home / "trusting.yaml"  # the victim's own
+    strict.write_text("trust_folder: false\n")
+    trusting.write_text("trust_folder: true\n")
+    script = group_project / "job.sh"
+    line = one_line(
+        _as_victim(*RENDER, "--profile", str(strict), "--script", "job.sh", cwd=group_project)
+    )
+    assert line == (
+        f"hpcdist: error: --script 'job.sh': '{group_project}' can be written by others "
+        "(owner root, mode 2775), who could change the script before you run sbatch; write it "
+        "to a folder only you can write (e.g. in your home), or pass --trust-folder (or set "
+        "trust_folder: true in your profile) if you trust everyone who can write there"
+    )
+    assert not script.exists()
+    trusted = _as_victim(
+        *RENDER, "--profile", str(trusting), "--script", "job.sh", cwd=group_project
+    )
+    assert trusted.returncode == 0, trusted.stderr
+    assert script.stat().st_mode & 0o777 == 0o755  # the key trusts the folder, not her
+    edited = attacker.run("write", str(script), "#!/bin/bash\ntouch /tmp/pwned-by-script\n")
+    assert edited.returncode == 13, edited.stdout
+
+
+def test_the_local_executor_in_a_shared_folder_names_the_folder_not_a_log_flag(
+    slurm_cluster: SlurmCluster, attacker: Attacker, group_project: Path
+) -> None:
+    submit = ("submit", "--executor", "local", "--mode", "threads", "--command", "true")
+    try:
+        line = one_line(_as_victim(*submit, cwd=group_project))
+    finally:  # the log's place hpcdist chose, in the victim's own state folder
+        shutil.rmtree(private_state_root(group_project), ignore_errors=True)
+    assert line == (
+        f"hpcdist: error: the job's working folder '{group_project}' can be written by "
+        "others (owner root, mode 2775): Python would import a module put there; run the job "
+        "from a folder that only you can write, below folders that only you (or root) can "
+        "write: sbatch --chdir or hpcdist --chdir DIR, e.g. a folder in your home"
+    )
+    assert list(group_project.iterdir()) == []  # nothing started, nothing written there
 
 
 # ------------------------------------------------------------------ the shared job view
