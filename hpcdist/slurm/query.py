@@ -338,11 +338,21 @@ def query_jobs(job_id: str) -> list[JobInfo]:
     records = scontrol_records(job_id)
     seen = userjobs.seen()
     if records:
-        return [dataclasses.replace(from_scontrol(record), seen=seen) for record in records]
+        infos = [dataclasses.replace(from_scontrol(record), seen=seen) for record in records]
+        return [_ended(infos[0])] if len(infos) == 1 else infos
     rows = sacct_rows(job_id)
     ids = list(dict.fromkeys(row["JobID"] for row in job_rows(rows)))
     found = [from_sacct(rows, one) for one in ids]
     return [_unanswered(info, seen) for info in found if info is not None]
+
+
+def _ended(info: JobInfo) -> JobInfo:
+    """A job COMPLETING with its end as SLURM's database has it, once written there (as
+    slurm_job_state gives a waiter): a status after ``submit --wait`` says the same end."""
+    if info.state != "COMPLETING":
+        return info
+    final = _sacct_state(userjobs.shared_answer, info.job_id, fresh=True)
+    return dataclasses.replace(info, state=final) if final in FINAL_STATES else info
 
 
 def _unanswered(info: JobInfo, seen: Seen | None) -> JobInfo:

@@ -182,26 +182,21 @@ def test_a_warned_lightning_job_requeues_itself_once_and_resumes_at_its_epoch(
     assert "checkpoint written, requeueing" not in log, log
     shown = run_slurm("scontrol", "show", "job", str(job_id)).stdout
     assert "Restarts=1 " in shown, shown
-    # The rerun starts at the epoch the checkpoint holds: where the warning stopped it (the
-    # epoch it was in, or the next one where it came after that epoch's last batch).
     checkpoint = torch.load(tmp_path / "root" / "hpc_ckpt_1.ckpt", weights_only=False)
     fit = checkpoint["loops"]["fit_loop"]
     done = fit["epoch_progress"]["current"]["processed"]
-    # Saved after the epoch's last batch, Lightning resumes at the next epoch, whether or not
-    # the epoch's end was processed (counted) when the warning came (in on_train_epoch_end).
-    batches = fit["epoch_loop.batch_progress"]
-    past_last = bool(batches["is_last_batch"]) and (
-        batches["current"]["completed"] == batches["current"]["ready"] > 0
-    )
+    # Where in the warned epoch Lightning resumes (that epoch, or the next one) is Lightning's
+    # own choice, from how far the epoch had got (seen: the checkpoint at 3 epochs processed
+    # resumed at 3 and at 4, and at 4 at 4): hpcdist's part is a checkpoint of the warned epoch
+    # or the next, and a rerun that resumes there, not from the start.
     seen = _epochs(log)
     warned = max(e for e, *_, restart in seen if restart == 0)
     resumed = min(e for e, *_, restart in seen if restart == 1)
-    expected = {done, done + 1} if past_last else {done}
-    assert resumed >= 3 and resumed in expected and resumed in (warned, warned + 1), (
+    assert resumed >= 3 and {done, resumed} <= {warned, warned + 1} and resumed >= done, (
         warned,
         resumed,
         fit["epoch_progress"],
-        batches,
+        fit["epoch_loop.batch_progress"],
     )
     assert {e for e, *_, restart in seen if restart == 1} == set(range(resumed, 40)), log
     print(f"measured: Lightning, {path}: warned in epoch {warned}, resumed at epoch {resumed}")

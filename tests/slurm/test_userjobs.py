@@ -499,3 +499,28 @@ def test_one_line_escapes_every_control_character() -> None:
 
     assert one_line("a\x1b]0;t\x07\nb\tc\x7f") == "a\\x1b]0;t\\x07\\x0ab\\x09c\\x7f"
     assert one_line("plain name-1") == "plain name-1"
+
+
+def test_status_of_a_completing_job_says_its_end_once_the_database_has_it(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """``status`` reads a job's record (query_jobs), not slurm_job_state: the same end."""
+    from hpcdist.slurm import query
+
+    record = {"JobId": "77", "JobState": "COMPLETING", "RunTime": "00:00:09"}
+    sacct = ["77|RUNNING\n"]
+    asked: list[bool] = []
+
+    def answer(argv: list[str], fresh: bool = False) -> subprocess.CompletedProcess[str]:
+        asked.append(fresh)
+        return subprocess.CompletedProcess(argv, 0, sacct[0], "")
+
+    monkeypatch.setattr(query, "scontrol_records", lambda job: [record])
+    monkeypatch.setattr(userjobs, "shared_answer", answer)
+    assert [info.state for info in query.query_jobs("77")] == ["COMPLETING"]  # not written yet
+    sacct[0] = "77|CANCELLED by 0\n"
+    assert [info.state for info in query.query_jobs("77")] == ["CANCELLED"]
+    running = {**record, "JobState": "RUNNING"}
+    monkeypatch.setattr(query, "scontrol_records", lambda job: [running])
+    assert [info.state for info in query.query_jobs("77")] == ["RUNNING"]
+    assert asked == [True, True]  # the database asked only of a job COMPLETING, and now
