@@ -351,8 +351,14 @@ def _ended(info: JobInfo) -> JobInfo:
     slurm_job_state gives a waiter): a status after ``submit --wait`` says the same end."""
     if info.state != "COMPLETING":
         return info
-    final = _sacct_state(userjobs.shared_answer, info.job_id, fresh=True)
-    return dataclasses.replace(info, state=final) if final in FINAL_STATES else info
+    return dataclasses.replace(info, state=_completing_end(info.job_id))
+
+
+def _completing_end(job_id: str) -> str:
+    """The final state of a job the controller shows COMPLETING, asked of SLURM's database
+    now (it writes the end there as the job ends); COMPLETING until it is written."""
+    final = _sacct_state(userjobs.shared_answer, job_id, fresh=True)
+    return final if final in FINAL_STATES else "COMPLETING"
 
 
 def _unanswered(info: JobInfo, seen: Seen | None) -> JobInfo:
@@ -482,8 +488,7 @@ def slurm_job_state(job_id: str, within: float | None = None) -> str:
     if rows:
         own = [row for row in rows if row["JobArrayID"] == job_id]
         if own and base_state(own[0]["State"]) == "COMPLETING":
-            final = _sacct_state(userjobs.shared_answer, job_id, fresh=True)
-            return final if final in FINAL_STATES else "COMPLETING"
+            return _completing_end(job_id)
         if own:  # a job, or one task
             return base_state(own[0]["State"])
         return "\n".join(base_state(row["State"]) for row in rows)  # an array: one line a task
