@@ -9,7 +9,7 @@ import subprocess
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import pytest
@@ -22,6 +22,7 @@ FINAL = ("COMPLETED", "FAILED", "CANCELLED", "TIMEOUT", "PREEMPTED", "NODE_FAIL"
 @dataclass(frozen=True)
 class SideBed:
     slurm_conf: Path
+    exports: dict[str, str] = field(default_factory=dict)  # every line `up` printed
 
     @contextmanager
     def active(self, monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
@@ -54,7 +55,12 @@ def side_testbed(name: str, offset: int, **settings: str) -> Iterator[SideBed]:
     if proc.returncode != 0 or not exports:
         pytest.fail(f"testbed {name} did not start:\n{proc.stderr}", pytrace=False)
     try:
-        yield SideBed(Path(exports[-1].split("=", 1)[1].strip()))
+        printed = dict(
+            ln.removeprefix("export ").split("=", 1)
+            for ln in proc.stdout.splitlines()
+            if ln.startswith("export ") and "=" in ln
+        )
+        yield SideBed(Path(exports[-1].split("=", 1)[1].strip()), printed)
     finally:
         subprocess.run(
             [str(TESTBED), "down"], env=env, capture_output=True, timeout=120, check=False
