@@ -9,6 +9,7 @@ runs the CLI at every Tab) stays quick.
 from __future__ import annotations
 
 import importlib
+import os
 import sys
 from pathlib import Path
 from typing import Any
@@ -35,6 +36,29 @@ SUBCOMMANDS: dict[str, tuple[str, str]] = {
     "profile": ("hpcdist.cli.site", "profile"),
 }
 
+# The subcommands that ask SLURM: each takes --transport (SLURM's commands, or slurmrestd).
+TRANSPORT_COMMANDS = ("submit", "cancel", "status", "logs", "list", "report", "doctor")
+TRANSPORT_HELP = (
+    "How SLURM is reached: cli (its commands, the default) or rest (slurmrestd at "
+    "$HPCDIST_SLURMRESTD, token $SLURM_JWT). Default: $HPCDIST_TRANSPORT."
+)
+
+
+def _set_transport(ctx: click.Context, param: click.Parameter, value: str | None) -> None:
+    if value is not None:
+        os.environ["HPCDIST_TRANSPORT"] = value
+
+
+def transport_option() -> click.Option:
+    return click.Option(
+        ["--transport"],
+        type=click.Choice(["cli", "rest"]),
+        expose_value=False,
+        is_eager=True,
+        callback=_set_transport,
+        help=TRANSPORT_HELP,
+    )
+
 
 class _Cli(click.Group):
     """A group whose user errors are one line on stderr and exit code 2, never a traceback;
@@ -47,6 +71,8 @@ class _Cli(click.Group):
         if cmd_name in SUBCOMMANDS and cmd_name not in self.commands:
             module, attribute = SUBCOMMANDS[cmd_name]
             command = getattr(importlib.import_module(module), attribute)
+            if cmd_name in TRANSPORT_COMMANDS:
+                command.params.append(transport_option())
             self.add_command(command, cmd_name)
         return super().get_command(ctx, cmd_name)
 

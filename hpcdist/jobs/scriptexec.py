@@ -6,20 +6,28 @@ bytes as its submission file, so the job submitit queues (``sbatch FILE``), foll
 (``Job.state``, its watcher) and cancels (``Job.cancel``) is that script, and no pickle is
 written. A job array is the script's own ``--array``; each task gets its handle.
 
+Over slurmrestd (``--transport rest``) there is no sbatch for submitit to run: the same
+bytes go to the daemon with their directives as the job description (``queue_rest``), and
+the handle is the job id and its folder, as submitit's.
+
 On a machine without SLURM, submitit's local executor runs one task:
 ``hpcdist.distributed.localstep batch``, the same script as this machine's batch shell.
 """
 
 from __future__ import annotations
 
+import os
 import shlex
 import signal
 import sys
 import threading
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import submitit
+
+from hpcdist.slurm import rest
 
 
 class ScriptExecutor(submitit.SlurmExecutor):
@@ -61,6 +69,8 @@ def queue_slurm(
     sbatch_args: tuple[str, ...] = (),
 ) -> list[Any]:
     """Queue ``script`` through submitit; one handle, or one per array task."""
+    if rest.chosen():
+        return queue_rest(folder, script, array_tasks, sbatch_args)
     executor = ScriptExecutor(folder, script.read_text(encoding="utf-8"), tasks, sbatch_args)
     job = executor.queue()
     if array_tasks is None:
@@ -69,6 +79,40 @@ def queue_slurm(
         submitit.SlurmJob(folder=folder, job_id=f"{job.job_id}_{index}", tasks=list(range(tasks)))
         for index in range(array_tasks)
     ]
+
+
+@dataclass(frozen=True)
+class RestPaths:
+    folder: Path
+
+
+@dataclass(frozen=True)
+class RestJob:
+    """A job queued over slurmrestd: what the records keep of submitit's handle."""
+
+    job_id: str
+    paths: RestPaths
+
+
+def queue_rest(
+    folder: Path, script: Path, array_tasks: int | None, sbatch_args: tuple[str, ...] = ()
+) -> list[Any]:
+    """Queue ``script``'s bytes through slurmrestd; ``sbatch_args`` (a split sweep's
+    --array, --export and --dependency) override the script's lines as sbatch's would."""
+    text = script.read_text(encoding="utf-8")
+    client = rest.client()
+    env = rest.job_environment()
+    overrides: dict[str, str] = {}
+    for arg in sbatch_args:
+        option, _, value = arg.removeprefix("--").partition("=")
+        overrides[option] = value
+    job_id = client.submit(text, env, os.getcwd(), overrides)
+    job_folder = Path(str(folder).replace("%j", job_id))
+    job_folder.mkdir(mode=0o700, parents=True, exist_ok=True)
+    paths = RestPaths(job_folder)
+    if array_tasks is None:
+        return [RestJob(job_id, paths)]
+    return [RestJob(f"{job_id}_{index}", paths) for index in range(array_tasks)]
 
 
 def queue_local(

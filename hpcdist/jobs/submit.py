@@ -33,6 +33,7 @@ from hpcdist.jobs.localjob import identify
 from hpcdist.jobs.records import JobRecord, save_record
 from hpcdist.jobs.sweeparrays import SweepArray, first_array_args, queue_sweep, sweep_parts
 from hpcdist.render.script import render
+from hpcdist.slurm import rest
 from hpcdist.slurm.cluster import require_controller, sbatch_test_only, slurm_config
 from hpcdist.slurm.timelimit import time_limit_minutes
 from hpcdist.slurm.userjobs import mark_stale
@@ -58,7 +59,11 @@ class Submission:
 
 def choose_executor(kind: str) -> str:
     """``auto``: SLURM wherever a cluster is configured, else this machine. A configured
-    controller that does not answer is an error, never a silent run on the login node."""
+    controller that does not answer is an error, never a silent run on the login node.
+    Over slurmrestd (``--transport rest``) SLURM is the daemon's: no sbatch is needed here."""
+    if kind in ("auto", "slurm") and rest.chosen():
+        rest.client().ping()  # the daemon answers this user's token, or one line says why
+        return "slurm"
     if kind == "auto":
         config = slurm_config()
         if config is None:
@@ -132,7 +137,7 @@ def plan_submission(
     checks: list[str] = []
     if kind == "slurm" and spec.after:
         checks.append(CHECK_DEPENDENCIES)
-    if kind == "slurm" and preflight_check:
+    if kind == "slurm" and preflight_check and not rest.chosen():  # no --test-only there
         checks.append(CHECK_PREFLIGHT)
     return SubmitPlan(
         spec=spec,

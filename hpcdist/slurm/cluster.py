@@ -9,7 +9,7 @@ import subprocess
 from pathlib import Path
 
 from hpcdist.errors import UserError
-from hpcdist.slurm import userjobs
+from hpcdist.slurm import rest, userjobs
 from hpcdist.slurm.tools import slurm_tool
 
 # Where SLURM's tools find the cluster's configuration when SLURM_CONF is not set; the last
@@ -73,6 +73,9 @@ def sbatch_reason(stderr: str) -> str:
 
 def scancel(job_id: str) -> None:
     """Cancel a SLURM job; UserError, in one line, where SLURM refuses."""
+    if rest.chosen():
+        rest.client().cancel(job_id)
+        return
     proc = slurm_tool(["scancel", job_id])
     userjobs.mark_stale()
     if proc.returncode != 0:

@@ -11,11 +11,13 @@ text output is kept for the versions before (and for a JSON answer that does not
 
 from __future__ import annotations
 
+import json
 import re
 import shutil
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
 
+from hpcdist.slurm import rest, restjob
 from hpcdist.slurm.accounts import (
     ASSOC_FORMAT,
     UserAssociations,
@@ -219,8 +221,33 @@ def _mounts() -> str:
         return ""
 
 
+def rest_probe() -> ClusterProbe:
+    """The cluster as slurmrestd describes it (``--transport rest``): its release, its
+    partitions and nodes; the configuration, accounts and launchers are the commands'
+    alone (none of them has a path in the REST API), so their defaults stand."""
+    client = rest.client()
+    nodes_answer = client.ok("GET", client.path("nodes"))
+    answer = client.ok("GET", client.path("partitions"))
+    raw = answer.get("partitions") or []
+    if restjob.is_legacy(client.version):
+        raw = restjob.legacy_partitions(answer)
+    partitions = partitions_from_json(json.dumps({"partitions": raw}))
+    version = parse_version(f"slurm {restjob.release(answer)}")
+    return ClusterProbe(
+        version=version,
+        controller=True,
+        accounting=False,
+        partitions=tuple(partitions),
+        nodes=tuple(nodes_from_sinfo(restjob.node_rows(nodes_answer))),
+        partitions_from="json",
+        cluster_name=restjob.cluster(answer),
+    )
+
+
 def probe() -> ClusterProbe:
     """Ask this cluster's SLURM clients (a few seconds at most; nothing is submitted)."""
+    if rest.chosen():
+        return rest_probe()
     has_version, text = _ok(["sinfo", "--version"])
     version = parse_version(text) if has_version else None
     controller, _ = _ok(["scontrol", "ping"])

@@ -19,7 +19,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from hpcdist.slurm import userjobs
+from hpcdist.slurm import rest, userjobs
 from hpcdist.slurm.freshness import UNANSWERED, Seen
 from hpcdist.slurm.nodelist import NodeListError, expand_nodelist
 from hpcdist.slurm.parse import (
@@ -310,7 +310,10 @@ def view_record(row: Mapping[str, str]) -> dict[str, str]:
 
 def scontrol_records(job_id: str) -> list[dict[str, str]]:
     """The controller's records of a job (several for an array); [] once it forgot it.
-    The user's own jobs come from the shared view; another user's from scontrol."""
+    The user's own jobs come from the shared view; another user's from scontrol; over
+    slurmrestd, from the daemon."""
+    if rest.chosen():
+        return rest.client().job_records(job_id)
     rows = userjobs.user_rows(job_id)
     if rows:
         return [view_record(row) for row in rows]
@@ -323,6 +326,8 @@ def scontrol_records(job_id: str) -> list[dict[str, str]]:
 def sacct_rows(job_id: str, fresh: bool = False) -> list[dict[str, str]]:
     """sacct's rows of a job, its steps and every attempt (``-D``); [] when unknown.
     ``fresh``: asked now, not the answer the user's view keeps."""
+    if rest.chosen():
+        return rest.client().db_rows(job_id)
     base = ["sacct", "-j", job_id, "-P", "-D"]
     proc = _run([*base, "--format=" + ",".join(SACCT_FIELDS + SACCT_LOG_FIELDS)], fresh)
     if proc is not None and proc.returncode != 0 and "Invalid field" in proc.stderr:
@@ -421,6 +426,12 @@ def recent_jobs(since: str = "now-1days") -> list[JobSummary]:
     """This user's jobs in the queue and those accounted for since ``since`` (sacct's
     ``--starttime``: ``now-1days``, ``2026-11-26T09:00:00``): one squeue and one sacct
     call for all of them."""
+    if rest.chosen():
+        live = [
+            JobSummary(task_id(r), base_state(r["JobState"]), _duration(r["RunTime"]), r["JobName"])
+            for r in rest.client().user_records()
+        ]
+        return merge_summaries(fold_pending(live), [])
     fields = "--format=JobID,State,Elapsed,JobName"
     # -t all: the controller also knows the jobs that ended in the last MinJobAge seconds,
     # which sacct may not list yet (its rows lag the end by a few seconds).
@@ -484,6 +495,8 @@ def slurm_job_state(job_id: str, within: float | None = None) -> str:
     ``within``: a waiter's question (userjobs.SharedView.current). A job COMPLETING has its
     final state in sacct already (SLURM wrote it there as the job ended): a waiter and a
     status after it say the same state."""
+    if rest.chosen():
+        return _rest_state(job_id)
     rows = userjobs.user_rows(job_id, within)
     if rows:
         own = [row for row in rows if row["JobArrayID"] == job_id]
@@ -502,6 +515,20 @@ def slurm_job_state(job_id: str, within: float | None = None) -> str:
     ended = all(one in FINAL_STATES for one in state.splitlines())  # an array: every task
     silent = seen is not None and seen.silent and not ended
     return UNANSWERED if silent else state
+
+
+def _rest_state(job_id: str) -> str:
+    """slurm_job_state over slurmrestd: the controller's record, else the database's."""
+    records = rest.client().job_records(job_id)
+    own = [r for r in records if task_id(r) == job_id]
+    if own or records:
+        states = [base_state(r["JobState"]) for r in own or records]
+        if len(states) == 1 and states[0] == "COMPLETING":
+            ended = [r for r in sacct_rows(job_id) if r["JobID"] == job_id]
+            return base_state(ended[-1]["State"]) if ended else "COMPLETING"
+        return "\n".join(states)
+    rows = [row for row in job_rows(sacct_rows(job_id)) if row["JobID"] == job_id]
+    return base_state(rows[-1]["State"]) if rows else "UNKNOWN"
 
 
 def _sacct_state(ask: Callable[..., Any], job_id: str, fresh: bool = False) -> str:
@@ -528,6 +555,8 @@ def sacct_state(text: str, job_id: str) -> str:
 
 def controller_knows(job: str) -> bool:
     """Whether the controller knows ``job`` (queued, running or recently ended: squeue)."""
+    if rest.chosen():
+        return bool(rest.client().job_records(job))
     if userjobs.user_rows(job):
         return True
     proc = slurm_tool(["squeue", "-t", "all", "-h", "-j", job, "-o", "%i"])

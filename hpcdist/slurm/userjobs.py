@@ -52,6 +52,7 @@ from pathlib import Path
 from typing import Any
 
 from hpcdist.errors import UserError
+from hpcdist.slurm import rest
 from hpcdist.slurm.freshness import Seen
 from hpcdist.slurm.parse import (
     FINAL_STATES,
@@ -173,7 +174,11 @@ def _task_rows(record: Mapping[str, str]) -> list[Row]:
 
 
 def enabled(environ: Mapping[str, str] | None = None) -> bool:
+    """The view is squeue's: off where the user switched it off, and over slurmrestd
+    (each question goes to the daemon)."""
     env = os.environ if environ is None else environ
+    if rest.chosen(env):
+        return False
     return env.get(ENV_SWITCH, "").strip().lower() not in ("off", "0", "no")
 
 

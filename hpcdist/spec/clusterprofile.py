@@ -32,6 +32,7 @@ from pathlib import Path
 from typing import Any
 
 from hpcdist.errors import SpecError
+from hpcdist.slurm import rest
 from hpcdist.slurm.probe import ClusterProbe, Node, Partition, parse_version, probe, time_text
 from hpcdist.slurm.sitepolicy import blockers
 from hpcdist.slurm.tools import slurm_tool
@@ -186,6 +187,14 @@ def cluster_key(environ: Mapping[str, str] | None = None) -> str | None:
     return json.dumps(found, sort_keys=True)
 
 
+def rest_key() -> str:
+    """The cluster behind slurmrestd: its address and the version spoken (asked once)."""
+    client = rest.client()
+    return json.dumps(
+        {"ClusterName": "", "slurmrestd": client.where.text, "version": client.version}
+    )
+
+
 def cache_path(key: str) -> Path:
     name = re.sub(r"[^A-Za-z0-9_.-]", "_", json.loads(key).get("ClusterName") or "cluster")
     digest = hashlib.sha256(key.encode()).hexdigest()[:12]
@@ -225,10 +234,13 @@ def _write_cache(key: str, entries: Mapping[str, Any]) -> None:
 
 def cluster_profile(partition: str | None) -> Profile:
     """The profile of a job in ``partition`` (None: the default) of the cluster SLURM's
-    clients talk to; the assumed profile where none answers. SpecError names a blocker."""
-    if shutil.which("sinfo") is None or shutil.which("sbatch") is None:
+    clients talk to (or slurmrestd, ``--transport rest``); the assumed profile where none
+    answers. SpecError names a blocker."""
+    over_rest = rest.chosen()
+    if not over_rest and (shutil.which("sinfo") is None or shutil.which("sbatch") is None):
         return assumed_profile("no SLURM commands on this machine")
-    key, now, slot = cluster_key(), time.time(), partition or ""
+    key = rest_key() if over_rest else cluster_key()
+    now, slot = time.time(), partition or ""
     entries = _read_cache(key, now) if key is not None else {}
     entry = entries.get(slot)
     if entry is None or entry["blockers"]:  # a refusal is never taken from the cache
