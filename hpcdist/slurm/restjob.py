@@ -20,10 +20,9 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from hpcdist.errors import UserError
-from hpcdist.slurm.parse import format_duration, parse_memory_mb
+from hpcdist.facts.warning import parse_warning
+from hpcdist.slurm.parse import SlurmOutputError, format_duration, parse_memory_mb
 from hpcdist.slurm.timelimit import parse_time_limit
-
-_SIGNAL = re.compile(r"(?:([BR]):)?(?:SIG)?([A-Za-z0-9]+)(?:@([0-9]+))?")
 
 
 class DescriptionError(UserError):
@@ -44,9 +43,10 @@ def sbatch_directives(script: str) -> list[tuple[str, str | None]]:
         stripped = line.strip()
         if stripped and not stripped.startswith("#"):
             break
-        if not stripped.startswith("#SBATCH"):
+        # sbatch reads "#SBATCH" only at the start of a line: an indented one is a comment.
+        if not line.startswith("#SBATCH"):
             continue
-        for word in _sbatch_words(stripped[len("#SBATCH") :]):
+        for word in _sbatch_words(line[len("#SBATCH") :]):
             if not word.startswith("--"):
                 raise DescriptionError(
                     f"#SBATCH {word!r}: only long options (--name=value) are read for "
@@ -58,24 +58,28 @@ def sbatch_directives(script: str) -> list[tuple[str, str | None]]:
 
 
 def _sbatch_words(text: str) -> list[str]:
-    """sbatch's own splitting of a ``#SBATCH`` line's arguments (up to a ``#`` comment):
-    blanks separate, double quotes group, a backslash escapes the next character."""
+    """sbatch's own splitting of a ``#SBATCH`` line's arguments (up to an unquoted ``#``,
+    even inside a word): blanks separate, double or single quotes group, a backslash escapes
+    the next character."""
     words: list[str] = []
     word: list[str] = []
-    quoted = started = False
+    quote = ""
+    started = False
     chars = iter(text)
     for char in chars:
         if char == "\\":
             word.append(next(chars, ""))
             started = True
-        elif char == '"':
-            quoted = not quoted
+        elif char == quote:
+            quote = ""
+        elif char in "\"'" and not quote:
+            quote = char
             started = True
-        elif char in " \t" and not quoted:
+        elif char in " \t" and not quote:
             if started:
                 words.append("".join(word))
             word, started = [], False
-        elif char == "#" and not quoted and not started:
+        elif char == "#" and not quote:
             break
         else:
             word.append(char)
@@ -96,7 +100,10 @@ def _int(option: str, value: str | None) -> int:
 
 
 def _memory(option: str, value: str | None) -> int:
-    parsed = parse_memory_mb(value or "")
+    try:
+        parsed = parse_memory_mb(value or "")
+    except SlurmOutputError:  # its words are for SLURM's output, not a user's directive
+        parsed = None
     if parsed is None:
         raise DescriptionError(f"#SBATCH --{option}={value!r}: expected a size such as 16G")
     return int(parsed[0])
@@ -242,17 +249,24 @@ def description(
 
 
 def _signal(value: str, legacy: bool) -> dict[str, Any]:
-    """``--signal=[B:|R:]SIG[@SECONDS]`` (SLURM's default lead: 60 s)."""
-    match = _SIGNAL.fullmatch(value)
-    if match is None:
+    """``--signal=[{B,R}...:]SIG[@SECONDS]``, read by the one parser every side uses
+    (``parse_warning``: ``RB:``, ``SIGusr2``, ``12``; SLURM's default lead of 60 s)."""
+    parsed = parse_warning(value)
+    if parsed is None:
         raise DescriptionError(f"#SBATCH --signal={value!r}: expected [B:|R:]SIGNAL[@SECONDS]")
     if legacy:
         return {"signal": value}
-    where, name, lead = match.groups()
-    flags = {"B": ["BATCH_JOB"], "R": ["RESERVATION_JOB"]}.get(where or "", [])
+    # parse_warning keeps B (who is warned); R (the job may overlap a reservation) is a flag
+    # of the description too.
+    reservation = ":" in value and "R" in value.partition(":")[0].upper()
+    flags = [
+        flag
+        for flag, on in (("BATCH_JOB", parsed.batch_shell), ("RESERVATION_JOB", reservation))
+        if on
+    ]
     fields: dict[str, Any] = {
-        "kill_warning_signal": name.upper(),
-        "kill_warning_delay": _number(int(lead or 60), False),
+        "kill_warning_signal": parsed.name,
+        "kill_warning_delay": _number(parsed.lead_s, False),
     }
     if flags:
         fields["kill_warning_flags"] = flags
@@ -314,7 +328,10 @@ def exit_code(raw: object) -> str:
         signal = raw.get("signal") or {}
         number = _value(signal.get("id")) if isinstance(signal, dict) else None
         return f"{code}:{number or 0}"
-    return f"{raw or 0}:0"
+    # v0.0.38 and before give the controller's raw wait status (15: killed by SIGTERM;
+    # 256: exit code 1), which scontrol prints as WEXITSTATUS:WTERMSIG.
+    status = raw if isinstance(raw, int) else 0
+    return f"{(status >> 8) & 0xFF}:{status & 0x7F}"
 
 
 def _log(raw: object, record: Mapping[str, str]) -> str:
