@@ -19,6 +19,7 @@ from typing import Any
 
 from hpcdist.errors import UserError
 from hpcdist.facts.protocol import SWEEP_OFFSET_VAR
+from hpcdist.slurm import rest
 from hpcdist.slurm.cluster import scancel
 from hpcdist.slurm.limits import ArrayLimits, array_limits, parse_limits, split_points
 from hpcdist.spec.dependency import dependency_value
@@ -55,8 +56,10 @@ def sweep_tasks(job_id: str, count: int, arrays: Sequence[SweepArray] | None) ->
 
 def site_limits() -> ArrayLimits:
     """The cluster's limits; SLURM's defaults where no scontrol is here to ask, or it
-    cannot say (sbatch then refuses an array the site does not take, in its own words)."""
-    if shutil.which("scontrol") is None:
+    cannot say (sbatch then refuses an array the site does not take, in its own words).
+    slurmrestd serves no configuration: SLURM's defaults, and the daemon refuses a larger
+    array in its own words."""
+    if shutil.which("scontrol") is None or rest.chosen():
         return parse_limits("")
     try:
         return array_limits()

@@ -8,7 +8,7 @@ forgotten.
 
 from __future__ import annotations
 
-from hpcdist.slurm import userjobs
+from hpcdist.slurm import rest, userjobs
 from hpcdist.slurm.parse import expand_task_ids
 from hpcdist.slurm.tools import slurm_tool
 
@@ -29,6 +29,8 @@ def task_states(array_id: str, count: int) -> dict[str, str]:
     """The state of each of the array's ``count`` tasks (UNKNOWN where neither tool knows):
     the user's shared view first (``hpcdist.slurm.userjobs``), sacct for tasks it lacks."""
     wanted = [f"{array_id}_{i}" for i in range(count)]
+    if rest.chosen():
+        return _rest_task_states(array_id, wanted)
     rows = userjobs.user_rows(array_id)
     if rows is not None:
         states = {
@@ -44,6 +46,19 @@ def task_states(array_id: str, count: int) -> dict[str, str]:
     live = slurm_tool(["squeue", "-t", "all", "-h", "-r", "-j", array_id, "-o", "%i|%T"])
     if live.returncode == 0:
         states.update(parse_task_states(live.stdout))
+    return {task: states.get(task, "UNKNOWN") for task in wanted}
+
+
+def _rest_task_states(array_id: str, wanted: list[str]) -> dict[str, str]:
+    """task_states over slurmrestd: the database's rows, then the controller's records
+    (pending tasks folded into one record, ``ArrayTaskId=1-2``)."""
+    client = rest.client()
+    lines = [f"{row['JobID']}|{row['State']}" for row in client.db_rows(array_id)]
+    for record in client.job_records(array_id):
+        task = record.get("ArrayTaskId", "")
+        shown = f"{array_id}_{task}" if task.isdigit() else f"{array_id}_[{task}]"
+        lines.append(f"{shown}|{record['JobState']}")
+    states = parse_task_states("\n".join(lines))
     return {task: states.get(task, "UNKNOWN") for task in wanted}
 
 

@@ -16,6 +16,7 @@ script before anything else is tried: ``submit``).
 
 from __future__ import annotations
 
+import errno
 import http.client
 import json
 import os
@@ -23,7 +24,7 @@ import socket
 import stat
 import time
 import urllib.parse
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -107,9 +108,11 @@ def parse_endpoint(value: str, where: str = ADDRESS_VAR) -> Endpoint:
             "(slurmrestd's listening address)"
         )
     try:
-        port = parsed.port or 80
-    except ValueError as exc:
-        raise UserError(f"{where}={value!r}: the port is not a number from 1 to 65535") from exc
+        port = 80 if parsed.port is None else parsed.port
+    except ValueError:
+        port = 0
+    if not 1 <= port <= 65535:
+        raise UserError(f"{where}={value!r}: the port is not a number from 1 to 65535")
     return Endpoint(text, host=parsed.hostname, port=port, prefix=parsed.path.rstrip("/"))
 
 
@@ -127,9 +130,9 @@ def token(environ: Mapping[str, str] | None = None) -> str:
     """The user's JWT: ``SLURM_JWT``, else the token file (the user's own, mode 0600 or
     stricter, opened once and checked on its descriptor)."""
     env = os.environ if environ is None else environ
-    value = env.get(TOKEN_VAR, "").strip()
+    value = env.get(TOKEN_VAR, "").strip().removeprefix(f"{TOKEN_VAR}=").strip()
     if value:
-        return value.removeprefix(f"{TOKEN_VAR}=")
+        return value
     path = env.get(TOKEN_FILE_VAR, "").strip()
     if not path:
         raise UserError(
@@ -143,6 +146,11 @@ def _token_file(path: Path) -> str:
     try:
         fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
     except OSError as exc:
+        if exc.errno == errno.ELOOP:
+            raise UserError(
+                f"{TOKEN_FILE_VAR}={str(path)!r} is a symbolic link; expected the token file "
+                "itself (a link could be pointed at another user's file)"
+            ) from exc
         raise UserError(f"{TOKEN_FILE_VAR}={str(path)!r}: {exc.strerror}") from exc
     try:
         info = os.fstat(fd)
@@ -188,6 +196,7 @@ class RestClient:
         self.user = user
         self.timeout = timeout
         self._version: str | None = None
+        self._database = False  # whether the daemon serves slurmdbd's paths
 
     def __repr__(self) -> str:  # never the token
         return f"RestClient({self.where.text!r}, user={self.user!r})"
@@ -213,7 +222,7 @@ class RestClient:
         except TimeoutError as exc:
             raise RestError(
                 f"slurmrestd at {self.where.text} did not answer {method} {path} within "
-                f"{self.timeout:.0f} s"
+                f"{self.timeout:g} s"
             ) from exc
         except (OSError, http.client.HTTPException) as exc:
             raise RestError(
@@ -230,43 +239,50 @@ class RestClient:
         try:
             parsed = json.loads(raw)
         except ValueError as exc:
-            shown = raw[:80].decode("utf-8", "replace").strip() or "nothing"
+            shown = raw[:80].decode("utf-8", "replace").strip()
             raise RestError(
                 f"slurmrestd at {self.where.text} answered {method} {path} with HTTP "
-                f"{answer.status} and no JSON: {shown!r}"
+                f"{answer.status} and no JSON: {repr(shown) if shown else 'an empty body'}"
             ) from exc
         if answer.status in (500, 511) and "authentication" in _reason(parsed).lower():
             raise RestError(
                 f"slurmrestd at {self.where.text} refused the token (HTTP {answer.status}: "
-                f"{_reason(parsed)}): expired, or not {self.user!r}'s; get one with "
-                "export $(scontrol token)"
+                f"{_reason(parsed)}): expired, or not a token of {self.user!r}; get one "
+                "with export $(scontrol token)"
             )
         return answer.status, parsed
 
     def ok(self, method: str, path: str, body: object = None) -> dict[str, Any]:
         """The answer of a request that must succeed; its error in one line otherwise."""
         status, parsed = self.call(method, path, body)
-        reason = _reason(parsed)
-        if status >= 400 or reason:
-            if status == 500 and "Unspecified error" in reason and self._is_legacy():
-                reason += "; SLURM 22.05 answers so for an expired token or one not yours"
-            raise RestError(f"slurmrestd refused {method} {path}: {reason or f'HTTP {status}'}")
+        if status >= 400 or _reason(parsed):
+            raise self.refusal(method, path, status, parsed)
         if not isinstance(parsed, dict):
             raise RestError(f"slurmrestd answered {method} {path} with something not an object")
         return parsed
+
+    def refusal(self, method: str, path: str, status: int, parsed: object) -> RestError:
+        """SLURM's refusal of a request in one line (with what 22.05's vague answer means)."""
+        reason = _reason(parsed)
+        if status == 500 and "Unspecified error" in reason and self._is_legacy():
+            reason += "; SLURM 22.05 answers so for an expired token or one not yours"
+        return RestError(f"slurmrestd refused {method} {path}: {reason or f'HTTP {status}'}")
 
     # -- the version ---------------------------------------------------------------------
 
     @property
     def version(self) -> str:
         if self._version is None:
-            self._version = negotiate(self.served(), self.where.text)
+            paths = self.served()
+            self._version = negotiate(served_versions(paths), self.where.text)
+            self._database = any(p.startswith(f"/slurmdb/{self._version}/") for p in paths)
         return self._version
 
     def _is_legacy(self) -> bool:
         return self._version is not None and restjob.is_legacy(self._version)
 
     def served(self) -> list[str]:
+        """The paths of the daemon's OpenAPI document."""
         status, spec = self.call("GET", "/openapi/v3")
         paths = spec.get("paths") if isinstance(spec, dict) else None
         if status != 200 or not isinstance(paths, dict):
@@ -274,7 +290,7 @@ class RestClient:
                 f"slurmrestd at {self.where.text} gave no OpenAPI document at /openapi/v3 "
                 f"(HTTP {status}); is it slurmrestd?"
             )
-        return served_versions(paths)
+        return list(paths)
 
     def path(self, tail: str, api: str = "slurm") -> str:
         return f"/{api}/{self.version}/{tail}"
@@ -323,11 +339,12 @@ class RestClient:
     def job_records(self, job_id: str) -> list[dict[str, str]]:
         """``scontrol show job`` records of ``job_id`` (one per array task); [] when the
         controller does not know it (never was, or forgot it)."""
-        status, answer = self.call("GET", self.path(f"job/{urllib.parse.quote(job_id)}"))
+        path = self.path(f"job/{urllib.parse.quote(job_id)}")
+        status, answer = self.call("GET", path)
         if status in (404, 500) and "Invalid job id" in _reason(answer):
             return []
         if status >= 400:
-            raise RestError(f"slurmrestd refused GET job/{job_id}: {_reason(answer) or status}")
+            raise self.refusal("GET", path, status, answer)
         now = time.time()
         return [restjob.job_record(job, now) for job in answer.get("jobs") or []]
 
@@ -343,7 +360,9 @@ class RestClient:
 
     def db_rows(self, job_id: str) -> list[dict[str, str]]:
         """slurmdbd's record of ``job_id`` as sacct rows; [] when unknown or the daemon
-        serves no database paths."""
+        serves no database paths (a cluster without slurmdbd)."""
+        if not self.version or not self._database:
+            return []
         status, answer = self.call("GET", self.path(f"job/{job_id}", api="slurmdb"))
         if status >= 400 or not isinstance(answer, dict):
             return []
@@ -359,8 +378,8 @@ class RestClient:
             live = [r for r in records if r["JobState"] in ("PENDING", "RUNNING", "SUSPENDED")]
             if live and records[0].get("UserName") != self.user:
                 raise RestError(
-                    f"slurmrestd did not cancel job {job_id}: it is "
-                    f"{records[0].get('UserName')!r}'s, not {self.user!r}'s"
+                    f"slurmrestd did not cancel job {job_id}: it belongs to "
+                    f"{records[0].get('UserName')!r}, not {self.user!r}"
                 )
 
     def diag(self) -> dict[str, Any]:
@@ -370,7 +389,7 @@ class RestClient:
         self.ok("GET", self.path("ping"))
 
 
-def served_versions(paths: Mapping[str, object]) -> list[str]:
+def served_versions(paths: Iterable[str]) -> list[str]:
     """The versions of ``/slurm/vX/...`` paths an OpenAPI document lists."""
     found = {p.split("/")[2] for p in paths if p.startswith("/slurm/v") and p.count("/") >= 3}
     return sorted(found, reverse=True)

@@ -9,15 +9,20 @@ import http.client
 import json
 import os
 import pwd
+import re
 import subprocess
+import sys
+import time
 from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
 
 import pytest
 
 from tests.integration.conftest import slurm_env
-from tests.integration.sidebed import SideBed, side_testbed
+from tests.integration.sidebed import FINAL, SideBed, side_testbed
 
 pytestmark = [pytest.mark.slurm, pytest.mark.slurm_versions, pytest.mark.xdist_group("rest")]
 
@@ -79,3 +84,139 @@ def test_a_request_without_a_token_or_with_garbage_is_refused(restbed: SideBed) 
     status, body = get(restbed, jobs, {"X-SLURM-USER-NAME": me, "X-SLURM-USER-TOKEN": "x"})
     # 22.05 answers 500, 24.11 on 511; both say so in the errors of the version's body.
     assert status in (500, 511) and body["jobs"] == [], body
+
+
+# ---- hpcdist over slurmrestd (--transport rest) ----------------------------------------
+
+HPCDIST = [sys.executable, "-m", "hpcdist.cli.main"]
+# SLURM's commands the client machine does not have: each records its call and fails,
+# except inside a job (SLURM_JOB_ID set), whose nodes have SLURM's commands.
+NO_CLI = ("sbatch", "squeue", "scontrol", "sacct", "scancel", "sinfo", "sacctmgr", "srun")
+SHIM = """#!/bin/sh
+if [ -n "$SLURM_JOB_ID" ]; then
+  PATH="${PATH#*:}" exec "$(basename "$0")" "$@"
+fi
+echo "$(basename "$0") $*" >> "$(dirname "$0")/called"
+echo "$(basename "$0"): not on this machine" >&2
+exit 127
+"""
+
+
+@dataclass
+class RestUser:
+    """A client with slurmrestd's address and a token, and no SLURM commands of its own."""
+
+    env: dict[str, str]
+    shims: Path
+    work: Path
+
+    def run(self, *argv: str, timeout: float = 300) -> subprocess.CompletedProcess[str]:
+        return subprocess.run(
+            [*HPCDIST, *argv],
+            env=self.env,
+            cwd=self.work,
+            capture_output=True,
+            text=True,
+            timeout=timeout,
+        )
+
+    def called(self) -> str:
+        log = self.shims / "called"
+        return log.read_text() if log.exists() else ""
+
+
+@pytest.fixture
+def rest_user(restbed: SideBed, tmp_path: Path) -> RestUser:
+    shims = tmp_path / "shims"
+    shims.mkdir()
+    for tool in NO_CLI:
+        (shims / tool).write_text(SHIM)
+        (shims / tool).chmod(0o755)
+    env = slurm_env({"SLURM_CONF": str(restbed.slurm_conf)})
+    for key in ("HPCDIST_PROFILE", "HPCDIST_TRANSPORT"):
+        env.pop(key, None)
+    token = auth(restbed, lifespan=3600)["X-SLURM-USER-TOKEN"]
+    env.update(
+        {
+            "PATH": f"{shims}:{env['PATH']}",
+            "HPCDIST_SLURMRESTD": restbed.exports["HPCDIST_SLURMRESTD"],
+            "SLURM_JWT": token,
+            "XDG_CONFIG_HOME": str(tmp_path / "config"),  # no profile: the cluster's own
+            "HPCDIST_HOME": str(tmp_path / "state"),
+        }
+    )
+    work = tmp_path / "work"
+    work.mkdir()
+    return RestUser(env, shims, work)
+
+
+def submitted_id(out: str) -> str:
+    match = re.search(r"^Submitted job (\S+)", out, re.MULTILINE)
+    assert match, out
+    return match[1]
+
+
+def test_a_gloo_job_completes_over_rest_without_slurm_commands(rest_user: RestUser) -> None:
+    done = rest_user.run(
+        "submit", "--transport", "rest", "--nodes", "2", "--backend", "gloo", "--wait"
+    )
+    assert done.returncode == 0, done.stdout + done.stderr
+    job = submitted_id(done.stdout)
+    assert f"Job {job} ended COMPLETED" in done.stdout
+    status = rest_user.run("status", "--transport", "rest", job)
+    assert status.returncode == 0, status.stderr
+    assert status.stdout.startswith(f"{job} COMPLETED"), status.stdout
+    assert re.search(r"nodes:\s+node\[1-2\] \(2\)", status.stdout), status.stdout
+    listed = rest_user.run("list", "--transport", "rest")
+    assert re.search(rf"^\s*{job}\s+COMPLETED", listed.stdout, re.MULTILINE), listed.stdout
+    assert rest_user.called() == ""  # no SLURM command was run outside the job
+    # The token reached no file of the job's: its script, log and run folder.
+    token = rest_user.env["SLURM_JWT"]
+    for path in rest_user.work.rglob("*"):
+        if path.is_file():
+            assert token.encode() not in path.read_bytes(), path
+
+
+def test_a_job_is_cancelled_over_rest(rest_user: RestUser, restbed: SideBed) -> None:
+    queued = rest_user.run(
+        "submit", "--transport", "rest", "--nodes", "1", "--time", "5", "--command", "sleep 300"
+    )
+    assert queued.returncode == 0, queued.stderr
+    job = submitted_id(queued.stdout)
+    state = ""
+    for _ in range(240):  # a job that never starts: 2 minutes at most
+        state = rest_user.run("status", "--transport", "rest", job).stdout.split("\n")[0]
+        if "RUNNING" in state or any(final in state for final in FINAL):
+            break
+        time.sleep(0.5)
+    assert state == f"{job} RUNNING", state
+    cancelled = rest_user.run("cancel", "--transport", "rest", job)
+    assert cancelled.stdout.strip() == f"Cancelled job {job} (was RUNNING)", cancelled
+    shown = slurm(restbed, "scontrol", "show", "job", "-o", job)
+    assert re.search(r"JobState=(CANCELLED|COMPLETING)", shown), shown
+    assert rest_user.called() == ""
+
+
+def test_a_three_point_sweep_and_its_report_over_rest(rest_user: RestUser) -> None:
+    done = rest_user.run(
+        "submit",
+        "--transport",
+        "rest",
+        "--nodes",
+        "1",
+        "--backend",
+        "gloo",
+        "--sweep",
+        "training.lr=1e-3,2e-3,3e-3",
+        "--set",
+        "training.epochs=5",
+        "--wait",
+    )
+    assert done.returncode == 0, done.stdout + done.stderr
+    job = submitted_id(done.stdout)
+    report = rest_user.run("report", "--transport", "rest", job, "--json")
+    assert report.returncode == 0, report.stderr
+    rows = json.loads(report.stdout)
+    points = rows["points"] if isinstance(rows, dict) else rows
+    assert len(points) == 3, rows
+    assert rest_user.called() == ""
