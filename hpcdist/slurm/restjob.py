@@ -172,7 +172,15 @@ def _nodes(value: str, legacy: bool) -> dict[str, Any]:
 
 def _flag(option: str, legacy: bool) -> dict[str, Any] | None:
     if option == "exclusive":
-        return {"exclusive": "true"} if legacy else {"shared": ["none"]}
+        # v0.0.38 reads sbatch's own words (its schema's "true" is refused as an "Invalid
+        # exclusive specification"); v0.0.40 on: the job shares its nodes with none.
+        return {"exclusive": "exclusive"} if legacy else {"shared": ["none"]}
+    if option == "no-requeue" and legacy:
+        # SLURM 22.05's REST parser leaves Requeue=1 for false, "false", 0 and "no" alike.
+        raise DescriptionError(
+            "#SBATCH --no-requeue: slurmrestd v0.0.38 (SLURM 22.05) cannot turn requeue off "
+            "(the job would be requeued); submit with --transport cli"
+        )
     if option in ("requeue", "no-requeue"):
         return {"requeue": option == "requeue"}
     return None
@@ -184,6 +192,8 @@ def _valued(option: str, value: str, legacy: bool) -> dict[str, Any] | None:
         return {_PLAIN[option]: value}
     if option in _COUNTS:
         return {_COUNTS[option]: _int(option, value)}
+    if option == "exclusive" and value in ("user", "mcs"):  # shared with the same user/MCS
+        return {"exclusive": value} if legacy else {"shared": [value]}
     simple = {
         "nodes": lambda: _nodes(value, legacy),
         "time": lambda: {"time_limit": _number(_minutes(value), legacy)},
@@ -243,6 +253,11 @@ def description(
     if legacy:
         job["environment"] = env
         return {"script": script, "job": job}
+    if "cpus_per_task" in job:
+        # sbatch also asks for the CPUs as a TRES of each task (TresPerTask=cpu=N, from
+        # SLURM 23.11 what srun in the job inherits); the daemon sets only the count.
+        cpus = f"cpu={job['cpus_per_task']}"
+        job["tres_per_task"] = ",".join(filter(None, (cpus, job.get("tres_per_task"))))
     job["environment"] = [f"{key}={value}" for key, value in env.items()]
     job["script"] = script
     return {"job": job}
@@ -254,11 +269,18 @@ def _signal(value: str, legacy: bool) -> dict[str, Any]:
     parsed = parse_warning(value)
     if parsed is None:
         raise DescriptionError(f"#SBATCH --signal={value!r}: expected [B:|R:]SIGNAL[@SECONDS]")
-    if legacy:
-        return {"signal": value}
     # parse_warning keeps B (who is warned); R (the job may overlap a reservation) is a flag
     # of the description too.
     reservation = ":" in value and "R" in value.partition(":")[0].upper()
+    if legacy and (reservation or parsed.batch_shell):
+        # SLURM 22.05's REST parser refuses every flag ("Invalid SIGNAL specification" for
+        # B:USR2@120 as for R:), though its schema and its sbatch take them.
+        raise DescriptionError(
+            f"#SBATCH --signal={value!r}: slurmrestd v0.0.38 (SLURM 22.05) takes a signal "
+            "without B: or R: only; submit with --transport cli"
+        )
+    if legacy:
+        return {"signal": value}
     flags = [
         flag
         for flag, on in (("BATCH_JOB", parsed.batch_shell), ("RESERVATION_JOB", reservation))

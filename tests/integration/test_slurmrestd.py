@@ -9,6 +9,7 @@ import http.client
 import json
 import os
 import pwd
+import random
 import re
 import subprocess
 import sys
@@ -220,3 +221,155 @@ def test_a_three_point_sweep_and_its_report_over_rest(rest_user: RestUser) -> No
     points = rows["points"] if isinstance(rows, dict) else rows
     assert len(points) == 3, rows
     assert rest_user.called() == ""
+
+
+# ---- the same job over both transports -------------------------------------------------
+
+SHAPES = (
+    ("--nodes", "1"),
+    ("--nodes", "2"),
+    ("--nodes", "2", "--tasks-per-node", "2", "-c", "1"),
+    ("--nodes", "2", "--ntasks", "3", "-c", "1"),
+)
+CHOICES = (
+    ((), ("--time", "5"), ("--time", "00:10:00"), ("--time", "0-01")),
+    ((), ("--signal", "USR1@60"), ("--signal", "B:USR2@120"), ("--signal", "RB:USR2@90")),
+    ((), ("-J", "a b"), ("-J", 'q"uo\\te'), ("-J", "ünï-code")),
+    ((), ("-o", "out-%j.log"), ("-o", "%x.%j.out", "-e", "%x.%j.err")),
+    ((), ("--mem", "500M"), ("--mem", "1G")),
+    (
+        (),
+        ("--constraint", "testbed"),
+        ("--exclusive",),
+        ("--mail-type", "END,FAIL", "--mail-user", "someone@example.org"),
+        ("--no-requeue",),
+        ("--max-restarts", "2"),
+        ("--partition", "debug"),
+        ("--sweep", "training.lr=1e-3,2e-3"),
+        ("--array", "0-3%2"),
+        ("--env", "ANSWER=42"),
+    ),
+)
+# Fields that differ between two submissions of one script: ids, times, where submitit
+# keeps its copy (Command; none over REST), the submitting host (AllocNode: the daemon's;
+# SubmitLine: sbatch's own argv, none over REST)
+# and what the scheduler estimates for a pending job once it has looked at it (NumCPUs,
+# TRES: 2 CPUs before, 4 after, for 2 nodes x 2 CPUs); what was asked (NumNodes, NumTasks,
+# CPUs/Task, MinCPUsNode, MinMemoryNode, ...) is compared.
+OWN_FIELDS = {
+    "JobId", "ArrayJobId", "ArrayTaskId", "SubmitTime", "EligibleTime", "AccrueTime",
+    "LastSchedEval", "StartTime", "EndTime", "Priority", "Command", "RunTime", "Reason",
+    "AllocNode:Sid", "NumCPUs", "TRES", "SubmitLine",
+}  # fmt: skip
+
+
+def flag_sets(count: int) -> list[tuple[str, ...]]:
+    """``count`` different sets of submit flags, the same on every run (a fixed seed)."""
+    rng = random.Random(2026)
+    found: dict[tuple[str, ...], None] = {}
+    while len(found) < count:
+        flags = [*rng.choice(SHAPES)]
+        for group in CHOICES:
+            flags += rng.choice(group)
+        found[tuple(flags)] = None
+    return list(found)
+
+
+def legacy_refusal(flags: tuple[str, ...]) -> str | None:
+    """What SLURM 22.05's daemon cannot be asked (its parser, not its schema, decides):
+    hpcdist says so in one line and queues nothing; None where it can."""
+    flagged = next((f for f in flags if f.startswith(("B:", "RB:"))), None)
+    if flagged:
+        return (
+            f"hpcdist: error: #SBATCH --signal='{flagged}': slurmrestd v0.0.38 (SLURM 22.05) "
+            "takes a signal without B: or R: only; submit with --transport cli\n"
+        )
+    if "--no-requeue" in flags:
+        return (
+            "hpcdist: error: #SBATCH --no-requeue: slurmrestd v0.0.38 (SLURM 22.05) cannot turn "
+            "requeue off (the job would be requeued); submit with --transport cli\n"
+        )
+    return None
+
+
+def legacy(bed: SideBed) -> bool:
+    """SLURM 22.05: its daemon speaks v0.0.38 only."""
+    return slurm(bed, "scontrol", "--version").split()[-1].startswith("22.05")
+
+
+def shown_fields(bed: SideBed, job: str) -> dict[str, str]:
+    text = slurm(bed, "scontrol", "show", "job", "-o", job).splitlines()[0]
+    fields = dict(word.split("=", 1) for word in text.split() if "=" in word)
+    if fields.get("OOMKillStep") == "0":  # the daemon states SLURM's default, sbatch does not
+        del fields["OOMKillStep"]
+    return {k: v.replace(job, "<id>") for k, v in fields.items() if k not in OWN_FIELDS}
+
+
+def test_fifty_flag_sets_queue_the_rendered_bytes_and_fields_over_both_transports(
+    restbed: SideBed, tmp_path: Path
+) -> None:
+    env = slurm_env({"SLURM_CONF": str(restbed.slurm_conf)})
+    env["HPCDIST_HOME"] = str(tmp_path / "state")
+    token = auth(restbed, lifespan=3600)["X-SLURM-USER-TOKEN"]
+    over = {
+        "cli": {**env, "HPCDIST_TRANSPORT": "cli"},
+        "rest": {
+            **env,
+            "HPCDIST_TRANSPORT": "rest",
+            "HPCDIST_SLURMRESTD": restbed.exports["HPCDIST_SLURMRESTD"],
+            "SLURM_JWT": token,
+        },
+    }
+    work = tmp_path / "work"
+    work.mkdir()
+    # Every job waits for one that never starts: none runs, each stays to be read.
+    held = slurm(restbed, "sbatch", "--parsable", "--hold", "--wrap", "true").strip()
+    compared = refused = 0
+    try:
+        for flags in flag_sets(120):  # until 50 are compared (22.05 refuses some)
+            if compared == 50:
+                break
+            argv = [*flags, "--after", held]
+            rendered = subprocess.run(
+                [*HPCDIST, "render", *argv], env=over["rest"], cwd=work,
+                capture_output=True, text=True, timeout=60,
+            )  # fmt: skip
+            assert rendered.returncode == 0, (flags, rendered.stderr)
+            jobs = {}
+            for name, transport_env in over.items():
+                done = subprocess.run(
+                    [*HPCDIST, "submit", "--no-preflight", *argv], env=transport_env, cwd=work,
+                    capture_output=True, text=True, timeout=120,
+                )  # fmt: skip
+                refusal = legacy_refusal(flags) if legacy(restbed) else None
+                if name == "rest" and refusal:
+                    assert (done.returncode, done.stdout, done.stderr) == (2, "", refusal)
+                    break
+                if name == "cli" and done.returncode == 2:
+                    # SLURM refuses it (24.11 on: RB: "Preemption is required but is
+                    # disabled"): so must the daemon, in one line, queueing nothing.
+                    again = subprocess.run(
+                        [*HPCDIST, "submit", "--no-preflight", *argv], env=over["rest"],
+                        cwd=work, capture_output=True, text=True, timeout=120,
+                    )  # fmt: skip
+                    assert (again.returncode, again.stdout) == (2, ""), again
+                    assert again.stderr.count("\n") == 1, again.stderr
+                    refused += 1
+                    break
+                assert done.returncode == 0, (name, flags, done.stderr)
+                jobs[name] = submitted_id(done.stdout).partition("_")[0]
+            if len(jobs) < 2:
+                continue
+            for name, job in jobs.items():
+                queued = slurm(restbed, "scontrol", "write", "batch_script", job, "-")
+                assert queued == rendered.stdout, (name, flags)
+            assert shown_fields(restbed, jobs["rest"]) == shown_fields(restbed, jobs["cli"]), (
+                " ".join(flags)
+            )
+            compared += 1
+    finally:
+        subprocess.run(
+            ["scancel", "-u", pwd.getpwuid(os.getuid()).pw_name],
+            env=env, capture_output=True, timeout=60, check=False,
+        )  # fmt: skip
+    assert compared == 50

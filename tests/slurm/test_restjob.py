@@ -78,7 +78,8 @@ RENDER_FLAGS: dict[str, Any] = {
 
 
 def test_a_rendered_script_is_described_in_v0_0_38_with_the_values_the_user_gave() -> None:
-    script = _rendered(**RENDER_FLAGS)
+    # SLURM 22.05's daemon takes no B: (test_flagged_signals_are_refused_on_v0_0_38).
+    script = _rendered(**{**RENDER_FLAGS, "signal": "USR1@120"})
     body = description(script, "v0.0.38", {"PATH": "/usr/bin", "A": "1"}, "/home/u/run")
     assert set(body) == {"script", "job"}
     assert body["script"] == script
@@ -96,10 +97,10 @@ def test_a_rendered_script_is_described_in_v0_0_38_with_the_values_the_user_gave
         "qos": "normal",
         "constraints": "a100&ib",
         "standard_output": "%x-%j.out",
-        "exclusive": "true",
+        "exclusive": "exclusive",
         "mail_type": "END,FAIL",
         "mail_user": "me@example.org",
-        "signal": "B:USR1@120",
+        "signal": "USR1@120",
         "requeue": True,
         "open_mode": "append",
     }
@@ -117,6 +118,7 @@ def test_a_rendered_script_is_described_in_v0_0_42_with_the_values_the_user_gave
         "nodes": "3",
         "tasks_per_node": 1,
         "cpus_per_task": 2,
+        "tres_per_task": "cpu=2",
         "time_limit": NUMBER,
         "memory_per_node": {"set": True, "infinite": False, "number": 16384},
         "partition": "debug",
@@ -274,9 +276,43 @@ def test_signal_becomes_the_kill_warning_fields(value: str, fields: dict[str, An
     if "flags" in fields:
         expected["kill_warning_flags"] = fields["flags"]
     assert {key: job[key] for key in job if key.startswith("kill_warning")} == expected
+    if "flags" in fields:  # SLURM 22.05's daemon refuses them: test below
+        return
     legacy = description(_script(f"#SBATCH --signal={value}"), "v0.0.38", {}, "/w")["job"]
     assert legacy["signal"] == value
     assert not any(key.startswith("kill_warning") for key in legacy)
+
+
+@pytest.mark.parametrize("value", ["B:USR1@120", "R:TERM@60", "RB:USR2@60"])
+def test_flagged_signals_are_refused_on_v0_0_38(value: str) -> None:
+    with pytest.raises(DescriptionError) as refused:
+        description(_script(f"#SBATCH --signal={value}"), "v0.0.38", {}, "/w")
+    assert str(refused.value) == (
+        f"#SBATCH --signal={value!r}: slurmrestd v0.0.38 (SLURM 22.05) takes a signal without "
+        "B: or R: only; submit with --transport cli"
+    )
+
+
+def test_no_requeue_is_refused_on_v0_0_38_and_sent_after() -> None:
+    with pytest.raises(DescriptionError) as refused:
+        description(_script("#SBATCH --no-requeue"), "v0.0.38", {}, "/w")
+    assert str(refused.value) == (
+        "#SBATCH --no-requeue: slurmrestd v0.0.38 (SLURM 22.05) cannot turn requeue off (the "
+        "job would be requeued); submit with --transport cli"
+    )
+    assert (
+        description(_script("#SBATCH --no-requeue"), "v0.0.40", {}, "/w")["job"]["requeue"] is False
+    )
+
+
+@pytest.mark.parametrize(
+    ("version", "field"), [("v0.0.38", ("exclusive", "user")), ("v0.0.42", ("shared", ["user"]))]
+)
+def test_exclusive_user_shares_nodes_with_the_users_own_jobs(
+    version: str, field: tuple[str, Any]
+) -> None:
+    job = description(_script("#SBATCH --exclusive=user"), version, {}, "/w")["job"]
+    assert job[field[0]] == field[1]
 
 
 @pytest.mark.parametrize("value", ["USR1@bad", "NOSUCH@60", "X:USR1@60", "0@60"])
@@ -337,9 +373,9 @@ def test_a_gres_other_than_gpus_is_refused() -> None:
             "description",
         ),
         (
-            "--exclusive=user",
-            "#SBATCH --exclusive=user: slurmrestd's job description (v0.0.42) has no field for "
-            "it; submit with --transport cli, or leave it out",
+            "--exclusive=oversubscribe",
+            "#SBATCH --exclusive=oversubscribe: slurmrestd's job description (v0.0.42) has no "
+            "field for it; submit with --transport cli, or leave it out",
         ),
         (
             "--open-mode=bogus",
