@@ -5,6 +5,8 @@ submitit's own watcher following the same array, in one run.
     python3 -m bench.controller_rpcs                          # 1,000 tasks of `true`
     python3 -m bench.controller_rpcs --tasks 1000 --at-once 4 # a gentler rate for a small host
     python3 -m bench.controller_rpcs --tasks 6 --json out.json   # CI's short mode
+    python3 -m bench.controller_rpcs --rest    # then the same followers over slurmrestd
+    python3 -m bench.controller_rpcs --rest-only --tasks 4 # over slurmrestd alone (no sacct)
 
 Needs a SLURM cluster this user may reset the statistics of (root on the testbed:
 ``sdiag --reset``, ``sacctmgr clear stats``). One ``sbatch --array=0-N-1 --wrap true``, then,
@@ -16,6 +18,11 @@ all at once until every task has ended:
   of ``hpcdist status <array>`` every ``--status-every`` seconds (``watch hpcdist status``);
 - submitit's watcher: a handle per task (``submitit.SlurmJob``), polled as ``job.done()``
   is, every second, until all are done (its watcher asks ``sacct`` for the array).
+
+With ``--rest`` (slurmrestd at ``$HPCDIST_SLURMRESTD``; a token of ``scontrol token`` unless
+``SLURM_JWT`` is set), a second array of the same size is then followed by the same waiter
+and watchers with ``HPCDIST_TRANSPORT=rest``: the daemon asks the controller for them, and
+its RPCs are counted the same way (statistics reset between the two).
 
 Counted: the controller's query RPCs from ``sdiag`` (messages of the query types: job,
 partition, node, federation and configuration information; not the submission, not the
@@ -167,18 +174,45 @@ def start_followers(
     return {"waiter": [waiter], "watchers": watchers, "submitit": [submitit_proc]}
 
 
-def run(tasks: int, at_once: int | None, status_every: float, timeout_s: float) -> dict[str, Any]:
+def rest_env(env: dict[str, str]) -> dict[str, str]:
+    """The followers' environment over slurmrestd: the transport, the daemon, a token."""
+    if not env.get("HPCDIST_SLURMRESTD"):
+        raise SystemExit(
+            "--rest: HPCDIST_SLURMRESTD is not set (scripts/slurm-testbed up prints it)"
+        )
+    token = env.get("SLURM_JWT", "")
+    if not token:
+        printed = subprocess.run(
+            ["scontrol", "token", "lifespan=7200"], capture_output=True, text=True, check=True
+        ).stdout.strip()
+        token = printed.removeprefix("SLURM_JWT=")
+    return {**env, "HPCDIST_TRANSPORT": "rest", "SLURM_JWT": token}
+
+
+def run(
+    tasks: int,
+    at_once: int | None,
+    status_every: float,
+    timeout_s: float,
+    transport: str = "cli",
+) -> dict[str, Any]:
     with tempfile.TemporaryDirectory(prefix="hpcdist-rpcs-") as tmp:
         folder = Path(tmp)
         shims = wrappers(folder / "bin")
         env = {**os.environ, "PATH": f"{shims}:{os.environ['PATH']}"}
         env["PYTHONPATH"] = str(Path(__file__).resolve().parents[1])
+        env["HPCDIST_HOME"] = str(folder / "state")
+        if transport == "rest":
+            env = rest_env(env)
         reset_stats()
         start = time.monotonic()
         array = submit_array(tasks, at_once, folder)
         procs = start_followers(array, tasks, env, folder, status_every)
+        if transport == "rest":  # submitit has no REST client: its watcher is the CLI phase's
+            procs["submitit"][0].kill()
+            del procs["submitit"]
         ends: dict[str, float] = {}
-        while len(ends) < 3 and time.monotonic() - start < timeout_s:
+        while len(ends) < len(procs) and time.monotonic() - start < timeout_s:
             for name, group in procs.items():
                 if name not in ends and all(p.poll() is not None for p in group):
                     ends[name] = time.monotonic() - start
@@ -194,7 +228,8 @@ def run(tasks: int, at_once: int | None, status_every: float, timeout_s: float) 
             else Counter()
         )
         subprocess.run(["scancel", array], capture_output=True)
-    return summarise(tasks, at_once, ends, ctld, dbd, calls, time.monotonic() - start)
+    result = summarise(tasks, at_once, ends, ctld, dbd, calls, time.monotonic() - start)
+    return {**result, "transport": transport}
 
 
 def summarise(
@@ -229,7 +264,35 @@ def summarise(
     }
 
 
-def table(result: dict[str, Any]) -> str:
+def rest_row(rest: dict[str, Any], submitit_per_min: float) -> list[str]:
+    """The REST phase's line: the controller's queries (the daemon's on hpcdist's behalf)
+    and slurmdbd's (the daemon's database paths), against submitit's watcher of the CLI
+    phase."""
+    rpcs = sum(rest["controller_queries"].values()) + rest["dbd_queries"]
+    per_min = rpcs / rest["minutes"]
+    ratio = per_min / submitit_per_min if submitit_per_min else float("inf")
+    return [
+        f"| hpcdist over slurmrestd: submit --wait + 10 watchers | {rpcs} | {per_min:.1f} | "
+        f"{ratio:.2f} | <= {TARGET_PER_MIN:.0f}/min |",
+        "",
+        f"over slurmrestd, {rest['minutes']:.1f} min to the last end: controller queries "
+        f"{rest['controller_queries']}; slurmdbd: {rest['dbd_queries']} queries; client calls "
+        f"(none expected): {rest['calls']}",
+    ]
+
+
+def table(result: dict[str, Any] | None, rest: dict[str, Any] | None = None) -> str:
+    if result is None:  # --rest-only
+        assert rest is not None
+        return "\n".join(
+            [
+                f"array of {rest['tasks']} tasks of `true`",
+                "",
+                "| who | query RPCs | per minute | x submitit's watcher | target |",
+                "|---|---|---|---|---|",
+                *rest_row(rest, 0.0),
+            ]
+        )
     hp, sub = result["hpcdist_per_min"], result["submitit_per_min"]
     lines = [
         f"array of {result['tasks']} tasks of `true`"
@@ -246,6 +309,9 @@ def table(result: dict[str, Any]) -> str:
         f"queries (+{result['dbd_connection_messages']} connection messages); "
         f"client calls: {result['calls']}",
     ]
+    if rest is not None:
+        lines[5:5] = rest_row(rest, sub)[:1]
+        lines += rest_row(rest, sub)[1:]
     return "\n".join(lines)
 
 
@@ -256,11 +322,16 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--status-every", type=float, default=10.0)
     parser.add_argument("--timeout", type=float, default=3600.0)
     parser.add_argument("--json", type=Path, default=None)
+    parser.add_argument("--rest", action="store_true", help="also follow over slurmrestd")
+    parser.add_argument("--rest-only", action="store_true", help="only over slurmrestd")
     args = parser.parse_args(argv)
-    result = run(args.tasks, args.at_once, args.status_every, args.timeout)
-    print(table(result))
+    timing = (args.tasks, args.at_once, args.status_every, args.timeout)
+    result = None if args.rest_only else run(*timing)
+    rest = run(*timing, "rest") if args.rest or args.rest_only else None
+    print(table(result, rest))
     if args.json is not None:
-        args.json.write_text(json.dumps(result, indent=2) + "\n")
+        payload = {**(result or {}), **({"rest": rest} if rest else {})}
+        args.json.write_text(json.dumps(payload, indent=2) + "\n")
     return 0
 
 

@@ -44,6 +44,18 @@ def _plugins(config: Mapping[str, str]) -> str:
 def _service_rows(found: ClusterProbe) -> list[Row]:
     """Accounting and the plugins that decide what efficiency can show."""
     gather = found.config.get("JobAcctGatherType", "")
+    if found.partitions_from == "rest":  # slurmrestd serves no configuration
+        return [
+            Row("accounting", "slurmrestd serves slurmdbd's paths")
+            if found.accounting
+            else Row(
+                "accounting",
+                "slurmrestd serves no slurmdbd paths",
+                "warn",
+                "status after a job ends and efficiency need slurmdbd behind the daemon",
+            ),
+            Row("JobAcctGather", "not reported (slurmrestd serves no configuration)"),
+        ]
     return [
         Row("accounting", "sacct works")
         if found.accounting
@@ -186,7 +198,8 @@ def cluster_rows(found: ClusterProbe) -> list[Row]:
         else Row("containers", "none found (apptainer, singularity, pyxis)")
     )
     rows.append(Row("MPI types", ", ".join(found.mpi) or "none listed"))
-    rows.append(Row("partitions read from", f"scontrol {found.partitions_from} output"))
+    source = {"rest": "slurmrestd's answer"}.get(found.partitions_from)
+    rows.append(Row("partitions read from", source or f"scontrol {found.partitions_from} output"))
     return rows
 
 

@@ -113,7 +113,7 @@ class ClusterProbe:
     nodes: tuple[Node, ...] = ()
     containers: tuple[str, ...] = ()
     mpi: tuple[str, ...] = ()
-    partitions_from: str = "text"  # "json" where the version had it
+    partitions_from: str = "text"  # "json" where the version had it; "rest": slurmrestd's
     cluster_name: str | None = None
     controller_host: str | None = None
     max_array_size: int | None = None
@@ -236,10 +236,10 @@ def rest_probe() -> ClusterProbe:
     return ClusterProbe(
         version=version,
         controller=True,
-        accounting=False,
+        accounting=client.database,
         partitions=tuple(partitions),
         nodes=tuple(nodes_from_sinfo(restjob.node_rows(nodes_answer))),
-        partitions_from="json",
+        partitions_from="rest",
         cluster_name=restjob.cluster(answer),
     )
 

@@ -278,6 +278,11 @@ class RestClient:
             self._database = any(p.startswith(f"/slurmdb/{self._version}/") for p in paths)
         return self._version
 
+    @property
+    def database(self) -> bool:
+        """Whether the daemon serves slurmdbd's paths (accounting) in the version spoken."""
+        return bool(self.version) and self._database
+
     def _is_legacy(self) -> bool:
         return self._version is not None and restjob.is_legacy(self._version)
 

@@ -26,6 +26,7 @@ from tests.integration.conftest import slurm_env
 from tests.integration.sidebed import FINAL, SideBed, side_testbed
 
 pytestmark = [pytest.mark.slurm, pytest.mark.slurm_versions, pytest.mark.xdist_group("rest")]
+ROOT = Path(__file__).resolve().parents[2]
 
 
 @pytest.fixture(scope="module")
@@ -373,3 +374,28 @@ def test_fifty_flag_sets_queue_the_rendered_bytes_and_fields_over_both_transport
             env=env, capture_output=True, timeout=60, check=False,
         )  # fmt: skip
     assert compared == 50
+
+
+def test_controller_rpcs_short_mode_follows_an_array_over_rest(
+    restbed: SideBed, tmp_path: Path
+) -> None:
+    out = tmp_path / "rpcs.json"
+    env = slurm_env({"SLURM_CONF": str(restbed.slurm_conf)})
+    env.update(
+        {
+            "PYTHONPATH": str(ROOT),
+            "HPCDIST_SLURMRESTD": restbed.exports["HPCDIST_SLURMRESTD"],
+            "SLURM_JWT": auth(restbed, lifespan=3600)["X-SLURM-USER-TOKEN"],
+        }
+    )
+    argv = ["--rest-only", "--tasks", "4", "--status-every", "2", "--timeout", "300"]
+    proc = subprocess.run(
+        [sys.executable, "-m", "bench.controller_rpcs", *argv, "--json", str(out)],
+        cwd=ROOT, env=env, capture_output=True, text=True, timeout=600,
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    rest = json.loads(out.read_text())["rest"]
+    assert sorted(rest["ends_s"]) == ["waiter", "watchers"]
+    assert rest["calls"] == {}  # hpcdist's followers ran no SLURM command
+    assert rest["controller_queries"].get("REQUEST_JOB_INFO_SINGLE", 0) >= 1, rest
+    assert "| hpcdist over slurmrestd: submit --wait + 10 watchers |" in proc.stdout
