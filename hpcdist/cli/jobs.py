@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import re
 import time
 from collections import Counter
@@ -27,7 +28,7 @@ from hpcdist.jobs.submit import EXECUTORS
 from hpcdist.render.directives import warning_text
 from hpcdist.slurm.freshness import shown
 from hpcdist.slurm.userjobs import seen
-from hpcdist.spec.options import job_options, spec_from_options
+from hpcdist.spec.options import job_options, spec_and_profile
 
 
 @click.command()
@@ -46,7 +47,14 @@ def submit(executor: str, dry_run: bool, wait: bool, no_preflight: bool, **optio
     from hpcdist.jobs import submit as submission
     from hpcdist.jobs.leadcheck import lead_warning
 
-    spec = spec_from_options(options)
+    spec, profile = spec_and_profile(options)
+    # --transport (set already) > $HPCDIST_TRANSPORT > the profile's keys.
+    for var, value in (
+        ("HPCDIST_TRANSPORT", profile.transport),
+        ("HPCDIST_SLURMRESTD", profile.slurmrestd),
+    ):
+        if value and not os.environ.get(var):
+            os.environ[var] = value
     if warning := lead_warning(spec):
         click.echo(warning, err=True)
     # One plan: --dry-run prints it, a submission carries it out.

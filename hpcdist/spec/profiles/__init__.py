@@ -59,6 +59,10 @@ class Profile:
     # render --script may write into a folder others can write (--trust-folder's key): the
     # user's word for every script rendered with this profile.
     trust_folder: bool = False
+    # How SLURM is reached where neither --transport nor $HPCDIST_TRANSPORT says (cli, rest)
+    # and slurmrestd's address where $HPCDIST_SLURMRESTD does not.
+    transport: str | None = None
+    slurmrestd: str | None = None
 
     def key(self, name: str) -> str:
         """How a message names one of this profile's keys: its file and the key."""
@@ -67,7 +71,16 @@ class Profile:
 
 _KEYS = tuple(f for f in Profile.__dataclass_fields__ if f not in ("name", "source"))
 _INT_KEYS = ("max_nodes", "cores_per_node", "gpus_per_node", "memory_mb", "max_array_size")
-_STR_KEYS = ("description", "partition", "account", "qos", "max_time", "gpu_request")
+_STR_KEYS = (
+    "description",
+    "partition",
+    "account",
+    "qos",
+    "max_time",
+    "gpu_request",
+    "slurmrestd",
+)
+TRANSPORTS = ("cli", "rest")
 _ENV_KEYS = ("env", "gloo_env", "nccl_env")
 _BOOL_KEYS = ("trust_folder",)
 
@@ -186,6 +199,10 @@ def _expect_value(source: str, key: str, value: object) -> Any:
     """A known key's value, checked for its type (ProfileError naming the key otherwise)."""
     if key in _INT_KEYS:
         return _expect_int(source, key, value)
+    if key == "transport":
+        if value not in TRANSPORTS:
+            raise ProfileError(f"profile {source!r}: transport must be cli or rest, got {value!r}")
+        return value
     if key in _STR_KEYS:
         return _expect_str(source, key, value)
     if key in _ENV_KEYS:
