@@ -565,9 +565,17 @@ def _slurm_view(
     """A SLURM job's log files, and which of their lines are rank ``rank``'s (all: None)."""
     found = job_logs(info, rank, [Path.cwd()])
     if not found.files():
+        from hpcdist.slurm import rest
+
+        where = (
+            " (slurmrestd serves no file: logs are read where the job wrote them, which this "
+            "machine must mount)"
+            if rest.chosen()
+            else ""
+        )
         raise UserError(
             f"no log of job {info.job_id} ({freshness.shown(info.state, info.seen)}) found; "
-            f"looked in: {'; '.join(found.looked)}"
+            f"looked in: {'; '.join(found.looked)}{where}"
         )
     paths = found.files()
     keep, shown = _rank_filter(rank), _unlabel(rank)
