@@ -610,13 +610,24 @@ def list_command() -> int:
         if record.executor == "slurm":
             state = job.state if job is not None else "UNKNOWN"
             elapsed = job.elapsed_s if job is not None else None
+            starts = job.starts if job is not None else 1
         else:
             state = job_state(record)  # a local process: no SLURM query
             elapsed = local_elapsed(record)
+            starts = 1
         shown = "-" if elapsed is None else format_duration(elapsed)
+        if starts > 1:  # a requeued job: the time of all its starts, and how many
+            shown += f" ({starts} starts)"
         rows.append((record.job_id, state, shown, record.executor, record.name))
     rows.extend(
-        (job.job_id, job.state, format_duration(job.elapsed_s or 0), "-", job.name)
+        (
+            job.job_id,
+            job.state,
+            format_duration(job.elapsed_s or 0)
+            + (f" ({job.starts} starts)" if job.starts > 1 else ""),
+            "-",
+            job.name,
+        )
         for job in slurm.values()
     )
     from hpcdist.cli.runs import group_by_run

@@ -59,7 +59,10 @@ def _clock(seconds: float | None) -> str:
 
 
 def _resumed(piece: Piece) -> str:
+    """Where the piece's training began: a checkpoint, the start, or "-" until it says."""
     point = piece.resumed_from
+    if not piece.noted:
+        return "-"
     if point is None:
         return "start"
     written = point.get("time")
@@ -243,7 +246,9 @@ def merged_log(run: Run) -> str:
     for number, piece in enumerate(run.pieces, 1):
         header = (
             f"==> run {run.run_id}, piece {number}: job {piece.job_id}, restart "
-            f"{piece.restart}, on {piece.nodes or '?'}, resumed from {_resumed(piece)} <=="
+            f"{piece.restart}, on {piece.nodes or '?'}, "
+            + (f"resumed from {_resumed(piece)}" if piece.noted else "training not begun")
+            + " <=="
         )
         out.append(header + "\n")
         text = _piece_text(piece)

@@ -34,6 +34,9 @@ class Piece:
     workdir: str
     nodes: str
     resumed_from: dict[str, Any] | None  # the checkpoint's epoch, step, time; None: fresh
+    # Whether the training has said where it starts (its note): a piece whose training has
+    # not begun (or a command that is not hpcdist's training) resumed from nothing known.
+    noted: bool = True
 
     @classmethod
     def from_files(cls, piece: dict[str, Any], note: dict[str, Any] | None) -> Piece:
@@ -46,6 +49,7 @@ class Piece:
             workdir=str(piece.get("workdir") or ""),
             nodes=str(piece.get("nodes") or ""),
             resumed_from=resumed if isinstance(resumed, dict) else None,
+            noted=note is not None,
         )
 
 

@@ -393,8 +393,28 @@ class JobSummary:
 
     job_id: str
     state: str
-    elapsed_s: float | None
+    elapsed_s: float | None  # every start's time in all (the latest one's: the queue's)
     name: str
+    starts: int = 1  # a requeued job starts again under its id: sacct -D has a row per start
+    before_s: float = 0.0  # the time of the starts before the latest
+
+
+def accounted_summaries(text: str) -> list[JobSummary]:
+    """``sacct -D`` lines (one per start of a requeued job, the latest last): one summary
+    per job, its time that of every start, its state the latest's."""
+    jobs: dict[str, JobSummary] = {}
+    for job in _summaries(text):
+        earlier = jobs.get(job.job_id)
+        if earlier is not None:
+            before = earlier.elapsed_s or 0.0  # every start before this one
+            job = dataclasses.replace(
+                job,
+                elapsed_s=before + (job.elapsed_s or 0.0),
+                starts=earlier.starts + 1,
+                before_s=before,
+            )
+        jobs[job.job_id] = job
+    return list(jobs.values())
 
 
 def _summaries(text: str) -> list[JobSummary]:
@@ -411,9 +431,17 @@ def _summaries(text: str) -> list[JobSummary]:
 def merge_summaries(
     live: Sequence[JobSummary], accounted: Sequence[JobSummary]
 ) -> list[JobSummary]:
-    """The queue's view of a job wins over the database's (which lags it); newest first."""
+    """The queue's view of a job wins over the database's (which lags it), the time of its
+    earlier starts added (the queue counts the latest start's only); newest first."""
     merged = {job.job_id: job for job in accounted}
-    merged.update({job.job_id: job for job in live})
+    for job in live:
+        known = merged.get(job.job_id)
+        if known is not None and known.starts > 1:
+            total = (job.elapsed_s or 0.0) + known.before_s
+            job = dataclasses.replace(
+                job, elapsed_s=total, starts=known.starts, before_s=known.before_s
+            )
+        merged[job.job_id] = job
 
     def order(job: JobSummary) -> tuple[int, str]:
         head = job.job_id.split("_")[0]
@@ -449,11 +477,10 @@ def recent_jobs(since: str = "now-1days") -> list[JobSummary]:
     else:
         proc = _run(["squeue", "--me", "-t", "all", "-h", "-o", "%i|%T|%M|%j"])
         live = _summaries(proc.stdout) if proc is not None and proc.returncode == 0 else []
-    accounted = _run(["sacct", "-X", "-P", "-n", "-S", since, fields])
-    return merge_summaries(
-        live,
-        _summaries(accounted.stdout) if accounted is not None and accounted.returncode == 0 else [],
-    )
+    # -D: a row per start of a requeued job, so that its time is every start's.
+    accounted = _run(["sacct", "-X", "-D", "-P", "-n", "-S", since, fields])
+    text = accounted.stdout if accounted is not None and accounted.returncode == 0 else ""
+    return merge_summaries(live, accounted_summaries(text))
 
 
 def fold_pending(jobs: Sequence[JobSummary]) -> list[JobSummary]:

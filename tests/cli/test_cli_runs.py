@@ -39,6 +39,7 @@ def records(tmp_path: Path) -> Path:
     _write(root / "41-ab" / "41-1.json", {**base, "job_id": "41", "restart": 1, "started": 20})
     _write(root / "41-ab" / "45-0.json", {**base, "job_id": "45", "restart": 0, "started": 30})
     resumed = {"epoch": 3, "step": 90, "time": 15.0}
+    _write(root / "41-ab" / "41-0.train.json", {"run_dir": str(run_dir), "resumed_from": None})
     _write(root / "41-ab" / "41-1.train.json", {"run_dir": str(run_dir), "resumed_from": resumed})
     _write(root / "50-cd" / "50-0.json", {**base, "job_id": "50", "restart": 0, "started": 40})
     os.utime(root / "41-ab", (1, 1))
@@ -285,7 +286,7 @@ def test_status_of_a_run_prints_nodes_and_folders_escaped(
     assert runs.run_lines(run, now=20.0) == [
         "run 61-ab: 1 piece, jobs 61\\x1b[2J",
         "  PIECE JOB        RESTART STATE         QUEUED      RAN  RESUMED FROM",
-        "  1     61\\x1b[2J  0       UNKNOWN            -        -  start",
+        "  1     61\\x1b[2J  0       UNKNOWN            -        -  -",
         f"  run folder: {escaped}",
         f"  heartbeat:  no heartbeat yet in {escaped}",
     ]
@@ -305,3 +306,21 @@ def test_a_job_trained_where_its_script_pointed_it_not_where_a_later_training_we
         "45": tmp_path / "runs" / "41",
         "50": moved,  # its newest piece's
     }
+
+
+@pytest.mark.parametrize(
+    ("note", "shown"),
+    [
+        (None, "-"),  # the training has not said where it starts: not "start"
+        ({"run_dir": "/r", "resumed_from": None}, "start"),
+        ({"run_dir": "/r", "resumed_from": {"epoch": 3, "step": 30}}, "epoch 3, step 30"),
+    ],
+)
+def test_a_piece_resumed_from_only_what_its_training_said(
+    note: dict[str, object] | None, shown: str
+) -> None:
+    from hpcdist.cli import runs
+    from hpcdist.jobs.runs import Piece
+
+    piece = Piece.from_files({"job_id": "7", "restart": 1, "started": 1.0}, note)
+    assert runs._resumed(piece) == shown

@@ -20,7 +20,13 @@ from hpcdist.slurm.parse import (
     parse_sacct,
     parse_scontrol_records,
 )
-from hpcdist.slurm.query import JobSummary, from_sacct, from_scontrol, merge_summaries
+from hpcdist.slurm.query import (
+    JobSummary,
+    accounted_summaries,
+    from_sacct,
+    from_scontrol,
+    merge_summaries,
+)
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "slurm"
 
@@ -261,3 +267,17 @@ def test_generated_key_value_lines_parse_back(pairs: dict[str, str]) -> None:
 def test_lines_without_pairs_are_errors(line: str) -> None:
     with pytest.raises(SlurmOutputError, match="scontrol -o"):
         parse_key_values(line)
+
+
+def test_a_requeued_jobs_time_is_every_starts_and_the_queue_adds_the_latest() -> None:
+    # sacct -D: a row per start, the latest last (REQUEUED, then the run going on).
+    text = "41|REQUEUED|00:05:00|train\n41|RUNNING|00:03:00|train\n42|COMPLETED|00:01:00|x\n"
+    accounted = {job.job_id: job for job in accounted_summaries(text)}
+    assert accounted["41"] == JobSummary("41", "RUNNING", 480.0, "train", 2, 300.0)
+    assert accounted["42"] == JobSummary("42", "COMPLETED", 60.0, "x", 1, 0.0)
+    # The queue's view of the running start (3:20 now) plus the 5 minutes before it.
+    live = [JobSummary("41", "RUNNING", 200.0, "train")]
+    merged = {job.job_id: job for job in merge_summaries(live, list(accounted.values()))}
+    assert merged["41"] == JobSummary("41", "RUNNING", 500.0, "train", 2, 300.0)
+    one = merge_summaries([JobSummary("42", "RUNNING", 7.0, "x")], [accounted["42"]])
+    assert one == [JobSummary("42", "RUNNING", 7.0, "x")]  # one start: the queue's time
