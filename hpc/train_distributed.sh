@@ -51,6 +51,9 @@ export HPCDIST_SIGNAL_LEAD=90
 # A node that a failure names (a killed rank, a network error) is left out of this run's
 # requeued or resubmitted pieces for this many seconds (--bad-node-hold).
 export HPCDIST_BAD_NODE_HOLD=3600
+# CPU nodes: accelerate (and the HF Trainer) form one job of every rank only when told to use
+# the CPUs; otherwise each node trains a copy of its own. A value the job sets is kept.
+export ACCELERATE_USE_CPU="${ACCELERATE_USE_CPU:-true}"
 # <<< environment
 
 # hpcdist's state of this job (its secret, its requeue marker, its log record) lives in

@@ -142,7 +142,7 @@ import torch
 from accelerate import Accelerator
 from torch.utils.data import DataLoader, TensorDataset
 
-accelerator = Accelerator(cpu=True)
+accelerator = Accelerator()  # as README's recipe: the job says it runs on CPUs
 torch.manual_seed(0)
 model = torch.nn.Linear(4, 1)
 optimizer = torch.optim.SGD(model.parameters(), lr=0.1)

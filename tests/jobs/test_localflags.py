@@ -140,12 +140,13 @@ WAITER = (
 )
 
 
-@pytest.mark.parametrize(("flag", "name"), [("USR2@55", "USR2"), ("B:USR1@55", "USR1")])
+@pytest.mark.parametrize(("flag", "name"), [("USR2@90", "USR2"), ("B:USR1@90", "USR1")])
 def test_a_local_job_is_warned_with_its_signal_before_its_time_limit(
     flag: str, name: str, tmp_path: Path
 ) -> None:
-    """--time 1 with a 55 s lead: the ranks wait until the warning comes (5 s in), whatever
-    the machine's speed; without it they would run into the limit and fail."""
+    """--time 2 with a 90 s lead: the ranks wait until the warning comes (30 s in), whatever
+    the machine's speed; without it they would run into the limit and fail. (At 5 s in, ranks
+    still starting on a loaded machine died of the signal before their handler was set.)"""
     waiter = tmp_path / "waiter.py"
     waiter.write_text(WAITER)
     spec = spec_from_options(
@@ -155,7 +156,7 @@ def test_a_local_job_is_warned_with_its_signal_before_its_time_limit(
             "nodes": 1,
             "tasks_per_node": 2,
             "cpus_per_task": 1,
-            "time": "1",
+            "time": "2",
             "signal": flag,
             "command": f"{sys.executable} {waiter} {name}",
         }

@@ -964,3 +964,35 @@ def test_ntasks_is_refused_where_it_cannot_hold(flags: dict[str, object], messag
     with pytest.raises(SpecError) as info:
         spec_from_options({"profile": None, "mode": "gloo", "nodes": 2, **flags})
     assert message in str(info.value)
+
+
+@pytest.mark.parametrize(
+    ("options", "exported"),
+    [
+        ({"mode": "gloo", "nodes": 2}, True),
+        ({"mode": "gloo", "nodes": 2, "launcher": "torchrun"}, True),
+        ({"mode": "threads"}, False),
+        ({"mode": "nccl", "nodes": 1, "gpus_per_node": 2}, False),
+    ],
+)
+def test_cpu_jobs_tell_accelerate_to_use_the_cpus_unless_the_job_says_otherwise(
+    options: dict[str, Any], exported: bool, tmp_path: Path
+) -> None:
+    script = render(spec_from_options({"profile": None, **options}))
+    line = 'export ACCELERATE_USE_CPU="${ACCELERATE_USE_CPU:-true}"\n'
+    assert (line in script) is exported
+    if not exported:
+        return
+    # The job's own value (--env, or the environment it is submitted from) is kept.
+    with_env = render(
+        spec_from_options({"profile": None, **options, "env": ("ACCELERATE_USE_CPU=false",)})
+    )
+    assert with_env.index(line) < with_env.index("export ACCELERATE_USE_CPU=false\n")
+    shown = subprocess.run(
+        ["bash", "-c", line + 'echo "$ACCELERATE_USE_CPU"'],
+        env={"PATH": os.environ["PATH"], "ACCELERATE_USE_CPU": "0"},
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout
+    assert shown == "0\n"
