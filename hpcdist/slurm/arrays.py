@@ -50,15 +50,19 @@ def task_states(array_id: str, count: int) -> dict[str, str]:
 
 
 def _rest_task_states(array_id: str, wanted: list[str]) -> dict[str, str]:
-    """task_states over slurmrestd: the database's rows, then the controller's records
-    (pending tasks folded into one record, ``ArrayTaskId=1-2``)."""
+    """task_states over slurmrestd: the controller's records (pending tasks folded into one
+    record, ``ArrayTaskId=1-2``), then the database's rows for the tasks it has forgotten
+    (asked only then: one slurmdbd query a look otherwise)."""
     client = rest.client()
-    lines = [f"{row['JobID']}|{row['State']}" for row in client.db_rows(array_id)]
+    lines = []
     for record in client.job_records(array_id):
         task = record.get("ArrayTaskId", "")
         shown = f"{array_id}_{task}" if task.isdigit() else f"{array_id}_[{task}]"
         lines.append(f"{shown}|{record['JobState']}")
     states = parse_task_states("\n".join(lines))
+    if any(task not in states for task in wanted):
+        accounted = [f"{row['JobID']}|{row['State']}" for row in client.db_rows(array_id)]
+        states = {**parse_task_states("\n".join(accounted)), **states}
     return {task: states.get(task, "UNKNOWN") for task in wanted}
 
 
