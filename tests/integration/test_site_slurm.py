@@ -173,7 +173,7 @@ def gpu_testbed(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SideBed]:
     for index in range(4):
         (devices / f"nvidia{index}").write_text("")
     with side_testbed(
-        "gpu", 70, gpus="2", gpu_type="tesla", gpu_device=str(devices / "nvidia")
+        "gpu", 72, gpus="2", gpu_type="tesla", gpu_device=str(devices / "nvidia")
     ) as bed:
         yield bed
 

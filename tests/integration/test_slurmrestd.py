@@ -31,7 +31,7 @@ ROOT = Path(__file__).resolve().parents[2]
 
 @pytest.fixture(scope="module")
 def restbed() -> Iterator[SideBed]:
-    with side_testbed("rest", 70, slurmrestd="1") as bed:
+    with side_testbed("rest", 78, slurmrestd="1") as bed:
         yield bed
 
 
