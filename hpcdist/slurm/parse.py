@@ -5,6 +5,7 @@ durations, memory sizes and exit codes. Pure: text in, values out, no SLURM need
 from __future__ import annotations
 
 import re
+import time
 from typing import Literal
 
 from hpcdist.errors import UserError
@@ -116,6 +117,15 @@ def parse_duration(text: str) -> float | None:
     # Right to left: seconds, minutes, hours.
     fields = [float(part) for part in reversed(clock.split(":"))]
     return int(days or 0) * 86400 + sum(f * m for f, m in zip(fields, (1, 60, 3600), strict=False))
+
+
+def parse_timestamp(text: str | None) -> float | None:
+    """Seconds since the epoch of a SLURM timestamp (``2026-11-27T18:20:11``, local time);
+    None for ``Unknown``, ``None``, ``(null)`` or ''."""
+    try:
+        return time.mktime(time.strptime((text or "").strip(), "%Y-%m-%dT%H:%M:%S"))
+    except ValueError:
+        return None
 
 
 def format_duration(seconds: float | None) -> str:

@@ -32,6 +32,7 @@ from typing import Any
 from hpcdist.errors import UserError
 from hpcdist.slurm import restjob
 from hpcdist.slurm.accounts import current_user
+from hpcdist.slurm.parse import parse_timestamp
 
 # The OpenAPI versions hpcdist speaks, newest first: v0.0.38 (SLURM 22.05), v0.0.40-42
 # (24.11), v0.0.42-45 (26.05); tests/fixtures/slurmrestd holds each one's real answers.
@@ -331,7 +332,7 @@ class RestClient:
 
     def _queued_since(self, began: float, name: str, workdir: str) -> str | None:
         for record in self.user_records():
-            stamp = restjob.parse_stamp(record["SubmitTime"])
+            stamp = parse_timestamp(record["SubmitTime"])
             if (
                 record["JobName"] == name
                 and record["WorkDir"] == workdir

@@ -327,14 +327,6 @@ def _stamp(raw: object) -> str:
     return time.strftime("%Y-%m-%dT%H:%M:%S", time.localtime(number))
 
 
-def parse_stamp(text: str) -> float | None:
-    """Seconds since the epoch of a ``_stamp``; None for ``Unknown``."""
-    try:
-        return time.mktime(time.strptime(text.strip(), "%Y-%m-%dT%H:%M:%S"))
-    except ValueError:
-        return None
-
-
 def job_state(raw: object) -> str:
     """``RUNNING``; v0.0.40 on give a list (``["CANCELLED", "COMPLETING"]``): its first is
     the base state, as scontrol's ``JobState``."""

@@ -60,6 +60,7 @@ from hpcdist.slurm.parse import (
     expand_task_ids,
     parse_exit_code,
     parse_key_values,
+    parse_timestamp,
 )
 from hpcdist.slurm.tools import slurm_tool
 from hpcdist.state.fileutil import write_atomic
@@ -182,13 +183,6 @@ def enabled(environ: Mapping[str, str] | None = None) -> bool:
     return env.get(ENV_SWITCH, "").strip().lower() not in ("off", "0", "no")
 
 
-def _stamp(text: str) -> float | None:
-    try:
-        return time.mktime(time.strptime(text.strip(), "%Y-%m-%dT%H:%M:%S"))
-    except ValueError:
-        return None
-
-
 def youngest_submit(rows: Sequence[Row]) -> float | None:
     """When the youngest unfinished job was submitted (None: none is unfinished)."""
     stamps = {
@@ -196,7 +190,7 @@ def youngest_submit(rows: Sequence[Row]) -> float | None:
         for row in rows
         if row.get("State", "").split()[0:1] and row["State"].split()[0] not in FINAL_STATES
     }
-    found = [stamp for text in stamps if (stamp := _stamp(text)) is not None]
+    found = [stamp for text in stamps if (stamp := parse_timestamp(text)) is not None]
     return max(found) if found else None
 
 
@@ -223,7 +217,7 @@ def merge_rows(old: Sequence[Row], new: Sequence[Row], now: float) -> list[Row]:
         if row["JobArrayID"] not in seen
         and row.get("State", "").split()[:1] != []
         and row["State"].split()[0] in FINAL_STATES
-        and now - (_stamp(row.get("SubmitTime", "")) or now) < KEEP_ENDED_S
+        and now - (parse_timestamp(row.get("SubmitTime", "")) or now) < KEEP_ENDED_S
     ]
     return [*new, *kept]
 
