@@ -324,9 +324,10 @@ def test_strangers_joining_the_rendezvous_with_the_right_port_cost_the_job_nothi
             said += stranger.communicate(timeout=30)[0]
     log = _log(project, "rdzv", job.job_id)
     assert state == "COMPLETED", log + said
-    # The real ranks met and exchanged (7 + 7), the late rank within seconds of coming.
+    # The real ranks met and exchanged (7 + 7); the late rank did not wait out its 40 s setup
+    # timeout behind a stranger holding its place (how fast it joined is the machine's load).
     joined = re.findall(r"EXCHANGED \[14.0, 14.0, 14.0\] rank 1 joined in ([0-9.]+) s", log)
-    assert len(joined) == 1 and float(joined[0]) < 10, log
+    assert len(joined) == 1 and float(joined[0]) < 40, log
     assert "attacker joined" not in said and "attacker received" not in said, said
 
 
