@@ -42,6 +42,10 @@ SHM_DIR = Path("/dev/shm")
 # is noticed within a second (its process id is in the segment).
 ARRIVAL_TIMEOUT_S = 600.0
 _BUSY_SPINS = 50  # looks at the counters (about 1 us each) before yielding the core
+# A wait longer than this (a slow or hung peer, not a step's jitter) sleeps between looks:
+# yielding alone kept every waiting rank's core at 100% for as long as the peer took.
+_NAP_AFTER_S = 0.02
+_NAP_S = 0.0005  # at most half a millisecond added to a wait of 20 ms or more
 # The symmetric memory's set-up (allocate, map every GPU's buffer, test) made a 2-GPU job
 # on one host 3-3.5 s slower to start than NCCL's all-reduce alone (default job, 2x H200,
 # docs/benchmarks.md); its one-shot all-reduce saves about 11 us a step against NCCL's (4
@@ -114,7 +118,7 @@ class SharedMemoryAllReduce:
 
     def _wait(self, step: int) -> None:
         counters = self.counters
-        spins = 0
+        spins, napping = 0, False
         started = time.monotonic()
         next_look = started + 1.0
         while (counters < step).any():
@@ -123,10 +127,15 @@ class SharedMemoryAllReduce:
                 continue  # peers on cores of their own arrive within microseconds
             # Then give the core away at every look: on a host with more threads than
             # cores, the peer this rank waits for may need it to arrive at all.
-            os.sched_yield()
-            if spins % 1024 == 0 and (now := time.monotonic()) > next_look:
+            if napping:
+                time.sleep(_NAP_S)
+            else:
+                os.sched_yield()
+            if (napping or spins % 1024 == 0) and (now := time.monotonic()) > next_look:
                 next_look = now + 1.0
                 self._check_peers(step, now - started)
+            if not napping and spins % 1024 == 0:
+                napping = time.monotonic() - started > _NAP_AFTER_S
 
     def _check_peers(self, step: int, waited: float) -> None:
         """Raise if a late rank's process is gone (a crashed rank never arrives) or the

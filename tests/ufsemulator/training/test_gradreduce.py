@@ -5,6 +5,7 @@ import socket
 import subprocess
 import sys
 import threading
+import time
 from pathlib import Path
 
 import pytest
@@ -98,6 +99,32 @@ def test_a_rank_whose_process_is_gone_is_named_not_waited_for(
     segment[:128].view(torch.int64)[9] = gone.pid  # rank 1's line: counter, then its pid
     with pytest.raises(RuntimeError, match=rf"rank 1 \(process {gone.pid}\) has exited"):
         waiting.reduce_(torch.ones(4))
+
+
+def test_a_rank_waiting_for_a_late_peer_sleeps_instead_of_burning_its_core() -> None:
+    # The peer comes after a second (a slow step, or a hung rank's first second): the waiting
+    # rank's own CPU time is counted, not the wall clock. Spinning on sched_yield cost the
+    # whole second (or the machine's share of it) before; napping costs milliseconds.
+    segment = shared_segment(2, 4)
+    waiting = SharedMemoryAllReduce(segment, 4, 0, 2)
+    late = SharedMemoryAllReduce(segment, 4, 1, 2)
+    spent: list[float] = []
+
+    def wait_for_the_peer() -> None:
+        start = time.thread_time()
+        waiting.reduce_(torch.ones(4))
+        spent.append(time.thread_time() - start)
+
+    thread = threading.Thread(target=wait_for_the_peer)
+    wall = time.monotonic()
+    thread.start()
+    time.sleep(1.0)
+    late.reduce_(torch.full((4,), 3.0))
+    thread.join(timeout=60)
+    waited = time.monotonic() - wall
+    assert spent and waited >= 1.0
+    assert spent[0] < 0.2 * waited, f"{spent[0]:.3f} s of CPU in a {waited:.2f} s wait"
+    assert waiting.waited_s >= 0.9  # the wait itself is what it was
 
 
 def context(world: int, local_world: int, device: str = "cpu") -> DistContext:
