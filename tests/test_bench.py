@@ -95,6 +95,7 @@ def test_bad_variants_are_refused(text: str) -> None:
         _variant(text)
 
 
+@pytest.mark.slow
 def test_bench_runs_all_three_loops_on_two_gloo_ranks(tmp_path: Path) -> None:
     out = tmp_path / "result.json"
     proc = subprocess.run(
@@ -193,6 +194,7 @@ def test_time_to_target_variants_and_epoch_clocks() -> None:
     assert _outside_steps({}) == "no per-epoch clock"
 
 
+@pytest.mark.slow
 def test_cpu_scaling_runs_every_exchange_beside_independent_copies(tmp_path: Path) -> None:
     # The short CPU mode of bench.cpu_scaling: 2 ranks of 1 CPU, as on a 2-core machine.
     out = tmp_path / "scaling.json"

@@ -32,6 +32,7 @@ def _run(argv: list[str], timeout: float) -> subprocess.CompletedProcess[str]:
     )
 
 
+@pytest.mark.slow
 def test_exchanges_short_mode_counts_the_bytes_each_exchange_sent(tmp_path: Path) -> None:
     out = tmp_path / "exchanges.json"
     argv = ["bench.exchanges", "--ranks", "2,3", "--chunks", "1", "--per-chunk", "5", "--json"]
@@ -51,6 +52,7 @@ def test_exchanges_short_mode_counts_the_bytes_each_exchange_sent(tmp_path: Path
     assert "| 3     | 37 | halving" in proc.stdout
 
 
+@pytest.mark.slow
 def test_rendezvous_short_mode_times_both_groups_and_the_store(tmp_path: Path) -> None:
     out = tmp_path / "rendezvous.json"
     argv = [
@@ -80,6 +82,7 @@ def test_rendezvous_short_mode_times_both_groups_and_the_store(tmp_path: Path) -
     os.geteuid() != 0 or importlib.util.find_spec("pyroute2") is None,
     reason="network namespaces need root and pyroute2",
 )
+@pytest.mark.slow
 def test_exchanges_run_with_every_rank_a_host_of_its_own(tmp_path: Path) -> None:
     proc = _run(["bench.exchanges", "--ranks", "3", "--chunks", "1", "--netns"], timeout=300)
     assert proc.returncode == 0, proc.stdout + proc.stderr

@@ -9,9 +9,12 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 ROOT = Path(__file__).resolve().parents[1]
 
 
+@pytest.mark.slow
 def test_sweep_scale_short_mode_splits_and_reports_every_point(tmp_path: Path) -> None:
     out = tmp_path / "sweep.json"
     argv = ["--points", "40", "--fake-slurm", "--max-array-size", "15", "--json", str(out)]

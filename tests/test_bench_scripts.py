@@ -130,6 +130,7 @@ def test_bench_cli_times_the_command_line(tmp_path: Path) -> None:
     assert json.loads(out.read_text())
 
 
+@pytest.mark.slow
 def test_collectives_on_cpu_ranks(tmp_path: Path) -> None:
     out = tmp_path / "collectives.json"
     proc = _run(
@@ -156,11 +157,13 @@ def test_collectives_on_cpu_ranks(tmp_path: Path) -> None:
     assert json.loads(out.read_text())
 
 
+@pytest.mark.slow
 def test_floor_forms_a_gloo_group_without_gpus() -> None:
     proc = _run(_torchrun(2, "-m", "bench.floor"), timeout=120)
     assert proc.returncode == 0, proc.stderr
 
 
+@pytest.mark.slow
 def test_e2e_data_floor_days_and_cpu_stages(tmp_path: Path) -> None:
     out = tmp_path / "out"
     proc = _run(
@@ -202,6 +205,7 @@ def test_e2e_data_floor_days_and_cpu_stages(tmp_path: Path) -> None:
     assert days["overrides"] == {"training.lr_warmup_epochs": 0.5}
 
 
+@pytest.mark.slow
 def test_userloop_trains_on_daily_files(tmp_path: Path) -> None:
     days = tmp_path / "days"
     made = _run(
@@ -237,6 +241,7 @@ def test_userloop_trains_on_daily_files(tmp_path: Path) -> None:
     assert (run_dir / "result.json").is_file() and (run_dir / "model.pt").is_file()
 
 
+@pytest.mark.slow
 def test_hang_check_fails_at_the_collective_timeout_on_gloo(tmp_path: Path) -> None:
     started = time.monotonic()
     proc = _run(
@@ -253,6 +258,7 @@ def test_hang_check_fails_at_the_collective_timeout_on_gloo(tmp_path: Path) -> N
     assert time.monotonic() - started < 120  # ended, by the 5 s collective timeout (above)
 
 
+@pytest.mark.slow
 def test_run_gpu_driver_runs_its_cpu_stage(tmp_path: Path) -> None:
     proc = _run(
         ["bash", "bench/run_gpu.sh"],
@@ -281,6 +287,7 @@ def test_read_scaling_sets_shares_beside_one_reader(tmp_path: Path) -> None:
     assert report["speedup"] == whole["seconds"] / max(r["seconds"] for r in together)
 
 
+@pytest.mark.slow
 def test_batch_invariance_bench_measures_the_cost_and_finds_no_differing_row(
     tmp_path: Path,
 ) -> None:

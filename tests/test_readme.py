@@ -8,6 +8,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 from bench.launch import without_launcher
 
 REPO = Path(__file__).resolve().parents[1]
@@ -21,6 +23,7 @@ def readme_example() -> str:
     return str(blocks[0])
 
 
+@pytest.mark.slow
 def test_readme_training_example_runs_as_one_process(tmp_path: Path) -> None:
     script = tmp_path / "my_train.py"
     script.write_text(readme_example())

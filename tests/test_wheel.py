@@ -10,6 +10,8 @@ import sys
 import venv
 from pathlib import Path
 
+import pytest
+
 REPO = Path(__file__).resolve().parents[1]
 
 
@@ -19,6 +21,7 @@ def _run(argv: list[str], cwd: Path) -> subprocess.CompletedProcess[str]:
     return subprocess.run(argv, cwd=cwd, capture_output=True, text=True, env=env, timeout=300)
 
 
+@pytest.mark.slow
 def test_base_install_without_torch_renders_submits_and_follows(tmp_path: Path) -> None:
     wheels = tmp_path / "wheels"
     subprocess.run(

@@ -88,6 +88,7 @@ def lines_starting(text: str, prefix: str) -> list[str]:
     return [line for line in text.splitlines() if line.startswith(prefix)]
 
 
+@pytest.mark.slow
 def test_commcheck_passes_on_two_local_gloo_ranks() -> None:
     (rank0, rank1), _ = run_ranks([0, 1], 2, "127.0.0.1", free_port(), timeout_s=60)
     assert (rank0.returncode, rank1.returncode) == (0, 0), rank0.stderr + rank1.stderr
@@ -102,6 +103,7 @@ def test_commcheck_passes_on_two_local_gloo_ranks() -> None:
     assert "Distributed training initialized" not in rank1.stdout
 
 
+@pytest.mark.slow
 def test_commcheck_passes_under_torchrun() -> None:
     # torchrun's agent already serves the store on MASTER_PORT: every worker must be a client.
     env = {k: v for k, v in rank_env(0, 1, "127.0.0.1", 1).items() if k not in _LAUNCHER_VARS}
@@ -122,6 +124,7 @@ def test_commcheck_passes_under_torchrun() -> None:
     assert "failed to bind" not in proc.stderr
 
 
+@pytest.mark.slow
 def test_commcheck_unreachable_master_fails_with_diagnosis_within_timeout() -> None:
     # 10.255.255.1 is a non-routed address: nothing there will ever answer.
     timeout_s, port = 8.0, free_port()
@@ -259,6 +262,7 @@ raise SystemExit(commcheck.main(sys.argv[1:]))
 """
 
 
+@pytest.mark.slow
 def test_commcheck_names_the_rank_and_node_that_never_reached_the_step() -> None:
     port, world, timeout = free_port(), 3, 4
     procs = []

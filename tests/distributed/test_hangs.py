@@ -145,6 +145,7 @@ except Exception as exc:
 """
 
 
+@pytest.mark.slow
 def test_collective_timeout_ends_a_collective_with_a_missing_peer(tmp_path: Path) -> None:
     port = _free_port()
     procs = []

@@ -132,6 +132,7 @@ cleanup_distributed()
 
 
 @pytest.mark.parametrize("same_secret", [True, False], ids=["same-secret", "stranger"])
+@pytest.mark.slow
 def test_two_ranks_join_only_with_the_same_secret(tmp_path: Path, same_secret: bool) -> None:
     import socket
     import subprocess

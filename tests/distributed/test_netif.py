@@ -118,6 +118,7 @@ def test_the_variables_are_set_for_gloo_unless_set_meanwhile(
     assert (os.environ["GLOO_SOCKET_IFNAME"], os.environ["NCCL_SOCKET_IFNAME"]) == ("lo", "ib9")
 
 
+@pytest.mark.slow
 def test_a_two_rank_gloo_group_says_its_interface_in_the_rank_line(tmp_path: object) -> None:
     code = (
         "import os, sys\n"

@@ -137,6 +137,7 @@ def test_damaged_member_of_a_complete_zip_is_a_checkpoint_error(tmp_path: Path) 
         load_checkpoint(path)
 
 
+@pytest.mark.slow
 def test_sigkill_at_random_moments_of_writing_never_tears_the_checkpoint(
     tmp_path: Path,
 ) -> None:

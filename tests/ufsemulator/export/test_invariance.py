@@ -51,6 +51,7 @@ def methods(module: Any, dtype: torch.dtype) -> dict[str, Callable[[slice], torc
 
 @pytest.mark.parametrize("threads", [1, 2], indirect=True)
 @pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+@pytest.mark.slow
 def test_a_rows_bits_do_not_depend_on_its_batch(
     module: Any, dtype: torch.dtype, threads: int
 ) -> None:

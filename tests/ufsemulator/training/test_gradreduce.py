@@ -193,6 +193,7 @@ dist.destroy_process_group()
 
 
 @pytest.mark.parametrize("broken", ["none", "rank1-no-shm", "rank0-cannot-create"])
+@pytest.mark.slow
 def test_set_up_gives_every_rank_the_same_answer(broken: str) -> None:
     # A rank that cannot take part must not leave the others waiting in a collective:
     # every rank falls back to the backend together, promptly.

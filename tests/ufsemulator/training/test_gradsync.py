@@ -90,6 +90,7 @@ def _rank_main(rank: int, port: int, out: str) -> None:
         dist.destroy_process_group()
 
 
+@pytest.mark.slow
 def test_gradsync_trains_as_ddp_does_on_every_rank(tmp_path: Path) -> None:
     mp.start_processes(
         _rank_main, args=(_free_port(), str(tmp_path)), nprocs=WORLD, start_method="spawn"

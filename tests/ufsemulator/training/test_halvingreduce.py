@@ -98,6 +98,7 @@ def _run(world: int, mode: str, strangers: bool = False) -> list[str]:
 
 
 @pytest.mark.parametrize("world", [2, 3, 5, 8])
+@pytest.mark.slow
 def test_every_rank_gets_the_tree_sum_bit_for_bit(world: int) -> None:
     outputs = _run(world, "halving")
     for out in outputs:
@@ -107,6 +108,7 @@ def test_every_rank_gets_the_tree_sum_bit_for_bit(world: int) -> None:
     assert all(d == digests[0] for d in digests), digests
 
 
+@pytest.mark.slow
 def test_strangers_at_the_listener_do_not_hold_the_exchange() -> None:
     # A silent connection and one that sends a byte now and then reach rank 0's listener
     # before rank 1 does; they stay until the step is done (or 60 s). Had the listener

@@ -29,6 +29,7 @@ TIMEOUT_S = 15  # well above the slowest step or checkpoint write of a loaded 2-
 # The rank stopped, and how long the others wait after their collective timed out: for the
 # answers of the others (rank 2), or for the store that rank 0 holds (rank 0).
 @pytest.mark.parametrize(("hung", "then_s"), [(2, ANSWER_WAIT_S), (0, SILENT_S)])
+@pytest.mark.slow
 def test_a_rank_that_hangs_in_training_is_named_with_its_node(
     tmp_path: Path, hung: int, then_s: float
 ) -> None:

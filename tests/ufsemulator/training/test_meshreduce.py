@@ -75,6 +75,7 @@ def _run(world: int, local_world: int, mode: str) -> list[str]:
 
 
 @pytest.mark.parametrize("world", [2, 3])
+@pytest.mark.slow
 def test_ranks_on_several_hosts_exchange_directly_and_agree_bit_for_bit(world: int) -> None:
     # local_world 1: every rank "on a host of its own", as on the 4-node testbed; auto
     # then takes the direct exchange for the emulator's 37 KB of gradients.
@@ -87,11 +88,13 @@ def test_ranks_on_several_hosts_exchange_directly_and_agree_bit_for_bit(world: i
     assert all(d == digests[0] for d in digests), digests
 
 
+@pytest.mark.slow
 def test_ranks_of_one_host_keep_shared_memory_under_auto() -> None:
     outputs = _run(2, 2, "auto")
     assert all("kind=SharedMemoryAllReduce" in out for out in outputs), outputs
 
 
+@pytest.mark.slow
 def test_direct_forces_the_exchange_on_one_host_too() -> None:
     outputs = _run(2, 2, "direct")
     assert all("kind=MeshAllReduce" in out and "bitwise=True" in out for out in outputs)

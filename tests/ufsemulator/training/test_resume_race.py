@@ -74,6 +74,7 @@ def _wait_for(path: Path, procs: list[subprocess.Popen[str]]) -> None:
         time.sleep(0.1)
 
 
+@pytest.mark.slow
 def test_a_checkpoint_replaced_between_two_ranks_reads_ends_every_rank_in_one_line(
     tmp_path: Path,
 ) -> None:

@@ -316,6 +316,7 @@ def ddp_ranks(tmp_path_factory: pytest.TempPathFactory, data_dir: Path) -> tuple
     return tmp, run_ranks(tmp, "ddp", data_dir)
 
 
+@pytest.mark.slow
 def test_two_gloo_ranks_agree_and_only_rank_0_writes(ddp_ranks: tuple[Path, RankRun]) -> None:
     from ufsemulator.data.read import DataOptions, load_dataset
     from ufsemulator.model.normalization import stats_from_shard
@@ -350,6 +351,7 @@ def test_two_gloo_ranks_agree_and_only_rank_0_writes(ddp_ranks: tuple[Path, Rank
     )
 
 
+@pytest.mark.slow
 def test_ranks_of_one_host_share_their_gradients_in_memory_with_gloos_result(
     tmp_path: Path, data_dir: Path
 ) -> None:
@@ -367,6 +369,7 @@ def test_ranks_of_one_host_share_their_gradients_in_memory_with_gloos_result(
     assert shared["val"] == gloo["val"] == gloo1["val"]
 
 
+@pytest.mark.slow
 def test_shared_memory_with_several_buckets_and_micro_batches_on_three_ranks(
     tmp_path: Path, data_dir: Path
 ) -> None:
@@ -388,6 +391,7 @@ def test_shared_memory_with_several_buckets_and_micro_batches_on_three_ranks(
         torch.testing.assert_close(shared[0][1]["state"][key], gloo[0][1]["state"][key])
 
 
+@pytest.mark.slow
 def test_fsdp_on_two_gloo_ranks_matches_ddp(
     tmp_path: Path, data_dir: Path, ddp_ranks: tuple[Path, RankRun]
 ) -> None:
