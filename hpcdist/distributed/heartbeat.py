@@ -179,12 +179,16 @@ def heartbeat_for(
 
 
 def record_piece(
-    run_dir: Path, resumed: Mapping[str, Any] | None, environ: Mapping[str, str] | None = None
+    run_dir: Path,
+    resumed: Mapping[str, Any] | None,
+    environ: Mapping[str, str] | None = None,
+    chosen_by: str | None = None,
 ) -> Path | None:
     """Rank 0's note, in the run's private record (the file the job's script named in
-    ``HPCDIST_RUN_RECORD``), of where this piece trains and which checkpoint it resumed
-    from (``{"epoch", "step", "time", "path"}``; None: from the start). None outside a
-    script of hpcdist's."""
+    ``HPCDIST_RUN_RECORD``), of where this piece trains, what chose that folder
+    (``chosen_by``: "config" where the training's configuration named it, which the job's
+    script then does not know) and which checkpoint it resumed from (``{"epoch", "step",
+    "time", "path"}``; None: from the start). None outside a script of hpcdist's."""
     env = os.environ if environ is None else environ
     where = env.get(RUN_RECORD_VAR, "").strip()
     if not where:
@@ -192,6 +196,7 @@ def record_piece(
     record = {
         "run_id": env.get(RUN_ID_VAR, "").strip() or None,
         "run_dir": os.path.abspath(run_dir),
+        "run_dir_from": chosen_by,
         "resumed_from": dict(resumed) if resumed is not None else None,
         "time": time.time(),
     }

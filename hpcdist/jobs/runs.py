@@ -131,7 +131,9 @@ def trained_in(job_ids: list[str], root: Path | None = None) -> dict[str, Path]:
     """job id -> the run folder the job's script pointed its training to (``HPCDIST_RUN_DIR``,
     or the first job's folder for ``--continue``), as the job's newest piece of a run
     recorded it, for each of ``job_ids`` that started one from this folder. The script's
-    word, not the training's note: a job may run more than one training."""
+    word, not the training's note (a job may run more than one training), unless the note
+    says the training's configuration chose the folder (``--set output.run_dir=``), which
+    the script never knew."""
     root = run_records() if root is None else root
     found: dict[str, Path] = {}
     wanted = set(job_ids)
@@ -141,10 +143,7 @@ def trained_in(job_ids: list[str], root: Path | None = None) -> dict[str, Path]:
         pieces = [
             piece
             for path in (root / run_id).glob(f"{glob_quote(job_id)}-*.json")
-            if not path.name.endswith(TRAIN_SUFFIX)
-            and (piece := _json(path)) is not None
-            and isinstance(piece.get("run_dir"), str)
-            and piece["run_dir"]
+            if not path.name.endswith(TRAIN_SUFFIX) and (piece := _run_dir_of(path)) is not None
         ]
         if pieces:
             newest = max(
@@ -152,6 +151,20 @@ def trained_in(job_ids: list[str], root: Path | None = None) -> dict[str, Path]:
             )
             found[job_id] = Path(newest["run_dir"])
     return found
+
+
+def _run_dir_of(path: Path) -> dict[str, Any] | None:
+    """The piece at ``path`` with the folder its training used: the script's, or its
+    training note's where the training's configuration chose it; None where it names none
+    or cannot be read."""
+    piece = _json(path)
+    if piece is None:
+        return None
+    note = _json(path.with_name(path.name[: -len(".json")] + TRAIN_SUFFIX)) or {}
+    if note.get("run_dir_from") == "config" and isinstance(note.get("run_dir"), str):
+        piece = {**piece, "run_dir": note["run_dir"]}
+    run_dir = piece.get("run_dir")
+    return piece if isinstance(run_dir, str) and run_dir else None
 
 
 def read_heartbeat(run: Run) -> tuple[Heartbeat | None, str]:

@@ -309,6 +309,22 @@ def test_a_job_trained_where_its_script_pointed_it_not_where_a_later_training_we
 
 
 @pytest.mark.parametrize(
+    ("chosen_by", "found"), [("config", "elsewhere"), ("argument", "runs/60"), (None, "runs/60")]
+)
+def test_a_folder_the_trainings_config_chose_is_found_where_the_script_named_another(
+    records: Path, tmp_path: Path, chosen_by: str | None, found: str
+) -> None:
+    # `--set output.run_dir=elsewhere`: the script exported its default folder (runs/60), the
+    # training's config chose another, and its note says so; a second training of the job's
+    # command given --run-dir (or a note that says nothing) leaves the script's word.
+    piece = {"workdir": str(tmp_path), "run_dir": str(tmp_path / "runs" / "60"), "job_id": "60"}
+    _write(records / "60-ef" / "60-0.json", {**piece, "started": 60, "restart": 0})
+    note = {"run_dir": str(tmp_path / "elsewhere"), "run_dir_from": chosen_by}
+    _write(records / "60-ef" / "60-0.train.json", note)
+    assert trained_in(["60"], records) == {"60": tmp_path / found}
+
+
+@pytest.mark.parametrize(
     ("note", "shown"),
     [
         (None, "-"),  # the training has not said where it starts: not "start"

@@ -86,9 +86,12 @@ def test_record_piece_only_where_the_script_named_a_record(tmp_path: Path) -> No
     where = tmp_path / "12-1.train.json"
     env = {"HPCDIST_RUN_RECORD": str(where), "HPCDIST_RUN_ID": "12-cafe"}
     resumed = {"epoch": 2, "step": 80, "time": 5.0, "path": "/r/checkpoint.pt"}
-    assert record_piece(tmp_path / "run", resumed, env) == where
+    assert record_piece(tmp_path / "run", resumed, env, chosen_by="config") == where
     assert where.stat().st_mode & 0o077 == 0  # private state
     assert '"resumed_from": {"epoch": 2, "step": 80' in where.read_text()
+    assert '"run_dir_from": "config"' in where.read_text()
+    record_piece(tmp_path / "run", None, env)
+    assert '"run_dir_from": null' in where.read_text()
 
 
 def test_resuming_another_runs_checkpoint_continues_that_run(

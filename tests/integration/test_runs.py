@@ -247,12 +247,14 @@ def test_a_chain_continued_with_continue_job_is_one_run(
     assert report.stdout.splitlines()[-1] == f"best: {b} ({tmp_path / 'runs' / str(a)})"
 
 
-def test_report_reads_a_run_folder_set_by_hpcdist_run_dir(
-    slurm_cluster: SlurmCluster, tmp_path: Path
+@pytest.mark.parametrize("named_by", ["HPCDIST_RUN_DIR", "--set output.run_dir"])
+def test_report_reads_a_run_folder_set_by_the_environment_or_the_config(
+    slurm_cluster: SlurmCluster, tmp_path: Path, named_by: str
 ) -> None:
     folder, run_dir = tmp_path / "work", tmp_path / "scratch" / "exp1"  # two levels missing
     folder.mkdir()
     (folder / "cfg.yaml").write_text(CONFIG.format(epochs=1))
+    by_config = named_by.startswith("--set")
     spec = spec_from_options(
         {
             "profile": "local",
@@ -261,16 +263,19 @@ def test_report_reads_a_run_folder_set_by_hpcdist_run_dir(
             "job_name": "rundir",
             "time": "10:00",
             "command": "python3 -m ufsemulator train --config cfg.yaml",
+            "overrides": [f"output.run_dir={run_dir}"] if by_config else [],
         }
     )
     script = folder / "rundir.sh"
     script.write_text(render(spec))
-    job = sbatch(script, f"--export=ALL,HPCDIST_RUN_DIR={run_dir}", cwd=folder, timeout=400)
+    export = [] if by_config else [f"--export=ALL,HPCDIST_RUN_DIR={run_dir}"]
+    job = sbatch(script, *export, cwd=folder, timeout=400)
     assert job.returncode == 0, _log(folder, "rundir", job.job_id)
     assert (run_dir / "training_results.json").is_file()
     assert not (folder / "runs").exists()
     report = _hpcdist(folder, "report", str(job.job_id))
     assert report.returncode == 0, report.stderr
     lines = report.stdout.splitlines()
-    assert lines[1].split()[:4] == ["*", str(job.job_id), "-", "COMPLETED"], report.stdout
+    shown = f'output.run_dir="{run_dir}"' if by_config else "-"  # the job's overrides
+    assert lines[1].split()[:4] == ["*", str(job.job_id), shown, "COMPLETED"], report.stdout
     assert lines[2:] == [f"best: {job.job_id} ({run_dir})"]

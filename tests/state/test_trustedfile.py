@@ -535,3 +535,22 @@ def test_trusted_file_modules_never_read_by_path(module: str) -> None:
         if (module, kind) not in ALLOWED
     ]
     assert found == [], f"{module} reads by path at {found}: use hpcdist.state.trustedfile"
+
+
+@pytest.mark.parametrize(
+    ("given", "config_dir", "resume", "source"),
+    [
+        ("runs/a", "runs/c", "r/checkpoint.pt", "argument"),
+        (None, "runs/c", "r/checkpoint.pt", "config"),
+        (None, None, "r/checkpoint.pt", "checkpoint"),
+        (None, None, None, "job"),
+    ],
+)
+def test_what_chose_the_run_folder_is_said_in_resolve_run_dirs_order(
+    given: str | None, config_dir: str | None, resume: str | None, source: str
+) -> None:
+    from ufsemulator.config import Config, OutputConfig
+    from ufsemulator.training.runfiles import run_dir_source
+
+    config = Config(output=OutputConfig(run_dir=config_dir))
+    assert run_dir_source(config, given, resume) == source

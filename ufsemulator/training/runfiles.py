@@ -122,6 +122,16 @@ def resolve_run_dir(
     return Path(str(chosen[0]))
 
 
+def run_dir_source(config: Config, given: str | Path | None, resume: str | Path | None) -> str:
+    """What :func:`resolve_run_dir` takes the folder from: "argument", "config" (the
+    config file or ``--set output.run_dir=``), "checkpoint" or "job"."""
+    if given is not None:
+        return "argument"
+    if config.output.run_dir is not None:
+        return "config"
+    return "checkpoint" if resume is not None else "job"
+
+
 def run_dir_problem(path: Path) -> str:
     """Create the run folder if need be and say why it cannot be trusted ("" if it can).
     A folder that cannot be made is named by the check where it can: ``runs/`` of another

@@ -266,7 +266,8 @@ def _train(ctx: DistContext, inputs: _TrainInputs, clock: _Clock) -> TrainResult
     if ctx.is_main:  # this piece of the run, for `hpcdist status RUN`
         if checkpoint is not None:  # another run's checkpoint: that run goes on
             continue_run(Path(str(resume)).parent)
-        record_piece(run_dir, _resumed_from(checkpoint, resume))
+        chosen_by = runfiles.run_dir_source(config, inputs.run_dir, inputs.resume)
+        record_piece(run_dir, _resumed_from(checkpoint, resume), chosen_by=chosen_by)
     # Before any data is read or step taken: a bad export name, unit or level fails now,
     # not after the training it would have thrown away.
     from ufsemulator.export.torchscript import check_export
