@@ -74,6 +74,8 @@ def test_ctrl_c_of_the_terminal_during_a_local_wait_leaves_the_job_running(tmp_p
             stdout=stdout,
             stderr=stderr,
             start_new_session=True,  # its own group, as a terminal's foreground job has
+            # So that a waiter that does not end dumps where it is (SIGABRT, below).
+            env={**os.environ, "PYTHONFAULTHANDLER": "1"},
         )
     deadline = time.monotonic() + 60
     while "hpcdist: job " not in out.read_text() and time.monotonic() < deadline:
@@ -82,7 +84,13 @@ def test_ctrl_c_of_the_terminal_during_a_local_wait_leaves_the_job_running(tmp_p
     try:
         assert "hpcdist: job " in out.read_text()  # the batch shell runs
         os.killpg(waiter.pid, signal.SIGINT)
-        assert waiter.wait(timeout=60) == 130
+        try:
+            waiter.wait(timeout=120)
+        except subprocess.TimeoutExpired:
+            waiter.send_signal(signal.SIGABRT)  # faulthandler prints every thread's stack
+            waiter.wait(timeout=60)
+            raise AssertionError(f"Ctrl-C did not end the waiter: {err.read_text()}") from None
+        assert waiter.returncode == 130, err.read_text()
         said = err.read_text()
         assert "Traceback" not in said, said
         assert said.strip().splitlines() == [
