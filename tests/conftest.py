@@ -18,6 +18,9 @@ from __future__ import annotations
 
 import os
 import re
+import signal
+import threading
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -74,3 +77,22 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
 
 def _runs_long(item: pytest.Item) -> bool:
     return "integration" in item.path.parts or item.get_closest_marker("cxx") is not None
+
+
+# Signals whose handling code under test changes in the test's own process (a warning's
+# handler, SIGINT ignored while a local job's controller starts). A change that outlived its
+# test was inherited by every process that the worker's later tests started: a waiter
+# started with SIGINT ignored never saw the Ctrl-C its test sent.
+_KEPT_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGUSR1, signal.SIGUSR2, signal.SIGHUP)
+
+
+@pytest.fixture(autouse=True)
+def _signal_handlers_as_they_were() -> Iterator[None]:
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    before = {signum: signal.getsignal(signum) for signum in _KEPT_SIGNALS}
+    yield
+    for signum, handler in before.items():
+        if handler is not None and signal.getsignal(signum) is not handler:
+            signal.signal(signum, handler)

@@ -62,6 +62,10 @@ def test_ctrl_c_during_wait_tells_the_truth_about_the_job(
 _LONG = ("--time", "10", "--command", "sleep 120")
 
 
+def _sigint_by_default() -> None:
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+
 def test_ctrl_c_of_the_terminal_during_a_local_wait_leaves_the_job_running(tmp_path: Path) -> None:
     """The terminal's Ctrl-C reaches every process of its foreground group: the local job
     (its controller, batch shell and ranks) is not among them, as a SLURM job is not."""
@@ -76,6 +80,9 @@ def test_ctrl_c_of_the_terminal_during_a_local_wait_leaves_the_job_running(tmp_p
             start_new_session=True,  # its own group, as a terminal's foreground job has
             # So that a waiter that does not end dumps where it is (SIGABRT, below).
             env={**os.environ, "PYTHONFAULTHANDLER": "1"},
+            # A terminal's foreground job starts with SIGINT at its default (a process
+            # started with it ignored, as by nohup, keeps it ignored: Python's rule).
+            preexec_fn=_sigint_by_default,
         )
     deadline = time.monotonic() + 60
     while "hpcdist: job " not in out.read_text() and time.monotonic() < deadline:

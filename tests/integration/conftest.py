@@ -264,11 +264,14 @@ def wait_until(
     """Poll ``ready`` while job ``job_id`` runs. Returns once it holds; fails at once, with
     the job's final state and the tail of ``log()``, when the job has ended without it (seen
     ended twice, ENDED_GRACE_S apart, and ``ready`` asked once more: a log's last lines can
-    land after the state); fails after ``timeout`` seconds, the bound for a job that hangs."""
+    land after the state); fails after ``timeout`` seconds, the bound for a job that hangs.
+    ``job_id`` 0: no job yet (waiting for its id), so none to have ended."""
     deadline = time.monotonic() + timeout
     ended_at: float | None = None
     while not ready():
-        state = ended_state(job_id)
+        # sacct -j 0 answers with rows of other jobs: "job 0 ended COMPLETED" once failed a
+        # wait for a submission's id that took over 3 s on a loaded machine.
+        state = ended_state(job_id) if job_id > 0 else ""
         now = time.monotonic()
         ended_at = (ended_at or now) if state else None
         if ended_at is not None and now - ended_at >= ENDED_GRACE_S and not ready():
