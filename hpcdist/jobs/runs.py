@@ -100,7 +100,7 @@ def load_run(run_id: str, root: Path | None = None) -> Run | None:
             continue
         piece = _json(path)
         if piece is not None:
-            note = _json(path.with_name(path.name[: -len(".json")] + TRAIN_SUFFIX))
+            note = _json(_note_of(path))
             pieces.append(Piece.from_files(piece, note))
     if not pieces:
         return None
@@ -153,6 +153,11 @@ def trained_in(job_ids: list[str], root: Path | None = None) -> dict[str, Path]:
     return found
 
 
+def _note_of(piece: Path) -> Path:
+    """Where the training of the piece recorded at ``piece`` notes where it trains."""
+    return piece.with_name(piece.name[: -len(".json")] + TRAIN_SUFFIX)
+
+
 def _run_dir_of(path: Path) -> dict[str, Any] | None:
     """The piece at ``path`` with the folder its training used: the script's, or its
     training note's where the training's configuration chose it; None where it names none
@@ -160,7 +165,7 @@ def _run_dir_of(path: Path) -> dict[str, Any] | None:
     piece = _json(path)
     if piece is None:
         return None
-    note = _json(path.with_name(path.name[: -len(".json")] + TRAIN_SUFFIX)) or {}
+    note = _json(_note_of(path)) or {}
     if note.get("run_dir_from") == "config" and isinstance(note.get("run_dir"), str):
         piece = {**piece, "run_dir": note["run_dir"]}
     run_dir = piece.get("run_dir")
