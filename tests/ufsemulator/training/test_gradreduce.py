@@ -127,6 +127,41 @@ def test_a_rank_waiting_for_a_late_peer_sleeps_instead_of_burning_its_core() -> 
     assert waiting.waited_s >= 0.9  # the wait itself is what it was
 
 
+@pytest.mark.parametrize("contended", [False, True])
+def test_a_wait_sleeps_at_once_where_a_yield_ran_another_thread(
+    monkeypatch: pytest.MonkeyPatch, contended: bool
+) -> None:
+    # A yield that returns at once: the core is the rank's own, keep looking (the peer comes
+    # at the 200th look here). One that returned after another thread ran (2 ms, a sleep
+    # stands in for it): the host has more runnable threads than cores, so the wait sleeps
+    # between looks from then on (the peer comes during the first nap).
+    segment = shared_segment(2, 4)
+    waiting = SharedMemoryAllReduce(segment, 4, 0, 2)
+    yields: list[float] = []
+    naps: list[float] = []
+    real_sleep = time.sleep
+
+    def a_yield() -> None:
+        yields.append(time.monotonic())
+        if contended:
+            real_sleep(0.002)
+        elif len(yields) == 200:
+            waiting.counters[1] = 1
+
+    def a_nap(seconds: float) -> None:
+        naps.append(seconds)
+        waiting.counters[1] = 1
+        real_sleep(seconds)
+
+    monkeypatch.setattr(gradreduce.os, "sched_yield", a_yield)
+    monkeypatch.setattr(gradreduce.time, "sleep", a_nap)
+    waiting.reduce_(torch.ones(4))
+    if contended:
+        assert (len(yields), naps) == (1, [gradreduce._NAP_S])
+    else:
+        assert (len(yields), naps) == (200, [])
+
+
 def context(world: int, local_world: int, device: str = "cpu") -> DistContext:
     env = DistEnv(
         rank=0,
