@@ -3,7 +3,10 @@ on this machine, so that ten terminals following one sweep ask the controller wh
 
 The view is ``scontrol -o show job``, filtered to this user's jobs: one query RPC to the
 controller (``squeue`` sends two, every partition loaded beside the jobs to sort by priority
-tier; ``squeue --me`` still asks for every job and filters them itself, as this does). The
+tier; ``squeue --me`` still asks for every job and filters them itself, as this does). A
+look whose rows are new or changed asks the controller for those jobs by number (or
+``squeue --me`` for the user's job numbers, where they are many): answers no other user's
+text can pose in (``unvouched``). The
 pending tasks of an array, one record there, become one row each, as ``squeue -r`` shows
 them. Asked at most once per refresh interval for every process and kept in a
 private file of the user's state folder (``~/.local/state/hpcdist/slurm/``; 0600 in a 0700
@@ -154,6 +157,43 @@ def own_rows(runner: Runner) -> list[Row] | None:
         if proc.returncode == 0 and not ambiguity(proc.stdout):  # one's own newline: left out
             rows += parse_rows(proc.stdout)
     return rows
+
+
+def unvouched(rows: Sequence[Row], before: Sequence[Row], since_s: float) -> list[Row]:
+    """The rows of a look that only the controller's listing of the user's jobs can vouch
+    for: every row new to the view or changed since its last look (its time used aside),
+    every row after a gap in the looks longer than the longest interval.
+
+    A record that names this user's id on a line of ``scontrol -o`` may be another user's
+    text: a name with newlines can hold whole records, and where the job it names is one
+    the controller has forgotten (MinJobAge after its end, as little as 2 s) or never had,
+    nothing in the output repeats or contradicts it. A row the view had, printed again as
+    it was, tells nothing new and needs no second question."""
+    if since_s > MAX_INTERVAL_S:
+        return list(rows)
+    last = {row["JobArrayID"]: row for row in before}
+    return [row for row in rows if _moved(last.get(row["JobArrayID"]), row)]
+
+
+def _moved(old: Row | None, new: Row) -> bool:
+    return old is None or any(old.get(key) != new.get(key) for key in new if key != "TimeUsed")
+
+
+# At most this many jobs of a look are asked one by one (one small RPC each); more are
+# checked against one listing of the user's jobs (squeue: two RPCs, every job and partition).
+ONE_BY_ONE = 3
+# scontrol's words for a job number the controller does not have (forgotten, or never had).
+_UNKNOWN_JOB = "Invalid job id"
+
+
+def listed_by_the_controller(rows: Sequence[Row], runner: Runner) -> bool:
+    """Whether every row is a job or task of this user that the controller lists by number
+    (``squeue --me`` filters by the numeric user id, and prints no other user's text)."""
+    listed = runner(["squeue", "--me", "--noheader", "--states=all", "--array", "--format=%i"])
+    if listed.returncode != 0:
+        return False
+    known = set(listed.stdout.split())
+    return all(row["JobArrayID"] in known for row in rows)
 
 
 def _task_rows(record: Mapping[str, str]) -> list[Row]:
@@ -485,7 +525,7 @@ class SharedView:
             state, _index=None, _max_id=None, _youngest=-1.0, asking_since=None
         )
         try:
-            rows = self._rows(self.runner(view_argv()))
+            rows = self._rows(self.runner(view_argv()), state.rows, started - state.at)
         except UserError:  # no answer in time
             rows = None
         now = self.clock()
@@ -500,12 +540,35 @@ class SharedView:
         state.silent_since = None
         return state
 
-    def _rows(self, proc: subprocess.CompletedProcess[str]) -> list[Row] | None:
+    def _rows(
+        self,
+        proc: subprocess.CompletedProcess[str],
+        before: Sequence[Row] = (),
+        since_s: float = float("inf"),
+    ) -> list[Row] | None:
         """The user's rows of the controller's answer (None: it failed); where its records
-        cannot be told apart, asked again job by job (``own_rows``)."""
+        cannot be told apart, asked again job by job (``own_rows``). Rows the view cannot
+        take on their word (``unvouched``) are asked of the controller job by job, where
+        they are few (``ONE_BY_ONE``), or checked against its listing of the user's jobs.
+        ``before``: the view's rows of its last look, ``since_s`` ago."""
         if proc.returncode != 0:
             return None
-        return own_rows(self.runner) if ambiguity(proc.stdout) else parse_rows(proc.stdout)
+        if ambiguity(proc.stdout):
+            return own_rows(self.runner)
+        rows = parse_rows(proc.stdout)
+        heads = sorted({row["ArrayJobID"] for row in unvouched(rows, before, since_s)})
+        if not heads:
+            return rows
+        if len(heads) > ONE_BY_ONE:
+            return rows if listed_by_the_controller(rows, self.runner) else own_rows(self.runner)
+        kept = [row for row in rows if row["ArrayJobID"] not in heads]
+        for head in heads:
+            asked = self.runner(["scontrol", "-o", "show", "job", head])
+            if asked.returncode != 0 and _UNKNOWN_JOB not in asked.stderr:
+                return None
+            if asked.returncode == 0 and not ambiguity(asked.stdout):  # own newline: left out
+                kept += parse_rows(asked.stdout)
+        return kept
 
     def _lock_held(self) -> bool:
         """Whether another process holds the view's lock now (a look in flight)."""

@@ -179,6 +179,48 @@ def test_another_users_job_cannot_forge_the_victims_job_states(
         run_slurm("scancel", forger, str(victim_job.job_id), check=False)
 
 
+def test_a_record_of_a_job_the_controller_does_not_have_is_not_the_victims(
+    slurm_cluster: SlurmCluster, attacker: Attacker, home: Path
+) -> None:
+    # A job of the victim's that the controller forgot (MinJobAge after its end; the
+    # testbed keeps them 120 s) is a number scontrol no longer prints: nothing repeats or
+    # contradicts a record of it that her job's name holds. A number the controller never
+    # had stands in for it here, one above the victim's held job.
+    victim_job = sbatch(_script(home, "victim", "threads", "true"), "--hold", wait=False, cwd=home)
+    gone = victim_job.job_id + 500
+    owner = f"UserId=root({os.getuid()}) GroupId=root(0)"
+    tail = "Restarts=0 ExitCode=0:0 RunTime=00:00:01 TimeLimit=00:05:00 NodeList=node3 NumNodes=1"
+    name = "\n".join(
+        [
+            "x",
+            f"JobId={gone} JobName=victim {owner} JobState=COMPLETED Reason=None {tail} "
+            f"WorkDir={home} StdOut=/etc/shadow StdErr=/etc/shadow",
+            "JobId=4000000000 JobName=y",
+        ]
+    )
+    queued = attacker.run("sbatch", name)
+    assert queued.returncode == 0, queued.stdout
+    forger = queued.stdout.splitlines()[0].strip()
+    try:
+        shown = run_slurm("scontrol", "-o", "show", "job").stdout
+        assert shown.count(f"\nJobId={gone} JobName=victim UserId=root(") == 1  # planted
+        status = hpcdist("status", str(gone), cwd=home)
+        assert "COMPLETED" not in status.stdout and "node3" not in status.stdout, status
+        assert "shadow" not in status.stdout + status.stderr, status
+        listed = hpcdist("list", cwd=home)
+        assert listed.returncode == 0, listed.stderr
+        assert str(gone) not in listed.stdout and str(victim_job.job_id) in listed.stdout
+        logs = hpcdist("logs", str(gone), cwd=home)
+        assert "root:" not in logs.stdout, logs.stdout  # /etc/shadow's first line
+        print(f"measured: status of {gone}: {status.returncode} {one_line_of(status)}")
+    finally:
+        run_slurm("scancel", forger, str(victim_job.job_id), check=False)
+
+
+def one_line_of(proc: subprocess.CompletedProcess[str]) -> str:
+    return (proc.stdout + proc.stderr).strip().splitlines()[0] if proc.stdout + proc.stderr else ""
+
+
 def test_status_prints_another_users_escape_sequences_escaped(
     slurm_cluster: SlurmCluster, attacker: Attacker, home: Path
 ) -> None:

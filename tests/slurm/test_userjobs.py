@@ -17,6 +17,7 @@ from hpcdist.slurm.query import from_scontrol, view_record
 from hpcdist.slurm.userjobs import (
     MAX_INTERVAL_S,
     MIN_INTERVAL_S,
+    Runner,
     SharedView,
     interval_s,
     merge_rows,
@@ -141,11 +142,27 @@ def test_forgotten_ended_tasks_stay_running_ones_do_not() -> None:
 
 
 class FakeScontrol:
+    """The controller: ``scontrol -o show job`` answers ``text`` (``calls`` counts these
+    looks); a job asked by number (``asks``) answers its own records of ``text``, and
+    ``squeue --me`` lists the user's jobs and tasks of it by number (``listings``)."""
+
     def __init__(self, text: str, code: int = 0) -> None:
         self.calls: list[list[str]] = []
+        self.asks: list[list[str]] = []
+        self.listings: list[list[str]] = []
         self.text, self.code = text, code
 
     def __call__(self, argv: list[str]) -> subprocess.CompletedProcess[str]:
+        if argv[0] == "squeue":
+            self.listings.append(argv)
+            ids = "".join(f"{row['JobArrayID']}\n" for row in parse_rows(self.text))
+            return subprocess.CompletedProcess(argv, self.code, ids, "")
+        if argv != userjobs.view_argv():
+            self.asks.append(argv)
+            head = f"JobId={argv[-1]} "
+            own = [one for one in self.text.splitlines() if one.startswith(head)]
+            own += [one for one in self.text.splitlines() if f" ArrayJobId={argv[-1]} " in one]
+            return subprocess.CompletedProcess(argv, self.code, "\n".join(dict.fromkeys(own)), "")
         self.calls.append(argv)
         return subprocess.CompletedProcess(argv, self.code, self.text, "")
 
@@ -270,8 +287,13 @@ def test_processes_at_once_ask_scontrol_once(tmp_path: Path) -> None:
     bin_dir.mkdir()
     calls = tmp_path / "calls"
     fake = bin_dir / "scontrol"
-    fake.write_text(f"#!/bin/sh\necho x >> {calls}\nsleep 0.3\nprintf '%s\\n' '{line('5')}'\n")
+    # The look (`scontrol -o show job`) counted; the job asked by its number after it not.
+    look = f'[ "$#" -eq 3 ] && echo x >> {calls}'
+    fake.write_text(f"#!/bin/sh\n{look}\nsleep 0.3\nprintf '%s\\n' '{line('5')}'\n")
     fake.chmod(0o755)
+    listing = bin_dir / "squeue"  # the controller's listing of the user's jobs by number
+    listing.write_text("#!/bin/sh\necho 5\n")
+    listing.chmod(0o755)
     env = {**os.environ, "PATH": f"{bin_dir}:{os.environ['PATH']}"}
     env["PYTHONPATH"] = str(Path(__file__).resolve().parents[2])
     view = tmp_path / "state" / "view.json"
@@ -321,9 +343,9 @@ class StalledScontrol(FakeScontrol):
         self.clock, self.hang_s, self.stalled = clock, hang_s, False
 
     def __call__(self, argv: list[str]) -> subprocess.CompletedProcess[str]:
-        self.calls.append(argv)
         if not self.stalled:
-            return subprocess.CompletedProcess(argv, 0, self.text, "")
+            return super().__call__(argv)
+        self.calls.append(argv)
         self.clock.now += self.hang_s
         return subprocess.CompletedProcess(argv, 1, "", "Socket timed out on send/recv")
 
@@ -486,11 +508,11 @@ def test_a_name_with_newlines_makes_the_view_ask_job_by_job() -> None:
         "job",
         "10",
     ]
-    # Without a newline anywhere: the one answer, nothing asked again.
+    # Without a newline anywhere, of a job the last look had: the one answer, nothing
+    # asked again.
     asked.clear()
-    assert [
-        row["JobID"] for row in view._rows(runner(["scontrol", "-o", "show", "job", "10"])) or []
-    ] == ["10"]
+    answer = runner(["scontrol", "-o", "show", "job", "10"])
+    assert [row["JobID"] for row in view._rows(answer, parse_rows(mine), 5.0) or []] == ["10"]
     assert len(asked) == 1
 
 
@@ -524,3 +546,78 @@ def test_status_of_a_completing_job_says_its_end_once_the_database_has_it(
     monkeypatch.setattr(query, "scontrol_records", lambda job: [running])
     assert [info.state for info in query.query_jobs("77")] == ["RUNNING"]
     assert asked == [True, True]  # the database asked only of a job COMPLETING, and now
+
+
+def _controller(printed: str, real: str) -> tuple[Runner, list[list[str]]]:
+    """A controller whose ``scontrol -o show job`` prints ``printed`` (other users'
+    names and all) and whose own jobs are the records of ``real``: ``squeue --me`` lists
+    their numbers, ``scontrol -o show job N`` prints N's record alone (or that it has no
+    job N)."""
+    asked: list[list[str]] = []
+    jobs = {one.split()[0].removeprefix("JobId="): one for one in real.splitlines()}
+
+    def runner(argv: list[str]) -> subprocess.CompletedProcess[str]:
+        asked.append(argv)
+        if argv[0] == "squeue":
+            return subprocess.CompletedProcess(argv, 0, "".join(f"{j}\n" for j in jobs), "")
+        if len(argv) == 5:  # one job by its number
+            if argv[4] not in jobs:
+                invalid = "slurm_load_jobs error: Invalid job id specified\n"
+                return subprocess.CompletedProcess(argv, 1, "", invalid)
+            return subprocess.CompletedProcess(argv, 0, jobs[argv[4]], "")
+        return subprocess.CompletedProcess(argv, 0, printed, "")
+
+    return runner, asked
+
+
+def test_a_record_of_a_job_the_controller_forgot_is_not_taken_on_its_word() -> None:
+    # Another user's pending job is named "x\n<a record of job 10, this user's, COMPLETED,
+    # its log /etc/shadow>\nJobId=9 JobName=y": job 10 ended and the controller forgot it,
+    # so nothing repeats or contradicts the record. The view last saw job 10 RUNNING.
+    forged = line("10", "COMPLETED", StdOut="/etc/shadow")
+    assert parse_rows(forged)[0]["State"] == "COMPLETED"  # what it would read as
+    runner, asked = _controller(f"{line('12')}\n{forged}", real=line("12"))
+    view = SharedView(Path(os.devnull), runner)
+    before = parse_rows(f"{line('10')}\n{line('12')}")
+    rows = view._rows(runner(userjobs.view_argv()), before, since_s=5.0) or []
+    assert [(row["JobID"], row["State"]) for row in rows] == [("12", "RUNNING")]
+    # Job 10 changed: asked by its number, which the controller does not have. Job 12 as
+    # the last look had it: taken from the look.
+    assert asked[1:] == [["scontrol", "-o", "show", "job", "10"]]
+    # Where more jobs changed than are asked one by one: the listing by number decides.
+    many = [line(str(n), "COMPLETED") for n in range(20, 20 + userjobs.ONE_BY_ONE)]
+    runner, asked = _controller(
+        "\n".join([line("12"), forged, *many]), "\n".join([line("12"), *many])
+    )
+    rows = SharedView(Path(os.devnull), runner)._rows(runner(userjobs.view_argv()), before, 5.0)
+    assert sorted(row["JobID"] for row in rows or []) == ["12", "20", "21", "22"]
+    assert [argv[0] for argv in asked[1:3]] == ["squeue", "squeue"]  # listed, then own_rows
+
+
+@pytest.mark.parametrize(
+    ("before", "since_s", "asks"),
+    [
+        ("FAILED", 5.0, False),  # printed again as the last look had it: nothing new
+        ("FAILED", MAX_INTERVAL_S, False),
+        ("FAILED", MAX_INTERVAL_S + 1, True),  # a gap: it may have ended and been forgotten
+        (None, 5.0, True),  # new to the view
+        ("RUNNING", 5.0, True),  # changed: it ended, or a forged record says so
+        ("COMPLETED", 5.0, True),
+    ],
+)
+def test_the_controllers_listing_is_asked_only_for_rows_it_must_vouch_for(
+    before: str | None, since_s: float, asks: bool
+) -> None:
+    now = line("12", "FAILED", ExitCode="1:0", RunTime="00:02:00")
+    runner, asked = _controller(now, real=now)
+    view = SharedView(Path(os.devnull), runner)
+    old = parse_rows(line("12", before, ExitCode="1:0")) if before else []  # RunTime 1:05
+    rows = view._rows(runner(userjobs.view_argv()), old, since_s) or []
+    assert [(row["JobID"], row["State"]) for row in rows] == [("12", "FAILED")]
+    by_number = ["scontrol", "-o", "show", "job", "12"]
+    assert asked == [userjobs.view_argv(), *([by_number] if asks else [])]
+    # An ended job printed again as it was needs no listing.
+    ended = line("12", "COMPLETED")
+    runner, asked = _controller(ended, real=ended)
+    same = view._rows(runner(userjobs.view_argv()), parse_rows(ended), 5.0) or []
+    assert [row["State"] for row in same] == ["COMPLETED"] and len(asked) == 1
