@@ -3,9 +3,11 @@
 When a job step fails, the runner (``hpcdist.distributed.jobstep run``) reads what srun and
 the ranks wrote to the job's log since the step started (``LogMark``) and looks for a node
 named by the failure (``named_nodes``, pure): srun's report of a node failure, of the first
-task killed by a signal that suggests its node (``srun: error: node2: task 1: Killed``; the
-tasks srun ends after it say ``Terminated``, a program's own error ``Exited with exit
-code``, a task that ended itself ``Aborted``), of the rank that
+task killed by a signal that suggests its node (``srun: error: node2: task 1: Bus error``;
+the tasks srun ends after it say ``Terminated``, a program's own error ``Exited with exit
+code``, a task that ended itself ``Aborted``, one the out-of-memory killer ended
+``Killed``: hpcdist.distributed.rankdeath says so, and no other node would cure it), of the
+rank that
 torchrun's agent saw die first of such a signal (``hpcdist.facts.launch.RANK_DEATH_LINE``),
 the ranks the communication check or the training found missing after a collective failed
 (``rollcall.blame_lines``), and any
@@ -40,9 +42,10 @@ _NODE_FAILURE = re.compile(r"^srun: error: Node failure on (\S+)", re.M)
 _TORCHRUN_DEATH = re.compile(rf"^(?:\d+: )?{RANK_DEATH_LINE}\s*$", re.M)
 _OOM = re.compile(r"oom[-_ ]kill|Out Of Memory", re.I)
 _TASK = re.compile(r"^srun: error: ([^\s:]+): tasks? ([0-9,\-]+): (.+?)\s*$", re.M)
-# How srun says a task died of a signal that suggests its node ("Killed", "Segmentation
+# How srun says a task died of a signal that suggests its node ("Bus error", "Segmentation
 # fault", ...: the C library's names of NODE_SIGNALS, which srun prints). Not "Aborted": a
-# process aborts itself (an assertion, NCCL's watchdog on a rank that waited for a hung one).
+# process aborts itself (an assertion, NCCL's watchdog on a rank that waited for a hung one);
+# not "Killed": the out-of-memory killer's signal (the job's own memory).
 _NODE_DEATHS = tuple(
     signal.strsignal(getattr(signal, f"SIG{name}")) or name for name in NODE_SIGNALS
 )

@@ -92,10 +92,12 @@ except ChildFailedError as failed:
     print(failed, file=sys.stderr)
     sys.exit(128 + warning)"""
 
-# The signals a rank dies of that point at its node rather than at the program: killed
-# (by the kernel or an administrator), a bus error, an illegal instruction, a segmentation
-# fault. Not ABRT (a program's own abort, torch's teardown), TERM or INT (an end asked for).
-NODE_SIGNALS = ("KILL", "BUS", "ILL", "SEGV")
+# The signals a rank dies of that point at its node rather than at the program: a bus error
+# (a memory fault), an illegal instruction, a segmentation fault. Not KILL (the kernel's
+# out-of-memory killer ends a rank so: the job's own memory, which another node would not
+# cure; or a person), ABRT (a program's own abort, torch's teardown), TERM or INT (an end
+# asked for).
+NODE_SIGNALS = ("BUS", "ILL", "SEGV")
 # What the agent prints of such a rank (after srun's label): rank, node, signal.
 RANK_DEATH_LINE = r"hpcdist: torchrun: rank (\d+) on (\S+) died of SIG([A-Z]+)"
 

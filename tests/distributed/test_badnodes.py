@@ -13,9 +13,10 @@ from hpcdist.distributed.badnodes import LogMark, after_failure, for_next_piece,
 from hpcdist.facts.badnodes import BadNode, records_from_json, records_to_json, still_bad
 
 NODES = ["node1", "node2", "node3"]
-# What srun wrote on the testbed when rank 1 (node2) was killed under --kill-on-bad-exit.
+# What srun wrote on the testbed when rank 1 (node2) died of a bus error (a memory fault of
+# its node) under --kill-on-bad-exit.
 KILLED = """\
-srun: error: node2: task 1: Killed
+srun: error: node2: task 1: Bus error
 srun: launch/slurm: _step_signal: Terminating StepId=14581344.0
 0: slurmstepd-node1: error: *** STEP 14581344.0 ON node1 CANCELLED AT 2026-11-27T18:18:09 ***
 srun: error: node1: task 0: Terminated
@@ -26,7 +27,9 @@ srun: Force Terminated StepId=14581344.0
 @pytest.mark.parametrize(
     ("log", "expected"),
     [
-        (KILLED, [("node2", "task 1 Killed")]),
+        (KILLED, [("node2", "task 1 Bus error")]),
+        # SIGKILL: the out-of-memory killer's (the job's own memory) or a person's.
+        ("srun: error: node2: task 1: Killed\n", []),
         (
             "srun: error: node3: tasks 4-5: Segmentation fault\n",
             [("node3", "task 4-5 Segmentation fault")],
@@ -45,27 +48,28 @@ srun: Force Terminated StepId=14581344.0
         # (srun then kills the rest); the waiting rank's node is not the bad one.
         (
             "srun: error: node1: task 0: Aborted (core dumped)\n"
-            "srun: error: node2: task 1: Killed\n",
+            "srun: error: node2: task 1: Bus error\n",
             [],
         ),
         # The job's own memory: another node would not cure it.
         ("srun: error: node2: task 1: Out Of Memory\n", []),
-        ("srun: error: node1: task 0: Terminated\nsrun: error: node2: task 1: Killed\n", []),
+        ("srun: error: node1: task 0: Terminated\nsrun: error: node2: task 1: Bus error\n", []),
         ("srun: error: Node failure on node3\n", [("node3", "a node failure")]),
         # torchrun's agent names the rank that died first and its node (srun sees only the
         # agent's exit code); not where SLURM counted an oom-kill in the step.
         (
-            "1: hpcdist: torchrun: rank 3 on node2 died of SIGKILL\n"
+            "1: hpcdist: torchrun: rank 3 on node2 died of SIGBUS\n"
             "srun: error: node2: task 1: Exited with exit code 1\n",
-            [("node2", "rank 3 SIGKILL")],
+            [("node2", "rank 3 SIGBUS")],
         ),
+        ("1: hpcdist: torchrun: rank 3 on node2 died of SIGKILL\n", []),
         ("hpcdist: torchrun: rank 0 on node1 died of SIGSEGV\n", [("node1", "rank 0 SIGSEGV")]),
         (
-            "1: hpcdist: torchrun: rank 3 on node2 died of SIGKILL\n"
+            "1: hpcdist: torchrun: rank 3 on node2 died of SIGBUS\n"
             "1: slurmstepd: error: Detected 1 oom_kill event in StepId=7.0\n",
             [],
         ),
-        ("1: hpcdist: torchrun: rank 3 on node9 died of SIGKILL\n", []),
+        ("1: hpcdist: torchrun: rank 3 on node9 died of SIGBUS\n", []),
         # The communication check's ranks that never reached a step, with their nodes.
         (
             "0: FAIL: all_reduce did not finish within 9 s (rank 0/4 on node1, ...)\n"
@@ -74,7 +78,7 @@ srun: Force Terminated StepId=14581344.0
         ),
         ("hpcdist: commcheck: rank 3 on ? never reached barrier\n", []),
         # A node outside the job is nobody's business here.
-        ("srun: error: node9: task 1: Killed\n", []),
+        ("srun: error: node9: task 1: Bus error\n", []),
         ("", []),
     ],
 )
@@ -107,7 +111,7 @@ def test_network_error_line_names_the_peer_but_not_a_longer_name() -> None:
 
 
 def test_hold_runs_out_at_until_and_the_latest_record_wins() -> None:
-    old = BadNode("node2", "task 1 Killed", 0.0, 100.0)
+    old = BadNode("node2", "task 1 Bus error", 0.0, 100.0)
     new = BadNode("node2", "a node failure", 50.0, 150.0)
     assert still_bad([old, new], 99.0) == [new]
     assert still_bad([old], 99.9) == [old]
@@ -141,14 +145,14 @@ def test_failed_step_records_the_node_for_the_hold_and_the_next_piece_excludes_i
     tmp_path: Path, job_env: dict[str, str], capsys: pytest.CaptureFixture[str]
 ) -> None:
     # What an earlier step wrote is not this failure's.
-    mark = _mark_then_write(tmp_path, "srun: error: node1: task 0: Killed\n", KILLED)
+    mark = _mark_then_write(tmp_path, "srun: error: node1: task 0: Bus error\n", KILLED)
     assert after_failure(job_env, mark, now=1000.0) == ["node2"]
-    assert "node node2 named by task 1 Killed" in capsys.readouterr().err
+    assert "node node2 named by task 1 Bus error" in capsys.readouterr().err
     assert for_next_piece(job_env, now=1000.0 + 3599) == ["node2"]
     assert "excluding node node2" in capsys.readouterr().err
     assert for_next_piece(job_env, now=1000.0 + 3600) == []
     badnodes.say_held(job_env, now=1001.0)
-    assert "this run is kept off node node2 (task 1 Killed, until " in capsys.readouterr().err
+    assert "this run is kept off node node2 (task 1 Bus error, until " in capsys.readouterr().err
     record = tmp_path / ".hpcdist" / "badnodes" / "77.json"
     assert os.stat(record).st_mode & 0o777 == 0o600
     # A resubmitted job is the same run: it reads the first job's record.

@@ -651,13 +651,16 @@ def test_torchrun_agent_outlives_the_warning_its_ranks_get_as_sent() -> None:
     assert "Signal 10 (SIGUSR1)" in proc.stderr  # torchrun's own report of the rank's end
 
 
-@pytest.mark.parametrize(("signame", "named"), [("KILL", True), ("ABRT", False), ("TERM", False)])
+@pytest.mark.parametrize(
+    ("signame", "named"), [("BUS", True), ("KILL", False), ("ABRT", False), ("TERM", False)]
+)
 def test_torchrun_agent_names_the_node_of_a_rank_killed_by_a_node_signal(
     signame: str, named: bool
 ) -> None:
-    # A rank killed (SIGKILL: the kernel, an administrator) is named with its node for the
-    # bad-node record; one that aborted (its own program, torch's teardown) or was asked to
-    # end (TERM) is not.
+    # A rank killed by a bus error (a memory fault of its node) is named with its node for
+    # the bad-node record; one the out-of-memory killer ended (SIGKILL: the job's own
+    # memory), that aborted (its own program, torch's teardown) or was asked to end (TERM) is
+    # not.
     with socket.socket() as probe:  # a free port for the agent's store
         probe.bind(("127.0.0.1", 0))
         port = probe.getsockname()[1]
