@@ -214,3 +214,75 @@ def test_a_plain_ddp_script_runs_on_an_uneven_layout(
     assert per_node == [1, 2, 2], log  # the local worlds: one node holds 2, the other 1
     assert found[0][4] == expand_nodelist(found[0][5])[0], log  # rank 0 on the first node
     print(f"measured: --ntasks 3 over 2 nodes: local worlds {per_node}, in sync")
+
+
+# Hugging Face's Trainer, as its documentation writes a training: it builds its own
+# accelerate state from torch's variables and the job's ACCELERATE_USE_CPU (gloo jobs).
+HF_TRAINER = """\
+import os
+import torch
+from torch.utils.data import Dataset
+from transformers import Trainer, TrainingArguments
+
+
+class Rows(Dataset):
+    def __init__(self):
+        generator = torch.Generator().manual_seed(0)
+        self.x = torch.randn(64, 4, generator=generator)
+        self.y = torch.randn(64, 1, generator=generator)
+
+    def __len__(self):
+        return len(self.x)
+
+    def __getitem__(self, i):
+        return {"x": self.x[i], "labels": self.y[i]}
+
+
+class Linear(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.linear = torch.nn.Linear(4, 1)
+
+    def forward(self, x, labels=None):
+        out = self.linear(x)
+        return {"loss": torch.nn.functional.mse_loss(out, labels), "logits": out}
+
+
+torch.manual_seed(0)
+model = Linear()
+args = TrainingArguments(
+    output_dir="hf-out", per_device_train_batch_size=8, num_train_epochs=1, report_to=[],
+    save_strategy="no", logging_strategy="no", disable_tqdm=True,
+)
+trainer = Trainer(model=model, args=args, train_dataset=Rows())
+trainer.train()
+state = trainer.accelerator.state
+weights = trainer.accelerator.gather(model.linear.weight.detach()[None])
+print(
+    f"HF process={state.process_index} of={state.num_processes} "
+    f"steps={trainer.state.global_step} node={os.environ['SLURMD_NODENAME']} "
+    f"in_sync={bool((weights == weights[0]).all())}",
+    flush=True,
+)
+trainer.accelerator.wait_for_everyone()
+os._exit(0)  # the process group still held: leave without the interpreter's teardown
+"""
+_HF = re.compile(r"HF process=(\d+) of=(\d+) steps=(\d+) node=(\S+) in_sync=(True|False)")
+
+
+def test_a_hugging_face_trainer_trains_with_the_jobs_world_size(
+    slurm_cluster: SlurmCluster, tmp_path: Path
+) -> None:
+    # One rank on each of two nodes, the script as written: 64 rows in batches of 8 shared
+    # by 2 ranks are 4 steps each, one model. Alone, each rank would take 8 steps.
+    (tmp_path / "hf.py").write_text(HF_TRAINER)
+    options = {"mode": "gloo", "nodes": 2, "tasks_per_node": 1, "cpus_per_task": 1}
+    options.update(time="10", command=f"{sys.executable} {tmp_path / 'hf.py'}")
+    job_id = sbatch(render(spec_from_options(options)), cwd=tmp_path, timeout=300).job_id
+    log = job_log(tmp_path, "hf", job_id)
+    assert slurm_cluster.job_state(job_id) == "COMPLETED", log
+    found = {int(m[0]): m for m in _HF.findall(unlabel(log))}
+    assert sorted(found) == [0, 1], log
+    assert {(m[1], m[2], m[4]) for m in found.values()} == {("2", "4", "True")}, log
+    assert found[0][3] != found[1][3], log  # a rank on each node
+    print("measured: Hugging Face Trainer: 2 processes on 2 nodes, 4 steps each, in sync")
