@@ -82,7 +82,8 @@ def named_nodes(log: str, nodes: Sequence[str]) -> list[tuple[str, str]]:
     # that the step's memory limit made (SLURM reports an oom-kill event) is not the node's.
     if not _OOM.search(log):
         for rank, node, name in _TORCHRUN_DEATH.findall(log):
-            found.setdefault(node, f"rank {rank} SIG{name}")
+            if name in NODE_SIGNALS:  # a script rendered before KILL left the list names it
+                found.setdefault(node, f"rank {rank} SIG{name}")
     # Ranks the communication check or the training found missing after a collective
     # failed (hpcdist.distributed.rollcall).
     for rank, node, what in BLAME_LINE.findall(log):
