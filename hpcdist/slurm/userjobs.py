@@ -83,7 +83,7 @@ LOCK_WAIT_S = 60.0
 SILENT_AFTER_S = 5.0  # a look unanswered this long: the controller is not answering
 KEEP_ENDED_S = 2 * 86400.0  # how long the view keeps a job the controller forgot
 ENV_SWITCH = "HPCDIST_SLURM_VIEW"
-FORMAT_VERSION = 3
+FORMAT_VERSION = 4
 
 # The view's row keys (squeue's --Format names, which the rest of hpcdist reads), each
 # from the scontrol field of the same meaning.
@@ -159,26 +159,44 @@ def own_rows(runner: Runner) -> list[Row] | None:
     return rows
 
 
-def unvouched(rows: Sequence[Row], before: Sequence[Row], since_s: float) -> list[Row]:
-    """The rows of a look that only the controller's listing of the user's jobs can vouch
-    for: every row new to the view or changed since its last look (its time used aside),
-    every row after a gap in the looks longer than the longest interval.
+def unvouched(
+    rows: Sequence[Row],
+    before: Sequence[Row],
+    since_s: float,
+    min_job_age_s: Callable[[], float] = lambda: 0.0,
+) -> list[Row]:
+    """The rows of a look that only the controller, asked by job number, can vouch for.
 
     A record that names this user's id on a line of ``scontrol -o`` may be another user's
     text: a name with newlines can hold whole records, and where the job it names is one
-    the controller has forgotten (MinJobAge after its end, as little as 2 s) or never had,
-    nothing in the output repeats or contradicts it. A row the view had, printed again as
-    it was, tells nothing new and needs no second question."""
-    if since_s > MAX_INTERVAL_S:
-        return list(rows)
+    the controller does not have (forgotten ``MinJobAge`` after its end, or never had),
+    nothing in the output repeats or contradicts it; where the controller has the job, its
+    own record comes too and ``ambiguity`` refuses the pair. So: a row new to the view; a
+    changed row of a job the view last saw ended; a changed row of any job where the last
+    look is at least ``min_job_age_s()`` old (the site's MinJobAge, asked only then: a job
+    the last look saw running may have ended and been forgotten since). A row printed again
+    as the view had it tells nothing new."""
     last = {row["JobArrayID"]: row for row in before}
-    return [row for row in rows if _moved(last.get(row["JobArrayID"]), row)]
+    changed = [row for row in rows if _moved(last.get(row["JobArrayID"]), row)]
+    doubtful = [
+        row for row in changed if row["JobArrayID"] not in last or _ended(last[row["JobArrayID"]])
+    ]
+    if len(doubtful) < len(changed) and since_s >= min_job_age_s():
+        return changed
+    return doubtful
+
+
+def _ended(row: Row) -> bool:
+    return row.get("State", "").split()[:1] != [] and row["State"].split()[0] in FINAL_STATES
 
 
 def _moved(old: Row | None, new: Row) -> bool:
     return old is None or any(old.get(key) != new.get(key) for key in new if key != "TimeUsed")
 
 
+# How often the view asks the controller's MinJobAge (``unvouched``), and its line there.
+CONFIG_EVERY_S = 3600.0
+_MIN_JOB_AGE = re.compile(r"^MinJobAge\s*=\s*(\d+)\s*sec", re.MULTILINE)
 # At most this many jobs of a look are asked one by one (one small RPC each); more are
 # checked against one listing of the user's jobs (squeue: two RPCs, every job and partition).
 ONE_BY_ONE = 3
@@ -287,6 +305,8 @@ class ViewState:
     forced: dict[str, float] = field(default_factory=dict)  # job -> its last fresh look
     silent_since: float | None = None  # the first look unanswered since the last answer
     asking_since: float | None = None  # a look in flight since then
+    min_job_age_s: float = 0.0  # the site's MinJobAge, asked at config_at
+    config_at: float = float("-inf")
     _index: dict[str, list[Row]] | None = field(default=None, repr=False, compare=False)
     _max_id: int | None = field(default=None, repr=False, compare=False)
     _youngest: float | None = field(default=-1.0, repr=False, compare=False)
@@ -337,6 +357,8 @@ class ViewState:
             "forced": self.forced,
             "silent_since": self.silent_since,
             "asking_since": self.asking_since,
+            "min_job_age_s": self.min_job_age_s,
+            "config_at": None if self.config_at == float("-inf") else self.config_at,
         }
 
     @classmethod
@@ -357,6 +379,8 @@ class ViewState:
                 forced={str(k): float(v) for k, v in data.get("forced", {}).items()},
                 silent_since=_moment(data.get("silent_since")),
                 asking_since=_moment(data.get("asking_since")),
+                min_job_age_s=float(data.get("min_job_age_s", 0.0)),
+                config_at=_moment(data.get("config_at")) or float("-inf"),
             )
         except (KeyError, TypeError, ValueError, AttributeError):
             return cls()  # a view of another version or a torn one: asked again
@@ -525,7 +549,12 @@ class SharedView:
             state, _index=None, _max_id=None, _youngest=-1.0, asking_since=None
         )
         try:
-            rows = self._rows(self.runner(view_argv()), state.rows, started - state.at)
+            rows = self._rows(
+                self.runner(view_argv()),
+                state.rows,
+                started - state.at,
+                lambda: self._min_job_age(state, started),
+            )
         except UserError:  # no answer in time
             rows = None
         now = self.clock()
@@ -545,6 +574,7 @@ class SharedView:
         proc: subprocess.CompletedProcess[str],
         before: Sequence[Row] = (),
         since_s: float = float("inf"),
+        min_job_age_s: Callable[[], float] = lambda: 0.0,
     ) -> list[Row] | None:
         """The user's rows of the controller's answer (None: it failed); where its records
         cannot be told apart, asked again job by job (``own_rows``). Rows the view cannot
@@ -556,7 +586,8 @@ class SharedView:
         if ambiguity(proc.stdout):
             return own_rows(self.runner)
         rows = parse_rows(proc.stdout)
-        heads = sorted({row["ArrayJobID"] for row in unvouched(rows, before, since_s)})
+        doubtful = unvouched(rows, before, since_s, min_job_age_s)
+        heads = sorted({row["ArrayJobID"] for row in doubtful})
         if not heads:
             return rows
         if len(heads) > ONE_BY_ONE:
@@ -569,6 +600,17 @@ class SharedView:
             if asked.returncode == 0 and not ambiguity(asked.stdout):  # own newline: left out
                 kept += parse_rows(asked.stdout)
         return kept
+
+    def _min_job_age(self, state: ViewState, now: float) -> float:
+        """The site's MinJobAge in seconds, asked at most once per ``CONFIG_EVERY_S`` (kept
+        in the view); 0 where the controller does not say (every changed row vouched for)."""
+        if now - state.config_at < CONFIG_EVERY_S:
+            return state.min_job_age_s
+        proc = self.runner(["scontrol", "show", "config"])
+        found = _MIN_JOB_AGE.search(proc.stdout) if proc.returncode == 0 else None
+        state.min_job_age_s = float(found[1]) if found else 0.0
+        state.config_at = now if found else float("-inf")
+        return state.min_job_age_s
 
     def _lock_held(self) -> bool:
         """Whether another process holds the view's lock now (a look in flight)."""

@@ -151,12 +151,16 @@ class FakeScontrol:
         self.asks: list[list[str]] = []
         self.listings: list[list[str]] = []
         self.text, self.code = text, code
+        self.config, self.configs = "", 0
 
     def __call__(self, argv: list[str]) -> subprocess.CompletedProcess[str]:
         if argv[0] == "squeue":
             self.listings.append(argv)
             ids = "".join(f"{row['JobArrayID']}\n" for row in parse_rows(self.text))
             return subprocess.CompletedProcess(argv, self.code, ids, "")
+        if argv == ["scontrol", "show", "config"]:
+            self.configs += 1
+            return subprocess.CompletedProcess(argv, 0, self.config, "")
         if argv != userjobs.view_argv():
             self.asks.append(argv)
             head = f"JobId={argv[-1]} "
@@ -571,24 +575,24 @@ def _controller(printed: str, real: str) -> tuple[Runner, list[list[str]]]:
 
 
 def test_a_record_of_a_job_the_controller_forgot_is_not_taken_on_its_word() -> None:
-    # Another user's pending job is named "x\n<a record of job 10, this user's, COMPLETED,
-    # its log /etc/shadow>\nJobId=9 JobName=y": job 10 ended and the controller forgot it,
-    # so nothing repeats or contradicts the record. The view last saw job 10 RUNNING.
+    # Another user's pending job is named "x UserId=her(1001) ...\n<a record of job 10, this
+    # user's, COMPLETED, its log /etc/shadow>\nJobId=9 JobName=y": job 10 ended and the
+    # controller forgot it (a site with MinJobAge=2), so nothing repeats or contradicts the
+    # record. The view last saw job 10 RUNNING, 5 s ago.
     forged = line("10", "COMPLETED", StdOut="/etc/shadow")
     assert parse_rows(forged)[0]["State"] == "COMPLETED"  # what it would read as
     runner, asked = _controller(f"{line('12')}\n{forged}", real=line("12"))
     view = SharedView(Path(os.devnull), runner)
     before = parse_rows(f"{line('10')}\n{line('12')}")
-    rows = view._rows(runner(userjobs.view_argv()), before, since_s=5.0) or []
+    rows = view._rows(runner(userjobs.view_argv()), before, 5.0, lambda: 2.0) or []
     assert [(row["JobID"], row["State"]) for row in rows] == [("12", "RUNNING")]
     # Job 10 changed: asked by its number, which the controller does not have. Job 12 as
     # the last look had it: taken from the look.
     assert asked[1:] == [["scontrol", "-o", "show", "job", "10"]]
     # Where more jobs changed than are asked one by one: the listing by number decides.
     many = [line(str(n), "COMPLETED") for n in range(20, 20 + userjobs.ONE_BY_ONE)]
-    runner, asked = _controller(
-        "\n".join([line("12"), forged, *many]), "\n".join([line("12"), *many])
-    )
+    printed, real = "\n".join([line("12"), forged, *many]), "\n".join([line("12"), *many])
+    runner, asked = _controller(printed, real)
     rows = SharedView(Path(os.devnull), runner)._rows(runner(userjobs.view_argv()), before, 5.0)
     assert sorted(row["JobID"] for row in rows or []) == ["12", "20", "21", "22"]
     assert [argv[0] for argv in asked[1:3]] == ["squeue", "squeue"]  # listed, then own_rows
@@ -598,26 +602,49 @@ def test_a_record_of_a_job_the_controller_forgot_is_not_taken_on_its_word() -> N
     ("before", "since_s", "asks"),
     [
         ("FAILED", 5.0, False),  # printed again as the last look had it: nothing new
-        ("FAILED", MAX_INTERVAL_S, False),
-        ("FAILED", MAX_INTERVAL_S + 1, True),  # a gap: it may have ended and been forgotten
+        ("FAILED", 86400.0, False),
         (None, 5.0, True),  # new to the view
-        ("RUNNING", 5.0, True),  # changed: it ended, or a forged record says so
-        ("COMPLETED", 5.0, True),
+        ("COMPLETED", 5.0, True),  # a job the view saw ended, changed
+        # A job the view saw running, now ended: forgotten, a forged record could say so,
+        # only where the last look is MinJobAge (300 s here) old or more.
+        ("RUNNING", 299.0, False),
+        ("RUNNING", 300.0, True),
     ],
 )
-def test_the_controllers_listing_is_asked_only_for_rows_it_must_vouch_for(
+def test_the_controller_is_asked_only_for_rows_it_must_vouch_for(
     before: str | None, since_s: float, asks: bool
 ) -> None:
     now = line("12", "FAILED", ExitCode="1:0", RunTime="00:02:00")
     runner, asked = _controller(now, real=now)
     view = SharedView(Path(os.devnull), runner)
     old = parse_rows(line("12", before, ExitCode="1:0")) if before else []  # RunTime 1:05
-    rows = view._rows(runner(userjobs.view_argv()), old, since_s) or []
+    rows = view._rows(runner(userjobs.view_argv()), old, since_s, lambda: 300.0) or []
     assert [(row["JobID"], row["State"]) for row in rows] == [("12", "FAILED")]
     by_number = ["scontrol", "-o", "show", "job", "12"]
     assert asked == [userjobs.view_argv(), *([by_number] if asks else [])]
-    # An ended job printed again as it was needs no listing.
-    ended = line("12", "COMPLETED")
-    runner, asked = _controller(ended, real=ended)
-    same = view._rows(runner(userjobs.view_argv()), parse_rows(ended), 5.0) or []
-    assert [row["State"] for row in same] == ["COMPLETED"] and len(asked) == 1
+
+
+def test_the_sites_min_job_age_is_asked_once_an_hour_and_only_when_needed(tmp_path: Path) -> None:
+    config = "Configuration data as of 2026-12-07T12:00:00\nMinJobAge               = 120 sec\n"
+    scontrol, clock = FakeScontrol(line("5", "PENDING")), Clock(T0 + 1000)
+    scontrol.config = config
+    view = SharedView(tmp_path / "view.json", scontrol, clock)
+    view.current(
+        within=1.0
+    )  # a waiter's looks. New: asked by number; nothing ran before, so no MinJobAge needed
+    assert (scontrol.configs, len(scontrol.asks)) == (0, 1)
+    scontrol.text = line("5", "RUNNING")
+    clock.now += 200  # older than MinJobAge, once known
+    view.current(within=1.0)
+    assert scontrol.configs == 1 and view.read().min_job_age_s == 120.0
+    assert len(scontrol.asks) == 2  # 200 s >= 120 s: the changed job asked by number
+    scontrol.text = line("5", "COMPLETED")
+    clock.now += 100
+    view.current(within=1.0)
+    assert len(scontrol.calls) == 3  # three looks
+    assert scontrol.configs == 1 and len(scontrol.asks) == 2  # 100 s < 120 s: as printed
+    clock.now += userjobs.CONFIG_EVERY_S
+    scontrol.text = line("5", "COMPLETED", ExitCode="1:0")
+    view.current(within=1.0)
+    assert scontrol.configs == 1  # an ended job that changed is asked, MinJobAge or not
+    assert len(scontrol.asks) == 3
