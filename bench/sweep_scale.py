@@ -34,7 +34,7 @@ TARGETS_S = {"render + submit": 10.0, "report": 2.0, "status": 1.0}
 HPCDIST = [sys.executable, "-m", "hpcdist.cli.main"]
 
 # The stand-in tools: each sbatch notes its array as one record of pending tasks, as the
-# controller keeps them; ``scontrol show job`` prints them (hpcdist.slurm.userjobs reads them).
+# controller keeps them; ``scontrol show job [N]`` prints them (hpcdist.slurm.userjobs reads them).
 _FAKE_SBATCH = r"""#!/bin/bash
 state="$(dirname "$0")/state"
 for arg in "$@"; do [ "$arg" = --test-only ] && { echo "sbatch: would run" >&2; exit 0; }; done
@@ -54,7 +54,9 @@ printf 'NumNodes=1 WorkDir=%s StdErr=/dev/null StdOut=/dev/null\n' "$PWD" >> "$s
 echo "Submitted batch job $id"
 """
 _FAKE_SCONTROL = """#!/bin/sh
+for last; do :; done
 case "$*" in
+  *"show job "*) grep "^JobId=$last " "$(dirname "$0")/state/jobs" ;;
   *"show job"*) cat "$(dirname "$0")/state/jobs" 2>/dev/null ;;
   *) echo 'MaxArraySize = {max_array_size}'; echo 'MaxJobCount = 99999' ;;
 esac

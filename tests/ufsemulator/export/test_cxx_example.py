@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import os
 import re
 import shutil
 import subprocess
@@ -40,6 +41,7 @@ pytestmark = [pytest.mark.cxx, pytest.mark.xdist_group("cxx")]
 REPO = Path(__file__).resolve().parents[3]
 EXAMPLE = REPO / "examples" / "cxx"
 ROWS = 64
+LIBTORCH_VAR = "UFSEMU_LIBTORCH"
 # What the AOTInductor package is made from: a change to any of these compiles it again.
 AOTI_SOURCES = (
     "config.py",
@@ -59,10 +61,14 @@ def binary(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFact
         pytest.fail("the C++ example needs cmake and g++ (scripts/run-tests installs cmake)")
     import torch.utils
 
+    # UFSEMU_LIBTORCH: another LibTorch to build and run the example against (a wheel's
+    # torch/ folder, examples/cxx/README.md); the exports stay this torch's.
+    other = os.environ.get(LIBTORCH_VAR)
+    prefix = str(Path(other) / "share" / "cmake") if other else torch.utils.cmake_prefix_path
     key = hashlib.sha256()
     for path in (EXAMPLE / "CMakeLists.txt", *sorted(EXAMPLE.glob("*.cpp")), *EXAMPLE.glob("*.h")):
         key.update(path.name.encode() + path.read_bytes())
-    key.update(f"{torch.__version__} {Path(compiler).resolve()}".encode())
+    key.update(f"{torch.__version__} {prefix} {Path(compiler).resolve()}".encode())
     cache = request.config.cache
     base = cache.mkdir("cxx-example") if cache is not None else tmp_path_factory.mktemp("cxx")
     build = base / key.hexdigest()[:16]
@@ -77,7 +83,7 @@ def binary(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFact
                 "-B",
                 str(build),
                 "-DCMAKE_BUILD_TYPE=Release",
-                f"-DCMAKE_PREFIX_PATH={torch.utils.cmake_prefix_path}",
+                f"-DCMAKE_PREFIX_PATH={prefix}",
             ],
             check=True,
             capture_output=True,
@@ -87,6 +93,7 @@ def binary(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFact
             [cmake, "--build", str(build), "-j", "2"], check=True, capture_output=True, text=True
         )
         print(f"built the C++ example in {time.perf_counter() - started:.1f} s")
+    print(f"the C++ example links the LibTorch of {prefix}")
     return exe
 
 
