@@ -3,16 +3,15 @@
 
 from __future__ import annotations
 
-import re
 from dataclasses import dataclass
 
 from hpcdist.errors import UserError
+from hpcdist.slurm.parse import config_values
 from hpcdist.slurm.tools import slurm_tool
 
 # SLURM's defaults (slurm.conf(5)): task ids 0..1000, 10,000 jobs in the controller.
 DEFAULT_MAX_ARRAY_SIZE = 1001
 DEFAULT_MAX_JOB_COUNT = 10000
-_SETTING = re.compile(r"^\s*(MaxArraySize|MaxJobCount)\s*=\s*(\d+)\s*$", re.MULTILINE)
 
 
 @dataclass(frozen=True)
@@ -29,10 +28,15 @@ class ArrayLimits:
 
 def parse_limits(text: str) -> ArrayLimits:
     """The limits in ``scontrol show config`` output; SLURM's defaults where absent."""
-    found = {name: int(value) for name, value in _SETTING.findall(text)}
+    values = config_values(text)
+
+    def setting(name: str, default: int) -> int:
+        value = values.get(name, "")
+        return int(value) if value.isdigit() else default
+
     return ArrayLimits(
-        found.get("MaxArraySize", DEFAULT_MAX_ARRAY_SIZE),
-        found.get("MaxJobCount", DEFAULT_MAX_JOB_COUNT),
+        setting("MaxArraySize", DEFAULT_MAX_ARRAY_SIZE),
+        setting("MaxJobCount", DEFAULT_MAX_JOB_COUNT),
     )
 
 

@@ -1,5 +1,6 @@
-"""What SLURM's clients print, parsed: ``scontrol show job -o`` records, ``sacct -P`` tables,
-durations, memory sizes and exit codes. Pure: text in, values out, no SLURM needed.
+"""What SLURM's clients print, parsed: ``scontrol show job -o`` records, ``scontrol show
+config`` settings, ``sacct -P`` tables, durations, memory sizes and exit codes. Pure: text
+in, values out, no SLURM needed.
 """
 
 from __future__ import annotations
@@ -18,6 +19,16 @@ class SlurmOutputError(UserError):
 # A key starts at the beginning of the line or after whitespace; '=' inside a value
 # (TRES=cpu=4,node=2) follows no whitespace, so it never starts a key.
 _KEY = re.compile(r"(?:(?<=\s)|^)([A-Za-z][A-Za-z0-9_/:]*)=")
+
+
+def config_values(text: str) -> dict[str, str]:
+    """``scontrol show config``: ``Name = value`` lines."""
+    out: dict[str, str] = {}
+    for line in text.splitlines():
+        key, sep, value = line.partition("=")
+        if sep and key.strip() and " " not in key.strip():
+            out.setdefault(key.strip(), value.strip())
+    return out
 
 
 def parse_key_values(line: str) -> dict[str, str]:

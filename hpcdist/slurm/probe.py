@@ -24,6 +24,7 @@ from hpcdist.slurm.accounts import (
     associations_from_sacctmgr,
     current_user,
 )
+from hpcdist.slurm.parse import config_values
 from hpcdist.slurm.partitions import (
     NODE_FORMAT,
     Node,
@@ -84,16 +85,6 @@ def parse_version(text: str) -> SlurmVersion | None:
     if found is None:
         return None
     return SlurmVersion(int(found.group(1)), int(found.group(2)), int(found.group(3) or 0))
-
-
-def config_values(text: str) -> dict[str, str]:
-    """``scontrol show config``: ``Name = value`` lines."""
-    out: dict[str, str] = {}
-    for line in text.splitlines():
-        key, sep, value = line.partition("=")
-        if sep and key.strip() and " " not in key.strip():
-            out.setdefault(key.strip(), value.strip())
-    return out
 
 
 def mpi_types(text: str) -> tuple[str, ...]:

@@ -60,6 +60,7 @@ from hpcdist.slurm.freshness import Seen
 from hpcdist.slurm.parse import (
     FINAL_STATES,
     ambiguity,
+    config_values,
     expand_task_ids,
     parse_exit_code,
     parse_key_values,
@@ -187,16 +188,21 @@ def unvouched(
 
 
 def _ended(row: Row) -> bool:
-    return row.get("State", "").split()[:1] != [] and row["State"].split()[0] in FINAL_STATES
+    return _state(row) in FINAL_STATES
+
+
+def _state(row: Row) -> str:
+    """The row's state word ("CANCELLED" of "CANCELLED by 0"); "" for none."""
+    return (row.get("State", "").split() or [""])[0]
 
 
 def _moved(old: Row | None, new: Row) -> bool:
     return old is None or any(old.get(key) != new.get(key) for key in new if key != "TimeUsed")
 
 
-# How often the view asks the controller's MinJobAge (``unvouched``), and its line there.
+# How often the view asks the controller's MinJobAge (``unvouched``); its value there: "300 sec".
 CONFIG_EVERY_S = 3600.0
-_MIN_JOB_AGE = re.compile(r"^MinJobAge\s*=\s*(\d+)\s*sec", re.MULTILINE)
+_SECONDS = re.compile(r"(\d+) sec")
 # At most this many jobs of a look are asked one by one (one small RPC each); more are
 # checked against one listing of the user's jobs (squeue: two RPCs, every job and partition).
 ONE_BY_ONE = 3
@@ -243,11 +249,7 @@ def enabled(environ: Mapping[str, str] | None = None) -> bool:
 
 def youngest_submit(rows: Sequence[Row]) -> float | None:
     """When the youngest unfinished job was submitted (None: none is unfinished)."""
-    stamps = {
-        row.get("SubmitTime", "")
-        for row in rows
-        if row.get("State", "").split()[0:1] and row["State"].split()[0] not in FINAL_STATES
-    }
+    stamps = {row.get("SubmitTime", "") for row in rows if _state(row) and not _ended(row)}
     found = [stamp for text in stamps if (stamp := parse_timestamp(text)) is not None]
     return max(found) if found else None
 
@@ -273,8 +275,7 @@ def merge_rows(old: Sequence[Row], new: Sequence[Row], now: float) -> list[Row]:
         row
         for row in old
         if row["JobArrayID"] not in seen
-        and row.get("State", "").split()[:1] != []
-        and row["State"].split()[0] in FINAL_STATES
+        and _ended(row)
         and now - (parse_timestamp(row.get("SubmitTime", "")) or now) < KEEP_ENDED_S
     ]
     return [*new, *kept]
@@ -607,7 +608,8 @@ class SharedView:
         if now - state.config_at < CONFIG_EVERY_S:
             return state.min_job_age_s
         proc = self.runner(["scontrol", "show", "config"])
-        found = _MIN_JOB_AGE.search(proc.stdout) if proc.returncode == 0 else None
+        said = config_values(proc.stdout).get("MinJobAge", "") if proc.returncode == 0 else ""
+        found = _SECONDS.fullmatch(said)
         state.min_job_age_s = float(found[1]) if found else 0.0
         state.config_at = now if found else float("-inf")
         return state.min_job_age_s
